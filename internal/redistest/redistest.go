@@ -1,0 +1,81 @@
+// Package redistest gives tests a real Redis: the server at REDIS_URL, or,
+// when that is unset, a throwaway redis-server started from the machine's
+// binary. Each test gets a key prefix of its own, deleted when it ends. A
+// test that cannot get a Redis fails; it never skips.
+//
+// Only tests import redistest.
+package redistest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	once    sync.Once
+	baseURL string
+	initErr error
+	stop    func()
+)
+
+// Main runs a package's tests and then stops any server redistest started.
+// Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if stop != nil {
+		stop()
+	}
+	os.Exit(code)
+}
+
+func server() (string, error) {
+	once.Do(func() {
+		if u := os.Getenv("REDIS_URL"); u != "" {
+			baseURL = u
+			return
+		}
+		baseURL, stop, initErr = startThrowaway()
+	})
+	return baseURL, initErr
+}
+
+// New returns the URL of the Redis tests use and a key prefix that belongs to
+// this test alone; keys under the prefix are deleted when the test ends.
+func New(t testing.TB) (url, prefix string) {
+	t.Helper()
+	u, err := server()
+	if err != nil {
+		t.Fatalf("redistest: no Redis for tests: %v", err)
+	}
+	opt, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatalf("redistest: REDIS_URL: %v", err)
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	prefix = "tgtest:" + hex.EncodeToString(b) + ":"
+	c := redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		t.Fatalf("redistest: ping %s: %v", opt.Addr, err)
+	}
+	t.Cleanup(func() {
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+	})
+	return u, prefix
+}

@@ -1,0 +1,2 @@
+-- name: ListPlans :many
+SELECT * FROM plans ORDER BY ip_per_minute, name;
