@@ -56,8 +56,9 @@ type Item struct {
 type Request struct {
 	Mode  Mode
 	Items []Item
-	// Group, when set, names the keys' owner (a tenant id): the Redis store
-	// uses it as the hash tag so that one request's keys share a cluster slot.
+	// Group names the keys' owner (a tenant id). A counter is named by Group
+	// and Key together; the Redis store also uses Group as the hash tag, so
+	// one request's keys share a cluster slot.
 	Group string
 	// Now, when not zero, replaces the store's own clock. Only tests and
 	// replays set it; production lets the store's server pick the time, so

@@ -1,0 +1,238 @@
+// Package memory is the in-process counter.Store: sharded maps with a bounded
+// number of keys, least recently used evicted first, expired keys pruned. It
+// holds across goroutines, not across processes: a single Tollgate instance,
+// tests, and the L1 damper of the per-IP ceiling use it.
+//
+// memory imports only internal/counter and internal/limit.
+package memory
+
+import (
+	"context"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/limit"
+)
+
+// DefaultMaxKeys bounds a store made with MaxKeys zero.
+const DefaultMaxKeys = 50_000
+
+const shardCount = 64
+
+// Config configures a Store.
+type Config struct {
+	// MaxKeys bounds the number of counters kept; the least recently used go
+	// first when it is reached. Zero means DefaultMaxKeys.
+	MaxKeys int
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// PruneEvery is how often expired counters are removed; zero means every
+	// minute, negative never (Prune can still be called).
+	PruneEvery time.Duration
+}
+
+// Store is the in-memory counter.Store. It is safe for concurrent use; a
+// Check takes the locks of the shards its keys live in, in index order.
+type Store struct {
+	shards  [shardCount]shard
+	seed    maphash.Seed
+	now     func() time.Time
+	stop    chan struct{}
+	stopped sync.Once
+}
+
+var _ counter.Store = (*Store)(nil)
+
+type shard struct {
+	mu   sync.Mutex
+	keys map[string]*entry
+	// head is the sentinel of a ring ordered by last use, newest first.
+	head entry
+	max  int
+}
+
+type entry struct {
+	key        string
+	state      limit.State
+	expires    int64 // Unix µs
+	prev, next *entry
+}
+
+// New returns a store; Close stops its pruning.
+func New(cfg Config) *Store {
+	if cfg.MaxKeys <= 0 {
+		cfg.MaxKeys = DefaultMaxKeys
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Store{seed: maphash.MakeSeed(), now: cfg.Now, stop: make(chan struct{})}
+	perShard := max(1, cfg.MaxKeys/shardCount)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.keys = map[string]*entry{}
+		sh.head.prev, sh.head.next = &sh.head, &sh.head
+		sh.max = perShard
+	}
+	every := cfg.PruneEvery
+	if every == 0 {
+		every = time.Minute
+	}
+	if every > 0 {
+		go s.pruneLoop(every)
+	}
+	return s
+}
+
+// Close stops the background pruning. The store still answers afterwards.
+func (s *Store) Close() error {
+	s.stopped.Do(func() { close(s.stop) })
+	return nil
+}
+
+func (s *Store) pruneLoop(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Prune()
+		}
+	}
+}
+
+// Prune removes every counter whose state has expired and returns how many.
+func (s *Store) Prune() int {
+	now := s.now().UnixMicro()
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.keys {
+			if e.expires <= now {
+				sh.remove(e)
+				delete(sh.keys, k)
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Len returns the number of counters held.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].keys)
+		s.shards[i].mu.Unlock()
+	}
+	return n
+}
+
+// Check implements counter.Store. It fails only with counter.ErrInvalid.
+func (s *Store) Check(_ context.Context, req counter.Request) (counter.Result, error) {
+	if err := counter.Validate(req); err != nil {
+		return counter.Result{}, err
+	}
+	now := req.Now
+	if now.IsZero() {
+		now = s.now()
+	}
+	now = now.Truncate(time.Microsecond)
+	us := now.UnixMicro()
+
+	var keysBuf [8]string
+	var idxBuf [8]int
+	keys, idx := keysBuf[:0], idxBuf[:0]
+	for _, it := range req.Items {
+		k := req.Group + "\x00" + it.Key
+		keys = append(keys, k)
+		idx = append(idx, int(maphash.String(s.seed, k)%shardCount))
+	}
+	locked := slices.Clone(idx)
+	slices.Sort(locked)
+	locked = slices.Compact(locked)
+	for _, i := range locked {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range locked {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+
+	// Items are decided in order against working states, so an item on the
+	// same key as an earlier one sees its tentative consumption.
+	type pending struct {
+		shard int
+		key   string
+		state limit.State
+		exp   int64
+	}
+	var work []pending
+	lookup := func(sh int, k string) limit.State {
+		for j := len(work) - 1; j >= 0; j-- {
+			if work[j].key == k {
+				return work[j].state
+			}
+		}
+		if e, ok := s.shards[sh].keys[k]; ok {
+			return e.state
+		}
+		return limit.State{}
+	}
+	seen := make([]counter.Seen, len(req.Items))
+	all := true
+	for i, it := range req.Items {
+		st := lookup(idx[i], keys[i])
+		ok, next := limit.Admit(it.Algorithm, st, us, it.Cost, it.Limit, it.Window)
+		seen[i] = counter.Seen{State: st, Allowed: ok}
+		if ok {
+			work = append(work, pending{idx[i], keys[i], next, limit.Expiry(it.Algorithm, next, it.Window)})
+		}
+		all = all && ok
+	}
+	if all && req.Mode == counter.Consume {
+		for _, w := range work {
+			s.shards[w.shard].put(w.key, w.state, w.exp)
+		}
+	}
+	return counter.Answer(req, seen, now), nil
+}
+
+// put stores a state as the newest entry, evicting the least recently used
+// entry when the shard is full.
+func (sh *shard) put(k string, st limit.State, exp int64) {
+	if e, ok := sh.keys[k]; ok {
+		e.state, e.expires = st, exp
+		sh.remove(e)
+		sh.pushFront(e)
+		return
+	}
+	if len(sh.keys) >= sh.max {
+		old := sh.head.prev
+		sh.remove(old)
+		delete(sh.keys, old.key)
+	}
+	e := &entry{key: k, state: st, expires: exp}
+	sh.keys[k] = e
+	sh.pushFront(e)
+}
+
+func (sh *shard) remove(e *entry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+}
+
+func (sh *shard) pushFront(e *entry) {
+	e.prev, e.next = &sh.head, sh.head.next
+	sh.head.next.prev = e
+	sh.head.next = e
+}

@@ -1,0 +1,114 @@
+package memory_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/countertest"
+	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/limit"
+)
+
+func TestConformance(t *testing.T) {
+	countertest.Run(t, countertest.Backend{
+		Shared: func(t *testing.T) func() counter.Store {
+			// One process has one memory store: every "instance" shares it.
+			s := memory.New(memory.Config{})
+			return func() counter.Store { return s }
+		},
+	})
+}
+
+func TestBoundedKeysEvictLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
+	s := memory.New(memory.Config{MaxKeys: 64 * 4, PruneEvery: -1})
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	hot := counter.Item{Key: "hot", Algorithm: limit.FixedWindow, Limit: 20_000, Window: limit.Every(time.Hour), Cost: 1}
+	for i := range 10_000 {
+		it := hot
+		it.Key = fmt.Sprintf("cold-%d", i)
+		if _, err := s.Check(ctx, counter.Request{Items: []counter.Item{it}, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		// Used between any two new keys, so never the least recently used.
+		if _, err := s.Check(ctx, counter.Request{Items: []counter.Item{hot}, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Len(); got > 64*4 {
+		t.Fatalf("store holds %d keys, bound is %d", got, 64*4)
+	}
+	res, err := s.Check(ctx, counter.Request{Mode: counter.Peek, Items: []counter.Item{hot}, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A peek answers as if it consumed: one less than what is left.
+	if got, want := res.Decisions[0].Remaining, int64(20_000-10_000-1); got != want {
+		t.Fatalf("hot key remaining %d, want %d: it was evicted although used often", got, want)
+	}
+}
+
+func TestPruneRemovesExpiredOnly(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	clock := now
+	s := memory.New(memory.Config{Now: func() time.Time { return clock }, PruneEvery: -1})
+	defer s.Close()
+	short := counter.Item{Key: "short", Algorithm: limit.FixedWindow, Limit: 5, Window: limit.Every(time.Minute), Cost: 1}
+	long := counter.Item{Key: "long", Algorithm: limit.FixedWindow, Limit: 5, Window: limit.Every(time.Hour), Cost: 1}
+	for _, it := range []counter.Item{short, long} {
+		if _, err := s.Check(context.Background(), counter.Request{Items: []counter.Item{it}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock = now.Add(2 * time.Minute)
+	if got := s.Prune(); got != 1 {
+		t.Fatalf("pruned %d, want 1 (the minute counter)", got)
+	}
+	if got := s.Len(); got != 1 {
+		t.Fatalf("%d keys left, want 1", got)
+	}
+}
+
+func BenchmarkCheck(b *testing.B) {
+	s := memory.New(memory.Config{MaxKeys: 1_000_000})
+	defer s.Close()
+	ctx := context.Background()
+	one := []counter.Item{{Key: "one", Algorithm: limit.FixedWindow, Limit: limit.MaxLimit, Window: limit.Every(time.Minute), Cost: 1}}
+	four := make([]counter.Item, 4)
+	for i := range four {
+		four[i] = counter.Item{Key: fmt.Sprintf("four-%d", i), Algorithm: limit.Algorithm(i%3 + 1), Limit: limit.MaxLimit, Window: limit.Every(time.Minute), Cost: 1}
+	}
+	b.Run("one", func(b *testing.B) {
+		for b.Loop() {
+			s.Check(ctx, counter.Request{Items: one})
+		}
+	})
+	b.Run("four", func(b *testing.B) {
+		for b.Loop() {
+			s.Check(ctx, counter.Request{Items: four})
+		}
+	})
+	b.Run("parallel-hot", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				s.Check(ctx, counter.Request{Items: one})
+			}
+		})
+	})
+	b.Run("parallel-random", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			it := one[0]
+			for pb.Next() {
+				it.Key = fmt.Sprintf("r%d", rand.IntN(1_000_000))
+				s.Check(ctx, counter.Request{Items: []counter.Item{it}})
+			}
+		})
+	})
+}
