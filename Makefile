@@ -1,0 +1,44 @@
+# Tollgate: the two commands are `make run` and `make test`; the rest helps.
+SHELL := /bin/bash
+GO    ?= go
+# Packages that hold the store contract and its backends run with the race
+# detector; the rest would only be slower.
+RACE_PKGS := ./internal/counter/... ./internal/limit/...
+
+.PHONY: run test generate check-generated build bench deps vet
+
+## run: build and serve on :8080 (embedded PostgreSQL unless DATABASE_URL is set)
+run: build
+	@scripts/deps.sh postgres
+	TOLLGATE_DEV=$${TOLLGATE_DEV:-1} ./bin/tollgate serve
+
+## test: every test, against real PostgreSQL and Redis (found or started)
+test: check-generated vet
+	@scripts/deps.sh postgres redis
+	$(GO) test -count=1 -timeout 8m ./...
+	$(GO) test -count=1 -timeout 8m -race -run 'Conformance|Property|Concurr' $(RACE_PKGS)
+
+build:
+	$(GO) build -o bin/tollgate ./cmd/tollgate
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+## generate: regenerate sqlc and templ output (committed)
+generate:
+	$(GO) tool sqlc generate
+	$(GO) tool templ generate -include-version=false
+
+## check-generated: fail when committed generated code differs from its sources
+check-generated:
+	$(GO) tool sqlc diff
+	@$(GO) tool templ generate -include-version=false >/dev/null
+	@git diff --exit-code -- web || { echo "templ output is stale: run make generate"; exit 1; }
+
+## bench: the counter-store benchmarks quoted in the README
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/counter/... ./internal/limit/
+
+deps:
+	@scripts/deps.sh postgres redis

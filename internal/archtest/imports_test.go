@@ -1,0 +1,94 @@
+package archtest
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/tollgate/tollgate/"
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+}
+
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-e", "-json", mod+"...")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(out)
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+func isStd(path string) bool { return !strings.Contains(strings.Split(path, "/")[0], ".") }
+
+// adapters are the packages only cmd/tollgate (and test helpers) may import.
+var adapters = []string{
+	mod + "internal/pgstore",
+	mod + "internal/counter/postgres",
+	mod + "internal/counter/redis",
+	mod + "internal/billing/stripeapi",
+}
+
+// drivers may be imported by adapters only.
+var drivers = []string{"github.com/jackc/pgx", "github.com/redis/go-redis", "github.com/stripe/stripe-go", "github.com/golang-migrate"}
+
+func hasPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if s == p || strings.HasPrefix(s, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestImportArrows fails when an import points the wrong way.
+func TestImportArrows(t *testing.T) {
+	t.Parallel()
+	for _, p := range listPackages(t) {
+		rel := strings.TrimPrefix(p.ImportPath, mod)
+		isAdapter := hasPrefix(p.ImportPath, adapters)
+		isTestInfra := hasPrefix(rel, []string{"internal/pgtest", "internal/redistest", "internal/pglocal", "internal/faultnet", "internal/counter/countertest", "internal/archtest"})
+		for _, imp := range p.Imports {
+			ours := strings.HasPrefix(imp, mod)
+			switch {
+			case rel == "internal/limit" && !isStd(imp):
+				t.Errorf("%s imports %s: limit imports the standard library only", rel, imp)
+			case rel == "internal/counter" && !isStd(imp) && imp != mod+"internal/limit":
+				t.Errorf("%s imports %s: counter imports only limit", rel, imp)
+			case rel == "web" && ours:
+				t.Errorf("%s imports %s: web components take view models, not domain packages", rel, imp)
+			case strings.HasSuffix(imp, "/sqlcgen") && rel != "internal/pgstore" && rel != "internal/counter/postgres":
+				t.Errorf("%s imports %s: sqlc output stays inside pgstore and counter/postgres", rel, imp)
+			case hasPrefix(imp, adapters) && !strings.HasPrefix(rel, "cmd/") && !isTestInfra && !isAdapter:
+				t.Errorf("%s imports the adapter %s: only cmd/tollgate wires adapters", rel, imp)
+			case hasPrefix(imp, drivers) && !isAdapter && !isTestInfra && !strings.HasPrefix(rel, "cmd/"):
+				t.Errorf("%s imports the driver %s: drivers stay inside adapters", rel, imp)
+			case strings.HasPrefix(rel, "internal/") && strings.HasPrefix(imp, mod+"cmd/"):
+				t.Errorf("%s imports %s: nothing imports cmd", rel, imp)
+			}
+		}
+	}
+}

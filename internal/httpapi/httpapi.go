@@ -1,0 +1,117 @@
+// Package httpapi is Tollgate's HTTP surface for machines: health, readiness
+// and (with later issues) the tenant API under /v1 and Stripe webhooks. It
+// decodes, calls the domain packages and encodes; it never imports pgstore or
+// a driver, and it maps errors to statuses in one place.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgate/tollgate/web"
+)
+
+// Config holds what the HTTP layer calls.
+type Config struct {
+	Logger *slog.Logger
+	// Ready reports whether the system of record answers; /readyz is 200 only
+	// while it returns nil.
+	Ready func(ctx context.Context) error
+	// Home is what the landing page at "/" shows.
+	Home web.HomeView
+}
+
+// New returns the Echo instance serving Tollgate's machine-facing routes.
+func New(cfg Config) *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = errorHandler(cfg.Logger)
+	e.Use(recoverBugs(cfg.Logger))
+	e.GET("/", func(c echo.Context) error {
+		c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
+		c.Response().WriteHeader(http.StatusOK)
+		return web.Home(cfg.Home).Render(c.Request().Context(), c.Response())
+	})
+	e.GET("/healthz", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	})
+	e.GET("/readyz", func(c echo.Context) error {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), time.Second)
+		defer cancel()
+		if err := cfg.Ready(ctx); err != nil {
+			cfg.Logger.WarnContext(ctx, "not ready", "err", err)
+			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "database unavailable"})
+		}
+		return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+	})
+	return e
+}
+
+// Problem is an RFC 9457 problem body.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// errorHandler writes every error as application/problem+json: Echo's own
+// HTTP errors (404, 405, bad bodies) with their message, anything else as an
+// internal error whose cause is logged, never shown.
+func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		p := Problem{Type: "about:blank", Status: http.StatusInternalServerError, Title: "internal error"}
+		var he *echo.HTTPError
+		if errors.As(err, &he) {
+			p.Status = he.Code
+			p.Title = http.StatusText(he.Code)
+			if msg, ok := he.Message.(string); ok && he.Code < 500 {
+				p.Detail = msg
+			}
+		} else {
+			log.ErrorContext(c.Request().Context(), "request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
+		}
+		writeProblem(c, p)
+	}
+}
+
+// writeProblem sends p as application/problem+json.
+func writeProblem(c echo.Context, p Problem) {
+	body, _ := json.Marshal(p)
+	if c.Request().Method == http.MethodHead {
+		c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+		_ = c.NoContent(p.Status)
+		return
+	}
+	_ = c.Blob(p.Status, "application/problem+json", body)
+}
+
+// recoverBugs turns a panic into a logged bug and a 500: the one recover in
+// Tollgate.
+func recoverBugs(log *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					if r == http.ErrAbortHandler {
+						panic(r)
+					}
+					log.ErrorContext(c.Request().Context(), "bug: handler panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+					err = errors.New("handler panicked")
+				}
+			}()
+			return next(c)
+		}
+	}
+}
