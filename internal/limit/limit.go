@@ -253,12 +253,28 @@ func Admit(a Algorithm, st State, now int64, cost, limit int64, w Window) (bool,
 	}
 }
 
-// retryFrom returns the first instant at or after t0 (µs) that admits, stepping
-// over the last microseconds of floating-point rounding in a solved instant.
-func retryFrom(t0 int64, admits func(int64) bool) int64 {
-	t := t0
+// retryFrom returns the first instant after now (µs), which refuses, that
+// admits. It starts from t0, the instant solved in exact arithmetic, and steps
+// over the last microseconds of floating-point rounding after it; and since
+// the steps' float sums can round an estimate down and admit before t0 (by a
+// tenth of a second for a sliding window near MaxLimit over 30 days), it
+// searches back for the first instant that admits. admits must be monotone:
+// once it admits, it admits at every later instant.
+func retryFrom(now, t0 int64, admits func(int64) bool) int64 {
+	t := max(t0, now+1)
 	for i := 0; i < 1000 && !admits(t); i++ {
 		t++
+	}
+	if t-1 > now && admits(t-1) {
+		lo, hi := now, t-1 // lo refuses, hi admits
+		for hi-lo > 1 {
+			if m := lo + (hi-lo)/2; admits(m) {
+				hi = m
+			} else {
+				lo = m
+			}
+		}
+		t = hi
 	}
 	return t
 }
@@ -337,7 +353,12 @@ func slidingEstimate(prev, curr, elapsed, w int64) float64 {
 
 func sliding(st State, now, cost, limit, w int64) (Decision, State) {
 	ok, next, est := slidingStep(st, now, cost, limit, w)
-	d := Decision{Allowed: ok, Limit: limit, Remaining: max(0, int64(math.Floor(float64(limit)-est+1e-6)))}
+	// Remaining is the largest cost slidingStep would admit next, tested with
+	// its own comparison: a rounding allowance here would overstate it when
+	// prev·(1−f) lies just above a whole number.
+	d := Decision{Allowed: ok, Limit: limit, Remaining: remaining(float64(limit)-est, limit, func(c int64) bool {
+		return est+float64(c) <= float64(limit)
+	})}
 	// Whole again once the previous window's weight and the current window's
 	// count have both rolled out.
 	d.ResetAt = time.UnixMicro(next.Start + w).UTC()
@@ -360,7 +381,7 @@ func sliding(st State, now, cost, limit, w int64) (Decision, State) {
 	} else {
 		t = next.Start + w + w - int64(math.Floor(float64(limit-cost)*float64(w)/float64(next.Count)))
 	}
-	t = retryFrom(max(t, now), func(t int64) bool {
+	t = retryFrom(now, t, func(t int64) bool {
 		ok, _, _ := slidingStep(next, t, cost, limit, w)
 		return ok
 	})
@@ -384,38 +405,73 @@ func gcraStep(st State, now, cost, limit, w int64) (bool, State, float64) {
 	interval := float64(w) / float64(limit)
 	off := math.Max(0, st.TAT-float64(now-st.Start))
 	next := off + float64(interval*float64(cost))
-	if next <= float64(w) {
+	if next <= gcraCapacity(w, interval) {
 		return true, State{Start: now, TAT: next}, next
 	}
 	return false, st, off
 }
 
+// gcraCapacity is how far the TAT may run ahead of now: the window, plus a
+// millionth of one interval (interval/2^20, an exact float division) so that
+// w/limit rounded up, summed limit times, still fits: without it a bucket of
+// 7 per second refuses a cost of 7 on an empty bucket (7 × 142857.14285714287
+// = 1000000.0000000001) and one of 11 per second holds only 10. The slack is
+// far below one request for every limit up to MaxLimit.
+func gcraCapacity(w int64, interval float64) float64 {
+	return float64(w) + interval/1048576
+}
+
 func gcra(st State, now, cost, limit, w int64) (Decision, State) {
 	ok, next, off := gcraStep(st, now, cost, limit, w)
+	// The caller's clock may be behind the state's: the step counts from the
+	// state's instant, but the caller waits RetryAfter on its own clock.
+	asked := now
 	now = max(now, st.Start)
 	interval := float64(w) / float64(limit)
 	d := Decision{
 		Allowed: ok,
 		Limit:   limit,
-		// Capacity left: how many whole intervals of slack remain.
-		Remaining: max(0, int64(math.Floor((float64(w)-off)/interval+1e-6))),
-		ResetAt:   time.UnixMicro(now + int64(math.Ceil(off))).UTC(),
+		// Capacity left: the largest cost gcraStep would admit next, tested
+		// with its own comparison so that a TAT just short of a whole interval
+		// of slack does not count that interval.
+		Remaining: remaining((float64(w)-off)/interval, limit, func(c int64) bool {
+			return off+float64(interval*float64(c)) <= gcraCapacity(w, interval)
+		}),
+		ResetAt: time.UnixMicro(now + int64(math.Ceil(off))).UTC(),
 	}
 	if ok {
 		return d, next
 	}
 	if cost > limit {
-		d.RetryAfter = micros(int64(math.Ceil(off)))
+		d.RetryAfter = micros(d.ResetAt.UnixMicro() - asked)
 		return d, st
 	}
 	// Admitted once the TAT has drained to w − cost·interval.
 	t := now + int64(math.Ceil(off+float64(interval*float64(cost))-float64(w)))
-	t = retryFrom(max(t, now), func(t int64) bool {
+	t = retryFrom(now, t, func(t int64) bool {
 		ok, _, _ := gcraStep(st, t, cost, limit, w)
 		return ok
 	})
-	d.RetryAfter = micros(t - now)
+	d.RetryAfter = micros(t - asked)
 	return d, st
+}
+
+// remaining returns the largest cost from 0 to limit that fits, starting from
+// guess, a closed form of it that float rounding can put a unit off either
+// way. fits must be monotone (a cost that fits, every smaller one fits); the
+// few steps are bounded so that a corrupt state cannot make them long.
+func remaining(guess float64, limit int64, fits func(int64) bool) int64 {
+	var r int64
+	if guess >= 1 { // false for NaN too
+		r = int64(math.Floor(math.Min(guess, float64(limit))))
+	}
+	for i := 0; i < 3 && r < limit && fits(r+1); i++ {
+		r++
+	}
+	for i := 0; i < 3 && r > 0 && !fits(r); i++ {
+		r--
+	}
+	return r
 }
 
 // micros converts a non-negative count of microseconds to a Duration.
