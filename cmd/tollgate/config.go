@@ -1,0 +1,186 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is every setting Tollgate reads from its environment, read once at
+// start. Nothing below cmd/tollgate reads the environment.
+type Config struct {
+	DatabaseURL     string        // DATABASE_URL; empty: the embedded PostgreSQL
+	RedisURL        string        // REDIS_URL
+	Addr            string        // TOLLGATE_ADDR
+	CounterStore    string        // TOLLGATE_COUNTER_STORE: postgres, redis or memory
+	CounterTimeout  time.Duration // TOLLGATE_COUNTER_TIMEOUT
+	Pepper          []byte        // TOLLGATE_PEPPER
+	Dev             bool          // TOLLGATE_DEV
+	TrustedProxies  []*net.IPNet  // TOLLGATE_TRUSTED_PROXIES
+	LogFormat       string        // TOLLGATE_LOG_FORMAT: json or text
+	LogLevel        slog.Level    // TOLLGATE_LOG_LEVEL
+	DataDir         string        // TOLLGATE_DATA_DIR: where the embedded PostgreSQL keeps its data
+	ShutdownTimeout time.Duration // TOLLGATE_SHUTDOWN_TIMEOUT
+}
+
+// devPepper is the pepper of TOLLGATE_DEV=1 without TOLLGATE_PEPPER: fine for
+// a laptop, never for data that matters, which is why it needs the flag.
+const devPepper = "tollgate-development-pepper-not-for-production"
+
+// minPepper is the shortest TOLLGATE_PEPPER accepted: HMAC-SHA-256 keys
+// shorter than its output weaken it.
+const minPepper = 32
+
+// loadConfig reads and validates the environment. An error names the
+// variable at fault; nothing falls back silently.
+func loadConfig(getenv func(string) string) (Config, error) {
+	c := Config{
+		DatabaseURL:     getenv("DATABASE_URL"),
+		RedisURL:        getenv("REDIS_URL"),
+		Addr:            or(getenv("TOLLGATE_ADDR"), ":8080"),
+		CounterStore:    or(getenv("TOLLGATE_COUNTER_STORE"), "postgres"),
+		DataDir:         or(getenv("TOLLGATE_DATA_DIR"), ".tollgate"),
+		CounterTimeout:  50 * time.Millisecond,
+		ShutdownTimeout: 15 * time.Second,
+	}
+	var err error
+	if c.Dev, err = parseBool("TOLLGATE_DEV", getenv("TOLLGATE_DEV")); err != nil {
+		return c, err
+	}
+	if c.DatabaseURL != "" {
+		u, err := url.Parse(c.DatabaseURL)
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
+			return c, fmt.Errorf("DATABASE_URL: want postgres://user[:password]@host:port/dbname")
+		}
+	}
+	if c.RedisURL != "" {
+		u, err := url.Parse(c.RedisURL)
+		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			return c, fmt.Errorf("REDIS_URL: want redis://[:password@]host:port[/db]")
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return c, fmt.Errorf("TOLLGATE_ADDR %q: want host:port or :port", c.Addr)
+	}
+	switch c.CounterStore {
+	case "postgres", "memory":
+	case "redis":
+		if c.RedisURL == "" {
+			return c, fmt.Errorf("TOLLGATE_COUNTER_STORE=redis needs REDIS_URL")
+		}
+	default:
+		return c, fmt.Errorf("TOLLGATE_COUNTER_STORE %q: want postgres, redis or memory", c.CounterStore)
+	}
+	if v := getenv("TOLLGATE_COUNTER_TIMEOUT"); v != "" {
+		if c.CounterTimeout, err = time.ParseDuration(v); err != nil || c.CounterTimeout < time.Millisecond || c.CounterTimeout > 10*time.Second {
+			return c, fmt.Errorf("TOLLGATE_COUNTER_TIMEOUT %q: want a duration from 1ms to 10s", v)
+		}
+	}
+	if v := getenv("TOLLGATE_SHUTDOWN_TIMEOUT"); v != "" {
+		if c.ShutdownTimeout, err = time.ParseDuration(v); err != nil || c.ShutdownTimeout <= 0 {
+			return c, fmt.Errorf("TOLLGATE_SHUTDOWN_TIMEOUT %q: want a positive duration", v)
+		}
+	}
+	switch p := getenv("TOLLGATE_PEPPER"); {
+	case p == "" && c.Dev:
+		c.Pepper = []byte(devPepper)
+	case p == "":
+		return c, fmt.Errorf("TOLLGATE_PEPPER is required (at least %d bytes, e.g. `openssl rand -hex 32`); set TOLLGATE_DEV=1 to run with a development pepper", minPepper)
+	case len(p) < minPepper:
+		return c, fmt.Errorf("TOLLGATE_PEPPER: %d bytes, want at least %d", len(p), minPepper)
+	default:
+		c.Pepper = []byte(p)
+	}
+	for _, s := range strings.Split(getenv("TOLLGATE_TRUSTED_PROXIES"), ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !strings.Contains(s, "/") {
+			if ip := net.ParseIP(s); ip != nil && ip.To4() != nil {
+				s += "/32"
+			} else {
+				s += "/128"
+			}
+		}
+		_, n, err := net.ParseCIDR(s)
+		if err != nil {
+			return c, fmt.Errorf("TOLLGATE_TRUSTED_PROXIES: %q is not an IP or CIDR", s)
+		}
+		c.TrustedProxies = append(c.TrustedProxies, n)
+	}
+	c.LogFormat = getenv("TOLLGATE_LOG_FORMAT")
+	switch c.LogFormat {
+	case "":
+		c.LogFormat = "json"
+		if c.Dev {
+			c.LogFormat = "text"
+		}
+	case "json", "text":
+	default:
+		return c, fmt.Errorf("TOLLGATE_LOG_FORMAT %q: want json or text", c.LogFormat)
+	}
+	if v := getenv("TOLLGATE_LOG_LEVEL"); v != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			return c, fmt.Errorf("TOLLGATE_LOG_LEVEL %q: want debug, info, warn or error", v)
+		}
+	}
+	return c, nil
+}
+
+// LogValue shows the effective configuration with secrets masked.
+func (c Config) LogValue() slog.Value {
+	proxies := make([]string, len(c.TrustedProxies))
+	for i, n := range c.TrustedProxies {
+		proxies[i] = n.String()
+	}
+	db := maskURL(c.DatabaseURL)
+	if db == "" {
+		db = "embedded (" + c.DataDir + ")"
+	}
+	return slog.GroupValue(
+		slog.String("database_url", db),
+		slog.String("redis_url", maskURL(c.RedisURL)),
+		slog.String("addr", c.Addr),
+		slog.String("counter_store", c.CounterStore),
+		slog.Duration("counter_timeout", c.CounterTimeout),
+		slog.String("pepper", fmt.Sprintf("set (%d bytes)", len(c.Pepper))),
+		slog.Bool("dev", c.Dev),
+		slog.String("trusted_proxies", strings.Join(proxies, ",")),
+		slog.String("log_format", c.LogFormat),
+		slog.String("log_level", c.LogLevel.String()),
+	)
+}
+
+// maskURL hides a URL's password.
+func maskURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func parseBool(name, v string) (bool, error) {
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s %q: want 1 or 0", name, v)
+	}
+	return b, nil
+}

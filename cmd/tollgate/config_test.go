@@ -1,0 +1,74 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+const testPepper = "0123456789abcdef0123456789abcdef"
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"no pepper outside dev":        {map[string]string{}, "TOLLGATE_PEPPER"},
+		"short pepper":                 {map[string]string{"TOLLGATE_PEPPER": "short"}, "TOLLGATE_PEPPER"},
+		"redis store without url":      {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_COUNTER_STORE": "redis"}, "REDIS_URL"},
+		"unknown store":                {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_COUNTER_STORE": "etcd"}, "TOLLGATE_COUNTER_STORE"},
+		"bad database url":             {map[string]string{"TOLLGATE_DEV": "1", "DATABASE_URL": "mysql://x"}, "DATABASE_URL"},
+		"bad redis url":                {map[string]string{"TOLLGATE_DEV": "1", "REDIS_URL": "localhost:6379"}, "REDIS_URL"},
+		"bad addr":                     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_ADDR": "8080"}, "TOLLGATE_ADDR"},
+		"bad proxy":                    {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_TRUSTED_PROXIES": "10.0.0.0/8,nope"}, "TOLLGATE_TRUSTED_PROXIES"},
+		"bad log format":               {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_LOG_FORMAT": "xml"}, "TOLLGATE_LOG_FORMAT"},
+		"bad log level":                {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_LOG_LEVEL": "loud"}, "TOLLGATE_LOG_LEVEL"},
+		"bad dev flag":                 {map[string]string{"TOLLGATE_DEV": "yes please"}, "TOLLGATE_DEV"},
+		"counter timeout out of range": {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_COUNTER_TIMEOUT": "1h"}, "TOLLGATE_COUNTER_TIMEOUT"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := loadConfig(envOf(c.env))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error naming %s", err, c.want)
+			}
+		})
+	}
+}
+
+func TestConfigDefaultsAndValues(t *testing.T) {
+	t.Parallel()
+	c, err := loadConfig(envOf(map[string]string{"TOLLGATE_PEPPER": testPepper, "TOLLGATE_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.1", "REDIS_URL": "redis://127.0.0.1:6379/0", "TOLLGATE_COUNTER_STORE": "redis"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != ":8080" || c.CounterStore != "redis" || c.CounterTimeout != 50*time.Millisecond || c.LogFormat != "json" {
+		t.Fatalf("defaults: got %+v", c)
+	}
+	if len(c.TrustedProxies) != 2 || c.TrustedProxies[1].String() != "192.0.2.1/32" {
+		t.Fatalf("trusted proxies: got %v", c.TrustedProxies)
+	}
+}
+
+func TestConfigLogMasksSecrets(t *testing.T) {
+	t.Parallel()
+	c, err := loadConfig(envOf(map[string]string{"TOLLGATE_PEPPER": testPepper, "DATABASE_URL": "postgres://app:s3cret@db:5432/tollgate", "REDIS_URL": "redis://:hunter2@cache:6379/0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := c.LogValue().String()
+	for _, secret := range []string{"s3cret", "hunter2", testPepper} {
+		if strings.Contains(shown, secret) {
+			t.Fatalf("start-up log shows a secret: %s", shown)
+		}
+	}
+	if !strings.Contains(shown, "app:xxxxx@db:5432") {
+		t.Fatalf("database URL not shown masked: %s", shown)
+	}
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/faultnet"
+	"github.com/tollgate/tollgate/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// syncBuffer is a log sink the server writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func status(t *testing.T, u string) int {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// startServer runs `tollgate serve` in-process with env and returns its base
+// URL, its log, and a function that stops it and returns run's error.
+func startServer(t *testing.T, env map[string]string) (string, *syncBuffer, func() error) {
+	t.Helper()
+	addr := freeAddr(t)
+	env["TOLLGATE_ADDR"] = addr
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, envOf(env), &bytes.Buffer{}, logs) }()
+	base := "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for status(t, base+"/healthz") != http.StatusOK {
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("server exited: %v\n%s", err, logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("server not up after 30 s:\n%s", logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var once sync.Once
+	var err error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				err = fmt.Errorf("server did not stop within 30 s")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return base, logs, stop
+}
+
+func TestServeHealthReadinessAndGracefulStop(t *testing.T) {
+	dsn := pgtest.New(t)
+	u, _ := url.Parse(dsn)
+	proxy := faultnet.New(t, u.Host)
+	u.Host = proxy.Addr()
+	for _, store := range []string{"postgres", "memory"} {
+		t.Run(store, func(t *testing.T) {
+			base, logs, stop := startServer(t, map[string]string{
+				"DATABASE_URL":           u.String(),
+				"TOLLGATE_PEPPER":        testPepper,
+				"TOLLGATE_COUNTER_STORE": store,
+			})
+			if got := status(t, base+"/readyz"); got != http.StatusOK {
+				t.Fatalf("/readyz: %d, want 200", got)
+			}
+			if got := status(t, base+"/"); got != http.StatusOK {
+				t.Fatalf("/: %d, want 200", got)
+			}
+			if got := status(t, base+"/no-such-page"); got != http.StatusNotFound {
+				t.Fatalf("/no-such-page: %d, want 404", got)
+			}
+			proxy.Cut()
+			if got := status(t, base+"/readyz"); got != http.StatusServiceUnavailable {
+				t.Fatalf("/readyz with the database cut off: %d, want 503", got)
+			}
+			if got := status(t, base+"/healthz"); got != http.StatusOK {
+				t.Fatalf("/healthz with the database cut off: %d, want 200 (the process is up)", got)
+			}
+			if err := proxy.Restore(); err != nil {
+				t.Fatal(err)
+			}
+			back := time.Now().Add(10 * time.Second)
+			for status(t, base+"/readyz") != http.StatusOK {
+				if time.Now().After(back) {
+					t.Fatalf("/readyz not 200 10 s after the database came back")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if err := stop(); err != nil {
+				t.Fatalf("graceful stop: %v", err)
+			}
+			if !strings.Contains(logs.String(), "tollgate stopped") {
+				t.Fatalf("no clean stop in the log:\n%s", logs)
+			}
+			if strings.Contains(logs.String(), testPepper) {
+				t.Fatalf("the log shows the pepper")
+			}
+		})
+	}
+}
+
+func TestServeRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	err := run(context.Background(), []string{"serve"}, envOf(map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_COUNTER_STORE": "redis"}), &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
+		t.Fatalf("got %v, want an error naming REDIS_URL", err)
+	}
+}
+
+func TestMigrateCommand(t *testing.T) {
+	dsn := pgtest.New(t)
+	var out bytes.Buffer
+	env := envOf(map[string]string{"DATABASE_URL": dsn, "TOLLGATE_DEV": "1"})
+	if err := run(context.Background(), []string{"migrate", "version"}, env, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"dirty":false`) || strings.Contains(out.String(), `"version":0`) {
+		t.Fatalf("migrate version on a migrated database: %s", out.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"migrate", "sideways"}, env, &out, &bytes.Buffer{}); err == nil {
+		t.Fatalf("migrate sideways: no error")
+	}
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/memory"
+	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
+	rediscounter "github.com/tollgate/tollgate/internal/counter/redis"
+	"github.com/tollgate/tollgate/internal/httpapi"
+	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/web"
+)
+
+// serve runs the HTTP server until ctx is cancelled, then shuts down in
+// order: stop taking requests and finish those in flight, close the counter
+// store, close the pool, stop the embedded database.
+func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	log.InfoContext(ctx, "tollgate starting", "config", cfg)
+	dsn, stopDB, err := database(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopDB()
+	if err := pgstore.Migrate(dsn); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	defer pool.Close()
+
+	store, err := counterStore(ctx, cfg, dsn, log)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	e := httpapi.New(httpapi.Config{
+		Logger: log,
+		Ready:  pool.Ping,
+		Home:   web.HomeView{CounterStore: cfg.CounterStore, Database: maskURL(dsn)},
+	})
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("TOLLGATE_ADDR: %w", err)
+	}
+	srv := &http.Server{Handler: e, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.InfoContext(ctx, "tollgate serving", "addr", ln.Addr().String(), "counter_store", cfg.CounterStore)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("tollgate shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Error("shutdown: requests still in flight were cut", "err", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("tollgate stopped")
+	return nil
+}
+
+// counterStore opens the configured counter backend.
+func counterStore(ctx context.Context, cfg Config, dsn string, log *slog.Logger) (counter.Store, error) {
+	switch cfg.CounterStore {
+	case "memory":
+		return memory.New(memory.Config{}), nil
+	case "redis":
+		s, err := rediscounter.New(rediscounter.Config{URL: cfg.RedisURL, Timeout: cfg.CounterTimeout, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		return s, nil
+	default:
+		s, err := pgcounter.New(ctx, pgcounter.Config{DSN: dsn, Timeout: cfg.CounterTimeout, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("counter store: %w", err)
+		}
+		// Expired counters are deleted in the background until shutdown.
+		go s.Run(ctx)
+		return s, nil
+	}
+}
+
+// migrateCmd runs `tollgate migrate up|down|version`.
+func migrateCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("migrate up|down|version: %w", errUsage)
+	}
+	dsn, stopDB, err := database(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopDB()
+	m, err := pgstore.NewMigrator(dsn)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	switch args[0] {
+	case "up":
+		err = m.Up()
+	case "down":
+		err = m.Down()
+	case "version":
+	default:
+		return fmt.Errorf("migrate %q: want up, down or version: %w", args[0], errUsage)
+	}
+	if err != nil {
+		return err
+	}
+	v, dirty, err := m.Version()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "{\"version\":%d,\"dirty\":%t}\n", v, dirty)
+	return nil
+}

@@ -1,0 +1,108 @@
+package postgres
+
+import "time"
+
+// enqueue adds c to the batch being gathered.
+func (s *Store) enqueue(c *call) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	if len(s.pending) == 0 {
+		s.firstAt = time.Now()
+	}
+	s.pending = append(s.pending, c)
+	before := s.items
+	s.items += len(c.req.Items)
+	// The loop needs waking for a first call (it may send it at once) and for
+	// a batch that just filled up; otherwise it is waiting for a timer or a
+	// batch in flight, and will look then.
+	wake := len(s.pending) == 1 || (before < s.maxBatch && s.items >= s.maxBatch)
+	s.mu.Unlock()
+	if wake {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// loop sends the gathered calls as batches: at once when no batch is in
+// flight (waiting would only add latency), else when the window has passed
+// since the oldest call or the batch is full; and never more than
+// s.inflight batches at once, so that calls keep gathering while the
+// database is busy instead of queueing for connections one by one. A batch
+// decides its requests in the order they arrived.
+func (s *Store) loop() {
+	defer close(s.loopDone)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	inflight := 0
+	for {
+		select {
+		case <-s.kick:
+		case <-timer.C:
+		case <-s.freed:
+			inflight--
+		case <-s.quit:
+			s.mu.Lock()
+			s.closed = true
+			rest := s.pending
+			s.pending, s.items = nil, 0
+			s.mu.Unlock()
+			for _, c := range rest {
+				c.err = errClosed
+				close(c.done)
+			}
+			for ; inflight > 0; inflight-- {
+				<-s.freed
+			}
+			return
+		}
+		for inflight < s.inflight {
+			batch, wait := s.take(inflight == 0)
+			if batch == nil {
+				if wait > 0 {
+					timer.Reset(wait)
+				}
+				break
+			}
+			inflight++
+			go func() {
+				s.send(batch, nil)
+				s.freed <- struct{}{}
+			}()
+		}
+	}
+}
+
+// take removes a batch from the pending calls if one is due, or returns how
+// long until it is (zero when nothing is pending).
+func (s *Store) take(idle bool) ([]*call, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return nil, 0
+	}
+	if !idle && s.items < s.maxBatch {
+		if wait := s.window - time.Since(s.firstAt); wait > 0 {
+			return nil, wait
+		}
+	}
+	n, items := 0, 0
+	for n < len(s.pending) && (n == 0 || items+len(s.pending[n].req.Items) <= s.maxBatch) {
+		items += len(s.pending[n].req.Items)
+		n++
+	}
+	batch := s.pending[:n:n]
+	if n == len(s.pending) {
+		s.pending = nil
+	} else {
+		// The rest arrived within the same window, so they are due as well.
+		s.pending = s.pending[n:]
+	}
+	s.items -= items
+	return batch, 0
+}

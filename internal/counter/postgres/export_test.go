@@ -1,0 +1,33 @@
+package postgres
+
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+)
+
+// Batches returns the number of function calls s has sent.
+func Batches(s *Store) int64 { return s.batches.Load() }
+
+// CheckBatch sends reqs as one batch decided at instant now, as the
+// coalescer would send concurrent Checks, and answers each.
+func CheckBatch(s *Store, reqs []counter.Request, now time.Time) ([]counter.Result, error) {
+	calls := make([]*call, len(reqs))
+	for i, r := range reqs {
+		if err := counter.Validate(r); err != nil {
+			return nil, err
+		}
+		calls[i] = &call{req: r, done: make(chan struct{})}
+	}
+	us := now.UnixMicro()
+	s.send(calls, &us)
+	res := make([]counter.Result, len(reqs))
+	for i, c := range calls {
+		<-c.done
+		if c.err != nil {
+			return nil, c.err
+		}
+		res[i] = counter.Answer(c.req, c.seen, c.now)
+	}
+	return res, nil
+}

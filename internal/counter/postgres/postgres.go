@@ -1,0 +1,434 @@
+// Package postgres is the counter.Store that keeps counters in PostgreSQL's
+// counters table, so that every Tollgate instance sharing a database shares
+// its counts exactly. The arithmetic runs inside the database, in the
+// function tollgate_check (migrations/000002_counter_check.up.sql), which
+// reproduces internal/limit's steps operation for operation.
+//
+// Throughput comes from coalescing: concurrent Checks are gathered while the
+// previous batch is in the database and decided by one function call, one
+// round trip and one transaction, in arrival order, so that a hot key (a
+// tenant's quota) costs one row update per batch instead of one per request.
+//
+// postgres imports internal/counter, internal/limit, the sqlc output in
+// internal/pgstore/sqlcgen and pgx; only cmd/tollgate imports it, and no pgx
+// type crosses its API.
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
+)
+
+// Defaults of Config.
+const (
+	DefaultTimeout    = 50 * time.Millisecond
+	DefaultInflight   = 1
+	DefaultWindow     = 200 * time.Microsecond
+	DefaultMaxBatch   = 512
+	DefaultPruneEvery = time.Minute
+	DefaultPruneBatch = 1000
+)
+
+// Config configures a Store.
+type Config struct {
+	// DSN locates the database (postgres://… or key=value), migrated to at
+	// least 000002. The store opens a pool of its own on it whose sessions
+	// run with synchronous_commit=off: a commit returns before its WAL is
+	// flushed, so a server crash forgets the counts of about the last
+	// wal_writer_delay (200 ms by default; three times that at worst),
+	// which a rate limit tolerates. Counts that bill money must not rely on
+	// this store alone.
+	DSN string
+	// MaxConns bounds the pool. Zero keeps the DSN's pool_max_conns, or
+	// pgxpool's default (the larger of 4 and the number of CPUs).
+	MaxConns int32
+	// Timeout bounds every Check, queueing included; zero means
+	// DefaultTimeout. A batch whose callers have given up still runs for up
+	// to ten times as long (at least half a second) before its connection
+	// is dropped, so that a server that is only slow keeps its warm
+	// connections; its counts may then apply although its callers were told
+	// ErrUnavailable.
+	Timeout time.Duration
+	// Inflight bounds the batches in the database at once (MaxConns bounds
+	// it too); zero means DefaultInflight. Checks arriving meanwhile gather
+	// into the next batch. More batches at once use more database cores on
+	// distinct keys, but on a hot key they only queue for its row lock, and
+	// fewer, larger batches do the same work in fewer statements.
+	Inflight int
+	// Window is how long a batch gathers once its first Check has arrived,
+	// when fewer than Inflight batches are in flight but some are (an idle
+	// store sends at once); zero means DefaultWindow. It matters only with
+	// Inflight above 1.
+	Window time.Duration
+	// MaxBatch is the number of items after which a batch stops gathering;
+	// zero means DefaultMaxBatch.
+	MaxBatch int
+	// PruneEvery is how often Run deletes expired counters; zero means
+	// DefaultPruneEvery.
+	PruneEvery time.Duration
+	// PruneBatch is the number of rows each pruning statement deletes at
+	// most; zero means DefaultPruneBatch.
+	PruneBatch int32
+	// Logger receives what Run cannot return; nil discards it.
+	Logger *slog.Logger
+}
+
+// Store is the PostgreSQL counter.Store. It is safe for concurrent use.
+type Store struct {
+	pool        *pgxpool.Pool
+	q           *sqlcgen.Queries
+	log         *slog.Logger
+	timeout     time.Duration // a caller's wait
+	sendTimeout time.Duration // a batch's round trip
+	window      time.Duration
+	maxBatch    int
+	inflight    int
+	pruneEvery  time.Duration
+	pruneBatch  int32
+
+	mu      sync.Mutex
+	pending []*call
+	items   int       // items in pending
+	firstAt time.Time // when the oldest pending call arrived
+	closed  bool
+
+	kick      chan struct{} // wakes the loop: capacity 1
+	freed     chan struct{} // a batch of the loop's finished: capacity inflight
+	quit      chan struct{}
+	loopDone  chan struct{}
+	closeOnce sync.Once
+
+	// lastFailure is when (Unix ns) a round trip last failed in a way that
+	// may have broken connections: connections idle since before it are
+	// pinged before their next use.
+	lastFailure atomic.Int64
+	// batches counts the function calls sent, for tests.
+	batches atomic.Int64
+}
+
+var _ counter.Store = (*Store)(nil)
+
+// New opens a store on cfg.DSN and returns once one connection is ready
+// (under ctx). An unreachable database wraps counter.ErrUnavailable; a
+// database without tollgate_check is an error of its own.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		// Not quoted: the parse error may hold the password.
+		return nil, errors.New("open counter store: DSN is not a valid PostgreSQL connection string")
+	}
+	s := &Store{
+		log:        cfg.Logger,
+		timeout:    orDefault(cfg.Timeout, DefaultTimeout),
+		window:     orDefault(cfg.Window, DefaultWindow),
+		maxBatch:   orDefault(cfg.MaxBatch, DefaultMaxBatch),
+		pruneEvery: orDefault(cfg.PruneEvery, DefaultPruneEvery),
+		pruneBatch: orDefault(cfg.PruneBatch, DefaultPruneBatch),
+		kick:       make(chan struct{}, 1),
+		quit:       make(chan struct{}),
+		loopDone:   make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.sendTimeout = max(10*s.timeout, 500*time.Millisecond)
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	}
+	s.inflight = min(orDefault(cfg.Inflight, DefaultInflight), int(pc.MaxConns))
+	s.freed = make(chan struct{}, s.inflight)
+	if pc.MinConns == 0 {
+		pc.MinConns = int32(s.inflight)
+	}
+
+	params := pc.ConnConfig.RuntimeParams
+	params["synchronous_commit"] = "off"
+	if _, ok := params["statement_timeout"]; !ok {
+		// Ends a statement before the client drops its connection for it, so
+		// that the connection stays usable, and bounds what a statement that
+		// nobody waits for can hold (row locks, a server process).
+		params["statement_timeout"] = strconv.FormatInt((s.sendTimeout / 2).Milliseconds(), 10)
+	}
+	if _, ok := params["application_name"]; !ok {
+		params["application_name"] = "tollgate-counters"
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		// A dial that the server never answers goes on in the background
+		// after its batch has given up, holding a slot of the pool.
+		pc.ConnConfig.ConnectTimeout = 2 * time.Second
+	}
+	pc.AfterConnect = warmUp
+	pc.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
+		// pgxpool's rule (idle over a second), and any connection that was
+		// idle when another one failed: it may be dead too, and would fail a
+		// whole batch.
+		last := s.lastFailure.Load()
+		return p.IdleDuration > time.Second || (last != 0 && p.IdleDuration > time.Since(time.Unix(0, last)))
+	}
+
+	s.pool, err = pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open counter store: %v", err)
+	}
+	s.q = sqlcgen.New(s.pool)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		s.pool.Close()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42883" { // undefined_function
+			return nil, errors.New("open counter store: function tollgate_check is missing: migrate the database")
+		}
+		return nil, fmt.Errorf("open counter store: %w: %v", counter.ErrUnavailable, err)
+	}
+	conn.Release()
+	go s.loop()
+	return s, nil
+}
+
+// orDefault returns v, or def when v is zero or negative.
+func orDefault[T int | int32 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// call is one Check on its way through a batch.
+type call struct {
+	req  counter.Request
+	done chan struct{} // closed once seen and now, or err, are set
+	seen []counter.Seen
+	now  time.Time
+	err  error
+	// abandoned is set by a caller that stopped waiting, so that a batch not
+	// yet sent leaves its request out.
+	abandoned atomic.Bool
+}
+
+// Check implements counter.Store. It returns within about cfg.Timeout, or
+// ctx's deadline if sooner: a store that has not answered by then, is
+// closed, or whose caller's ctx ends, returns an error wrapping
+// counter.ErrUnavailable (and ctx's error when that was the cause). A
+// malformed request wraps counter.ErrInvalid. Requests without a Now are
+// coalesced; one with a Now is sent on its own.
+func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result, error) {
+	if err := counter.Validate(req); err != nil {
+		return counter.Result{}, fmt.Errorf("check counters: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	c := &call{req: req, done: make(chan struct{})}
+	if !req.Now.IsZero() {
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return counter.Result{}, errClosed
+		}
+		now := req.Now.UnixMicro()
+		go s.send([]*call{c}, &now)
+	} else if err := s.enqueue(c); err != nil {
+		return counter.Result{}, err
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		c.abandoned.Store(true)
+		return counter.Result{}, fmt.Errorf("check counters: %w: %w", counter.ErrUnavailable, ctx.Err())
+	}
+	if c.err != nil {
+		return counter.Result{}, c.err
+	}
+	return counter.Answer(req, c.seen, c.now), nil
+}
+
+var errClosed = fmt.Errorf("check counters: store closed: %w", counter.ErrUnavailable)
+
+// Close stops the store: Checks not yet sent fail with
+// counter.ErrUnavailable, batches in flight finish, and the pool is closed.
+// It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.quit)
+		<-s.loopDone
+		s.pool.Close()
+	})
+	return nil
+}
+
+// send makes the one round trip for calls, at instant now (Unix µs) or,
+// when nil, the database's, and completes every call. It runs under its own
+// deadline, not a caller's: it serves many callers, and a connection
+// abandoned mid-statement is lost.
+func (s *Store) send(calls []*call, now *int64) {
+	live := calls[:0]
+	for _, c := range calls {
+		if !c.abandoned.Load() {
+			live = append(live, c)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	calls = live
+	s.batches.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), s.sendTimeout)
+	defer cancel()
+
+	n := 0
+	for _, c := range calls {
+		n += len(c.req.Items)
+	}
+	p := sqlcgen.CheckCountersParams{
+		Reqs:       make([]int32, 0, n),
+		Slots:      make([]int32, n),
+		Algorithms: make([]int16, 0, n),
+		Limits:     make([]int64, 0, n),
+		Windows:    make([]int64, 0, n),
+		Costs:      make([]int64, 0, n),
+		Consume:    make([]bool, len(calls)),
+		Now:        now,
+	}
+	keys := make([]string, 0, n)
+	for i, c := range calls {
+		p.Consume[i] = c.req.Mode == counter.Consume
+		for _, it := range c.req.Items {
+			p.Reqs = append(p.Reqs, int32(i+1))
+			keys = append(keys, rowKey(c.req.Group, it.Key))
+			p.Algorithms = append(p.Algorithms, int16(it.Algorithm))
+			p.Limits = append(p.Limits, it.Limit)
+			p.Windows = append(p.Windows, it.Window.Micros())
+			p.Costs = append(p.Costs, it.Cost)
+		}
+	}
+	// The function takes the distinct keys in byte order, its lock order,
+	// and each item's position among them.
+	order := make([]int32, n)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(keys[a], keys[b]) })
+	p.Keys = make([]string, 0, n)
+	for _, i := range order {
+		if len(p.Keys) == 0 || p.Keys[len(p.Keys)-1] != keys[i] {
+			p.Keys = append(p.Keys, keys[i])
+		}
+		p.Slots[i] = int32(len(p.Keys))
+	}
+
+	rows, err := s.q.CheckCounters(ctx, p)
+	if err == nil && len(rows) != n {
+		err = fmt.Errorf("%d rows for %d items", len(rows), n)
+	}
+	if err != nil {
+		err = s.unavailable(ctx, err)
+		for _, c := range calls {
+			c.err = err
+			close(c.done)
+		}
+		return
+	}
+	at := time.UnixMicro(rows[0].NowUs).UTC()
+	for _, c := range calls {
+		seen := make([]counter.Seen, len(c.req.Items))
+		for j, r := range rows[:len(seen)] {
+			seen[j] = counter.Seen{
+				State:   limit.State{Start: r.SeenStart, Count: r.SeenCount, Prev: r.SeenPrev, TAT: r.SeenTat},
+				Allowed: r.Allowed,
+			}
+		}
+		rows = rows[len(seen):]
+		c.seen, c.now = seen, at
+		close(c.done)
+	}
+}
+
+// unavailable turns a failed round trip into counter.ErrUnavailable,
+// keeping the pgx error as text only.
+func (s *Store) unavailable(ctx context.Context, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		// Not an answer from the server: the connection may be what broke.
+		s.lastFailure.Store(time.Now().UnixNano())
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("check counters: %w: %w", counter.ErrUnavailable, ctxErr)
+	}
+	return fmt.Errorf("check counters: %w: %v", counter.ErrUnavailable, err)
+}
+
+// maxPlainRowKey bounds a row key kept as it is (or in hex: twice as
+// long); a longer one is hashed. A B-tree entry must fit a third of a page,
+// and one oversized key would fail its whole batch.
+const maxPlainRowKey = 512
+
+// rowKey returns the counters.key of key in group: the group's length in
+// decimal, a colon, the group, a slash and the key, so that no two pairs
+// share a row. A pair that PostgreSQL text cannot hold (invalid UTF-8, or a
+// NUL byte) is stored as "x" and the hex of that string instead, and one
+// longer than maxPlainRowKey (counter.Validate does not bound Group) as "h"
+// and the hex of its SHA-256; no plain row key starts with either letter.
+func rowKey(group, key string) string {
+	k := strconv.Itoa(len(group)) + ":" + group + "/" + key
+	switch {
+	case len(k) > maxPlainRowKey:
+		sum := sha256.Sum256([]byte(k))
+		return "h" + hex.EncodeToString(sum[:])
+	case !utf8.ValidString(k) || strings.IndexByte(k, 0) >= 0:
+		return "x" + hex.EncodeToString([]byte(k))
+	}
+	return k
+}
+
+// warmUpKey is the counter warmUp uses; no rowKey starts with "~".
+const warmUpKey = "~warm-up"
+
+// warmUp readies a new connection for Checks: it prepares CheckCounters and
+// runs each path of tollgate_check once, since PL/pgSQL plans each statement
+// on its first use in a session, so that no caller's batch pays for it. The
+// first call in a session takes far longer than the sessions'
+// statement_timeout allows a Check, hence a transaction with its own.
+func warmUp(ctx context.Context, conn *pgx.Conn) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '30s'"); err != nil {
+		return err
+	}
+	second, hour := limit.Every(time.Second).Micros(), limit.Every(time.Hour).Micros()
+	_, err = sqlcgen.New(tx).CheckCounters(ctx, sqlcgen.CheckCountersParams{
+		Keys:       []string{warmUpKey},
+		Reqs:       []int32{1, 1, 1, 1},
+		Slots:      []int32{1, 1, 1, 1},
+		Algorithms: []int16{int16(limit.FixedWindow), int16(limit.FixedWindow), int16(limit.SlidingWindow), int16(limit.TokenBucket)},
+		Limits:     []int64{limit.MaxLimit, limit.MaxLimit, limit.MaxLimit, limit.MaxLimit},
+		Windows:    []int64{second, limit.Month.Micros(), second, hour},
+		Costs:      []int64{1, 1, 1, 1},
+		Consume:    []bool{true},
+	})
+	if err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}

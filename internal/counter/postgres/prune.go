@@ -1,0 +1,70 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+)
+
+// pruneStatementTimeout bounds one pruning statement, instead of the
+// sessions' statement_timeout, which is sized for Checks.
+const pruneStatementTimeout = "10s"
+
+// Prune deletes the counters whose state has expired by the database's
+// clock (a counter past limit.Expiry is the same as none), in statements of
+// at most cfg.PruneBatch rows that skip rows a Check holds, until a
+// statement finds fewer than that. It returns the number deleted; its errors
+// wrap counter.ErrUnavailable.
+func (s *Store) Prune(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		n, err := s.pruneBatchOnce(ctx)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("prune counters: %w: %v", counter.ErrUnavailable, err)
+		}
+		if n < int64(s.pruneBatch) {
+			return total, nil
+		}
+	}
+}
+
+func (s *Store) pruneBatchOnce(ctx context.Context) (int64, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '"+pruneStatementTimeout+"'"); err != nil {
+		return 0, err
+	}
+	n, err := s.q.WithTx(tx).PruneCounters(ctx, s.pruneBatch)
+	if err != nil {
+		return 0, err
+	}
+	return n, tx.Commit(ctx)
+}
+
+// Run prunes expired counters every cfg.PruneEvery until ctx is cancelled,
+// then returns nil. A failed round is logged and tried again at the next
+// tick. Several instances may run it at once.
+func (s *Store) Run(ctx context.Context) error {
+	t := time.NewTicker(s.pruneEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		n, err := s.Prune(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.WarnContext(ctx, "counter prune failed", "deleted", n, "err", err)
+		case n > 0:
+			s.log.DebugContext(ctx, "expired counters pruned", "deleted", n)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package redis_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	tgredis "github.com/tollgate/tollgate/internal/counter/redis"
+	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// benchParallelism is goroutines per GOMAXPROCS in the parallel benchmarks:
+// a server handles many requests at once, far more than it has cores.
+const benchParallelism = 32
+
+func benchStore(b *testing.B) *tgredis.Store {
+	b.Helper()
+	u, prefix := redistest.New(b)
+	// A deadline that load on the benchmark's own machine cannot hit.
+	s := open(b, tgredis.Config{URL: u, Prefix: prefix, Timeout: 5 * time.Second})
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// Limits high enough that every check is admitted and writes.
+func benchItems(key string) []counter.Item {
+	return []counter.Item{
+		{Key: key + ":fixed", Algorithm: limit.FixedWindow, Limit: limit.MaxLimit, Window: limit.Month, Cost: 1},
+		{Key: key + ":sliding", Algorithm: limit.SlidingWindow, Limit: limit.MaxLimit, Window: limit.Every(time.Hour), Cost: 1},
+		{Key: key + ":bucket", Algorithm: limit.TokenBucket, Limit: limit.MaxLimit, Window: limit.Every(time.Second), Cost: 1},
+		{Key: key + ":minute", Algorithm: limit.FixedWindow, Limit: limit.MaxLimit, Window: limit.Every(time.Minute), Cost: 1},
+	}
+}
+
+func mustCheck(b *testing.B, s *tgredis.Store, req counter.Request) {
+	res, err := s.Check(context.Background(), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !res.Allowed {
+		b.Fatalf("refused: %+v", res)
+	}
+}
+
+func reportRate(b *testing.B) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+}
+
+// BenchmarkCheck is one caller at a time: the round-trip latency.
+func BenchmarkCheck(b *testing.B) {
+	for _, n := range []int{1, 4} {
+		b.Run("items="+strconv.Itoa(n), func(b *testing.B) {
+			s := benchStore(b)
+			req := counter.Request{Group: "bench", Items: benchItems("seq")[:n]}
+			b.ReportAllocs()
+			for b.Loop() {
+				mustCheck(b, s, req)
+			}
+			reportRate(b)
+		})
+	}
+}
+
+// BenchmarkCheckParallel is many callers at once, on one hot counter (every
+// check of a tenant hits its quota key) and on random keys.
+func BenchmarkCheckParallel(b *testing.B) {
+	for _, n := range []int{1, 4} {
+		b.Run("hot/items="+strconv.Itoa(n), func(b *testing.B) {
+			s := benchStore(b)
+			req := counter.Request{Group: "bench", Items: benchItems("hot")[:n]}
+			b.ReportAllocs()
+			b.SetParallelism(benchParallelism)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					mustCheck(b, s, req)
+				}
+			})
+			reportRate(b)
+		})
+		b.Run("random/items="+strconv.Itoa(n), func(b *testing.B) {
+			s := benchStore(b)
+			b.ReportAllocs()
+			b.SetParallelism(benchParallelism)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					// 10,000 counters per item: enough that checks rarely
+					// meet, few enough that redistest deletes them in time.
+					k := strconv.FormatUint(rand.Uint64N(10_000), 36)
+					mustCheck(b, s, counter.Request{Group: "t" + k[:1], Items: benchItems(k)[:n]})
+				}
+			})
+			reportRate(b)
+		})
+	}
+}

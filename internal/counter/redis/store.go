@@ -1,0 +1,304 @@
+// Package redis is the counter.Store kept in Redis: each Check is one Lua
+// script (check.lua, run with EVALSHA) that reads, decides and writes all of
+// a request's counters atomically with the arithmetic of internal/limit, in
+// one round trip; concurrent Checks share round trips (each still its own
+// script). The store turns every go-redis and network error into
+// counter.ErrUnavailable within its deadline.
+//
+// Of Tollgate's packages, redis imports only internal/counter and
+// internal/limit; no go-redis type is seen outside it, and only cmd/tollgate
+// imports it.
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/limit"
+)
+
+// DefaultTimeout bounds one Check when Config.Timeout is zero.
+const DefaultTimeout = 50 * time.Millisecond
+
+// maxNow bounds the instants a request may name: the window arithmetic
+// assumes instants after the epoch, and the script's Lua numbers hold
+// microseconds exactly below 2^53 (June 2255).
+const maxNow = 1 << 53
+
+// noGroup is the hash tag of requests without a Group. It must not be empty:
+// Redis Cluster hashes a whole key whose tag is "{}".
+const noGroup = "_"
+
+//go:embed check.lua
+var checkLua string
+
+// checkSHA names the script for EVALSHA.
+var checkSHA = goredis.NewScript(checkLua).Hash()
+
+// Config configures a Store.
+type Config struct {
+	// URL is the server, redis://[user:password@]host:port/db (or rediss://).
+	// Timeouts and retries in its query are overridden by the store's own.
+	URL string
+	// Prefix starts every key the store writes.
+	Prefix string
+	// Timeout bounds each Check, connecting included; DefaultTimeout when zero.
+	Timeout time.Duration
+	// Logger receives an error record when the script's verdict differs
+	// from limit.Admit's (a bug: check.lua no longer matches internal/limit);
+	// nothing is logged when nil. Failed checks are returned, not logged.
+	Logger *slog.Logger
+}
+
+// Store is a counter.Store on one Redis server. Its keys are
+// prefix{group}:key, hash-tagged so that a request's keys would share one
+// Redis Cluster slot. It is safe for concurrent use.
+type Store struct {
+	c       *goredis.Client
+	prefix  string
+	timeout time.Duration
+	log     *slog.Logger
+
+	// drift counts verdicts of the script that limit.Admit does not share.
+	drift atomic.Int64
+
+	mu     sync.Mutex
+	queue  []*job // checks waiting for a slot (batch.go)
+	active int    // slots taken, by callers sending alone and by drains
+	closed bool
+	// inflight counts slot holders, which Close waits for.
+	inflight sync.WaitGroup
+	quit     chan struct{} // closed by Close
+}
+
+var errClosed = errors.New("store closed")
+
+var _ counter.Store = (*Store)(nil)
+
+// New opens a Store; it does not contact the server until the first Check.
+// A malformed URL or a negative timeout is an error.
+func New(cfg Config) (*Store, error) {
+	if _, err := url.Parse(cfg.URL); err != nil {
+		// url.Error quotes the whole URL, password included.
+		return nil, errors.New("redis url: not a URL")
+	}
+	opt, err := goredis.ParseURL(cfg.URL)
+	if err != nil {
+		// go-redis names the offending part (scheme, database, option); its
+		// error type stays here.
+		return nil, fmt.Errorf("redis url: %s", err.Error())
+	}
+	timeout := cfg.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	if timeout < 0 {
+		return nil, fmt.Errorf("redis timeout %s: must not be negative", timeout)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// Every wait inside go-redis is bounded by the Check's deadline: a retry,
+	// a dial backoff or a longer socket timeout would outlive it.
+	opt.ContextTimeoutEnabled = true
+	opt.MaxRetries = -1
+	opt.DialTimeout = timeout
+	opt.DialerRetries = 1
+	opt.ReadTimeout = timeout
+	opt.WriteTimeout = timeout
+	opt.PoolTimeout = timeout
+	// Fewer commands on connect: a reconnect under load must fit the deadline.
+	opt.DisableIdentity = true
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	s := &Store{
+		c:       goredis.NewClient(opt),
+		prefix:  cfg.Prefix,
+		timeout: timeout,
+		log:     log,
+		quit:    make(chan struct{}),
+	}
+	return s, nil
+}
+
+// Close closes the store's connections. Checks after Close fail with
+// counter.ErrUnavailable.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.quit)
+	s.mu.Unlock()
+	// Scripts in flight end by their deadlines.
+	s.inflight.Wait()
+	if err := s.c.Close(); err != nil && !errors.Is(err, goredis.ErrClosed) {
+		return fmt.Errorf("close redis: %s", err.Error())
+	}
+	return nil
+}
+
+// Check runs req as one script under the store's timeout (or ctx's earlier
+// deadline). Errors wrap counter.ErrInvalid for a malformed request (or a
+// req.Now before 1970 or after 2^53 µs, June 2255) and
+// counter.ErrUnavailable for anything the server or the network did,
+// including the deadline, with the context's error when it expired.
+func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result, error) {
+	if err := counter.Validate(req); err != nil {
+		return counter.Result{}, err
+	}
+	if !req.Now.IsZero() && (req.Now.UnixMicro() < 0 || req.Now.UnixMicro() >= maxNow) {
+		return counter.Result{}, fmt.Errorf("now %s: must be from 1970 to 2255: %w", req.Now, counter.ErrInvalid)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	keys, args := s.encode(req)
+	reply, err := s.call(ctx, keys, args)
+	if err != nil {
+		return counter.Result{}, unavailable(ctx, err)
+	}
+	seen, now, err := decode(reply, len(req.Items))
+	if err != nil {
+		return counter.Result{}, fmt.Errorf("redis check: %w: %w", counter.ErrUnavailable, err)
+	}
+	if !req.Now.IsZero() {
+		// What the script used, to the microsecond every store keeps.
+		now = req.Now.Truncate(time.Microsecond)
+	}
+	s.verify(ctx, req, seen, now)
+	return counter.Answer(req, seen, now), nil
+}
+
+// verify repeats the script's verdicts with limit.Admit on the states it saw.
+// A difference is a bug (check.lua no longer matches internal/limit); the
+// script's verdict stands, since it is what was written, and the store logs
+// the first difference and then ever more rarely.
+func (s *Store) verify(ctx context.Context, req counter.Request, seen []counter.Seen, now time.Time) {
+	us := now.UnixMicro()
+	for i, it := range req.Items {
+		ok, _ := limit.Admit(it.Algorithm, seen[i].State, us, it.Cost, it.Limit, it.Window)
+		if ok == seen[i].Allowed {
+			continue
+		}
+		if n := s.drift.Add(1); n&(n-1) == 0 {
+			s.log.LogAttrs(ctx, slog.LevelError, "counter script disagrees with limit",
+				slog.Int64("count", n),
+				slog.String("algorithm", it.Algorithm.String()),
+				slog.String("window", it.Window.String()),
+				slog.Int64("limit", it.Limit),
+				slog.Int64("cost", it.Cost),
+				slog.Int64("now_us", us),
+				slog.Int64("state_start", seen[i].State.Start),
+				slog.Int64("state_count", seen[i].State.Count),
+				slog.Int64("state_prev", seen[i].State.Prev),
+				slog.Float64("state_tat", seen[i].State.TAT),
+				slog.Bool("script_allowed", seen[i].Allowed))
+		}
+	}
+}
+
+// unavailable turns an error of go-redis or the network into ErrUnavailable,
+// keeping the context's own error for errors.Is.
+func unavailable(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("redis check: %w: %w", counter.ErrUnavailable, cerr)
+	}
+	return fmt.Errorf("redis check: %w: %s", counter.ErrUnavailable, err.Error())
+}
+
+// encode builds the script's KEYS and ARGV. The keys are substrings of one
+// string: prefix{group}:key, so a request's keys share one cluster slot.
+func (s *Store) encode(req counter.Request) ([]string, []any) {
+	group := req.Group
+	if group == "" {
+		group = noGroup
+	}
+	head := len(s.prefix) + len(group) + 3
+	n := 0
+	for _, it := range req.Items {
+		n += head + len(it.Key)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, it := range req.Items {
+		b.WriteString(s.prefix)
+		b.WriteByte('{')
+		b.WriteString(group)
+		b.WriteString("}:")
+		b.WriteString(it.Key)
+	}
+	all := b.String()
+	keys := make([]string, len(req.Items))
+	args := make([]any, 2, 2+4*len(req.Items))
+	args[0] = "consume"
+	if req.Mode == counter.Peek {
+		args[0] = "peek"
+	}
+	args[1] = ""
+	if !req.Now.IsZero() {
+		args[1] = req.Now.UnixMicro()
+	}
+	off := 0
+	for i, it := range req.Items {
+		end := off + head + len(it.Key)
+		keys[i] = all[off:end]
+		off = end
+		args = append(args, int64(it.Algorithm), it.Limit, it.Window.Micros(), it.Cost)
+	}
+	return keys, args
+}
+
+var errReply = errors.New("unexpected script reply")
+
+// stateLen is the size of a packed limit.State: four little-endian float64s.
+const stateLen = 32
+
+// decode reads the script's reply: the instant it used, then per item the
+// state it saw and its verdict.
+func decode(reply []any, n int) ([]counter.Seen, time.Time, error) {
+	if len(reply) != 1+2*n {
+		return nil, time.Time{}, fmt.Errorf("%d values for %d items: %w", len(reply), n, errReply)
+	}
+	now, ok := reply[0].(int64)
+	if !ok {
+		return nil, time.Time{}, fmt.Errorf("now %T: %w", reply[0], errReply)
+	}
+	seen := make([]counter.Seen, n)
+	for i := range seen {
+		st, ok1 := reply[1+2*i].(string)
+		admitted, ok2 := reply[2+2*i].(int64)
+		if !ok1 || !ok2 || len(st) != stateLen {
+			return nil, time.Time{}, fmt.Errorf("item %d: %w", i, errReply)
+		}
+		seen[i] = counter.Seen{State: unpack(st), Allowed: admitted == 1}
+	}
+	return seen, time.UnixMicro(now).UTC(), nil
+}
+
+// unpack reads what the script's struct.pack('<dddd', start, count, prev,
+// tat) wrote. The counts and instants are whole numbers below 2^53, exact
+// in a float64.
+func unpack(b string) limit.State {
+	f := func(i int) float64 {
+		b := b[8*i : 8*i+8]
+		_ = b[7]
+		return math.Float64frombits(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)
+	}
+	return limit.State{Start: int64(f(0)), Count: int64(f(1)), Prev: int64(f(2)), TAT: f(3)}
+}

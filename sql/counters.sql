@@ -1,0 +1,34 @@
+-- name: CheckCounters :many
+-- CheckCounters decides one coalesced batch; see tollgate_check in
+-- migrations/000002_counter_check.up.sql for the arguments. Now is NULL for
+-- the database clock. (The casts give sqlc the column types: it does not
+-- read a function's RETURNS TABLE.)
+SELECT c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
+    c.seen_prev::bigint AS seen_prev, c.seen_tat::double precision AS seen_tat,
+    c.allowed::boolean AS allowed, c.now_us::bigint AS now_us
+FROM tollgate_check(
+    @keys::text[],
+    @reqs::integer[],
+    @slots::integer[],
+    @algorithms::smallint[],
+    @limits::bigint[],
+    @windows::bigint[],
+    @costs::bigint[],
+    @consume::boolean[],
+    sqlc.narg('now')::bigint
+) AS c;
+
+-- name: PruneCounters :execrows
+-- PruneCounters deletes up to batch expired counters, skipping rows a check
+-- holds: a counter past its expiry is the same as no counter. The locking
+-- runs once, materialized, and the delete finds its rows by key.
+WITH expired AS MATERIALIZED (
+    SELECT key FROM counters
+    WHERE expires_at < now()
+    ORDER BY expires_at
+    LIMIT @batch
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM counters AS c
+USING expired AS e
+WHERE c.key = e.key;
