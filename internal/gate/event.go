@@ -1,0 +1,77 @@
+// Package gate is Tollgate's admission pipeline. For every tenant request it
+// runs, in order, the instance ceiling, the per-IP layer (a pre-authentication
+// bucket, then L1 in memory and L2 in the shared counter store), the tenant
+// quota (minute and hour), the monthly allotment or the sandbox allotment,
+// and finally the tenant's own policies, and returns a Verdict naming the
+// layer that refused, if one did.
+//
+// gate imports no driver and no net/http.
+package gate
+
+import (
+	"context"
+	"time"
+)
+
+// Layers, as named in X-RateLimit-Layer and in usage outcomes.
+const (
+	LayerInstance  = "instance"
+	LayerIP        = "ip"
+	LayerQuota     = "quota"
+	LayerAllotment = "allotment"
+	LayerSandbox   = "sandbox"
+	LayerPolicy    = "policy"
+)
+
+// OutcomeAllowed is Event.Outcome for an admitted request.
+const OutcomeAllowed = "allowed"
+
+// Observer learns what the pipeline decided, for usage, audit and alerts. It
+// is called on the request's goroutine and must not block.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// Event is one admission, as observers see it. It holds no raw subject or
+// IP: only counter keys, which are HMAC digests.
+type Event struct {
+	At       time.Time
+	TenantID string
+	KeyID    string
+	Live     bool
+	Route    string
+	// Checked is true for /v1/check calls, the ones allotments count.
+	Checked bool
+	// Outcome is OutcomeAllowed, or the layer that refused.
+	Outcome  string
+	Degraded bool
+	// Refusals lists the ceiling or the policy items that refused (shadow
+	// policies included: they report what they would have decided).
+	Refusals []Refusal
+}
+
+// Refusal describes a refusal by a ceiling or by one policy item.
+type Refusal struct {
+	Layer string
+	// Scope is "minute" or "hour" for quota refusals.
+	Scope string
+	// Policy names the policy for policy refusals.
+	Policy     string
+	Limit      int64
+	Window     time.Duration
+	RetryAfter time.Duration
+	// ResetAt is the end of the refusing counter's window: refusals of one
+	// Key with one ResetAt are in the same window.
+	ResetAt time.Time
+	// PaymentRequired is set when a paid tenant held to starter by its billing
+	// status ran out of the starter allotment: the answer is 402, not 429.
+	PaymentRequired bool
+	Plan            string
+	Degraded        bool
+	// Key is the counter key (a digest) that refused.
+	Key string
+	// Shadow is set for a shadow policy, which refuses nothing.
+	Shadow bool
+	// AlertAfter is the refusing policy's alert_after (0: no alerts).
+	AlertAfter int64
+}
