@@ -33,6 +33,16 @@ const usage = `usage: tollgate [command]
 commands:
   serve                   serve the API (the default)
   migrate up|down|version apply, revert one, or show the schema version
+  tenants create --name NAME [--plan PLAN]
+                          create a tenant with a live and a test key (printed once, as JSON)
+  keys create --tenant TENANT_ID [--test]
+                          create a key (printed once, as JSON)
+  keys revoke KEY_ID      revoke a key
+  plans list              show the plans
+  plans set-price PLAN STRIPE_PRICE_ID
+                          map a Stripe price to a plan
+  plans set PLAN [--ip-per-minute N] [--quota-per-minute N] [--quota-per-hour N] [--monthly-checks N|unlimited]
+                          change a plan's limits
 `
 
 // run is main without the process: tests call it with their own arguments,
@@ -52,6 +62,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, cfg, log)
 	case "migrate":
 		return migrateCmd(ctx, cfg, log, args, stdout)
+	case "tenants":
+		return tenantsCmd(ctx, cfg, log, args, stdout)
+	case "keys":
+		return keysCmd(ctx, cfg, log, args, stdout)
+	case "plans":
+		return plansCmd(ctx, cfg, log, args, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

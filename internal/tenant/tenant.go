@@ -6,14 +6,19 @@ package tenant
 
 import (
 	"errors"
+	"fmt"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Sentinels; adapters translate their own errors into these.
 var (
 	ErrNotFound = errors.New("not found")
 	ErrConflict = errors.New("already exists")
-	ErrInvalid  = errors.New("invalid")
+	// ErrInvalid is bad input; errors that wrap it are *FieldError and say
+	// what is wrong in words a client may read.
+	ErrInvalid = errors.New("invalid")
 	// ErrUnauthorized is a missing, malformed, unknown or revoked API key. It
 	// says no more than that, to anyone.
 	ErrUnauthorized = errors.New("invalid API key")
@@ -104,4 +109,119 @@ func EffectivePlanName(plan, status string) string {
 // wait (429), when it runs out of the starter allotment.
 func HeldToStarter(t Tenant) bool {
 	return t.Plan != PlanStarter && EffectivePlanName(t.Plan, t.BillingStatus) == PlanStarter
+}
+
+// FieldError is input that Tollgate refuses: Field names it and Reason says
+// why, in words safe to show to whoever sent it. It unwraps to ErrInvalid.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// MaxNameLen is the longest tenant name, in characters.
+const MaxNameLen = 200
+
+// ValidateName returns a *FieldError unless name is a tenant name: 1 to
+// MaxNameLen characters of valid UTF-8, not only spaces, no control
+// characters.
+func ValidateName(name string) error {
+	n := utf8.RuneCountInString(name)
+	switch {
+	case !utf8.ValidString(name):
+		return &FieldError{"name", "must be valid UTF-8"}
+	case n == 0 || n > MaxNameLen:
+		return &FieldError{"name", fmt.Sprintf("must be 1 to %d characters", MaxNameLen)}
+	}
+	blank := true
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return &FieldError{"name", "must not contain control characters"}
+		}
+		blank = blank && unicode.IsSpace(r)
+	}
+	if blank {
+		return &FieldError{"name", "must not be blank"}
+	}
+	return nil
+}
+
+// TenantLimits are a tenant's own limits, which win over its plan's.
+type TenantLimits struct {
+	// RateLimitPerMinute is the per-IP limit of the tenant's callers; 0 means
+	// the effective plan's.
+	RateLimitPerMinute int64
+	// QuotaPerMinute and QuotaPerHour are the tenant quota; nil means the
+	// effective plan's.
+	QuotaPerMinute *int64
+	QuotaPerHour   *int64
+}
+
+// Validate returns a *FieldError unless every limit is positive (or zero for
+// RateLimitPerMinute, or nil for the quotas).
+func (l TenantLimits) Validate() error {
+	if l.RateLimitPerMinute < 0 {
+		return &FieldError{"rate_limit_per_minute", "must be 0 (the plan's) or positive"}
+	}
+	if err := positive("quota_per_minute", l.QuotaPerMinute); err != nil {
+		return err
+	}
+	return positive("quota_per_hour", l.QuotaPerHour)
+}
+
+// PlanLimits is a change to a plan's limits: a nil field is left as it is.
+type PlanLimits struct {
+	IPPerMinute    *int64
+	QuotaPerMinute *int64
+	QuotaPerHour   *int64
+	MonthlyChecks  *int64
+	// Unlimited removes the monthly cap; it excludes MonthlyChecks.
+	Unlimited bool
+}
+
+// Validate returns a *FieldError unless every limit given is positive and
+// MonthlyChecks and Unlimited are not both set.
+func (l PlanLimits) Validate() error {
+	if l.Unlimited && l.MonthlyChecks != nil {
+		return &FieldError{"monthly_checks", "is either a number or unlimited"}
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{
+		{"ip_per_minute", l.IPPerMinute},
+		{"quota_per_minute", l.QuotaPerMinute},
+		{"quota_per_hour", l.QuotaPerHour},
+		{"monthly_checks", l.MonthlyChecks},
+	} {
+		if err := positive(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func positive(field string, v *int64) error {
+	if v != nil && *v <= 0 {
+		return &FieldError{field, "must be positive"}
+	}
+	return nil
+}
+
+// ValidatePriceID returns a *FieldError unless id looks like a Stripe price
+// ID: 1 to 255 printable ASCII characters without spaces.
+func ValidatePriceID(id string) error {
+	if id == "" || len(id) > 255 {
+		return &FieldError{"stripe_price_id", "must be 1 to 255 characters"}
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return &FieldError{"stripe_price_id", "must be printable ASCII without spaces"}
+		}
+	}
+	return nil
 }

@@ -9,6 +9,26 @@ import (
 	"context"
 )
 
+const getPlan = `-- name: GetPlan :one
+SELECT name, ip_per_minute, quota_per_minute, quota_per_hour, monthly_checks, purchasable, stripe_price_id, updated_at FROM plans WHERE name = $1
+`
+
+func (q *Queries) GetPlan(ctx context.Context, name string) (Plan, error) {
+	row := q.db.QueryRow(ctx, getPlan, name)
+	var i Plan
+	err := row.Scan(
+		&i.Name,
+		&i.IpPerMinute,
+		&i.QuotaPerMinute,
+		&i.QuotaPerHour,
+		&i.MonthlyChecks,
+		&i.Purchasable,
+		&i.StripePriceID,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
 const listPlans = `-- name: ListPlans :many
 SELECT name, ip_per_minute, quota_per_minute, quota_per_hour, monthly_checks, purchasable, stripe_price_id, updated_at FROM plans ORDER BY ip_per_minute, name
 `
@@ -40,4 +60,79 @@ func (q *Queries) ListPlans(ctx context.Context) ([]Plan, error) {
 		return nil, err
 	}
 	return items, nil
+}
+
+const setPlanLimits = `-- name: SetPlanLimits :one
+UPDATE plans
+SET ip_per_minute = coalesce($1, ip_per_minute),
+    quota_per_minute = coalesce($2, quota_per_minute),
+    quota_per_hour = coalesce($3, quota_per_hour),
+    monthly_checks = CASE
+        WHEN $4::boolean THEN NULL
+        ELSE coalesce($5, monthly_checks)
+    END,
+    updated_at = now()
+WHERE name = $6
+RETURNING name, ip_per_minute, quota_per_minute, quota_per_hour, monthly_checks, purchasable, stripe_price_id, updated_at
+`
+
+type SetPlanLimitsParams struct {
+	IpPerMinute    *int64
+	QuotaPerMinute *int64
+	QuotaPerHour   *int64
+	SetUnlimited   bool
+	MonthlyChecks  *int64
+	Name           string
+}
+
+// SetPlanLimits changes the limits given and keeps the others; set_unlimited
+// removes the monthly cap.
+func (q *Queries) SetPlanLimits(ctx context.Context, arg SetPlanLimitsParams) (Plan, error) {
+	row := q.db.QueryRow(ctx, setPlanLimits,
+		arg.IpPerMinute,
+		arg.QuotaPerMinute,
+		arg.QuotaPerHour,
+		arg.SetUnlimited,
+		arg.MonthlyChecks,
+		arg.Name,
+	)
+	var i Plan
+	err := row.Scan(
+		&i.Name,
+		&i.IpPerMinute,
+		&i.QuotaPerMinute,
+		&i.QuotaPerHour,
+		&i.MonthlyChecks,
+		&i.Purchasable,
+		&i.StripePriceID,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const setPlanPrice = `-- name: SetPlanPrice :one
+UPDATE plans SET stripe_price_id = $1, updated_at = now()
+WHERE name = $2
+RETURNING name, ip_per_minute, quota_per_minute, quota_per_hour, monthly_checks, purchasable, stripe_price_id, updated_at
+`
+
+type SetPlanPriceParams struct {
+	StripePriceID *string
+	Name          string
+}
+
+func (q *Queries) SetPlanPrice(ctx context.Context, arg SetPlanPriceParams) (Plan, error) {
+	row := q.db.QueryRow(ctx, setPlanPrice, arg.StripePriceID, arg.Name)
+	var i Plan
+	err := row.Scan(
+		&i.Name,
+		&i.IpPerMinute,
+		&i.QuotaPerMinute,
+		&i.QuotaPerHour,
+		&i.MonthlyChecks,
+		&i.Purchasable,
+		&i.StripePriceID,
+		&i.UpdatedAt,
+	)
+	return i, err
 }

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/tenant"
+)
+
+// tenantsCmd runs `tollgate tenants create --name NAME [--plan PLAN]`: it
+// creates a tenant with one live and one test key and prints them, the only
+// time the keys are shown, as one JSON line.
+func tenantsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
+	const synopsis = "tenants create --name NAME [--plan starter|pro|growth|enterprise|enterprise_dedicated]"
+	if len(args) == 0 || args[0] != "create" {
+		return usagef(synopsis, "tenants: want the subcommand create")
+	}
+	fs := newFlags("tenants create")
+	name := fs.String("name", "", "the tenant's name")
+	plan := fs.String("plan", tenant.PlanStarter, "the plan")
+	rest, err := parseFlags(fs, args[1:])
+	if err != nil {
+		return usagef(synopsis, "tenants create: %v", err)
+	}
+	if len(rest) > 0 {
+		return usagef(synopsis, "tenants create: unexpected %q", rest[0])
+	}
+	if err := tenant.ValidateName(*name); err != nil {
+		return usagef(synopsis, "tenants create: --%v", err)
+	}
+	store, done, err := openTenants(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := checkPlan(ctx, store, *plan); err != nil {
+		return fmt.Errorf("tenants create: --plan %w", err)
+	}
+	liveRaw, live, err := tenant.NewKey(false)
+	if err != nil {
+		return err
+	}
+	testRaw, test, err := tenant.NewKey(true)
+	if err != nil {
+		return err
+	}
+	t, err := store.CreateTenant(ctx, *name, *plan, live, test)
+	if err != nil {
+		return fmt.Errorf("tenants create: %w", err)
+	}
+	log.InfoContext(ctx, "tenant created", "tenant_id", t.ID, "plan", t.Plan, "live_key_id", live.ID, "test_key_id", test.ID)
+	return printJSON(stdout, struct {
+		TenantID string `json:"tenant_id"`
+		LiveKey  string `json:"live_key"`
+		TestKey  string `json:"test_key"`
+	}{t.ID, liveRaw, testRaw})
+}
+
+// checkPlan returns an error naming the plans there are unless name is one.
+func checkPlan(ctx context.Context, store *pgstore.Tenants, name string) error {
+	plans, err := store.Plans(ctx)
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(plans))
+	for i, p := range plans {
+		if p.Name == name {
+			return nil
+		}
+		names[i] = p.Name
+	}
+	return fmt.Errorf("%q: no such plan; want one of %s", name, strings.Join(names, ", "))
+}
+
+// openTenants opens the tenant store on the database serve would use,
+// migrated; done closes it.
+func openTenants(ctx context.Context, cfg Config, log *slog.Logger) (store *pgstore.Tenants, done func(), err error) {
+	dsn, stopDB, err := database(ctx, cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pgstore.Migrate(dsn); err != nil {
+		stopDB()
+		return nil, nil, err
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		stopDB()
+		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	return pgstore.NewTenants(pool), func() { pool.Close(); stopDB() }, nil
+}
+
+// usageError is a command line Tollgate cannot read; main exits 2 on it.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string        { return e.msg }
+func (e usageError) Is(target error) bool { return target == errUsage }
+
+// usagef says what is wrong with the command line and how it should read.
+func usagef(synopsis, format string, args ...any) error {
+	return usageError{fmt.Sprintf(format, args...) + " (usage: tollgate " + synopsis + ")"}
+}
+
+// newFlags returns a flag set that reports errors to its caller only.
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// parseFlags parses args with fs, flags and positional arguments in any
+// order, and returns the positional ones.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return rest, nil
+		}
+		if args[0] == "--" {
+			return append(rest, args[1:]...), nil
+		}
+		rest, args = append(rest, args[0]), args[1:]
+	}
+}
+
+// printJSON writes v to w as one line of JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	return nil
+}
+
+// notFound rewords a store's ErrNotFound for the command line.
+func notFound(err error, format string, args ...any) error {
+	if errors.Is(err, tenant.ErrNotFound) {
+		return fmt.Errorf(format, args...)
+	}
+	return err
+}

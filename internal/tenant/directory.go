@@ -1,0 +1,253 @@
+package tenant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DirectoryConfig configures a Directory. Only Store is required; a zero
+// field takes the default written next to it.
+type DirectoryConfig struct {
+	Store  Store
+	Logger *slog.Logger // default: slog.Default()
+	// TTL is how long a tenant, key or plan is served from memory without
+	// asking the store again, should a change notification be lost
+	// (default 30 s).
+	TTL time.Duration
+	// MissTTL is how long an unknown key prefix is answered from memory
+	// (default 5 s), and MaxMisses how many are kept at most (default
+	// 10,000; the oldest goes first).
+	MissTTL   time.Duration
+	MaxMisses int
+	// FlushEvery is how often Run writes the keys' last use (default 5 s).
+	FlushEvery time.Duration
+	Now        func() time.Time // default: time.Now
+}
+
+// Directory answers who a key belongs to and what its tenant's plan allows,
+// from memory: tenants, keys and plans are loaded from the Store on first
+// use (one load per entry at a time, however many callers wait) and kept
+// until Invalidate says they changed, or TTL passes. It is safe for
+// concurrent use.
+type Directory struct {
+	store      Store
+	log        *slog.Logger
+	now        func() time.Time
+	flushEvery time.Duration
+
+	keys    *cache[Key]    // by prefix
+	tenants *cache[Tenant] // by ID
+	plans   *cache[[]Plan] // one entry, ""
+	// maxIP is the last MaxIPPerMinute computed, for when the store fails.
+	maxIP atomic.Int64
+
+	mu   sync.Mutex
+	used map[string]time.Time // key ID -> last use, not yet written
+}
+
+// NewDirectory returns a Directory in front of cfg.Store. Call Run to have
+// the keys' last use written.
+func NewDirectory(cfg DirectoryConfig) *Directory {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = 30 * time.Second
+	}
+	if cfg.MissTTL <= 0 {
+		cfg.MissTTL = 5 * time.Second
+	}
+	if cfg.MaxMisses <= 0 {
+		cfg.MaxMisses = 10_000
+	}
+	if cfg.FlushEvery <= 0 {
+		cfg.FlushEvery = 5 * time.Second
+	}
+	s := cfg.Store
+	return &Directory{
+		store:      s,
+		log:        cfg.Logger,
+		now:        cfg.Now,
+		flushEvery: cfg.FlushEvery,
+		keys:       newCache(s.KeyByPrefix, cfg.Now, cfg.TTL, cfg.MissTTL, cfg.MaxMisses),
+		tenants:    newCache(s.Tenant, cfg.Now, cfg.TTL, 0, 0),
+		plans: newCache(func(ctx context.Context, _ string) ([]Plan, error) {
+			return s.Plans(ctx)
+		}, cfg.Now, cfg.TTL, 0, 0),
+		used: map[string]time.Time{},
+	}
+}
+
+// Authenticate returns the key that bearer (the credential of an
+// "Authorization: Bearer" header, without the scheme) is, and its tenant.
+// A missing, malformed, unknown or revoked key is ErrUnauthorized, which
+// does not say which; any other error is the store failing. The key's use is
+// noted for Run to write; the Key returned has no Hash.
+func (d *Directory) Authenticate(ctx context.Context, bearer string) (Key, Tenant, error) {
+	prefix, test, ok := parseKey(bearer)
+	if !ok {
+		return Key{}, Tenant{}, ErrUnauthorized
+	}
+	k, err := d.keys.get(ctx, prefix)
+	if errors.Is(err, ErrNotFound) {
+		return Key{}, Tenant{}, ErrUnauthorized
+	}
+	if err != nil {
+		return Key{}, Tenant{}, fmt.Errorf("authenticate: %w", err)
+	}
+	if !k.matches(bearer) || k.Test != test || k.RevokedAt != nil {
+		return Key{}, Tenant{}, ErrUnauthorized
+	}
+	t, err := d.tenants.get(ctx, k.TenantID)
+	if errors.Is(err, ErrNotFound) {
+		// Deleted since the key was cached: its keys went with it.
+		return Key{}, Tenant{}, ErrUnauthorized
+	}
+	if err != nil {
+		return Key{}, Tenant{}, fmt.Errorf("authenticate: %w", err)
+	}
+	d.mu.Lock()
+	d.used[k.ID] = d.now()
+	d.mu.Unlock()
+	k.Hash = nil
+	return k, t, nil
+}
+
+// Tenant returns the tenant with id; ErrNotFound when there is none.
+func (d *Directory) Tenant(ctx context.Context, id string) (Tenant, error) {
+	t, err := d.tenants.get(ctx, id)
+	if err != nil {
+		return Tenant{}, fmt.Errorf("tenant %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// Plans returns every plan, smallest first, in a slice the caller may keep.
+func (d *Directory) Plans(ctx context.Context) ([]Plan, error) {
+	ps, err := d.plans.get(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("plans: %w", err)
+	}
+	return slices.Clone(ps), nil
+}
+
+// Plan returns the plan named name; ErrNotFound when there is none. Pass
+// EffectivePlanName's answer to get the limits that apply to a tenant.
+func (d *Directory) Plan(ctx context.Context, name string) (Plan, error) {
+	ps, err := d.plans.get(ctx, "")
+	if err != nil {
+		return Plan{}, fmt.Errorf("plan %s: %w", name, err)
+	}
+	for _, p := range ps {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return Plan{}, fmt.Errorf("plan %s: %w", name, ErrNotFound)
+}
+
+// MaxIPPerMinute returns the highest per-IP limit of any plan, the limit of
+// the pre-authentication bucket. It cannot fail: when the store does, it
+// returns the last value it found, or DefaultIPPerMinute if it never found
+// one.
+func (d *Directory) MaxIPPerMinute(ctx context.Context) int64 {
+	ps, err := d.plans.get(ctx, "")
+	if err != nil {
+		if v := d.maxIP.Load(); v > 0 {
+			return v
+		}
+		return DefaultIPPerMinute
+	}
+	var m int64
+	for _, p := range ps {
+		m = max(m, p.IPPerMinute)
+	}
+	if m <= 0 {
+		m = DefaultIPPerMinute
+	}
+	d.maxIP.Store(m)
+	return m
+}
+
+// Invalidate drops what changed, as the store's change notifications name
+// it: kind "tenant" with a tenant ID, "key" with a key prefix, "plan" with a
+// plan name. Other kinds are not the Directory's and are ignored. A load
+// under way for the entry is not cached, so the next caller reads the change.
+func (d *Directory) Invalidate(kind, id string) {
+	switch kind {
+	case "tenant":
+		d.tenants.drop(id)
+	case "key":
+		d.keys.drop(id)
+	case "plan":
+		d.plans.dropAll()
+	}
+}
+
+// InvalidateAll drops everything: for when change notifications may have
+// been missed (a listener that reconnected).
+func (d *Directory) InvalidateAll() {
+	d.keys.dropAll()
+	d.tenants.dropAll()
+	d.plans.dropAll()
+}
+
+// Run writes the keys' last use every FlushEvery, all keys in one store
+// call, until ctx is cancelled; then it writes what is left and returns nil.
+// A failed write is logged and tried again at the next tick. Run it once
+// per Directory.
+func (d *Directory) Run(ctx context.Context) error {
+	t := time.NewTicker(d.flushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			// The last write outlives ctx, briefly.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
+			d.flush(fctx, false)
+			cancel()
+			return nil
+		case <-t.C:
+		}
+		d.flush(ctx, true)
+		d.keys.sweep()
+		d.tenants.sweep()
+		d.plans.sweep()
+	}
+}
+
+// flush writes the uses noted since the last flush; when it fails and retry
+// is set, they are kept for the next one.
+func (d *Directory) flush(ctx context.Context, retry bool) {
+	d.mu.Lock()
+	used := d.used
+	d.used = make(map[string]time.Time, len(used))
+	d.mu.Unlock()
+	if len(used) == 0 {
+		return
+	}
+	err := d.store.TouchKeys(ctx, used)
+	if err == nil {
+		return
+	}
+	d.log.WarnContext(ctx, "key last use not written", "keys", len(used), "retry", retry, "err", err)
+	if !retry {
+		return
+	}
+	d.mu.Lock()
+	for id, at := range used {
+		if at.After(d.used[id]) {
+			d.used[id] = at
+		}
+	}
+	d.mu.Unlock()
+}

@@ -1,0 +1,131 @@
+package tenant
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"time"
+)
+
+// An API key reads tg_live_PPPPPPPPPPPP_SSSS…S (tg_test_ for test mode):
+// twelve base62 characters of public prefix, which finds the key, then
+// thirty-two of secret. Only the prefix and a hash of the whole key are kept.
+const (
+	liveMark  = "tg_live_"
+	testMark  = "tg_test_"
+	prefixLen = 12
+	secretLen = 32
+	// keyLen is the length of every key: the parser accepts nothing else.
+	keyLen = len(liveMark) + prefixLen + 1 + secretLen
+	idLen  = 16
+)
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// Key is an API key as Tollgate keeps it: never the key itself, which NewKey
+// shows once, but the prefix that finds it and a hash that proves it.
+type Key struct {
+	// ID names the key to operators ("key_" and 16 base62 characters); it
+	// is not part of the key.
+	ID       string
+	TenantID string
+	// Prefix is the key's public lookup part (12 base62 characters),
+	// unique among all keys.
+	Prefix string
+	// Hash is the SHA-256 of the whole key. The secret is 32 characters from
+	// crypto/rand (190 bits): no guess can find a preimage, so a slow
+	// password hash (argon2id, bcrypt), made for low-entropy human
+	// passwords, would cost CPU on every request and add no safety.
+	Hash []byte
+	// Test marks a tg_test_ key: sandbox allotment, never metered.
+	Test       bool
+	CreatedAt  time.Time
+	RevokedAt  *time.Time
+	LastUsedAt *time.Time
+}
+
+// NewKey makes a new key for the caller to store (after setting TenantID)
+// and to show once as raw; k holds its ID, prefix and hash, never raw
+// itself. err is not nil only when the system's random source fails.
+func NewKey(test bool) (raw string, k Key, err error) {
+	prefix, err := randomBase62(prefixLen)
+	if err != nil {
+		return "", Key{}, err
+	}
+	secret, err := randomBase62(secretLen)
+	if err != nil {
+		return "", Key{}, err
+	}
+	id, err := randomBase62(idLen)
+	if err != nil {
+		return "", Key{}, err
+	}
+	raw = liveMark
+	if test {
+		raw = testMark
+	}
+	raw += prefix + "_" + secret
+	return raw, Key{ID: "key_" + id, Prefix: prefix, Hash: hashKey(raw), Test: test}, nil
+}
+
+// matches reports, in time independent of where they differ, whether raw
+// is the key k was made from.
+func (k Key) matches(raw string) bool {
+	return subtle.ConstantTimeCompare(hashKey(raw), k.Hash) == 1
+}
+
+func hashKey(raw string) []byte {
+	h := sha256.Sum256([]byte(raw))
+	return h[:]
+}
+
+// parseKey returns the prefix of raw and whether it is a test key, or ok
+// false unless raw has exactly the shape NewKey makes. Nothing longer than a
+// key is looked at.
+func parseKey(raw string) (prefix string, test, ok bool) {
+	if len(raw) != keyLen {
+		return "", false, false
+	}
+	switch raw[:len(liveMark)] {
+	case liveMark:
+	case testMark:
+		test = true
+	default:
+		return "", false, false
+	}
+	rest := raw[len(liveMark):]
+	if rest[prefixLen] != '_' || !isBase62(rest[:prefixLen]) || !isBase62(rest[prefixLen+1:]) {
+		return "", false, false
+	}
+	return rest[:prefixLen], test, true
+}
+
+func isBase62(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// randomBase62 returns n characters drawn uniformly from base62: bytes of
+// 248 and above are thrown away, since 248 = 4 × 62 and keeping them would
+// favour the first eight characters.
+func randomBase62(n int) (string, error) {
+	out := make([]byte, 0, n)
+	buf := make([]byte, n+n/4+8)
+	for len(out) < n {
+		if _, err := rand.Read(buf); err != nil {
+			return "", fmt.Errorf("random key: %w", err)
+		}
+		for _, b := range buf {
+			if b < 248 && len(out) < n {
+				out = append(out, base62[b%62])
+			}
+		}
+	}
+	return string(out), nil
+}
