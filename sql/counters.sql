@@ -1,7 +1,7 @@
 -- name: CheckCounters :many
 -- CheckCounters decides one coalesced batch; see tollgate_check in
--- migrations/000002_counter_check.up.sql for the arguments. Now is NULL for
--- the database clock. (The casts give sqlc the column types: it does not
+-- migrations/000003_counter_ceilings.up.sql for the arguments. Now is NULL
+-- for the database clock. (The casts give sqlc the column types: it does not
 -- read a function's RETURNS TABLE.)
 SELECT c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
     c.seen_prev::bigint AS seen_prev, c.seen_tat::double precision AS seen_tat,
@@ -15,6 +15,7 @@ FROM tollgate_check(
     @windows::bigint[],
     @costs::bigint[],
     @consume::boolean[],
+    @ceilings::integer[],
     sqlc.narg('now')::bigint
 ) AS c;
 

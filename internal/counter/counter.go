@@ -1,7 +1,7 @@
 // Package counter is the contract between Tollgate's admission pipeline and
 // the places counters live: memory, PostgreSQL and Redis. A Store answers a
-// batch of counter items in one round trip, all or nothing, with the
-// arithmetic of internal/limit.
+// batch of counter items in one round trip, all or nothing (in two tiers when
+// the request has ceilings), with the arithmetic of internal/limit.
 //
 // counter imports only internal/limit; the backends live in its
 // subpackages, and countertest holds the conformance suite they all pass.
@@ -22,24 +22,39 @@ import (
 // never learns about, which a rate limit tolerates.
 var ErrUnavailable = errors.New("counter store unavailable")
 
-// ErrInvalid is returned (wrapped) for a malformed request: no items, too many,
-// an empty or oversized key, or limit arguments that fail limit.Validate.
+// ErrInvalid is returned (wrapped) for a malformed request: an unknown mode,
+// no items or too many, an empty or oversized key, limit arguments that fail
+// limit.Validate, Ceilings outside 0 to len(Items), a Group that is not an
+// identifier of at most MaxGroupLen bytes, or a Now outside 1970 to 2199.
 var ErrInvalid = errors.New("invalid counter request")
 
 // Mode says whether a check counts.
 type Mode uint8
 
 const (
-	// Consume counts every item when all of them allow, and none otherwise.
+	// Consume counts every item when all of them allow, and none otherwise
+	// (but see Request.Ceilings).
 	Consume Mode = iota
-	// Peek answers what Consume would answer, counting nothing.
+	// Peek answers what Consume would answer, counting nothing but a
+	// request's ceilings (see Request.Ceilings).
 	Peek
 )
 
-// Bounds of one request.
+// Bounds of one request. A Group is at most MaxGroupLen bytes of
+// [A-Za-z0-9_-] (tenant ids are UUIDs), so that every backend can use it as
+// it is: in a row key, and as a Redis hash tag.
 const (
-	MaxItems  = 64
-	MaxKeyLen = 256
+	MaxItems    = 64
+	MaxKeyLen   = 256
+	MaxGroupLen = 64
+)
+
+// The instants a Request's Now may name: from the epoch, which the window
+// arithmetic assumes, to the start of 2200, well below 2^53 µs (June 2255),
+// past which Redis's Lua numbers no longer hold microseconds exactly.
+var (
+	minNow = time.Unix(0, 0)
+	maxNow = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
 // Item is one counter to check. Key is opaque to the store and already free of
@@ -52,24 +67,45 @@ type Item struct {
 	Cost      int64
 }
 
-// Request is one all-or-nothing batch.
+// Request is one all-or-nothing batch, or two tiers of it: the service's
+// ceilings, then a tenant's policies.
+//
+// Items are decided in order, each against the state left by the earlier
+// items of the request on the same key (their tentative consumption, if they
+// allowed), whatever the tier and whether or not anything is written in the
+// end: a policy item sees what a ceiling item on its key took even when
+// another ceiling refused, so an item's decision never depends on the items
+// after it.
 type Request struct {
 	Mode  Mode
 	Items []Item
-	// Group names the keys' owner (a tenant id). A counter is named by Group
-	// and Key together; the Redis store also uses Group as the hash tag, so
-	// one request's keys share a cluster slot.
+	// Ceilings is how many of the first Items are the service's own ceilings
+	// (per-IP, tenant quota, allotment). They are consumed, in either mode,
+	// when all of them allow, whatever the later items answer; the later items
+	// (a tenant's policies) are consumed only when every item allows and Mode
+	// is Consume. Zero means plain all-or-nothing over all items, as before.
+	//
+	// A key that a ceiling and a policy share, when only the ceilings are
+	// consumed, keeps the state the last ceiling on it left.
+	Ceilings int
+	// Group names the keys' owner (a tenant id): at most MaxGroupLen bytes of
+	// [A-Za-z0-9_-], or empty. A counter is named by Group and Key together;
+	// the Redis store also uses Group as the hash tag, so one request's keys
+	// share a cluster slot.
 	Group string
-	// Now, when not zero, replaces the store's own clock. Only tests and
-	// replays set it; production lets the store's server pick the time, so
-	// instances with skewed clocks agree.
+	// Now, when not zero, replaces the store's own clock; it must be from
+	// 1970-01-01 to before 2200-01-01 (UTC). Only tests and replays set it;
+	// production lets the store's server pick the time, so instances with
+	// skewed clocks agree.
 	Now time.Time
 }
 
 // Result is the answer to a Request: Decisions[i] answers Items[i].
 type Result struct {
-	// Allowed is true when every item allowed; only then was anything consumed
-	// (and never in Peek mode).
+	// Allowed is true when every item allowed; only then were the policies
+	// (the items after the ceilings) consumed, and never in Peek mode. The
+	// ceilings were consumed when they all allowed, whatever the policies
+	// answered and in either mode.
 	Allowed   bool
 	Decisions []limit.Decision
 	// Now is the store clock reading the decisions were made at.
@@ -85,13 +121,23 @@ type Store interface {
 	Close() error
 }
 
-// Validate checks a request's shape before it is sent anywhere.
+// Validate checks a request's shape before it is sent anywhere. Its errors
+// wrap ErrInvalid.
 func Validate(req Request) error {
 	if req.Mode != Consume && req.Mode != Peek {
 		return fmt.Errorf("mode %d: %w", req.Mode, ErrInvalid)
 	}
 	if len(req.Items) == 0 || len(req.Items) > MaxItems {
 		return fmt.Errorf("%d items: must be 1 to %d: %w", len(req.Items), MaxItems, ErrInvalid)
+	}
+	if req.Ceilings < 0 || req.Ceilings > len(req.Items) {
+		return fmt.Errorf("%d ceilings of %d items: %w", req.Ceilings, len(req.Items), ErrInvalid)
+	}
+	if !validGroup(req.Group) {
+		return fmt.Errorf("group of %d bytes: must be at most %d bytes of A-Z, a-z, 0-9, _ and -: %w", len(req.Group), MaxGroupLen, ErrInvalid)
+	}
+	if !req.Now.IsZero() && (req.Now.Before(minNow) || !req.Now.Before(maxNow)) {
+		return fmt.Errorf("now %s: must be from 1970 to before 2200: %w", req.Now.UTC().Format(time.RFC3339Nano), ErrInvalid)
 	}
 	for i, it := range req.Items {
 		if it.Key == "" || len(it.Key) > MaxKeyLen {
@@ -104,9 +150,25 @@ func Validate(req Request) error {
 	return nil
 }
 
-// Seen is what a store reports for one item: the state it found (after any
-// earlier item of the same request on the same key) and whether its own
-// arithmetic admitted the item.
+// validGroup reports whether g is at most MaxGroupLen bytes of [A-Za-z0-9_-].
+func validGroup(g string) bool {
+	if len(g) > MaxGroupLen {
+		return false
+	}
+	for i := 0; i < len(g); i++ {
+		switch c := g[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Seen is what a store reports for one item: the state it found (after the
+// tentative consumption of the earlier admitted items of the same request on
+// the same key, ceilings or policies) and whether its own arithmetic
+// admitted the item.
 type Seen struct {
 	State   limit.State
 	Allowed bool

@@ -1,8 +1,9 @@
 // Package countertest is the conformance suite every counter.Store backend
-// passes: the same answers as internal/limit on the same request streams,
-// peek that never counts, all-or-nothing batches, window roll-over, exact
-// admission counts under concurrency and across independent store instances,
-// and ErrUnavailable within the deadline when the server is gone.
+// passes: the same answers as internal/limit (through Model) on the same
+// request streams, peek that never counts but ceilings, all-or-nothing
+// batches and their two tiers (ceilings, then policies), window roll-over,
+// exact admission counts under concurrency and across independent store
+// instances, and ErrUnavailable within the deadline when the server is gone.
 //
 // Only tests import countertest.
 package countertest

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,12 +25,18 @@ func Run(t *testing.T, b Backend) {
 	t.Run("PeekNeverCounts", func(t *testing.T) { t.Parallel(); peekNeverCounts(t, b) })
 	t.Run("AllOrNothing", func(t *testing.T) { t.Parallel(); allOrNothing(t, b) })
 	t.Run("SameKeyTwiceInOneRequest", func(t *testing.T) { t.Parallel(); sameKeyTwice(t, b) })
+	t.Run("CeilingsConsumedWhenAPolicyRefuses", func(t *testing.T) { t.Parallel(); ceilingsWithoutPolicies(t, b) })
+	t.Run("CeilingRefusalConsumesNothing", func(t *testing.T) { t.Parallel(); ceilingRefuses(t, b) })
+	t.Run("PeekConsumesCeilingsOnly", func(t *testing.T) { t.Parallel(); peekWithCeilings(t, b) })
+	t.Run("CeilingAndPolicyOnOneKey", func(t *testing.T) { t.Parallel(); ceilingAndPolicyOnOneKey(t, b) })
 	t.Run("WindowsRollOver", func(t *testing.T) { t.Parallel(); windowsRollOver(t, b) })
 	t.Run("ServerClock", func(t *testing.T) { t.Parallel(); serverClock(t, b) })
 	t.Run("GroupsAreSeparate", func(t *testing.T) { t.Parallel(); groupsAreSeparate(t, b) })
 	t.Run("InvalidRequests", func(t *testing.T) { t.Parallel(); invalidRequests(t, b) })
+	t.Run("EdgesOfValidRequests", func(t *testing.T) { t.Parallel(); edgesOfValid(t, b) })
 	t.Run("TwentyGoroutinesLimitTen", func(t *testing.T) { t.Parallel(); twentyGoroutines(t, b) })
 	t.Run("ThreeInstancesOneStore", func(t *testing.T) { t.Parallel(); threeInstances(t, b) })
+	t.Run("ThreeInstancesCeilingAndPolicy", func(t *testing.T) { t.Parallel(); threeInstancesCeilings(t, b) })
 	if b.Breakable != nil {
 		t.Run("Unavailable", func(t *testing.T) { unavailable(t, b) })
 	}
@@ -83,38 +91,50 @@ func check(t fataler, s counter.Store, req counter.Request) counter.Result {
 // 2026, microsecond precision as every store keeps.
 var base = time.Date(2026, 11, 14, 9, 30, 0, 0, time.UTC)
 
-// model is the plain in-memory reference: limit.Decide over a map, applying
-// requests one after the other, all or nothing.
-type model struct{ states map[[2]string]limit.State }
+// Model is the plain in-memory reference the stores are held to: limit.Admit
+// over a map, deciding requests one after the other, the ceilings as one
+// all-or-nothing tier and the whole request as another. It is not safe for
+// concurrent use.
+type Model struct{ states map[[2]string]limit.State }
 
-func newModel() *model { return &model{states: map[[2]string]limit.State{}} }
+// NewModel returns a model with no counters.
+func NewModel() *Model { return &Model{states: map[[2]string]limit.State{}} }
 
-func (m *model) check(req counter.Request) counter.Result {
+// Check decides req at instant now (req.Now is not read), as a store must.
+func (m *Model) Check(req counter.Request, now time.Time) counter.Result {
+	us := now.UnixMicro()
+	// work holds the tentative states of the request's keys: every item sees
+	// the admitted items before it, ceilings and policies alike.
 	work := map[[2]string]limit.State{}
-	get := func(k [2]string) limit.State {
-		if st, ok := work[k]; ok {
-			return st
-		}
-		return m.states[k]
-	}
 	seen := make([]counter.Seen, len(req.Items))
-	all := true
-	for i, it := range req.Items {
-		k := [2]string{req.Group, it.Key}
-		st := get(k)
-		ok, next := limit.Admit(it.Algorithm, st, req.Now.UnixMicro(), it.Cost, it.Limit, it.Window)
-		seen[i] = counter.Seen{State: st, Allowed: ok}
-		if ok {
-			work[k] = next
+	decide := func(from, to int) bool {
+		all := true
+		for i := from; i < to; i++ {
+			it := req.Items[i]
+			k := [2]string{req.Group, it.Key}
+			st, ok := work[k]
+			if !ok {
+				st = m.states[k]
+			}
+			admit, next := limit.Admit(it.Algorithm, st, us, it.Cost, it.Limit, it.Window)
+			seen[i] = counter.Seen{State: st, Allowed: admit}
+			if admit {
+				work[k] = next
+			}
+			all = all && admit
 		}
-		all = all && ok
+		return all
 	}
-	if all && req.Mode == counter.Consume {
-		for k, st := range work {
-			m.states[k] = st
-		}
+	ceilingsOK := decide(0, req.Ceilings)
+	ceilings := maps.Clone(work)
+	policiesOK := decide(req.Ceilings, len(req.Items))
+	switch {
+	case ceilingsOK && policiesOK && req.Mode == counter.Consume:
+		maps.Copy(m.states, work)
+	case ceilingsOK:
+		maps.Copy(m.states, ceilings)
 	}
-	return counter.Answer(req, seen, req.Now)
+	return counter.Answer(req, seen, now)
 }
 
 func sameResult(t fataler, step int, req counter.Request, got, want counter.Result) {
@@ -130,14 +150,16 @@ func sameResult(t fataler, step int, req counter.Request, got, want counter.Resu
 	}
 }
 
-// matchesLimit pushes random streams of requests, with their own clock,
-// through the store and through the model side by side: every decision must
-// be the same, field for field.
+// matchesLimit pushes random streams of requests, with their own clock and
+// any number of ceilings, through the store and through the model side by
+// side: every decision must be the same, field for field. As each decision
+// derives from the state its item saw, a store that writes what the model
+// does not shows it at the next use of the key.
 func matchesLimit(t *testing.T, b Backend) {
 	s := open(t, b)
 	rapid.Check(t, func(rt *rapid.T) {
 		group := fmt.Sprintf("g%d", rand.Uint64())
-		m := newModel()
+		m := NewModel()
 		type counterDef struct {
 			key  string
 			alg  limit.Algorithm
@@ -171,8 +193,9 @@ func matchesLimit(t *testing.T, b Backend) {
 				cost := rapid.OneOf(rapid.Just(int64(1)), rapid.Int64Range(1, d.lim), rapid.Int64Range(1, limit.MaxLimit)).Draw(rt, "cost")
 				req.Items = append(req.Items, counter.Item{Key: d.key, Algorithm: d.alg, Limit: d.lim, Window: d.win, Cost: cost})
 			}
+			req.Ceilings = rapid.IntRange(0, len(req.Items)).Draw(rt, "ceilings")
 			got := check(rt, s, req)
-			want := m.check(req)
+			want := m.Check(req, now)
 			if !got.Now.Equal(now) {
 				rt.Fatalf("step %d: store used clock %s, asked for %s", step, got.Now, now)
 			}
@@ -245,6 +268,153 @@ func sameKeyTwice(t *testing.T, b Backend) {
 	}
 }
 
+// remaining peeks at it with cost 1 and no ceilings, and returns what the
+// peek answers: one less than what is left, or -1 when it refuses.
+func remaining(t *testing.T, s counter.Store, it counter.Item) int64 {
+	t.Helper()
+	it.Cost = 1
+	res := check(t, s, counter.Request{Mode: counter.Peek, Items: []counter.Item{it}, Now: base})
+	if !res.Allowed {
+		return -1
+	}
+	return res.Decisions[0].Remaining
+}
+
+// ceilingsWithoutPolicies refuses a request by one of its policies: its
+// ceilings are consumed all the same, its policies (the one that allowed
+// too) are not.
+func ceilingsWithoutPolicies(t *testing.T, b Backend) {
+	s := open(t, b)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			w := limit.Every(time.Hour)
+			ip, quota := item("ip-"+alg.String(), alg, 10, w), item("quota-"+alg.String(), alg, 10, w)
+			spare, spent := item("spare-"+alg.String(), alg, 5, w), item("spent-"+alg.String(), alg, 1, w)
+			if res := check(t, s, counter.Request{Items: []counter.Item{spent}, Now: base}); !res.Allowed {
+				t.Fatalf("spending the policy: refused %+v", res)
+			}
+			req := counter.Request{Ceilings: 2, Items: []counter.Item{ip, quota, spare, spent}, Now: base}
+			for i := range 3 {
+				res := check(t, s, req)
+				got := []bool{res.Allowed, res.Decisions[0].Allowed, res.Decisions[1].Allowed, res.Decisions[2].Allowed, res.Decisions[3].Allowed}
+				if want := []bool{false, true, true, true, false}; fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("request %d: allowed (request, items) %v, want %v", i, got, want)
+				}
+			}
+			// Three ceilings consumed, and the peek's own.
+			for _, it := range []counter.Item{ip, quota} {
+				if got := remaining(t, s, it); got != 6 {
+					t.Errorf("ceiling %s after 3 requests refused by a policy: peek remaining %d, want 6", it.Key, got)
+				}
+			}
+			if got := remaining(t, s, spare); got != 4 {
+				t.Errorf("policy that allowed, in 3 refused requests: peek remaining %d, want 4 (untouched)", got)
+			}
+			if got := remaining(t, s, spent); got != -1 {
+				t.Errorf("policy that refused: peek remaining %d, want a refusal (-1)", got)
+			}
+		})
+	}
+}
+
+// ceilingRefuses refuses a request by one of its ceilings, in either mode:
+// nothing is consumed, not even the ceilings that allowed.
+func ceilingRefuses(t *testing.T, b Backend) {
+	s := open(t, b)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			w := limit.Every(time.Hour)
+			ip, quota, policy := item("ip-"+alg.String(), alg, 10, w), item("quota-"+alg.String(), alg, 1, w), item("policy-"+alg.String(), alg, 5, w)
+			if res := check(t, s, counter.Request{Items: []counter.Item{quota}, Now: base}); !res.Allowed {
+				t.Fatalf("spending the quota: refused %+v", res)
+			}
+			for _, mode := range []counter.Mode{counter.Consume, counter.Peek} {
+				res := check(t, s, counter.Request{Mode: mode, Ceilings: 2, Items: []counter.Item{ip, quota, policy}, Now: base})
+				got := []bool{res.Allowed, res.Decisions[0].Allowed, res.Decisions[1].Allowed, res.Decisions[2].Allowed}
+				if want := []bool{false, true, false, true}; fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("mode %d: allowed (request, items) %v, want %v", mode, got, want)
+				}
+			}
+			if got := remaining(t, s, ip); got != 9 {
+				t.Errorf("ceiling that allowed beside one that refused: peek remaining %d, want 9 (untouched)", got)
+			}
+			if got := remaining(t, s, policy); got != 4 {
+				t.Errorf("policy behind a refusing ceiling: peek remaining %d, want 4 (untouched)", got)
+			}
+		})
+	}
+}
+
+// peekWithCeilings peeks with ceilings: the ceilings are consumed, the
+// policies are not; with every item a ceiling, every item is consumed.
+func peekWithCeilings(t *testing.T, b Backend) {
+	s := open(t, b)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			w := limit.Every(time.Hour)
+			ip, policy := item("ip-"+alg.String(), alg, 10, w), item("policy-"+alg.String(), alg, 5, w)
+			res := check(t, s, counter.Request{Mode: counter.Peek, Ceilings: 1, Items: []counter.Item{ip, policy}, Now: base})
+			if !res.Allowed || res.Decisions[0].Remaining != 9 || res.Decisions[1].Remaining != 4 {
+				t.Fatalf("peek with a ceiling: got %+v, want allowed, remaining 9 and 4", res)
+			}
+			if got := remaining(t, s, ip); got != 8 {
+				t.Errorf("ceiling after a peek: peek remaining %d, want 8 (consumed once)", got)
+			}
+			if got := remaining(t, s, policy); got != 4 {
+				t.Errorf("policy after a peek: peek remaining %d, want 4 (untouched)", got)
+			}
+			check(t, s, counter.Request{Mode: counter.Peek, Ceilings: 2, Items: []counter.Item{ip, policy}, Now: base})
+			if got := []int64{remaining(t, s, ip), remaining(t, s, policy)}; got[0] != 7 || got[1] != 3 {
+				t.Errorf("after a peek whose items are all ceilings: peek remaining %v, want [7 3]", got)
+			}
+		})
+	}
+}
+
+// ceilingAndPolicyOnOneKey names one key as a ceiling and as a policy: the
+// policy sees what the ceiling took, and when the request keeps its
+// ceilings alone, the key keeps the ceiling's consumption alone, even when
+// the policy on it allowed.
+func ceilingAndPolicyOnOneKey(t *testing.T, b Backend) {
+	s := open(t, b)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			ceiling := item("both-"+alg.String(), alg, 10, limit.Every(time.Hour))
+			policy := ceiling
+			spent := item("spent-"+alg.String(), alg, 1, limit.Every(time.Hour))
+			if res := check(t, s, counter.Request{Items: []counter.Item{spent}, Now: base}); !res.Allowed {
+				t.Fatalf("spending a policy: refused %+v", res)
+			}
+
+			ceiling.Cost, policy.Cost = 6, 6
+			res := check(t, s, counter.Request{Ceilings: 1, Items: []counter.Item{ceiling, policy}, Now: base})
+			if res.Allowed || !res.Decisions[0].Allowed || res.Decisions[1].Allowed {
+				t.Fatalf("6 then 6 on a limit of 10: got %+v, want the policy refused", res)
+			}
+			if got := remaining(t, s, ceiling); got != 3 {
+				t.Fatalf("after the policy refused: peek remaining %d, want 3 (the ceiling's 6 consumed)", got)
+			}
+
+			ceiling.Cost, policy.Cost = 1, 1
+			res = check(t, s, counter.Request{Ceilings: 1, Items: []counter.Item{ceiling, policy, spent}, Now: base})
+			if res.Allowed || !res.Decisions[0].Allowed || !res.Decisions[1].Allowed || res.Decisions[1].Remaining != 2 || res.Decisions[2].Allowed {
+				t.Fatalf("1 then 1 on the 4 left, then a spent policy: got %+v, want both allowed, remaining 2, the spent one refused", res)
+			}
+			if got := remaining(t, s, ceiling); got != 2 {
+				t.Fatalf("after another policy refused: peek remaining %d, want 2 (the ceiling's 1 consumed, not the policy's)", got)
+			}
+
+			ceiling.Cost, policy.Cost = 1, 2
+			if res := check(t, s, counter.Request{Ceilings: 1, Items: []counter.Item{ceiling, policy}, Now: base}); !res.Allowed || res.Decisions[1].Remaining != 0 {
+				t.Fatalf("1 then 2 on the 3 left: got %+v, want allowed, remaining 0", res)
+			}
+			if got := remaining(t, s, ceiling); got != -1 {
+				t.Fatalf("after both were consumed: peek remaining %d, want a refusal (-1)", got)
+			}
+		})
+	}
+}
+
 func windowsRollOver(t *testing.T, b Backend) {
 	s := open(t, b)
 	cases := []struct {
@@ -308,7 +478,7 @@ func serverClock(t *testing.T, b Backend) {
 func groupsAreSeparate(t *testing.T, b Backend) {
 	s := open(t, b)
 	it := item("shared-name", limit.FixedWindow, 1, limit.Every(time.Hour))
-	for _, g := range []string{"tenant-a", "tenant-b", ""} {
+	for _, g := range []string{"tenant-a", "tenant-b", "", "_", "-"} {
 		if res := check(t, s, counter.Request{Group: g, Items: []counter.Item{it}, Now: base}); !res.Allowed {
 			t.Fatalf("group %q: first use refused: another group's counter moved it", g)
 		}
@@ -325,12 +495,60 @@ func invalidRequests(t *testing.T, b Backend) {
 		"month sliding":  {Items: []counter.Item{{Key: "k", Algorithm: limit.SlidingWindow, Limit: 1, Window: limit.Month, Cost: 1}}},
 		"too many items": {Items: make([]counter.Item, counter.MaxItems+1)},
 		"bad mode":       {Mode: 9, Items: []counter.Item{ok}},
+
+		"negative ceilings":    {Ceilings: -1, Items: []counter.Item{ok}},
+		"more ceilings":        {Ceilings: 2, Items: []counter.Item{ok}},
+		"group of 65 bytes":    {Group: strings.Repeat("g", counter.MaxGroupLen+1), Items: []counter.Item{ok}},
+		"group with a slash":   {Group: "tenant/a", Items: []counter.Item{ok}},
+		"group with a brace":   {Group: "tenant}a", Items: []counter.Item{ok}},
+		"group with a colon":   {Group: "1:a", Items: []counter.Item{ok}},
+		"group with a space":   {Group: "tenant a", Items: []counter.Item{ok}},
+		"group with a NUL":     {Group: "tenant\x00", Items: []counter.Item{ok}},
+		"group not ASCII":      {Group: "ténant", Items: []counter.Item{ok}},
+		"group not UTF-8":      {Group: "\xff", Items: []counter.Item{ok}},
+		"now before 1970":      {Items: []counter.Item{ok}, Now: time.Unix(0, 0).Add(-time.Microsecond)},
+		"now long before 1970": {Items: []counter.Item{ok}, Now: time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC)},
+		"now 2200":             {Items: []counter.Item{ok}, Now: time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)},
+		"now 2^53 µs":          {Items: []counter.Item{ok}, Now: time.UnixMicro(1 << 53)},
+		"now 2200 in UTC+1":    {Items: []counter.Item{ok}, Now: time.Date(2200, 1, 1, 1, 0, 0, 0, time.FixedZone("CET", 3600))},
+		"now past int64 µs":    {Items: []counter.Item{ok}, Now: time.Unix(18446744073710, 0)}, // UnixMicro wraps round into 1970
 	}
 	for name, req := range bad {
 		_, err := s.Check(context.Background(), req)
 		if !errors.Is(err, counter.ErrInvalid) {
 			t.Errorf("%s: got %v, want ErrInvalid", name, err)
 		}
+	}
+}
+
+// edgesOfValid sends requests at the edges of what Validate accepts: the
+// longest group of every kind of byte it allows, the first and last
+// instants, every item a ceiling. Each is a first use, so each is allowed.
+func edgesOfValid(t *testing.T, b Backend) {
+	s := open(t, b)
+	long := strings.Repeat("AZaz09_-", counter.MaxGroupLen/8)
+	first := time.Unix(0, 0)
+	last := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).Add(-time.Microsecond)
+	fixedMonth := counter.Item{Key: "edge", Algorithm: limit.FixedWindow, Limit: 1, Window: limit.Month, Cost: 1}
+	for i, req := range []counter.Request{
+		{Group: long, Items: []counter.Item{item("edge", limit.FixedWindow, 1, limit.Every(time.Hour))}, Now: base},
+		{Group: "0b3f5c1e-6f3a-4a7e-9d2c-5b8e1f0a9c42", Items: []counter.Item{fixedMonth}, Now: base},
+		{Group: "first", Items: []counter.Item{fixedMonth, item("edge-sliding", limit.SlidingWindow, 1, limit.Every(time.Minute)), item("edge-bucket", limit.TokenBucket, 1, limit.Every(time.Minute))}, Now: first},
+		{Group: "last", Items: []counter.Item{fixedMonth, item("edge-sliding", limit.SlidingWindow, 1, limit.Every(time.Minute)), item("edge-bucket", limit.TokenBucket, 1, limit.Every(time.Minute))}, Now: last},
+		{Group: "ceilings", Ceilings: 2, Items: []counter.Item{fixedMonth, item("edge-2", limit.TokenBucket, 1, limit.Every(time.Minute))}, Now: base},
+	} {
+		res := check(t, s, req)
+		if !res.Allowed {
+			t.Errorf("request %d (group %q at %s): refused %+v", i, req.Group, req.Now.Format(time.RFC3339Nano), res)
+		}
+		if !res.Now.Equal(req.Now) {
+			t.Errorf("request %d: store used clock %s, asked for %s", i, res.Now.Format(time.RFC3339Nano), req.Now.Format(time.RFC3339Nano))
+		}
+	}
+	// The month of the last instant ends at 2200: the reset says so.
+	res := check(t, s, counter.Request{Group: "last", Mode: counter.Peek, Items: []counter.Item{fixedMonth}, Now: last})
+	if want := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC); res.Allowed || !res.Decisions[0].ResetAt.Equal(want) {
+		t.Errorf("month of %s: got %+v, want refused, reset at %s", last, res, want)
 	}
 }
 
@@ -381,6 +599,48 @@ func threeInstances(t *testing.T, b Backend) {
 		wg.Wait()
 		if got := allowed.Load(); got != 100 {
 			t.Errorf("%s: 1,000 requests over 3 instances at limit 100: %d allowed, want 100", alg, got)
+		}
+	}
+}
+
+// threeInstancesCeilings races 1,000 requests of a ceiling and a policy
+// through three store instances on one namespace: the policy admits exactly
+// its limit, and the ceiling counts every request, refused by the policy or
+// not.
+func threeInstancesCeilings(t *testing.T, b Backend) {
+	newStore := opener(t, b)
+	stores := []counter.Store{newStore(), newStore(), newStore()}
+	const requests = 1000
+	for _, alg := range algorithms {
+		ceiling := item("ceiling-"+alg.String(), limit.FixedWindow, 1_000_000, limit.Every(30*24*time.Hour))
+		policy := item("policy-"+alg.String(), alg, 100, limit.Every(30*24*time.Hour))
+		var allowed, ceilingRefused atomic.Int64
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 64)
+		for i := range requests {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				res := check(t, stores[i%3], counter.Request{Ceilings: 1, Items: []counter.Item{ceiling, policy}})
+				if res.Allowed {
+					allowed.Add(1)
+				}
+				if !res.Decisions[0].Allowed {
+					ceilingRefused.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if got := allowed.Load(); got != 100 {
+			t.Errorf("%s: %d requests over 3 instances, policy at limit 100: %d allowed, want 100", alg, requests, got)
+		}
+		if got := ceilingRefused.Load(); got != 0 {
+			t.Errorf("%s: the ceiling refused %d requests, want none", alg, got)
+		}
+		res := check(t, stores[0], counter.Request{Mode: counter.Peek, Items: []counter.Item{ceiling}})
+		// Every request consumed the ceiling, and the peek answers as if it did.
+		if got, want := res.Decisions[0].Remaining, int64(1_000_000-requests-1); got != want {
+			t.Errorf("%s: ceiling after %d requests: peek remaining %d, want %d (%d consumed)", alg, requests, got, want, 1_000_000-got-1)
 		}
 	}
 }

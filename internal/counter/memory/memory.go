@@ -169,7 +169,8 @@ func (s *Store) Check(_ context.Context, req counter.Request) (counter.Result, e
 	}()
 
 	// Items are decided in order against working states, so an item on the
-	// same key as an earlier one sees its tentative consumption.
+	// same key as an earlier one sees its tentative consumption, whichever
+	// tier either is in.
 	type pending struct {
 		shard int
 		key   string
@@ -189,20 +190,32 @@ func (s *Store) Check(_ context.Context, req counter.Request) (counter.Result, e
 		return limit.State{}
 	}
 	seen := make([]counter.Seen, len(req.Items))
-	all := true
+	ceilingsOK, policiesOK := true, true
 	for i, it := range req.Items {
 		st := lookup(idx[i], keys[i])
 		ok, next := limit.Admit(it.Algorithm, st, us, it.Cost, it.Limit, it.Window)
 		seen[i] = counter.Seen{State: st, Allowed: ok}
-		if ok {
+		switch {
+		case ok:
 			work = append(work, pending{idx[i], keys[i], next, limit.Expiry(it.Algorithm, next, it.Window)})
+		case i < req.Ceilings:
+			ceilingsOK = false
+		default:
+			policiesOK = false
 		}
-		all = all && ok
 	}
-	if all && req.Mode == counter.Consume {
-		for _, w := range work {
-			s.shards[w.shard].put(w.key, w.state, w.exp)
-		}
+	// Each admitted item added one entry, so when every ceiling allowed the
+	// first req.Ceilings entries are theirs; written in order, the last
+	// entry on a key is the state it keeps.
+	var keep []pending
+	switch {
+	case ceilingsOK && policiesOK && req.Mode == counter.Consume:
+		keep = work
+	case ceilingsOK:
+		keep = work[:req.Ceilings]
+	}
+	for _, w := range keep {
+		s.shards[w.shard].put(w.key, w.state, w.exp)
 	}
 	return counter.Answer(req, seen, now), nil
 }

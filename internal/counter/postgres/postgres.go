@@ -1,7 +1,7 @@
 // Package postgres is the counter.Store that keeps counters in PostgreSQL's
 // counters table, so that every Tollgate instance sharing a database shares
 // its counts exactly. The arithmetic runs inside the database, in the
-// function tollgate_check (migrations/000002_counter_check.up.sql), which
+// function tollgate_check (migrations/000003_counter_ceilings.up.sql), which
 // reproduces internal/limit's steps operation for operation.
 //
 // Throughput comes from coalescing: concurrent Checks are gathered while the
@@ -16,7 +16,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -51,7 +50,7 @@ const (
 // Config configures a Store.
 type Config struct {
 	// DSN locates the database (postgres://… or key=value), migrated to at
-	// least 000002. The store opens a pool of its own on it whose sessions
+	// least 000003. The store opens a pool of its own on it whose sessions
 	// run with synchronous_commit=off: a commit returns before its WAL is
 	// flushed, so a server crash forgets the counts of about the last
 	// wal_writer_delay (200 ms by default; three times that at worst),
@@ -306,11 +305,13 @@ func (s *Store) send(calls []*call, now *int64) {
 		Windows:    make([]int64, 0, n),
 		Costs:      make([]int64, 0, n),
 		Consume:    make([]bool, len(calls)),
+		Ceilings:   make([]int32, len(calls)),
 		Now:        now,
 	}
 	keys := make([]string, 0, n)
 	for i, c := range calls {
 		p.Consume[i] = c.req.Mode == counter.Consume
+		p.Ceilings[i] = int32(c.req.Ceilings)
 		for _, it := range c.req.Items {
 			p.Reqs = append(p.Reqs, int32(i+1))
 			keys = append(keys, rowKey(c.req.Group, it.Key))
@@ -376,24 +377,23 @@ func (s *Store) unavailable(ctx context.Context, err error) error {
 	return fmt.Errorf("check counters: %w: %v", counter.ErrUnavailable, err)
 }
 
-// maxPlainRowKey bounds a row key kept as it is (or in hex: twice as
-// long); a longer one is hashed. A B-tree entry must fit a third of a page,
-// and one oversized key would fail its whole batch.
-const maxPlainRowKey = 512
+// maxRowKey bounds the bytes of a row key: a B-tree entry must fit a third
+// of an 8 kB page, and one oversized key would fail its whole batch.
+const maxRowKey = 2000
+
+// The longest row key is an "x" and the hex of up to three digits of
+// length, a colon, the longest group, a slash and the longest key: this
+// stops the build should counter's bounds ever let it outgrow maxRowKey.
+const _ = uint(maxRowKey - (1 + 2*(3+1+counter.MaxGroupLen+1+counter.MaxKeyLen)))
 
 // rowKey returns the counters.key of key in group: the group's length in
 // decimal, a colon, the group, a slash and the key, so that no two pairs
-// share a row. A pair that PostgreSQL text cannot hold (invalid UTF-8, or a
-// NUL byte) is stored as "x" and the hex of that string instead, and one
-// longer than maxPlainRowKey (counter.Validate does not bound Group) as "h"
-// and the hex of its SHA-256; no plain row key starts with either letter.
+// share a row. A pair that PostgreSQL text cannot hold (a key of invalid
+// UTF-8, or with a NUL byte) is stored as "x" and the hex of that string
+// instead; no plain row key starts with "x".
 func rowKey(group, key string) string {
 	k := strconv.Itoa(len(group)) + ":" + group + "/" + key
-	switch {
-	case len(k) > maxPlainRowKey:
-		sum := sha256.Sum256([]byte(k))
-		return "h" + hex.EncodeToString(sum[:])
-	case !utf8.ValidString(k) || strings.IndexByte(k, 0) >= 0:
+	if !utf8.ValidString(k) || strings.IndexByte(k, 0) >= 0 {
 		return "x" + hex.EncodeToString([]byte(k))
 	}
 	return k
@@ -426,6 +426,7 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 		Windows:    []int64{second, limit.Month.Micros(), second, hour},
 		Costs:      []int64{1, 1, 1, 1},
 		Consume:    []bool{true},
+		Ceilings:   []int32{0},
 	})
 	if err != nil {
 		return err

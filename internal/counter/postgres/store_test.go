@@ -19,6 +19,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/countertest"
 	"github.com/tollgate/tollgate/internal/counter/postgres"
 	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -27,35 +28,6 @@ import (
 // base is mid-month, so that a month window is a plain one unless a test
 // moves to its edge.
 var base = time.Date(2026, 11, 14, 9, 30, 0, 0, time.UTC)
-
-// model applies requests one after the other with limit.Admit, all or
-// nothing: what one batch must decide for the requests in its order.
-type model map[[2]string]limit.State
-
-func (m model) check(req counter.Request, now time.Time) counter.Result {
-	work := map[[2]string]limit.State{}
-	seen := make([]counter.Seen, len(req.Items))
-	all := true
-	for i, it := range req.Items {
-		k := [2]string{req.Group, it.Key}
-		st, ok := work[k]
-		if !ok {
-			st = m[k]
-		}
-		admit, next := limit.Admit(it.Algorithm, st, now.UnixMicro(), it.Cost, it.Limit, it.Window)
-		seen[i] = counter.Seen{State: st, Allowed: admit}
-		if admit {
-			work[k] = next
-		}
-		all = all && admit
-	}
-	if all && req.Mode == counter.Consume {
-		for k, st := range work {
-			m[k] = st
-		}
-	}
-	return counter.Answer(req, seen, now)
-}
 
 func sameResult(t interface {
 	Helper()
@@ -85,10 +57,12 @@ func fixed(key string, lim int64, w limit.Window) counter.Item {
 	return counter.Item{Key: key, Algorithm: limit.FixedWindow, Limit: lim, Window: w, Cost: 1}
 }
 
-// TestBatchMatchesSequentialModel sends random batches of requests as one
-// function call each: every request must be decided as if the requests had
-// come one after the other, each seeing the ones before it that were
-// admitted and none that were refused or peeked.
+// TestBatchMatchesSequentialModel sends random batches of requests, with
+// any number of ceilings, as one function call each: every request must be
+// decided as if the requests had come one after the other (countertest.Model
+// is what one batch must decide for the requests in its order), each seeing
+// what the ones before it kept: all of a request, its ceilings alone, or
+// nothing.
 func TestBatchMatchesSequentialModel(t *testing.T) {
 	t.Parallel()
 	s := open(t, postgres.Config{DSN: pgtest.New(t), Timeout: 10 * time.Second})
@@ -104,7 +78,7 @@ func TestBatchMatchesSequentialModel(t *testing.T) {
 			}
 			defs = append(defs, counter.Item{Key: fmt.Sprintf("k%d", i), Algorithm: alg, Limit: rapid.Int64Range(1, 8).Draw(rt, "limit"), Window: w})
 		}
-		m := model{}
+		m := countertest.NewModel()
 		now := base.Add(time.Duration(rapid.Int64Range(0, int64(30*24*time.Hour)).Draw(rt, "start"))).Truncate(time.Microsecond)
 		for round := range rapid.IntRange(1, 8).Draw(rt, "rounds") {
 			now = now.Add(rapid.SampledFrom([]time.Duration{0, time.Microsecond, 300 * time.Millisecond, time.Second, time.Minute, -time.Millisecond}).Draw(rt, "jump"))
@@ -119,6 +93,7 @@ func TestBatchMatchesSequentialModel(t *testing.T) {
 					it.Cost = rapid.Int64Range(1, it.Limit+1).Draw(rt, "cost")
 					req.Items = append(req.Items, it)
 				}
+				req.Ceilings = rapid.IntRange(0, len(req.Items)).Draw(rt, "ceilings")
 				reqs = append(reqs, req)
 			}
 			got, err := postgres.CheckBatch(s, reqs, now)
@@ -126,7 +101,7 @@ func TestBatchMatchesSequentialModel(t *testing.T) {
 				rt.Fatalf("round %d: %v", round, err)
 			}
 			for i, req := range reqs {
-				sameResult(rt, fmt.Sprintf("round %d request %d", round, i), req, got[i], m.check(req, now))
+				sameResult(rt, fmt.Sprintf("round %d request %d", round, i), req, got[i], m.Check(req, now))
 			}
 		}
 	})
@@ -157,13 +132,13 @@ func TestEdgesMatchModel(t *testing.T) {
 		{Key: "sliding", Algorithm: limit.SlidingWindow, Limit: 3, Window: limit.Every(time.Second), Cost: 1},
 		{Key: "bucket", Algorithm: limit.TokenBucket, Limit: 3, Window: limit.Every(time.Second), Cost: 1},
 	}
-	m := model{}
+	m := countertest.NewModel()
 	for _, now := range instants {
 		for _, it := range items {
 			for _, cost := range []int64{1, 2} {
 				it.Cost = cost
 				req := counter.Request{Items: []counter.Item{it}, Now: now}
-				sameResult(t, now.Format(time.RFC3339Nano), req, mustCheck(t, s, req), m.check(req, now))
+				sameResult(t, now.Format(time.RFC3339Nano), req, mustCheck(t, s, req), m.Check(req, now))
 			}
 		}
 	}
@@ -233,16 +208,18 @@ func TestOpposingKeyOrdersDoNotDeadlock(t *testing.T) {
 }
 
 // TestKeysAreOpaque uses keys and groups that a naive concatenation would
-// confuse, and bytes PostgreSQL text cannot hold: each is a counter of its
-// own.
+// confuse, bytes PostgreSQL text cannot hold, and the longest group and key
+// counter.Validate allows: each is a counter of its own.
 func TestKeysAreOpaque(t *testing.T) {
 	t.Parallel()
 	s := open(t, postgres.Config{DSN: pgtest.New(t), Timeout: 10 * time.Second})
+	long := strings.Repeat("g", counter.MaxGroupLen-1)
 	pairs := []struct{ group, key string }{
-		{"a", "b/c"}, {"a/b", "c"}, {"", "a/b/c"}, {"", "1:a/b/c"},
+		{"a", "b/c"}, {"a1", "c"}, {"a", "1c"}, {"", "a/b/c"}, {"", "1:a/b/c"}, {"", "2:a1/c"},
 		{"", "x"}, {"", "~warm-up"},
-		{"t", "\x00"}, {"t", "\xff"}, {"t", "\xff\x00"}, {"\xff", "k"}, {"t", "é"},
-		{strings.Repeat("g", 10000) + "1", "k"}, {strings.Repeat("g", 10000) + "2", "k"},
+		{"t", "\x00"}, {"t", "\xff"}, {"t", "\xff\x00"}, {"t", "é"},
+		{long + "1", strings.Repeat("k", counter.MaxKeyLen)}, {long + "2", strings.Repeat("k", counter.MaxKeyLen)},
+		{long + "1", strings.Repeat("\xff", counter.MaxKeyLen)}, {long + "2", strings.Repeat("\xff", counter.MaxKeyLen)},
 	}
 	for _, p := range pairs {
 		req := counter.Request{Group: p.group, Items: []counter.Item{fixed(p.key, 1, limit.Every(time.Hour))}, Now: base}
@@ -404,7 +381,8 @@ func TestNew(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP FUNCTION tollgate_check"); err != nil {
+		// Back to what 000002 left: the function without ceilings.
+		if _, err := conn.Exec(ctx, "DROP FUNCTION tollgate_check(text[], integer[], integer[], smallint[], bigint[], bigint[], bigint[], boolean[], integer[], bigint)"); err != nil {
 			t.Fatal(err)
 		}
 		_, err = postgres.New(ctx, postgres.Config{DSN: dsn})
@@ -412,4 +390,49 @@ func TestNew(t *testing.T) {
 			t.Errorf("got %v, want an error asking for migrations", err)
 		}
 	})
+}
+
+// TestFunctionWithoutCeilings calls tollgate_check with 000002's nine
+// arguments, as a Tollgate server of the version before ceilings does while
+// a deployment rolls out: it still answers, all or nothing.
+func TestFunctionWithoutCeilings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	hour := limit.Every(time.Hour).Micros()
+	// Request 1 is a (limit 2) and b (limit 1, cost 2: refused); request 2
+	// is a alone, and sees nothing of request 1.
+	rows, err := conn.Query(ctx, `SELECT allowed, seen_count FROM tollgate_check($1::text[], $2::integer[],
+		$3::integer[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[], $9::bigint)`,
+		[]string{"a", "b"}, []int32{1, 1, 2}, []int32{1, 2, 1}, []int16{1, 1, 1}, []int64{2, 1, 2},
+		[]int64{hour, hour, hour}, []int64{1, 2, 1}, []bool{true, true}, base.UnixMicro())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var allowed bool
+		var count int64
+		if err := rows.Scan(&allowed, &count); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprint(allowed, count))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"true 0", "false 0", "true 0"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("items (allowed, count seen): got %v, want %v", got, want)
+	}
+	var a, b int64
+	if err := conn.QueryRow(ctx, "SELECT (SELECT count FROM counters WHERE key = 'a'), (SELECT count FROM counters WHERE key = 'b')").Scan(&a, &b); err != nil {
+		t.Fatal(err)
+	}
+	if a != 1 || b != 0 {
+		t.Fatalf("counts after: a %d, b %d; want 1 (request 2 alone) and 0", a, b)
+	}
 }

@@ -1,4 +1,5 @@
--- check.lua decides one all-or-nothing batch of counter items atomically.
+-- check.lua decides one all-or-nothing batch of counter items atomically, in
+-- two tiers when the first items are ceilings (counter.Request.Ceilings).
 -- It reproduces limit.Admit (internal/limit/limit.go) in the same order of
 -- floating-point operations; Lua numbers are IEEE doubles, so integers below
 -- 2^53 (every instant and product limit.MaxLimit allows) are exact, and so
@@ -7,7 +8,8 @@
 -- KEYS[i]  the counter key of item i (several items may share a key)
 -- ARGV[1]  "consume" or "peek"
 -- ARGV[2]  now in Unix microseconds, or "" for the server's clock
--- ARGV[4i-1], ARGV[4i], ARGV[4i+1], ARGV[4i+2]  item i: algorithm (1 fixed,
+-- ARGV[3]  how many of the first items are ceilings (0 to #KEYS)
+-- ARGV[4i], ARGV[4i+1], ARGV[4i+2], ARGV[4i+3]  item i: algorithm (1 fixed,
 --          2 sliding, 3 token bucket), limit, window in microseconds (0 =
 --          calendar month UTC), cost
 --
@@ -18,9 +20,11 @@
 -- 1.4 (one item) to 1.7 (four items) times as many scripts per second.
 --
 -- Returns {now, then per item: state, admitted}: the state the item saw (as
--- stored; after earlier admitted items of the batch on the same key; 32 zero
--- bytes for a new counter) and 1 or 0. Keys are written only when every item
--- is admitted in consume mode.
+-- stored; after earlier admitted items of the batch on the same key, ceilings
+-- or not; 32 zero bytes for a new counter) and 1 or 0. Every key is written
+-- when every item is admitted in consume mode; otherwise, when every ceiling
+-- is admitted (in either mode), the ceilings' keys are written with the
+-- states the ceilings left; otherwise nothing is.
 --
 -- The script runs for every check, so it avoids what costs most in Redis's
 -- Lua: calls into C (math.*, tonumber, string.format), tables, and
@@ -71,6 +75,7 @@ else
   now = ARGV[2] + 0
 end
 local consume = ARGV[1] == 'consume'
+local nceil = ARGV[3] + 0
 
 -- The month around now, worked out once per batch.
 local mstart, mend
@@ -81,6 +86,10 @@ local order = {}  -- keys in order of first use
 local out = {now}
 local nout = 1
 local all = true
+-- What the ceilings leave, once they are all admitted: the first nkept keys
+-- of order, their states and expiries. Tables are made only then.
+local nkept = 0
+local kstates, kttls
 for i = 1, #KEYS do
   local key = KEYS[i]
   local cur = states[key]
@@ -92,7 +101,7 @@ for i = 1, #KEYS do
     order[#order + 1] = key
   end
   local start, count, prev, tat = struct.unpack('<dddd', cur)
-  local alg, lim, w, cost = ARGV[4 * i - 1] + 0, ARGV[4 * i] + 0, ARGV[4 * i + 1] + 0, ARGV[4 * i + 2] + 0
+  local alg, lim, w, cost = ARGV[4 * i] + 0, ARGV[4 * i + 1] + 0, ARGV[4 * i + 2] + 0, ARGV[4 * i + 3] + 0
   local ok, ns, nc, np, nt, exp
   if alg == 2 then
     -- limit.slidingStep: prev·((w−elapsed)/w) + curr.
@@ -169,12 +178,26 @@ for i = 1, #KEYS do
     states[key] = cur
   end
   nout = nout + 2
+  if i == nceil and all then
+    -- Every ceiling was admitted, so each of their keys has a state and an
+    -- expiry; the policies after them may still change them.
+    nkept = #order
+    kstates, kttls = {}, {}
+    for j = 1, nkept do
+      local k = order[j]
+      kstates[j], kttls[j] = states[k], ttls[k]
+    end
+  end
 end
 
 if all and consume then
   for i = 1, #order do
     local key = order[i]
     redis.call('SET', key, states[key], 'PX', ttls[key])
+  end
+else
+  for j = 1, nkept do
+    redis.call('SET', order[j], kstates[j], 'PX', kttls[j])
   end
 end
 return out

@@ -33,14 +33,10 @@ import (
 // DefaultTimeout bounds one Check when Config.Timeout is zero.
 const DefaultTimeout = 50 * time.Millisecond
 
-// maxNow bounds the instants a request may name: the window arithmetic
-// assumes instants after the epoch, and the script's Lua numbers hold
-// microseconds exactly below 2^53 (June 2255).
-const maxNow = 1 << 53
-
-// noGroup is the hash tag of requests without a Group. It must not be empty:
-// Redis Cluster hashes a whole key whose tag is "{}".
-const noGroup = "_"
+// noGroup is the hash tag of requests without a Group. It must not be empty
+// (Redis Cluster hashes a whole key whose tag is "{}"), and it is no Group
+// counter.Validate accepts, so that it names no one else's counters.
+const noGroup = "~"
 
 //go:embed check.lua
 var checkLua string
@@ -154,16 +150,14 @@ func (s *Store) Close() error {
 }
 
 // Check runs req as one script under the store's timeout (or ctx's earlier
-// deadline). Errors wrap counter.ErrInvalid for a malformed request (or a
-// req.Now before 1970 or after 2^53 µs, June 2255) and
-// counter.ErrUnavailable for anything the server or the network did,
-// including the deadline, with the context's error when it expired.
+// deadline). Errors wrap counter.ErrInvalid for a malformed request
+// (counter.Validate's bounds on Now keep it below 2^53 µs, which the
+// script's Lua numbers hold exactly) and counter.ErrUnavailable for anything
+// the server or the network did, including the deadline, with the context's
+// error when it expired.
 func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result, error) {
 	if err := counter.Validate(req); err != nil {
 		return counter.Result{}, err
-	}
-	if !req.Now.IsZero() && (req.Now.UnixMicro() < 0 || req.Now.UnixMicro() >= maxNow) {
-		return counter.Result{}, fmt.Errorf("now %s: must be from 1970 to 2255: %w", req.Now, counter.ErrInvalid)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -244,7 +238,7 @@ func (s *Store) encode(req counter.Request) ([]string, []any) {
 	}
 	all := b.String()
 	keys := make([]string, len(req.Items))
-	args := make([]any, 2, 2+4*len(req.Items))
+	args := make([]any, 3, 3+4*len(req.Items))
 	args[0] = "consume"
 	if req.Mode == counter.Peek {
 		args[0] = "peek"
@@ -253,6 +247,7 @@ func (s *Store) encode(req counter.Request) ([]string, []any) {
 	if !req.Now.IsZero() {
 		args[1] = req.Now.UnixMicro()
 	}
+	args[2] = int64(req.Ceilings)
 	off := 0
 	for i, it := range req.Items {
 		end := off + head + len(it.Key)

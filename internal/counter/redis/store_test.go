@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/countertest"
 	tgredis "github.com/tollgate/tollgate/internal/counter/redis"
 	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/limit"
@@ -43,40 +44,14 @@ func rawClient(t *testing.T, u string) *goredis.Client {
 	return c
 }
 
-// model is limit.Admit over a map, all or nothing: the reference answers.
-type model map[string]limit.State
-
-func (m model) check(req counter.Request) counter.Result {
-	work := map[string]limit.State{}
-	seen := make([]counter.Seen, len(req.Items))
-	all := true
-	for i, it := range req.Items {
-		st, ok := work[it.Key]
-		if !ok {
-			st = m[it.Key]
-		}
-		admitted, next := limit.Admit(it.Algorithm, st, req.Now.UnixMicro(), it.Cost, it.Limit, it.Window)
-		seen[i] = counter.Seen{State: st, Allowed: admitted}
-		if admitted {
-			work[it.Key] = next
-		}
-		all = all && admitted
-	}
-	if all && req.Mode == counter.Consume {
-		for k, st := range work {
-			m[k] = st
-		}
-	}
-	return counter.Answer(req, seen, req.Now)
-}
-
-func mustMatch(t *testing.T, step int, s *tgredis.Store, m model, req counter.Request) counter.Result {
+// mustMatch checks req on the store and on the model, the reference.
+func mustMatch(t *testing.T, step int, s *tgredis.Store, m *countertest.Model, req counter.Request) counter.Result {
 	t.Helper()
 	got, err := s.Check(context.Background(), req)
 	if err != nil {
 		t.Fatalf("step %d: %v", step, err)
 	}
-	want := m.check(req)
+	want := m.Check(req, req.Now)
 	if got.Allowed != want.Allowed || !got.Now.Equal(want.Now) {
 		t.Fatalf("step %d %+v: allowed %v at %s, want %v at %s", step, req, got.Allowed, got.Now, want.Allowed, want.Now)
 	}
@@ -90,7 +65,7 @@ func mustMatch(t *testing.T, step int, s *tgredis.Store, m model, req counter.Re
 }
 
 // TestPropertyRandomStreamsMatchLimit drives seeded random request streams
-// of all three algorithms, with explicit clocks that go forward by
+// of all three algorithms, any number of them ceilings, with explicit clocks that go forward by
 // microseconds to weeks and sometimes back, through the store and the model,
 // starting just before month ends so that calendar months roll over.
 func TestPropertyRandomStreamsMatchLimit(t *testing.T) {
@@ -128,7 +103,7 @@ func TestPropertyRandomStreamsMatchLimit(t *testing.T) {
 				}
 				items = append(items, it)
 			}
-			m := model{}
+			m := countertest.NewModel()
 			now := starts[seed%len(starts)]
 			for step := range 60 {
 				now = now.Add(jumps[r.IntN(len(jumps))])
@@ -148,6 +123,7 @@ func TestPropertyRandomStreamsMatchLimit(t *testing.T) {
 					}
 					req.Items = append(req.Items, it)
 				}
+				req.Ceilings = r.IntN(len(req.Items) + 1)
 				mustMatch(t, step, s, m, req)
 			}
 		})
@@ -155,9 +131,9 @@ func TestPropertyRandomStreamsMatchLimit(t *testing.T) {
 }
 
 // TestMonthWindows checks the script's calendar arithmetic against Go's at
-// month boundaries from 1970 to 2255 (2^53 µs, the last instant a Lua number
-// holds exactly) and at random instants: the window each key is stored
-// under, its expiry, and the roll-over at a month's end.
+// month boundaries from 1970 to 2199 (a request's Now is before 2200) and at
+// random instants: the window each key is stored under, its expiry, and the
+// roll-over at a month's end.
 func TestMonthWindows(t *testing.T) {
 	t.Parallel()
 	s, raw, prefix := newStore(t, 5*time.Second)
@@ -171,27 +147,31 @@ func TestMonthWindows(t *testing.T) {
 			instants = append(instants, first.Add(-time.Microsecond))
 		}
 	}
-	for _, y := range []int{1970, 2026, 2028, 2254} {
+	for _, y := range []int{1970, 2026, 2028, 2198} {
 		for mo := time.January; mo <= time.December; mo++ {
 			boundary(y, mo)
 		}
 	}
-	for _, y := range []int{1971, 1972, 1999, 2000, 2001, 2024, 2025, 2100, 2101, 2200, 2204, 2255} {
+	for _, y := range []int{1971, 1972, 1999, 2000, 2001, 2024, 2025, 2100, 2101, 2196, 2197, 2199} {
 		boundary(y, time.January)
 		boundary(y, time.March)
 	}
+	// The last month whose end (the roll-over below) is still a valid Now.
+	boundary(2199, time.November)
+	last := time.Date(2199, 12, 1, 0, 0, 0, 0, time.UTC)
+	instants = append(instants, last.Add(-time.Microsecond))
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 200 {
-		instants = append(instants, time.UnixMicro(r.Int64N(1<<53)).UTC())
+		instants = append(instants, time.UnixMicro(r.Int64N(last.UnixMicro())).UTC())
 	}
 	ctx := context.Background()
 	for i, at := range instants {
 		it := counter.Item{Key: fmt.Sprint("m", i), Algorithm: limit.FixedWindow, Limit: 2, Window: limit.Month, Cost: 1}
-		m := model{}
+		m := countertest.NewModel()
 		req := counter.Request{Items: []counter.Item{it}, Now: at}
 		mustMatch(t, i, s, m, req)
 		start, end := limit.Month.Bounds(at.UnixMicro())
-		v, err := raw.Get(ctx, prefix+"{_}:"+it.Key).Bytes()
+		v, err := raw.Get(ctx, prefix+"{~}:"+it.Key).Bytes()
 		if err != nil {
 			t.Fatalf("%s: GET: %v", at, err)
 		}
@@ -200,7 +180,7 @@ func TestMonthWindows(t *testing.T) {
 		}
 		// Redis expires by its own clock: what is left is the window's end
 		// less this instant, plus the script's grace, less the test's time.
-		ttl, err := raw.PTTL(ctx, prefix+"{_}:"+it.Key).Result()
+		ttl, err := raw.PTTL(ctx, prefix+"{~}:"+it.Key).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,8 +210,9 @@ func unpackFloat(b []byte, i int) float64 {
 }
 
 // TestWritesOnlyWhenAllAdmitted checks the keys themselves: a refused batch
-// and a peek leave every stored byte and expiry as it was, and a batch's keys
-// are prefix{group}:key.
+// and a peek leave every stored byte and expiry as it was, a batch's keys
+// are prefix{group}:key, and a batch refused by a policy writes its ceiling
+// as a batch of the ceiling alone would.
 func TestWritesOnlyWhenAllAdmitted(t *testing.T) {
 	t.Parallel()
 	s, raw, prefix := newStore(t, 5*time.Second)
@@ -273,15 +254,43 @@ func TestWritesOnlyWhenAllAdmitted(t *testing.T) {
 	if after := snapshot(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("keys changed by a refused batch and a peek:\n before %v\n after  %v", before, after)
 	}
-	if n, err := raw.Exists(ctx, prefix+"{_}:a").Result(); err != nil || n != 0 {
+	if n, err := raw.Exists(ctx, prefix+"{~}:a").Result(); err != nil || n != 0 {
 		t.Fatalf("a key outside the group's tag exists: %d, %v", n, err)
 	}
 	res, err = s.Check(ctx, counter.Request{Mode: counter.Peek, Items: []counter.Item{a}, Now: later})
 	if err != nil || !res.Allowed || res.Decisions[0].Remaining != 1 {
 		t.Fatalf("peek without a group: %+v, %v; want the group's counter untouched", res, err)
 	}
-	if n, err := raw.Exists(ctx, prefix+"{_}:a").Result(); err != nil || n != 0 {
-		t.Fatalf("a peek wrote %s{_}:a: %d, %v", prefix, n, err)
+	if n, err := raw.Exists(ctx, prefix+"{~}:a").Result(); err != nil || n != 0 {
+		t.Fatalf("a peek wrote %s{~}:a: %d, %v", prefix, n, err)
+	}
+
+	// b is spent in t1: the ceiling c is written, and b keeps its bytes.
+	c := counter.Item{Key: "c", Algorithm: limit.SlidingWindow, Limit: 5, Window: limit.Every(time.Minute), Cost: 2}
+	res, err = s.Check(ctx, counter.Request{Group: "t1", Ceilings: 1, Items: []counter.Item{c, b}, Now: later})
+	if err != nil || res.Allowed || !res.Decisions[0].Allowed {
+		t.Fatalf("ceiling and a spent policy: %+v, %v; want refused by the policy alone", res, err)
+	}
+	if after := snapshot(); after[1] != before[1] {
+		t.Fatalf("a refused policy's key changed:\n before %v\n after  %v", before[1], after[1])
+	}
+	if _, err := s.Check(ctx, counter.Request{Group: "t2", Items: []counter.Item{c}, Now: later}); err != nil {
+		t.Fatal(err)
+	}
+	keys = []string{prefix + "{t1}:c", prefix + "{t2}:c"}
+	got := snapshot()
+	var v1, v2 string
+	var exp1, exp2 int64
+	if _, err := fmt.Sscanf(got[0], "%q@%d", &v1, &exp1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Sscanf(got[1], "%q@%d", &v2, &exp2); err != nil {
+		t.Fatal(err)
+	}
+	// The same instant and item give the same state and the same PX; the
+	// absolute expiries differ by the time between the two writes.
+	if v1 != v2 || exp1 <= 0 || exp2 < exp1 || exp2-exp1 > int64(500*time.Millisecond) {
+		t.Fatalf("ceiling written beside a refused policy: %s; written alone: %s; want the same state and expiry", got[0], got[1])
 	}
 }
 
@@ -461,6 +470,7 @@ func TestInvalid(t *testing.T) {
 	for name, req := range map[string]counter.Request{
 		"no items":        {},
 		"before 1970":     {Items: []counter.Item{it}, Now: time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC)},
+		"2200":            {Items: []counter.Item{it}, Now: time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)},
 		"after 2^53 µs":   {Items: []counter.Item{it}, Now: time.UnixMicro(1 << 53)},
 		"sliding a month": {Items: []counter.Item{{Key: "k", Algorithm: limit.SlidingWindow, Limit: 1, Window: limit.Month, Cost: 1}}},
 	} {

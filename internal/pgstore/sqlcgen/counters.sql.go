@@ -22,7 +22,8 @@ FROM tollgate_check(
     $6::bigint[],
     $7::bigint[],
     $8::boolean[],
-    $9::bigint
+    $9::integer[],
+    $10::bigint
 ) AS c
 `
 
@@ -35,6 +36,7 @@ type CheckCountersParams struct {
 	Windows    []int64
 	Costs      []int64
 	Consume    []bool
+	Ceilings   []int32
 	Now        *int64
 }
 
@@ -48,8 +50,8 @@ type CheckCountersRow struct {
 }
 
 // CheckCounters decides one coalesced batch; see tollgate_check in
-// migrations/000002_counter_check.up.sql for the arguments. Now is NULL for
-// the database clock. (The casts give sqlc the column types: it does not
+// migrations/000003_counter_ceilings.up.sql for the arguments. Now is NULL
+// for the database clock. (The casts give sqlc the column types: it does not
 // read a function's RETURNS TABLE.)
 func (q *Queries) CheckCounters(ctx context.Context, arg CheckCountersParams) ([]CheckCountersRow, error) {
 	rows, err := q.db.Query(ctx, checkCounters,
@@ -61,6 +63,7 @@ func (q *Queries) CheckCounters(ctx context.Context, arg CheckCountersParams) ([
 		arg.Windows,
 		arg.Costs,
 		arg.Consume,
+		arg.Ceilings,
 		arg.Now,
 	)
 	if err != nil {

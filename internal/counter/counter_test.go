@@ -1,0 +1,68 @@
+package counter_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/limit"
+)
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	it := counter.Item{Key: "k", Algorithm: limit.FixedWindow, Limit: 1, Window: limit.Every(time.Minute), Cost: 1}
+	two := []counter.Item{it, it}
+	cases := []struct {
+		name  string
+		req   counter.Request
+		valid bool
+	}{
+		{"plain", counter.Request{Items: two}, true},
+		{"no ceilings", counter.Request{Items: two, Ceilings: 0}, true},
+		{"one ceiling", counter.Request{Items: two, Ceilings: 1}, true},
+		{"every item a ceiling", counter.Request{Items: two, Ceilings: 2}, true},
+		{"every item a ceiling, peek", counter.Request{Mode: counter.Peek, Items: two, Ceilings: 2}, true},
+		{"more ceilings than items", counter.Request{Items: two, Ceilings: 3}, false},
+		{"negative ceilings", counter.Request{Items: two, Ceilings: -1}, false},
+
+		{"no group", counter.Request{Items: two, Group: ""}, true},
+		{"UUID group", counter.Request{Items: two, Group: "0b3f5c1e-6f3a-4a7e-9d2c-5b8e1f0a9c42"}, true},
+		{"every allowed byte", counter.Request{Items: two, Group: "azAZ09_-"}, true},
+		{"group of 64 bytes", counter.Request{Items: two, Group: strings.Repeat("g", 64)}, true},
+		{"group of 65 bytes", counter.Request{Items: two, Group: strings.Repeat("g", 65)}, false},
+		{"group with a slash", counter.Request{Items: two, Group: "a/b"}, false},
+		{"group with a dot", counter.Request{Items: two, Group: "a.b"}, false},
+		{"group with a brace", counter.Request{Items: two, Group: "a{b"}, false},
+		{"group with a colon", counter.Request{Items: two, Group: "1:a"}, false},
+		{"group with a space", counter.Request{Items: two, Group: " "}, false},
+		{"group with a NUL", counter.Request{Items: two, Group: "a\x00"}, false},
+		{"group with a non-ASCII letter", counter.Request{Items: two, Group: "é"}, false},
+		{"group of invalid UTF-8", counter.Request{Items: two, Group: "\xff"}, false},
+
+		{"now at the epoch", counter.Request{Items: two, Now: time.Unix(0, 0)}, true},
+		{"now a microsecond before the epoch", counter.Request{Items: two, Now: time.Unix(0, 0).Add(-time.Microsecond)}, false},
+		{"now a nanosecond before the epoch", counter.Request{Items: two, Now: time.Unix(0, -1)}, false},
+		{"now the last microsecond of 2199", counter.Request{Items: two, Now: time.Date(2199, 12, 31, 23, 59, 59, 999999000, time.UTC)}, true},
+		{"now 2200", counter.Request{Items: two, Now: time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)}, false},
+		{"now 2200 in another zone", counter.Request{Items: two, Now: time.Date(2199, 12, 31, 23, 0, 0, 0, time.FixedZone("", -3600))}, false},
+		{"now 2^53 µs", counter.Request{Items: two, Now: time.UnixMicro(1 << 53)}, false},
+		{"now past int64 µs", counter.Request{Items: two, Now: time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)}, false},
+		// 2^64 µs and a little: UnixMicro wraps round to 448,384 µs, in 1970.
+		{"now whose µs wrap round into 1970", counter.Request{Items: two, Now: time.Unix(18446744073710, 0)}, false},
+		{"now year 1", counter.Request{Items: two, Now: time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC)}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			err := counter.Validate(c.req)
+			if got := err == nil; got != c.valid {
+				t.Fatalf("Validate: got %v, want valid %v", err, c.valid)
+			}
+			if err != nil && !errors.Is(err, counter.ErrInvalid) {
+				t.Fatalf("Validate: got %v, want it to wrap ErrInvalid", err)
+			}
+		})
+	}
+}
