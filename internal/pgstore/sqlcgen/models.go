@@ -8,6 +8,18 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type Alert struct {
+	TenantID   pgtype.UUID
+	Policy     string
+	SubjectKey string
+	Day        pgtype.Date
+	FirstAt    pgtype.Timestamptz
+	LastAt     pgtype.Timestamptz
+	Count      int64
+	AlertAfter int64
+	Shadow     bool
+}
+
 type ApiKey struct {
 	ID         string
 	TenantID   pgtype.UUID
@@ -17,6 +29,11 @@ type ApiKey struct {
 	CreatedAt  pgtype.Timestamptz
 	RevokedAt  pgtype.Timestamptz
 	LastUsedAt pgtype.Timestamptz
+}
+
+type AppliedBatch struct {
+	ID        pgtype.UUID
+	AppliedAt pgtype.Timestamptz
 }
 
 type Audit struct {
@@ -71,6 +88,20 @@ type PolicyOverride struct {
 	CreatedAt pgtype.Timestamptz
 }
 
+type RefusalHour struct {
+	TenantID   pgtype.UUID
+	Policy     string
+	SubjectKey string
+	Hour       pgtype.Timestamptz
+	Refusals   int64
+}
+
+type RefusalWindow struct {
+	TenantID   pgtype.UUID
+	CounterKey string
+	WindowEnd  pgtype.Timestamptz
+}
+
 type Tenant struct {
 	ID                   pgtype.UUID
 	Name                 string
@@ -92,4 +123,5 @@ type UsageMinute struct {
 	Live     bool
 	Outcome  string
 	Checks   int64
+	Checked  bool
 }

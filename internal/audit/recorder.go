@@ -1,0 +1,564 @@
+package audit
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/gate"
+)
+
+// Defaults of RecorderConfig.
+const (
+	DefaultFlushEvery   = time.Second
+	DefaultFlushTimeout = 5 * time.Second
+	DefaultMaxSeen      = 100_000
+	DefaultMaxPending   = 100_000
+	DefaultPruneEvery   = 10 * time.Minute
+	// DefaultAlertLimit is the number of alerts Alerts returns for a limit
+	// of zero.
+	DefaultAlertLimit = 100
+)
+
+// Retention of the rows behind the first-refusal rule and the alerts.
+const (
+	// windowGrace keeps a window's row this long after it ended, so that a
+	// refusal observed late (a slow request) is still recognised.
+	windowGrace = time.Hour
+	// hourRetention keeps hourly refusal counts this long: the 24-hour sums
+	// need no more than the last 24 buckets.
+	hourRetention = 48 * time.Hour
+	// sweepEvery is how often expired windows leave the local seen map.
+	sweepEvery = time.Minute
+	// batchRetention is how long the Store remembers applied batch ids: far
+	// longer than any batch waits to be sent again.
+	batchRetention = 24 * time.Hour
+)
+
+// FirstRefusal is a refusal that this instance saw first in its window; the
+// store writes its audit entry unless another instance was first.
+type FirstRefusal struct {
+	TenantID string
+	// Key is the counter key that refused (a digest).
+	Key string
+	// WindowEnd is the end of the refusing counter's window.
+	WindowEnd time.Time
+	// At is when the refusal happened.
+	At time.Time
+	// Detail is the audit entry's detail.
+	Detail map[string]any
+}
+
+// RefusalCount counts refusals of one subject by one policy in one UTC hour.
+type RefusalCount struct {
+	TenantID string
+	Policy   string
+	// Key is the subject's counter key (a digest).
+	Key string
+	// Hour is the start of the hour, UTC.
+	Hour  time.Time
+	Count int64
+}
+
+// AlertCheck asks whether a subject's refusals by a policy in the 24 hours
+// up to At reach AlertAfter.
+type AlertCheck struct {
+	TenantID   string
+	Policy     string
+	Key        string
+	AlertAfter int64
+	// At is the latest refusal observed.
+	At     time.Time
+	Shadow bool
+}
+
+// Alert says that one subject of a policy was refused at least AlertAfter
+// times within 24 hours. There is one alert per tenant, policy, subject and
+// UTC day.
+type Alert struct {
+	Policy string `json:"policy"`
+	// SubjectKey is the subject's counter key, an HMAC digest: the raw
+	// subject is never stored.
+	SubjectKey string `json:"subject_key"`
+	// Count is the refusals in the 24 hours up to LastAt.
+	Count      int64 `json:"count"`
+	AlertAfter int64 `json:"alert_after"`
+	// FirstAt is when the threshold was reached that day; LastAt is the
+	// latest refusal counted.
+	FirstAt time.Time `json:"first_at"`
+	LastAt  time.Time `json:"last_at"`
+	// Shadow says the policy was in shadow mode: nothing was refused, this
+	// is what it would have done.
+	Shadow bool `json:"shadow"`
+}
+
+// Store keeps first refusals, refusal counts and alerts. Implementations
+// are safe for concurrent use; the rows of tenants that do not exist are
+// dropped without error.
+type Store interface {
+	// RecordFirstRefusals writes an audit entry for each refusal that no
+	// instance has recorded for its (tenant, key, window end), in one
+	// statement, and returns how many it wrote. Keys are distinct.
+	RecordFirstRefusals(ctx context.Context, rs []FirstRefusal) (int64, error)
+	// CountRefusals adds counts, all or none, once per batchID (a UUID): a
+	// call with the id of a batch applied before adds nothing, so that a
+	// batch whose fate an error left unknown can be sent again. Rows are
+	// distinct.
+	CountRefusals(ctx context.Context, batchID string, cs []RefusalCount) error
+	// RaiseAlerts raises or updates the alert of each check whose count
+	// reaches its AlertAfter, from the counts committed before it starts,
+	// and returns how many it raised or updated. Subjects are distinct.
+	RaiseAlerts(ctx context.Context, cs []AlertCheck) (int64, error)
+	// ListAlerts lists a tenant's alerts whose LastAt is at or after since,
+	// latest first, at most limit of them.
+	ListAlerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]Alert, error)
+	// PruneRefusals deletes the windows that ended before windowsBefore,
+	// the hourly counts of hours before hoursBefore, and the ids of batches
+	// applied before batchesBefore.
+	PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, batchesBefore time.Time) error
+}
+
+// RecorderConfig configures a Recorder.
+type RecorderConfig struct {
+	// Store keeps what the Recorder writes; required.
+	Store Store
+	// Logger receives failed flushes and dropped refusals; nil discards.
+	Logger *slog.Logger
+	// FlushEvery is the period of Run's flushes; zero means
+	// DefaultFlushEvery.
+	FlushEvery time.Duration
+	// FlushTimeout bounds each flush; zero means DefaultFlushTimeout.
+	FlushTimeout time.Duration
+	// MaxSeen bounds the windows remembered locally, to spare the database
+	// the refusals it would ignore; zero means DefaultMaxSeen. Forgetting
+	// one costs a row in a batch, never a second audit entry.
+	MaxSeen int
+	// MaxPending bounds each kind of pending write (first refusals,
+	// hourly counts, alert checks); beyond it new ones are dropped and
+	// logged. Zero means DefaultMaxPending.
+	MaxPending int
+	// PruneEvery is how often Run deletes expired windows and counts from
+	// the Store; zero means DefaultPruneEvery, negative never.
+	PruneEvery time.Duration
+	// Now is the clock for events without At and for expiry; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+type windowKey struct {
+	tenantID string
+	key      string
+	end      int64 // Unix nanoseconds
+}
+
+type hourKey struct {
+	tenantID, policy, key string
+	hour                  int64 // Unix seconds
+}
+
+type subjectKey struct {
+	tenantID, policy, key string
+}
+
+// countBatch is one flush's counts and the id that makes them count once.
+type countBatch struct {
+	id   string
+	rows []RefusalCount
+}
+
+type pendingFirst struct {
+	at  time.Time
+	end time.Time
+	ref gate.Refusal
+}
+
+// Recorder is the gate.Observer behind the first-refusal rule and alerts.
+// Observe only updates maps under a mutex; Run writes them in batches. It is
+// safe for concurrent use.
+type Recorder struct {
+	store      Store
+	log        *slog.Logger
+	every      time.Duration
+	timeout    time.Duration
+	maxSeen    int
+	maxPending int
+	pruneEvery time.Duration
+	now        func() time.Time
+
+	// flushMu keeps flushes one at a time, so that a failed batch is put
+	// back before the next is taken.
+	flushMu sync.Mutex
+	// retry is the batch of counts whose write failed, sent again, as it is
+	// and under its id, before any other; guarded by flushMu.
+	retry *countBatch
+
+	mu        sync.Mutex
+	seen      map[windowKey]time.Time // window end, for expiry
+	firsts    map[windowKey]pendingFirst
+	counts    map[hourKey]int64
+	checks    map[subjectKey]AlertCheck
+	dropped   int64
+	lastSweep time.Time
+}
+
+var _ gate.Observer = (*Recorder)(nil)
+
+// NewRecorder returns a Recorder; call Run to write what it observes.
+func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("audit recorder: no store")
+	}
+	r := &Recorder{
+		store:      cfg.Store,
+		log:        cfg.Logger,
+		every:      cmp.Or(cfg.FlushEvery, DefaultFlushEvery),
+		timeout:    cmp.Or(cfg.FlushTimeout, DefaultFlushTimeout),
+		maxSeen:    cmp.Or(cfg.MaxSeen, DefaultMaxSeen),
+		maxPending: cmp.Or(cfg.MaxPending, DefaultMaxPending),
+		pruneEvery: cmp.Or(cfg.PruneEvery, DefaultPruneEvery),
+		now:        cfg.Now,
+		seen:       map[windowKey]time.Time{},
+		firsts:     map[windowKey]pendingFirst{},
+		counts:     map[hourKey]int64{},
+		checks:     map[subjectKey]AlertCheck{},
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.every < 0 || r.timeout < 0 || r.maxSeen < 0 || r.maxPending < 0 {
+		return nil, errors.New("audit recorder: negative period or bound")
+	}
+	return r, nil
+}
+
+// Observe notes e's refusals: the first of each (tenant, key, window end)
+// this instance sees is queued for the audit log, and refusals by a policy
+// with alert_after are counted. It never blocks on I/O. Events without a
+// tenant are ignored.
+func (r *Recorder) Observe(_ context.Context, e gate.Event) {
+	if e.TenantID == "" || len(e.Refusals) == 0 {
+		return
+	}
+	at := e.At
+	if at.IsZero() {
+		at = r.now()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range e.Refusals {
+		end := f.ResetAt
+		if end.IsZero() {
+			// No window known: one entry per minute at most.
+			end = at.Truncate(time.Minute).Add(time.Minute)
+		}
+		key := f.Key
+		if key == "" {
+			// A keyless ceiling still has one window per layer and scope.
+			key = f.Layer + ":" + f.Scope
+		}
+		wk := windowKey{tenantID: e.TenantID, key: key, end: end.UnixNano()}
+		if _, ok := r.seen[wk]; !ok {
+			if len(r.firsts) >= r.maxPending {
+				r.dropped++
+			} else {
+				r.rememberLocked(wk, end)
+				r.firsts[wk] = pendingFirst{at: at, end: end, ref: f}
+			}
+		}
+		if f.AlertAfter > 0 && f.Layer == gate.LayerPolicy && f.Policy != "" && f.Key != "" {
+			r.countLocked(e.TenantID, f, at)
+		}
+	}
+}
+
+// countLocked counts a refusal toward its subject's alert.
+func (r *Recorder) countLocked(tenantID string, f gate.Refusal, at time.Time) {
+	hk := hourKey{tenantID: tenantID, policy: f.Policy, key: f.Key, hour: at.Truncate(time.Hour).Unix()}
+	if _, ok := r.counts[hk]; !ok && len(r.counts) >= r.maxPending {
+		r.dropped++
+		return
+	}
+	r.counts[hk]++
+	sk := subjectKey{tenantID: tenantID, policy: f.Policy, key: f.Key}
+	c, ok := r.checks[sk]
+	if !ok && len(r.checks) >= r.maxPending {
+		r.dropped++
+		return
+	}
+	if !ok || !at.Before(c.At) {
+		r.checks[sk] = AlertCheck{TenantID: tenantID, Policy: f.Policy, Key: f.Key, AlertAfter: f.AlertAfter, At: at, Shadow: f.Shadow}
+	}
+}
+
+// rememberLocked adds a window to the seen map, first making room when it
+// is full: expired windows go first, then arbitrary ones down to three
+// quarters of the bound (each sweep so frees a quarter at least, so sweeps
+// stay rare).
+func (r *Recorder) rememberLocked(wk windowKey, end time.Time) {
+	if len(r.seen) >= r.maxSeen {
+		r.sweepLocked(r.now())
+		for k := range r.seen {
+			if len(r.seen) <= r.maxSeen*3/4 {
+				break
+			}
+			delete(r.seen, k)
+		}
+	}
+	r.seen[wk] = end
+}
+
+// sweepLocked forgets the windows that have ended by now.
+func (r *Recorder) sweepLocked(now time.Time) {
+	for k, end := range r.seen {
+		if !end.After(now) {
+			delete(r.seen, k)
+		}
+	}
+	r.lastSweep = now
+}
+
+// Run writes what was observed every FlushEvery, and prunes expired rows
+// every PruneEvery, until ctx ends; then it flushes once more and returns
+// that flush's error, nil when everything was written. Flushes run under
+// FlushTimeout, and ctx's end does not cut one short. Failed periodic
+// flushes are logged and retried.
+func (r *Recorder) Run(ctx context.Context) error {
+	t := time.NewTicker(r.every)
+	defer t.Stop()
+	var prune <-chan time.Time
+	if r.pruneEvery > 0 {
+		pt := time.NewTicker(r.pruneEvery)
+		defer pt.Stop()
+		prune = pt.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+			defer cancel()
+			err := r.Flush(fctx)
+			r.logDropped(fctx)
+			if err != nil {
+				return fmt.Errorf("final audit flush: %w", err)
+			}
+			return nil
+		case <-t.C:
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+			if err := r.Flush(fctx); err != nil {
+				r.log.WarnContext(ctx, "audit flush failed, refusals kept for the next", "err", err)
+			}
+			cancel()
+			r.logDropped(ctx)
+			now := r.now()
+			r.mu.Lock()
+			if now.Sub(r.lastSweep) >= sweepEvery {
+				r.sweepLocked(now)
+			}
+			r.mu.Unlock()
+		case <-prune:
+			if err := r.Prune(ctx); err != nil && ctx.Err() == nil {
+				r.log.WarnContext(ctx, "audit prune failed", "err", err)
+			}
+		}
+	}
+}
+
+// Prune deletes from the Store the windows that ended over an hour ago, the
+// hourly counts older than two days and the batch ids older than a day.
+func (r *Recorder) Prune(ctx context.Context) error {
+	now := r.now()
+	if err := r.store.PruneRefusals(ctx, now.Add(-windowGrace), now.Add(-hourRetention), now.Add(-batchRetention)); err != nil {
+		return fmt.Errorf("prune refusals: %w", err)
+	}
+	return nil
+}
+
+func (r *Recorder) logDropped(ctx context.Context) {
+	r.mu.Lock()
+	n := r.dropped
+	r.dropped = 0
+	r.mu.Unlock()
+	if n > 0 {
+		r.log.ErrorContext(ctx, "audit refusals dropped: too many waiting for the database", "refusals", n, "max_pending", r.maxPending)
+	}
+}
+
+// Flush writes the pending first refusals, then the refusal counts, then
+// (once the counts are committed) the alert checks. What fails stays
+// pending for the next flush (counts as a batch sent again under its id, so
+// that they count once); the errors are returned joined.
+func (r *Recorder) Flush(ctx context.Context) error {
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
+	r.mu.Lock()
+	firsts, counts, checks := r.firsts, r.counts, r.checks
+	r.firsts, r.counts, r.checks = map[windowKey]pendingFirst{}, map[hourKey]int64{}, map[subjectKey]AlertCheck{}
+	r.mu.Unlock()
+
+	var errs []error
+	if len(firsts) > 0 {
+		if _, err := r.store.RecordFirstRefusals(ctx, firstRefusals(firsts)); err != nil {
+			errs = append(errs, fmt.Errorf("record first refusals: %w", err))
+			r.mu.Lock()
+			for k, p := range firsts {
+				if _, ok := r.firsts[k]; ok {
+					continue
+				}
+				if len(r.firsts) >= r.maxPending {
+					r.dropped++
+					delete(r.seen, k) // a later refusal may try again
+					continue
+				}
+				r.firsts[k] = p
+			}
+			r.mu.Unlock()
+		}
+	}
+	if b := r.retry; b != nil {
+		if err := r.store.CountRefusals(ctx, b.id, b.rows); err != nil {
+			errs = append(errs, fmt.Errorf("count refusals: batch %s again: %w", b.id, err))
+			r.putBack(counts, checks)
+			return errors.Join(errs...)
+		}
+		r.retry = nil
+	}
+	if len(counts) > 0 {
+		b := &countBatch{id: newBatchID(), rows: refusalCounts(counts)}
+		if err := r.store.CountRefusals(ctx, b.id, b.rows); err != nil {
+			errs = append(errs, fmt.Errorf("count refusals: %w", err))
+			r.retry = b
+			r.putBack(nil, checks)
+			return errors.Join(errs...)
+		}
+	}
+	if len(checks) > 0 {
+		if _, err := r.store.RaiseAlerts(ctx, alertChecks(checks)); err != nil {
+			errs = append(errs, fmt.Errorf("raise alerts: %w", err))
+			r.putBack(nil, checks)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// putBack returns unwritten counts and checks to the pending maps.
+func (r *Recorder) putBack(counts map[hourKey]int64, checks map[subjectKey]AlertCheck) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, n := range counts {
+		if _, ok := r.counts[k]; !ok && len(r.counts) >= r.maxPending {
+			r.dropped += n
+			continue
+		}
+		r.counts[k] += n
+	}
+	for k, c := range checks {
+		old, ok := r.checks[k]
+		switch {
+		case !ok && len(r.checks) >= r.maxPending:
+			r.dropped++
+		case !ok || c.At.After(old.At):
+			r.checks[k] = c
+		}
+	}
+}
+
+// Alerts lists tenantID's alerts whose last refusal is at or after since,
+// latest first, at most limit of them (zero: DefaultAlertLimit).
+func (r *Recorder) Alerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]Alert, error) {
+	if limit <= 0 {
+		limit = DefaultAlertLimit
+	}
+	as, err := r.store.ListAlerts(ctx, tenantID, since, limit)
+	if err != nil {
+		return nil, fmt.Errorf("alerts of tenant %s: %w", tenantID, err)
+	}
+	return as, nil
+}
+
+// Pending returns the number of first refusals, hourly counts and alert
+// checks waiting to be written, and the windows remembered locally. Counts
+// include those of a failed batch: up to MaxPending more.
+func (r *Recorder) Pending() (firsts, counts, checks, seen int) {
+	r.flushMu.Lock()
+	retry := r.retry
+	r.flushMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	counts = len(r.counts)
+	if retry != nil {
+		counts += len(retry.rows)
+	}
+	return len(r.firsts), counts, len(r.checks), len(r.seen)
+}
+
+// RefusalDetail returns the detail of a refusal's audit entry.
+func RefusalDetail(f gate.Refusal, windowEnd time.Time) map[string]any {
+	return map[string]any{
+		"layer":      f.Layer,
+		"scope":      f.Scope,
+		"policy":     f.Policy,
+		"limit":      f.Limit,
+		"key":        f.Key,
+		"window_end": windowEnd.UTC().Format(time.RFC3339Nano),
+		"degraded":   f.Degraded,
+		"shadow":     f.Shadow,
+	}
+}
+
+// firstRefusals lists pending first refusals in key order.
+func firstRefusals(m map[windowKey]pendingFirst) []FirstRefusal {
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b windowKey) int {
+		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.key, b.key), cmp.Compare(a.end, b.end))
+	})
+	out := make([]FirstRefusal, 0, len(keys))
+	for _, k := range keys {
+		p := m[k]
+		out = append(out, FirstRefusal{TenantID: k.tenantID, Key: k.key, WindowEnd: p.end, At: p.at, Detail: RefusalDetail(p.ref, p.end)})
+	}
+	return out
+}
+
+// refusalCounts lists pending counts in key order.
+func refusalCounts(m map[hourKey]int64) []RefusalCount {
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b hourKey) int {
+		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.policy, b.policy), cmp.Compare(a.key, b.key), cmp.Compare(a.hour, b.hour))
+	})
+	out := make([]RefusalCount, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, RefusalCount{TenantID: k.tenantID, Policy: k.policy, Key: k.key, Hour: time.Unix(k.hour, 0).UTC(), Count: m[k]})
+	}
+	return out
+}
+
+// alertChecks lists pending checks in key order.
+func alertChecks(m map[subjectKey]AlertCheck) []AlertCheck {
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b subjectKey) int {
+		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.policy, b.policy), cmp.Compare(a.key, b.key))
+	})
+	out := make([]AlertCheck, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, m[k])
+	}
+	return out
+}
+
+// newBatchID returns a random (version 4) UUID.
+func newBatchID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}

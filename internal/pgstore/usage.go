@@ -1,0 +1,116 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
+	"github.com/tollgate/tollgate/internal/usage"
+)
+
+// Usage keeps per-minute usage counts (table usage_minutes) for
+// usage.Recorder. It is safe for concurrent use.
+type Usage struct {
+	q *sqlcgen.Queries
+}
+
+var _ usage.Store = (*Usage)(nil)
+
+// NewUsage returns the usage store on pool, a database migrated to at least
+// 000005.
+func NewUsage(pool *pgxpool.Pool) *Usage {
+	return &Usage{q: sqlcgen.New(pool)}
+}
+
+// AddUsage implements usage.Store in one statement. Rows whose tenant id is
+// not a UUID name no tenant and are dropped, like those of deleted tenants.
+func (s *Usage) AddUsage(ctx context.Context, batchID string, rows []usage.Row) error {
+	id, ok := auditUUID(batchID)
+	if !ok {
+		return fmt.Errorf("add usage: batch id %q is not a UUID", batchID)
+	}
+	p := sqlcgen.AddUsageParams{
+		BatchID:   id,
+		TenantIds: make([]pgtype.UUID, 0, len(rows)),
+		Minutes:   make([]pgtype.Timestamptz, 0, len(rows)),
+		Live:      make([]bool, 0, len(rows)),
+		Checked:   make([]bool, 0, len(rows)),
+		Outcomes:  make([]string, 0, len(rows)),
+		Checks:    make([]int64, 0, len(rows)),
+	}
+	for _, r := range rows {
+		id, ok := auditUUID(r.TenantID)
+		if !ok {
+			continue
+		}
+		p.TenantIds = append(p.TenantIds, id)
+		p.Minutes = append(p.Minutes, pgtype.Timestamptz{Time: r.Minute, Valid: true})
+		p.Live = append(p.Live, r.Live)
+		p.Checked = append(p.Checked, r.Checked)
+		p.Outcomes = append(p.Outcomes, r.Outcome)
+		p.Checks = append(p.Checks, r.Count)
+	}
+	if err := s.q.AddUsage(ctx, p); err != nil {
+		return fmt.Errorf("add %d usage rows: %w", len(p.TenantIds), auditErr(err))
+	}
+	return nil
+}
+
+// UsageTotals implements usage.Store.
+func (s *Usage) UsageTotals(ctx context.Context, tenantID string, from, until time.Time) ([]usage.Total, error) {
+	id, ok := auditUUID(tenantID)
+	if !ok {
+		return nil, nil
+	}
+	rows, err := s.q.UsageTotals(ctx, sqlcgen.UsageTotalsParams{
+		TenantID:    id,
+		FromMinute:  pgtype.Timestamptz{Time: from, Valid: true},
+		UntilMinute: pgtype.Timestamptz{Time: until, Valid: true},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("usage totals: %w", auditErr(err))
+	}
+	out := make([]usage.Total, len(rows))
+	for i, r := range rows {
+		out[i] = usage.Total{Live: r.Live, Checked: r.Checked, Outcome: r.Outcome, Count: r.Checks}
+	}
+	return out, nil
+}
+
+// BatchApplied implements usage.Store.
+func (s *Usage) BatchApplied(ctx context.Context, batchID string) (bool, error) {
+	id, ok := auditUUID(batchID)
+	if !ok {
+		return false, nil
+	}
+	applied, err := s.q.BatchApplied(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("batch %s applied: %w", batchID, auditErr(err))
+	}
+	return applied, nil
+}
+
+// PruneBatches implements usage.Store.
+func (s *Usage) PruneBatches(ctx context.Context, before time.Time) error {
+	return pruneBatches(ctx, s.q, before)
+}
+
+// pruneBatches deletes the ids of batches applied before before, a batch
+// of rows per statement so that no statement holds many locks.
+func pruneBatches(ctx context.Context, q *sqlcgen.Queries, before time.Time) error {
+	for {
+		n, err := q.PruneAppliedBatches(ctx, sqlcgen.PruneAppliedBatchesParams{
+			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneBatch,
+		})
+		if err != nil {
+			return fmt.Errorf("prune applied batches: %w", auditErr(err))
+		}
+		if n < pruneBatch {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,412 @@
+package usage_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/usage"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// newDB returns a pool on a migrated database of the test's own.
+func newDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// newTenant inserts a tenant and returns its id.
+func newTenant(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var id string
+	err := pool.QueryRow(context.Background(),
+		"INSERT INTO tenants (name, plan) VALUES ('usage test', 'starter') RETURNING id::text").Scan(&id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+type rowKey struct {
+	tenant        string
+	minute        time.Time
+	live, checked bool
+	outcome       string
+}
+
+// stored reads usage_minutes whole.
+func stored(t *testing.T, pool *pgxpool.Pool) map[rowKey]int64 {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT tenant_id::text, minute, live, checked, outcome, checks FROM usage_minutes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[rowKey]int64{}
+	for rows.Next() {
+		var k rowKey
+		var n int64
+		if err := rows.Scan(&k.tenant, &k.minute, &k.live, &k.checked, &k.outcome, &n); err != nil {
+			t.Fatal(err)
+		}
+		k.minute = k.minute.UTC()
+		out[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func newRecorder(t *testing.T, pool *pgxpool.Pool, cfg usage.Config) *usage.Recorder {
+	t.Helper()
+	cfg.Store = pgstore.NewUsage(pool)
+	r, err := usage.NewRecorder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// run starts r.Run and returns a function that stops it and returns its
+// error.
+func run(r *usage.Recorder) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+var outcomes = []string{gate.OutcomeAllowed, gate.LayerPolicy, gate.LayerIP, gate.LayerQuota, gate.LayerAllotment, gate.LayerSandbox}
+
+func TestConcurrentRecordersFlushExactTotals(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	tenants := []string{newTenant(t, pool), newTenant(t, pool), newTenant(t, pool)}
+	// Two instances on one database, flushing often, so that flushes race
+	// each other and the events.
+	a := newRecorder(t, pool, usage.Config{FlushEvery: 3 * time.Millisecond})
+	b := newRecorder(t, pool, usage.Config{FlushEvery: 5 * time.Millisecond})
+	stopA, stopB := run(a), run(b)
+
+	const goroutines, events = 16, 3000
+	start := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+	event := func(g, i int) gate.Event {
+		return gate.Event{
+			At:       start.Add(time.Duration(i%5)*time.Minute + time.Duration(g)*time.Second),
+			TenantID: tenants[(g+i)%len(tenants)],
+			Live:     i%3 != 0,
+			Checked:  i%4 != 0,
+			Outcome:  outcomes[(g*7+i)%len(outcomes)],
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			rec := a
+			if g%2 == 1 {
+				rec = b
+			}
+			for i := range events {
+				rec.Observe(context.Background(), event(g, i))
+			}
+		})
+	}
+	wg.Wait()
+	if err := stopA(); err != nil {
+		t.Fatalf("instance a: Run: %v", err)
+	}
+	if err := stopB(); err != nil {
+		t.Fatalf("instance b: Run: %v", err)
+	}
+
+	want := map[rowKey]int64{}
+	for g := range goroutines {
+		for i := range events {
+			e := event(g, i)
+			want[rowKey{e.TenantID, e.At.Truncate(time.Minute), e.Live, e.Checked, e.Outcome}]++
+		}
+	}
+	got := stored(t, pool)
+	if !maps.Equal(got, want) {
+		var sumGot, sumWant int64
+		for _, n := range got {
+			sumGot += n
+		}
+		for _, n := range want {
+			sumWant += n
+		}
+		t.Errorf("usage_minutes holds %d rows, %d events; want %d rows, %d events", len(got), sumGot, len(want), sumWant)
+		for k, n := range want {
+			if got[k] != n {
+				t.Errorf("%+v: got %d, want %d", k, got[k], n)
+				break
+			}
+		}
+	}
+}
+
+func TestGracefulStopFlushesEverything(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	tenant := newTenant(t, pool)
+	// Run would not flush for an hour: only the final flush writes.
+	r := newRecorder(t, pool, usage.Config{FlushEvery: time.Hour})
+	stop := run(r)
+	at := time.Date(2026, 11, 15, 12, 0, 30, 0, time.UTC)
+	for range 1234 {
+		r.Observe(context.Background(), gate.Event{At: at, TenantID: tenant, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	want := map[rowKey]int64{{tenant, at.Truncate(time.Minute), true, true, gate.OutcomeAllowed}: 1234}
+	if got := stored(t, pool); !maps.Equal(got, want) {
+		t.Errorf("usage_minutes = %v, want %v", got, want)
+	}
+	if got := r.Pending(); got != 0 {
+		t.Errorf("Pending() after Run = %d, want 0", got)
+	}
+}
+
+func TestFlushDropsUnknownTenants(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	tenant := newTenant(t, pool)
+	r := newRecorder(t, pool, usage.Config{})
+	at := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+	for _, id := range []string{tenant, "not-a-uuid", "00000000-0000-0000-0000-000000000000"} {
+		r.Observe(context.Background(), gate.Event{At: at, TenantID: id, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
+	}
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	want := map[rowKey]int64{{tenant, at, true, true, gate.OutcomeAllowed}: 1}
+	if got := stored(t, pool); !maps.Equal(got, want) {
+		t.Errorf("usage_minutes = %v, want %v", got, want)
+	}
+}
+
+func TestUsageCountsChecksAndSandbox(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	tenant, other := newTenant(t, pool), newTenant(t, pool)
+	now := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+	r := newRecorder(t, pool, usage.Config{})
+	ctx := context.Background()
+
+	type batch struct {
+		n int
+		e gate.Event
+	}
+	ev := func(at time.Time, tenant string, live, checked bool, outcome string) gate.Event {
+		return gate.Event{At: at, TenantID: tenant, Live: live, Checked: checked, Outcome: outcome}
+	}
+	batches := []batch{
+		// Live checks this month: allowed and refused by a policy count.
+		{7, ev(now.Add(-time.Hour), tenant, true, true, gate.OutcomeAllowed)},
+		{3, ev(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), tenant, true, true, gate.LayerPolicy)},
+		// Refused by ceilings: refusals, not checks.
+		{4, ev(now, tenant, true, true, gate.LayerQuota)},
+		{2, ev(now, tenant, true, true, gate.LayerAllotment)},
+		// Other routes: not checks; their refusals still count by layer.
+		{5, ev(now, tenant, true, false, gate.OutcomeAllowed)},
+		{6, ev(now, tenant, true, false, gate.LayerIP)},
+		// Last month's live checks: no.
+		{8, ev(time.Date(2026, 10, 31, 23, 59, 59, 0, time.UTC), tenant, true, true, gate.OutcomeAllowed)},
+		// Test checks in the last 30 days, last month included: sandbox.
+		{9, ev(now.Add(-20*24*time.Hour), tenant, false, true, gate.OutcomeAllowed)},
+		{1, ev(now.Add(-29*24*time.Hour), tenant, false, true, gate.LayerPolicy)},
+		{2, ev(now, tenant, false, true, gate.LayerSandbox)},
+		// Test checks older than 30 days, test calls of other routes: no.
+		{10, ev(now.Add(-31*24*time.Hour), tenant, false, true, gate.OutcomeAllowed)},
+		{11, ev(now, tenant, false, false, gate.OutcomeAllowed)},
+		// Another tenant's: no.
+		{12, ev(now, other, true, true, gate.OutcomeAllowed)},
+		{13, ev(now, other, false, true, gate.OutcomeAllowed)},
+	}
+	// Half of each batch reaches the table, half stays in memory: the
+	// report adds them.
+	for _, b := range batches {
+		for range b.n / 2 {
+			r.Observe(ctx, b.e)
+		}
+	}
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range batches {
+		for range b.n - b.n/2 {
+			r.Observe(ctx, b.e)
+		}
+	}
+	rep, err := r.Usage(ctx, tenant, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rep.ChecksUsed, int64(7+3); got != want {
+		t.Errorf("ChecksUsed = %d, want %d", got, want)
+	}
+	if got, want := rep.SandboxUsed, int64(9+1); got != want {
+		t.Errorf("SandboxUsed = %d, want %d", got, want)
+	}
+	wantRefusals := map[string]int64{gate.LayerPolicy: 3, gate.LayerQuota: 4, gate.LayerAllotment: 2, gate.LayerIP: 6, gate.LayerSandbox: 2}
+	if !maps.Equal(rep.Refusals, wantRefusals) {
+		t.Errorf("Refusals = %v, want %v", rep.Refusals, wantRefusals)
+	}
+	if want := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC); !rep.PeriodStart.Equal(want) {
+		t.Errorf("PeriodStart = %v, want %v", rep.PeriodStart, want)
+	}
+	if want := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC); !rep.PeriodEnd.Equal(want) {
+		t.Errorf("PeriodEnd = %v, want %v", rep.PeriodEnd, want)
+	}
+	if rep.Alerts == nil || len(rep.Alerts) != 0 {
+		t.Errorf("Alerts = %#v, want an empty list", rep.Alerts)
+	}
+
+	// After a flush the answer is the same.
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := r.Usage(ctx, tenant, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.ChecksUsed != rep.ChecksUsed || again.SandboxUsed != rep.SandboxUsed || !maps.Equal(again.Refusals, rep.Refusals) {
+		t.Errorf("after flushing: %+v, before: %+v", again, rep)
+	}
+}
+
+func TestUsageDuringFlushesCountsEachEventOnce(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	tenant := newTenant(t, pool)
+	now := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+	r := newRecorder(t, pool, usage.Config{FlushEvery: time.Millisecond})
+	stop := run(r)
+	defer stop()
+	ctx := context.Background()
+	// Reports run while Run flushes: none may see an event twice or miss
+	// one observed before it started.
+	var observed int64
+	for i := range 200 {
+		for range 10 {
+			r.Observe(ctx, gate.Event{At: now, TenantID: tenant, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
+		}
+		observed += 10
+		rep, err := r.Usage(ctx, tenant, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.ChecksUsed != observed {
+			t.Fatalf("report %d: ChecksUsed = %d, want %d", i, rep.ChecksUsed, observed)
+		}
+	}
+}
+
+func TestUsageOfUnknownTenant(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	r := newRecorder(t, pool, usage.Config{})
+	for _, id := range []string{"00000000-0000-0000-0000-000000000000", "nope"} {
+		t.Run(id, func(t *testing.T) {
+			rep, err := r.Usage(context.Background(), id, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.ChecksUsed != 0 || rep.SandboxUsed != 0 || len(rep.Refusals) != 0 {
+				t.Errorf("report = %+v, want zeros", rep)
+			}
+		})
+	}
+}
+
+// TestReportJSONNames keeps the report's JSON names, which /v1/usage may
+// serve as they are.
+func TestReportJSONNames(t *testing.T) {
+	t.Parallel()
+	rep := usage.Report{Refusals: map[string]int64{}}
+	got := fmt.Sprintf("%v", jsonKeys(t, rep))
+	want := "[alerts checks_used period_end period_start refusals sandbox_since sandbox_used tenant_id]"
+	if got != want {
+		t.Errorf("JSON keys = %s, want %s", got, want)
+	}
+}
+
+func jsonKeys(t *testing.T, v any) []string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return slices.Sorted(maps.Keys(m))
+}
+
+func TestAddUsageAppliesABatchOnce(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	tenant := newTenant(t, pool)
+	st := pgstore.NewUsage(pool)
+	ctx := context.Background()
+	minute := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+	rows := []usage.Row{{TenantID: tenant, Minute: minute, Live: true, Checked: true, Outcome: gate.OutcomeAllowed, Count: 5}}
+	const id = "0b7f3a52-4e2c-4b8e-9d0a-5f1c2e3d4a5b"
+	if applied, err := st.BatchApplied(ctx, id); err != nil || applied {
+		t.Fatalf("BatchApplied before = %t, %v; want false", applied, err)
+	}
+	// Sent again, as after an error that hid its commit: counted once.
+	for range 3 {
+		if err := st.AddUsage(ctx, id, rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.AddUsage(ctx, "1b7f3a52-4e2c-4b8e-9d0a-5f1c2e3d4a5b", rows); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := st.BatchApplied(ctx, id); err != nil || !applied {
+		t.Fatalf("BatchApplied after = %t, %v; want true", applied, err)
+	}
+	want := map[rowKey]int64{{tenant, minute, true, true, gate.OutcomeAllowed}: 10}
+	if got := stored(t, pool); !maps.Equal(got, want) {
+		t.Errorf("usage_minutes = %v, want %v", got, want)
+	}
+	if err := st.AddUsage(ctx, "not-a-uuid", rows); err == nil {
+		t.Error("AddUsage with a batch id that is not a UUID: got nil error")
+	}
+	// Pruning forgets old batch ids only.
+	if err := st.PruneBatches(ctx, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := st.BatchApplied(ctx, id); err != nil || !applied {
+		t.Errorf("BatchApplied after pruning older ids = %t, %v; want true", applied, err)
+	}
+	if err := st.PruneBatches(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := st.BatchApplied(ctx, id); err != nil || applied {
+		t.Errorf("BatchApplied after pruning = %t, %v; want false", applied, err)
+	}
+}
