@@ -63,26 +63,19 @@ type Problem struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// errorHandler writes every error as application/problem+json: Echo's own
-// HTTP errors (404, 405, bad bodies) with their message, anything else as an
-// internal error whose cause is logged, never shown.
+// errorHandler writes every error as application/problem+json, its status
+// from the one table in problem.go; an error the table does not account for
+// is an internal error whose cause is logged, never shown.
 func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
 		}
-		p := Problem{Type: "about:blank", Status: http.StatusInternalServerError, Title: "internal error"}
-		var he *echo.HTTPError
-		if errors.As(err, &he) {
-			p.Status = he.Code
-			p.Title = http.StatusText(he.Code)
-			if msg, ok := he.Message.(string); ok && he.Code < 500 {
-				p.Detail = msg
-			}
-		} else {
+		p, known := problemFor(err)
+		if !known {
 			log.ErrorContext(c.Request().Context(), "request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
 		}
-		writeProblem(c, p)
+		sendProblem(c, p)
 	}
 }
 

@@ -1,0 +1,363 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/policy"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// policyAPI is the policy routes on a real Echo router over a real store on a
+// database of the test's own. Its stand-in for the auth middleware takes the
+// bearer token as the tenant id.
+type policyAPI struct {
+	t       *testing.T
+	e       *echo.Echo
+	pool    *pgxpool.Pool
+	catalog *policy.Catalog
+	logs    *bytes.Buffer
+}
+
+func newPolicyAPI(t *testing.T) *policyAPI {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store := pgstore.NewPolicies(pool)
+	catalog := policy.NewCatalog(store, policy.CatalogConfig{})
+	a := &policyAPI{t: t, pool: pool, catalog: catalog}
+	a.e, a.logs = newTestEcho(policy.Service{Store: store, Catalog: catalog})
+	return a
+}
+
+// newTestEcho builds an Echo as New does, with the policy and document
+// routes, the auth stand-in, and a logger writing to the returned buffer.
+func newTestEcho(svc PolicyService) (*echo.Echo, *bytes.Buffer) {
+	logs := &bytes.Buffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	e := echo.New()
+	e.HTTPErrorHandler = errorHandler(log)
+	e.Use(recoverBugs(log))
+	registerOpenAPI(e)
+	v1 := e.Group("/v1", func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if token, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer "); ok {
+				setTenantID(c, token)
+			}
+			return next(c)
+		}
+	})
+	registerPolicies(v1, svc)
+	return e, logs
+}
+
+func (a *policyAPI) tenant() string {
+	a.t.Helper()
+	var id string
+	if err := a.pool.QueryRow(context.Background(),
+		`INSERT INTO tenants (name, plan) VALUES ('http test', 'starter') RETURNING id::text`).Scan(&id); err != nil {
+		a.t.Fatal(err)
+	}
+	return id
+}
+
+// answer is a response read whole.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r answer) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("answer %d is not a JSON object: %v: %s", r.status, err, r.body)
+	}
+	return m
+}
+
+// do sends a request as tenant, checks request and answer against the
+// OpenAPI document, and returns the answer.
+func do(t *testing.T, e *echo.Echo, tenant, method, target, body string) answer {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, rd)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if tenant != "" {
+		req.Header.Set("Authorization", "Bearer "+tenant)
+	}
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	resp := rec.Result()
+	respBody, _ := io.ReadAll(resp.Body)
+	checkOpenAPI(t, req, []byte(body), resp, respBody)
+	return answer{status: resp.StatusCode, header: resp.Header, body: respBody}
+}
+
+func (a *policyAPI) do(tenant, method, target, body string) answer {
+	a.t.Helper()
+	return do(a.t, a.e, tenant, method, target, body)
+}
+
+func wantStatus(t *testing.T, r answer, status int) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d: %s", r.status, status, r.body)
+	}
+}
+
+func TestPolicyRoutes(t *testing.T) {
+	t.Parallel()
+	a := newPolicyAPI(t)
+	tid := a.tenant()
+
+	r := a.do(tid, http.MethodGet, "/v1/policies", "")
+	wantStatus(t, r, http.StatusOK)
+	if string(r.body) != "{\"policies\":[]}\n" {
+		t.Errorf("empty list: %s", r.body)
+	}
+
+	r = a.do(tid, http.MethodPut, "/v1/policies/sign-in-ip", `{"limit":10,"window":"60s"}`)
+	wantStatus(t, r, http.StatusOK)
+	p := r.json(t)
+	for k, want := range map[string]any{"name": "sign-in-ip", "limit": 10.0, "window": "1m", "algorithm": "fixed_window",
+		"scope": "subject", "fail_mode": "open", "shadow": false, "alert_after": 0.0} {
+		if p[k] != want {
+			t.Errorf("put answered %s = %v, want %v", k, p[k], want)
+		}
+	}
+	created := p["created_at"]
+
+	// What was read may be sent back, changed.
+	p["limit"], p["algorithm"] = 20, "token_bucket"
+	back, _ := json.Marshal(p)
+	r = a.do(tid, http.MethodPut, "/v1/policies/sign-in-ip", string(back))
+	wantStatus(t, r, http.StatusOK)
+	if p := r.json(t); p["limit"] != 20.0 || p["algorithm"] != "token_bucket" || p["created_at"] != created {
+		t.Errorf("replace answered %s", r.body)
+	}
+	r = a.do(tid, http.MethodGet, "/v1/policies/sign-in-ip", "")
+	wantStatus(t, r, http.StatusOK)
+	if p := r.json(t); p["limit"] != 20.0 {
+		t.Errorf("get answered %s", r.body)
+	}
+	wantStatus(t, a.do(tid, http.MethodPut, "/v1/policies/errors", `{"limit":100,"window":"1m","scope":"global","fail_mode":"closed"}`), http.StatusOK)
+	r = a.do(tid, http.MethodGet, "/v1/policies", "")
+	wantStatus(t, r, http.StatusOK)
+	var list struct{ Policies []struct{ Name string } }
+	if err := json.Unmarshal(r.body, &list); err != nil || len(list.Policies) != 2 ||
+		list.Policies[0].Name != "errors" || list.Policies[1].Name != "sign-in-ip" {
+		t.Errorf("list answered %s", r.body)
+	}
+
+	// Overrides, with patterns that need escaping in a path.
+	overrides := "/v1/policies/sign-in-ip/overrides/"
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
+	for _, o := range []struct{ pattern, body string }{
+		{"203.0.113.*", `{"limit":50}`},
+		{"user/42", `{"limit":1,"expires_at":"` + exp + `"}`},
+		{"100%*", `{"limit":2,"expires_at":null}`},
+		{"ünï *", `{"limit":3}`},
+		{"50%", `{"limit":4}`}, // a path Go need not escape differently: no RawPath
+	} {
+		r = a.do(tid, http.MethodPut, overrides+url.PathEscape(o.pattern), o.body)
+		wantStatus(t, r, http.StatusOK)
+		if got := r.json(t); got["pattern"] != o.pattern {
+			t.Errorf("put override %q answered %s", o.pattern, r.body)
+		}
+	}
+	r = a.do(tid, http.MethodGet, overrides+url.PathEscape("user/42"), "")
+	wantStatus(t, r, http.StatusOK)
+	if o := r.json(t); o["limit"] != 1.0 || o["expires_at"] != exp {
+		t.Errorf("get override answered %s, want expires_at %s", r.body, exp)
+	}
+	r = a.do(tid, http.MethodGet, "/v1/policies/sign-in-ip/overrides", "")
+	wantStatus(t, r, http.StatusOK)
+	var ol struct{ Overrides []policy.Override }
+	if err := json.Unmarshal(r.body, &ol); err != nil {
+		t.Fatal(err)
+	}
+	var pats []string
+	for _, o := range ol.Overrides {
+		pats = append(pats, o.Pattern)
+	}
+	if strings.Join(pats, " | ") != "100%* | 203.0.113.* | 50% | user/42 | ünï *" {
+		t.Errorf("list overrides: %q", pats)
+	}
+
+	// The instance that took the change applies it to the next check.
+	set, err := a.catalog.For(context.Background(), tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, _ := set.Lookup("sign-in-ip")
+	if got := set.LimitFor(pol, "203.0.113.9", time.Now()); got != 50 {
+		t.Errorf("LimitFor after the put: %d, want 50", got)
+	}
+	wantStatus(t, a.do(tid, http.MethodDelete, overrides+url.PathEscape("203.0.113.*"), ""), http.StatusNoContent)
+	set, _ = a.catalog.For(context.Background(), tid)
+	if got := set.LimitFor(pol, "203.0.113.9", time.Now()); got != 20 {
+		t.Errorf("LimitFor after the delete: %d, want the policy's 20", got)
+	}
+
+	r = a.do(tid, http.MethodGet, overrides+url.PathEscape("203.0.113.*"), "")
+	wantStatus(t, r, http.StatusNotFound)
+	if d := r.json(t)["detail"]; d != `override "203.0.113.*" of policy "sign-in-ip" not found` {
+		t.Errorf("404 detail %v", d)
+	}
+	wantStatus(t, a.do(tid, http.MethodDelete, "/v1/policies/sign-in-ip", ""), http.StatusNoContent)
+	r = a.do(tid, http.MethodGet, "/v1/policies/sign-in-ip", "")
+	wantStatus(t, r, http.StatusNotFound)
+	if pr := r.json(t); pr["type"] != "https://tollgate.dev/problems/not-found" || pr["detail"] != `policy "sign-in-ip" not found` {
+		t.Errorf("404 answered %s", r.body)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("404 content type %q", ct)
+	}
+	wantStatus(t, a.do(tid, http.MethodGet, "/v1/policies/sign-in-ip/overrides", ""), http.StatusNotFound)
+	wantStatus(t, a.do(tid, http.MethodDelete, "/v1/policies/sign-in-ip", ""), http.StatusNotFound)
+}
+
+func TestPolicyRoutesKeepTenantsApart(t *testing.T) {
+	t.Parallel()
+	a := newPolicyAPI(t)
+	mine, theirs := a.tenant(), a.tenant()
+	wantStatus(t, a.do(mine, http.MethodPut, "/v1/policies/p", `{"limit":1,"window":"1s"}`), http.StatusOK)
+	wantStatus(t, a.do(mine, http.MethodPut, "/v1/policies/p/overrides/x", `{"limit":2}`), http.StatusOK)
+	wantStatus(t, a.do(theirs, http.MethodGet, "/v1/policies/p", ""), http.StatusNotFound)
+	wantStatus(t, a.do(theirs, http.MethodGet, "/v1/policies/p/overrides/x", ""), http.StatusNotFound)
+	wantStatus(t, a.do(theirs, http.MethodPut, "/v1/policies/p/overrides/x", `{"limit":3}`), http.StatusNotFound)
+	wantStatus(t, a.do(theirs, http.MethodDelete, "/v1/policies/p", ""), http.StatusNotFound)
+	if r := a.do(theirs, http.MethodGet, "/v1/policies", ""); string(r.body) != "{\"policies\":[]}\n" {
+		t.Errorf("their list: %s", r.body)
+	}
+	wantStatus(t, a.do(mine, http.MethodGet, "/v1/policies/p/overrides/x", ""), http.StatusOK)
+}
+
+func TestPolicyRoutesRefuseBadInput(t *testing.T) {
+	t.Parallel()
+	a := newPolicyAPI(t)
+	tid := a.tenant()
+	wantStatus(t, a.do(tid, http.MethodPut, "/v1/policies/g", `{"limit":1,"window":"1m","scope":"global"}`), http.StatusOK)
+	wantStatus(t, a.do(tid, http.MethodPut, "/v1/policies/p", `{"limit":1,"window":"1m"}`), http.StatusOK)
+	tests := []struct {
+		name, method, target, body string
+		field, detail              string // detail: a substring
+	}{
+		{"bad JSON", "PUT", "/v1/policies/p", `{"limit":`, "", "not valid JSON"},
+		{"not an object", "PUT", "/v1/policies/p", `[]`, "", "JSON object"},
+		{"empty body", "PUT", "/v1/policies/p", ``, "", "JSON object"},
+		{"unknown field", "PUT", "/v1/policies/p", `{"limit":1,"window":"1m","burst":2}`, "burst", "unknown field"},
+		{"limit", "PUT", "/v1/policies/p", `{"limit":0,"window":"1m"}`, "limit", "from 1 to 1000000000"},
+		{"window", "PUT", "/v1/policies/p", `{"limit":1,"window":"1y"}`, "window", "month"},
+		{"algorithm", "PUT", "/v1/policies/p", `{"limit":1,"window":"1m","algorithm":"leaky"}`, "algorithm", "token_bucket"},
+		{"month", "PUT", "/v1/policies/p", `{"limit":1,"window":"month","algorithm":"token_bucket"}`, "window", "fixed_window"},
+		{"name in path", "PUT", "/v1/policies/Sign%20In", `{"limit":1,"window":"1m"}`, "name", "a-z"},
+		{"name in body", "PUT", "/v1/policies/p", `{"name":"q","limit":1,"window":"1m"}`, "name", "must match"},
+		{"too large", "PUT", "/v1/policies/p", `{"limit":1,"window":"1m","x":"` + strings.Repeat("a", policy.MaxBody) + `"}`, "", "at most 16384 bytes"},
+		{"name on get", "GET", "/v1/policies/-x", "", "name", "starting with a letter or digit"},
+		{"override limit", "PUT", "/v1/policies/p/overrides/a", `{"limit":"5"}`, "limit", "integer"},
+		{"override expiry", "PUT", "/v1/policies/p/overrides/a", `{"limit":5,"expires_at":"2001-01-01T00:00:00Z"}`, "expires_at", "in the future"},
+		{"override expiry format", "PUT", "/v1/policies/p/overrides/a", `{"limit":5,"expires_at":"soon"}`, "expires_at", "RFC 3339"},
+		{"control character", "PUT", "/v1/policies/p/overrides/a%0Ab", `{"limit":5}`, "pattern", "control characters"},
+		{"double star", "GET", "/v1/policies/p/overrides/a**", "", "pattern", `write one "*"`},
+		{"global policy", "PUT", "/v1/policies/g/overrides/a*", `{"limit":5}`, "pattern", `scope "global"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := do(t, a.e, tid, tt.method, tt.target, tt.body)
+			wantStatus(t, r, http.StatusBadRequest)
+			p := r.json(t)
+			if p["type"] != "https://tollgate.dev/problems/invalid-request" || p["title"] != "Invalid request" || p["status"] != 400.0 {
+				t.Errorf("problem %s", r.body)
+			}
+			if f, _ := p["field"].(string); f != tt.field {
+				t.Errorf("field %q, want %q", f, tt.field)
+			}
+			if d, _ := p["detail"].(string); !strings.Contains(d, tt.detail) {
+				t.Errorf("detail %q, want it to contain %q", d, tt.detail)
+			}
+		})
+	}
+}
+
+// failingService fails every call the way a dead database would.
+type failingService struct{ PolicyService }
+
+func (failingService) ListPolicies(context.Context, string) ([]policy.Policy, error) {
+	return nil, errors.New("dial tcp 10.0.0.5:5432: password authentication failed for user tollgate")
+}
+
+func TestPolicyRoutesHideInternalErrors(t *testing.T) {
+	t.Parallel()
+	e, logs := newTestEcho(failingService{})
+	r := do(t, e, "t", http.MethodGet, "/v1/policies", "")
+	wantStatus(t, r, http.StatusInternalServerError)
+	want := `{"type":"https://tollgate.dev/problems/internal-error","title":"Internal error","status":500}`
+	if string(r.body) != want {
+		t.Errorf("500 body %s, want %s", r.body, want)
+	}
+	if !strings.Contains(logs.String(), "password authentication failed") || !strings.Contains(logs.String(), "/v1/policies") {
+		t.Errorf("the cause was not logged: %s", logs)
+	}
+}
+
+func TestOpenAPIDocumentIsServed(t *testing.T) {
+	t.Parallel()
+	e, _ := newTestEcho(failingService{})
+	r := do(t, e, "", http.MethodGet, "/v1/openapi.json", "")
+	wantStatus(t, r, http.StatusOK)
+	if !bytes.Equal(r.body, openAPIDocument) {
+		t.Error("served document differs from the embedded one")
+	}
+}
+
+// TestOpenAPIDocumentsEveryRoute fails when a /v1 route registered here is
+// missing from the document.
+func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
+	t.Parallel()
+	_, router := openAPIRouter(t)
+	e, _ := newTestEcho(failingService{})
+	for _, rt := range e.Routes() {
+		if !strings.HasPrefix(rt.Path, "/v1/") || strings.HasSuffix(rt.Path, "*") {
+			// A group's catch-all, which answers 404.
+			continue
+		}
+		segs := strings.Split(rt.Path, "/")
+		for i, s := range segs {
+			if strings.HasPrefix(s, ":") {
+				segs[i] = "x"
+			}
+		}
+		req := httptest.NewRequest(rt.Method, strings.Join(segs, "/"), nil)
+		if _, _, err := router.FindRoute(req); err != nil {
+			t.Errorf("%s %s is not in openapi.json: %v", rt.Method, rt.Path, err)
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgate/tollgate/internal/policy"
+)
+
+// problemBase is the prefix of Tollgate's problem type URIs.
+const problemBase = "https://tollgate.dev/problems/"
+
+// problemKind is one row of the table from sentinel to HTTP status.
+type problemKind struct {
+	sentinel error
+	status   int
+	slug     string // problemBase + slug is the problem's type
+	title    string
+}
+
+// problemKinds maps the domain packages' sentinels to statuses: the one place
+// where an error becomes a status. The first row whose sentinel the error
+// wraps wins; an error no row matches is a 500 whose cause is logged and
+// never shown.
+var problemKinds = []problemKind{
+	{policy.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
+	{policy.ErrNotFound, http.StatusNotFound, "not-found", "Not found"},
+	{policy.ErrConflict, http.StatusConflict, "conflict", "Conflict"},
+}
+
+// internalProblem is all a client learns of a fault of ours.
+var internalProblem = problem{Problem: Problem{
+	Type: problemBase + "internal-error", Title: "Internal error", Status: http.StatusInternalServerError,
+}}
+
+// problem is a Problem with the extension members of Tollgate's 4xx
+// answers.
+type problem struct {
+	Problem
+	// Field names the JSON member or path parameter at fault in an
+	// invalid request; empty when the body as a whole is.
+	Field string `json:"field,omitempty"`
+}
+
+// problemFor returns the problem that answers err, and whether err is one the
+// table (or Echo, for routing and its own 4xx) accounts for; when it is not,
+// the problem is internalProblem and the caller logs err.
+//
+// Only text chosen for clients reaches them: a *policy.FieldError's reason
+// and field, a *policy.NotFoundError's message, an echo.HTTPError's 4xx
+// message. Wrapping clauses added on the way up are never shown.
+func problemFor(err error) (problem, bool) {
+	for _, k := range problemKinds {
+		if !errors.Is(err, k.sentinel) {
+			continue
+		}
+		p := problem{Problem: Problem{Type: problemBase + k.slug, Title: k.title, Status: k.status}}
+		var fe *policy.FieldError
+		var nf *policy.NotFoundError
+		switch {
+		case errors.As(err, &fe):
+			p.Detail, p.Field = fe.Reason, fe.Field
+		case errors.As(err, &nf):
+			p.Detail = nf.Error()
+		}
+		return p, true
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) && he.Code < http.StatusInternalServerError {
+		p := problem{Problem: Problem{Type: "about:blank", Title: http.StatusText(he.Code), Status: he.Code}}
+		for _, k := range problemKinds {
+			if k.status == he.Code {
+				p.Type, p.Title = problemBase+k.slug, k.title
+				break
+			}
+		}
+		if msg, ok := he.Message.(string); ok && msg != http.StatusText(he.Code) {
+			p.Detail = msg
+		}
+		return p, true
+	}
+	return internalProblem, false
+}
+
+// sendProblem writes p as application/problem+json.
+func sendProblem(c echo.Context, p problem) {
+	if c.Request().Method == http.MethodHead {
+		c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+		_ = c.NoContent(p.Status)
+		return
+	}
+	body, _ := json.Marshal(p)
+	_ = c.Blob(p.Status, "application/problem+json", body)
+}

@@ -1,0 +1,194 @@
+package policy
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Set is one tenant's policies with their overrides, as loaded at one
+// moment. A Set is immutable and safe for concurrent use; the zero Set holds
+// no policy.
+type Set struct {
+	m map[string]*entry
+}
+
+// entry is one policy with its overrides arranged for LimitFor.
+type entry struct {
+	p     Policy
+	exact map[string]Override
+	// The patterns with a "*": by their literal prefix (the bytes before the
+	// first "*") when it is not empty, else by their literal suffix (after
+	// the last "*") when that is not empty, else in rest. A subject can match
+	// only the patterns filed under one of its own prefixes or suffixes, so
+	// LimitFor looks up a list per distinct length instead of trying every
+	// pattern; only patterns such as "*" and "*x*" are always tried.
+	byPrefix, bySuffix index
+	rest               []Override
+}
+
+// index files wildcard patterns by a literal part of a given length. Each
+// list is in the order its patterns take precedence (see precedes).
+type index struct {
+	lists map[string][]Override
+	lens  []int // the distinct key lengths, ascending
+}
+
+func (x *index) add(key string, o Override) {
+	if x.lists == nil {
+		x.lists = make(map[string][]Override)
+	}
+	x.lists[key] = append(x.lists[key], o)
+	x.lens = append(x.lens, len(key))
+}
+
+func (x *index) sort() {
+	for _, os := range x.lists {
+		sortByPrecedence(os)
+	}
+	slices.Sort(x.lens)
+	x.lens = slices.Compact(x.lens)
+}
+
+// precedes reports whether wildcard pattern a takes precedence over b: the
+// longer does, and of two as long the first in byte order.
+func precedes(a, b string) bool {
+	return len(a) > len(b) || len(a) == len(b) && a < b
+}
+
+func sortByPrecedence(os []Override) {
+	slices.SortFunc(os, func(a, b Override) int {
+		return cmp.Or(cmp.Compare(len(b.Pattern), len(a.Pattern)), strings.Compare(a.Pattern, b.Pattern))
+	})
+}
+
+// NewSet returns a Set of policies, each with the overrides listed under its
+// name in overrides (overrides of a name not in policies are dropped). It
+// copies what it keeps.
+func NewSet(policies []Policy, overrides map[string][]Override) Set {
+	s := Set{m: make(map[string]*entry, len(policies))}
+	for _, p := range policies {
+		e := &entry{p: p}
+		for _, o := range overrides[p.Name] {
+			first := strings.IndexByte(o.Pattern, '*')
+			last := strings.LastIndexByte(o.Pattern, '*')
+			switch {
+			case first < 0:
+				if e.exact == nil {
+					e.exact = make(map[string]Override)
+				}
+				e.exact[o.Pattern] = o
+			case first > 0:
+				e.byPrefix.add(o.Pattern[:first], o)
+			case last < len(o.Pattern)-1:
+				e.bySuffix.add(o.Pattern[last+1:], o)
+			default:
+				e.rest = append(e.rest, o)
+			}
+		}
+		e.byPrefix.sort()
+		e.bySuffix.sort()
+		sortByPrecedence(e.rest)
+		s.m[p.Name] = e
+	}
+	return s
+}
+
+// Lookup returns the policy called name.
+func (s Set) Lookup(name string) (Policy, bool) {
+	e, ok := s.m[name]
+	if !ok {
+		return Policy{}, false
+	}
+	return e.p, true
+}
+
+// Len returns the number of policies in s.
+func (s Set) Len() int { return len(s.m) }
+
+// LimitFor returns the limit that applies to subject under policy p at
+// instant now: that of the override that matches it and has not expired,
+// else p.Limit. An override whose pattern is the subject itself beats every
+// wildcard pattern; among wildcard patterns the longest wins, and of equally
+// long ones the first in byte order. A policy with scope global has one
+// counter for every subject, so overrides never apply to it.
+func (s Set) LimitFor(p Policy, subject string, now time.Time) int64 {
+	e, ok := s.m[p.Name]
+	if !ok || p.Scope == ScopeGlobal {
+		return p.Limit
+	}
+	// An exact override that has expired gives way to the wildcards, as if
+	// it had been deleted.
+	if o, ok := e.exact[subject]; ok && o.Active(now) {
+		return o.Limit
+	}
+	var best *Override
+	for _, n := range e.byPrefix.lens {
+		if n > len(subject) {
+			break
+		}
+		best = better(best, e.byPrefix.lists[subject[:n]], subject, now)
+	}
+	for _, n := range e.bySuffix.lens {
+		if n > len(subject) {
+			break
+		}
+		best = better(best, e.bySuffix.lists[subject[len(subject)-n:]], subject, now)
+	}
+	best = better(best, e.rest, subject, now)
+	if best != nil {
+		return best.Limit
+	}
+	return p.Limit
+}
+
+// better returns the first override of os (a list in precedence order) that
+// applies to subject at now and precedes best, else best.
+func better(best *Override, os []Override, subject string, now time.Time) *Override {
+	for i := range os {
+		o := &os[i]
+		if best != nil && !precedes(o.Pattern, best.Pattern) {
+			// The rest of the list comes after o, so after best too.
+			return best
+		}
+		if o.Active(now) && Match(o.Pattern, subject) {
+			return o
+		}
+	}
+	return best
+}
+
+// Match reports whether subject matches pattern, in which each "*" stands
+// for any run of bytes, the empty run and "/" included, and every other byte
+// for itself. (path.Match and filepath.Match stop "*" at "/" and give "?",
+// "[" and "\" meanings a subject may not intend.)
+//
+// It walks both strings once, backtracking only to the last "*" seen: a
+// later "*" can absorb whatever an earlier one would have, so earlier ones
+// never need revisiting. The cost is at most len(pattern)*len(subject) byte
+// comparisons, and patterns are at most 256 bytes.
+func Match(pattern, subject string) bool {
+	p, s := 0, 0
+	star, mark := -1, 0 // the last "*" seen, and where in subject it began
+	for s < len(subject) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, s
+			p++
+		case p < len(pattern) && pattern[p] == subject[s]:
+			p++
+			s++
+		case star >= 0:
+			// Let the last "*" absorb one more byte and retry after it.
+			mark++
+			p, s = star+1, mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}
