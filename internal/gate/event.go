@@ -75,3 +75,13 @@ type Refusal struct {
 	// AlertAfter is the refusing policy's alert_after (0: no alerts).
 	AlertAfter int64
 }
+
+// Observers calls each of its observers in order.
+type Observers []Observer
+
+// Observe implements Observer.
+func (o Observers) Observe(ctx context.Context, e Event) {
+	for _, ob := range o {
+		ob.Observe(ctx, e)
+	}
+}
