@@ -96,9 +96,10 @@ func (r answer) json(t *testing.T) map[string]any {
 	return m
 }
 
-// do sends a request as tenant, checks request and answer against the
-// OpenAPI document, and returns the answer.
-func do(t *testing.T, e *echo.Echo, tenant, method, target, body string) answer {
+// serveChecked sends a request to e as tenant (the bearer token, when not
+// empty), checks request and answer against the OpenAPI document with
+// checkOpenAPI, and returns the answer.
+func serveChecked(t *testing.T, e *echo.Echo, tenant, method, target, body string) answer {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -121,7 +122,7 @@ func do(t *testing.T, e *echo.Echo, tenant, method, target, body string) answer 
 
 func (a *policyAPI) do(tenant, method, target, body string) answer {
 	a.t.Helper()
-	return do(a.t, a.e, tenant, method, target, body)
+	return serveChecked(a.t, a.e, tenant, method, target, body)
 }
 
 func wantStatus(t *testing.T, r answer, status int) {
@@ -291,7 +292,7 @@ func TestPolicyRoutesRefuseBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := do(t, a.e, tid, tt.method, tt.target, tt.body)
+			r := serveChecked(t, a.e, tid, tt.method, tt.target, tt.body)
 			wantStatus(t, r, http.StatusBadRequest)
 			p := r.json(t)
 			if p["type"] != "https://tollgate.dev/problems/invalid-request" || p["title"] != "Invalid request" || p["status"] != 400.0 {
@@ -317,7 +318,7 @@ func (failingService) ListPolicies(context.Context, string) ([]policy.Policy, er
 func TestPolicyRoutesHideInternalErrors(t *testing.T) {
 	t.Parallel()
 	e, logs := newTestEcho(failingService{})
-	r := do(t, e, "t", http.MethodGet, "/v1/policies", "")
+	r := serveChecked(t, e, "t", http.MethodGet, "/v1/policies", "")
 	wantStatus(t, r, http.StatusInternalServerError)
 	want := `{"type":"https://tollgate.dev/problems/internal-error","title":"Internal error","status":500}`
 	if string(r.body) != want {
@@ -331,7 +332,7 @@ func TestPolicyRoutesHideInternalErrors(t *testing.T) {
 func TestOpenAPIDocumentIsServed(t *testing.T) {
 	t.Parallel()
 	e, _ := newTestEcho(failingService{})
-	r := do(t, e, "", http.MethodGet, "/v1/openapi.json", "")
+	r := serveChecked(t, e, "", http.MethodGet, "/v1/openapi.json", "")
 	wantStatus(t, r, http.StatusOK)
 	if !bytes.Equal(r.body, openAPIDocument) {
 		t.Error("served document differs from the embedded one")
