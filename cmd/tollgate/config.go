@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +26,13 @@ type Config struct {
 	LogLevel        slog.Level    // TOLLGATE_LOG_LEVEL
 	DataDir         string        // TOLLGATE_DATA_DIR: where the embedded PostgreSQL keeps its data
 	ShutdownTimeout time.Duration // TOLLGATE_SHUTDOWN_TIMEOUT
+	InstanceCeiling int64         // TOLLGATE_INSTANCE_CEILING: requests a second; 0 is off
+	ClientIPHeader  string        // TOLLGATE_CLIENT_IP_HEADER
+	PublicURL       string        // TOLLGATE_PUBLIC_URL
 }
+
+// clientIPHeaders are the provider headers TOLLGATE_CLIENT_IP_HEADER may name.
+var clientIPHeaders = []string{"cf-connecting-ip", "fly-client-ip", "x-real-ip", "true-client-ip", "x-client-ip"}
 
 // devPepper is the pepper of TOLLGATE_DEV=1 without TOLLGATE_PEPPER: fine for
 // a laptop, never for data that matters, which is why it needs the flag.
@@ -112,6 +119,28 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		}
 		c.TrustedProxies = append(c.TrustedProxies, n)
 	}
+	if v := getenv("TOLLGATE_INSTANCE_CEILING"); v != "" {
+		if c.InstanceCeiling, err = strconv.ParseInt(v, 10, 64); err != nil || c.InstanceCeiling < 0 || c.InstanceCeiling > 10_000_000 {
+			return c, fmt.Errorf("TOLLGATE_INSTANCE_CEILING %q: want requests a second, 0 (off) to 10000000", v)
+		}
+	}
+	if v := strings.ToLower(getenv("TOLLGATE_CLIENT_IP_HEADER")); v != "" {
+		if !slices.Contains(clientIPHeaders, v) {
+			return c, fmt.Errorf("TOLLGATE_CLIENT_IP_HEADER %q: want one of %s", v, strings.Join(clientIPHeaders, ", "))
+		}
+		if len(c.TrustedProxies) == 0 {
+			return c, fmt.Errorf("TOLLGATE_CLIENT_IP_HEADER needs TOLLGATE_TRUSTED_PROXIES: the header is believed only from them")
+		}
+		c.ClientIPHeader = v
+	}
+	if strings.HasPrefix(c.Addr, ":") {
+		c.PublicURL = or(getenv("TOLLGATE_PUBLIC_URL"), "http://localhost"+c.Addr)
+	} else {
+		c.PublicURL = or(getenv("TOLLGATE_PUBLIC_URL"), "http://"+c.Addr)
+	}
+	if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return c, fmt.Errorf("TOLLGATE_PUBLIC_URL %q: want http(s)://host[:port]", c.PublicURL)
+	}
 	c.LogFormat = getenv("TOLLGATE_LOG_FORMAT")
 	switch c.LogFormat {
 	case "":
@@ -150,6 +179,9 @@ func (c Config) LogValue() slog.Value {
 		slog.String("pepper", fmt.Sprintf("set (%d bytes)", len(c.Pepper))),
 		slog.Bool("dev", c.Dev),
 		slog.String("trusted_proxies", strings.Join(proxies, ",")),
+		slog.Int64("instance_ceiling", c.InstanceCeiling),
+		slog.String("client_ip_header", c.ClientIPHeader),
+		slog.String("public_url", c.PublicURL),
 		slog.String("log_format", c.LogFormat),
 		slog.String("log_level", c.LogLevel.String()),
 	)

@@ -28,7 +28,7 @@ func main() {
 
 var errUsage = errors.New("usage")
 
-const usage = `usage: tollgate [command]
+const usageText = `usage: tollgate [command]
 
 commands:
   serve                   serve the API (the default)
@@ -69,10 +69,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "plans":
 		return plansCmd(ctx, cfg, log, args, stdout)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usageText)
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
+	fmt.Fprint(stderr, usageText)
 	return fmt.Errorf("unknown command %q: %w", cmd, errUsage)
 }
 

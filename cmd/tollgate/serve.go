@@ -2,21 +2,31 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
 	rediscounter "github.com/tollgate/tollgate/internal/counter/redis"
+	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/httpapi"
+	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/usage"
 	"github.com/tollgate/tollgate/web"
 )
 
@@ -45,16 +55,66 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer store.Close()
 
+	// Background work runs on a context of its own, stopped after the HTTP
+	// server has drained, so that what requests still in flight record is
+	// flushed before the pool closes.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var running sync.WaitGroup
+	defer func() { stopBG(); running.Wait() }()
+
+	dir := tenant.NewDirectory(tenant.DirectoryConfig{Store: pgstore.NewTenants(pool), Logger: log})
+	policies := pgstore.NewPolicies(pool)
+	catalog := policy.NewCatalog(policies, policy.CatalogConfig{})
+	auditStore := pgstore.NewAudit(pool)
+	auditRec, err := audit.NewRecorder(audit.RecorderConfig{Store: auditStore, Logger: log})
+	if err != nil {
+		return err
+	}
+	usageRec, err := usage.NewRecorder(usage.Config{Store: pgstore.NewUsage(pool), Alerts: auditRec, Logger: log})
+	if err != nil {
+		return err
+	}
+	met := metrics.New()
+	g := gate.New(gate.Config{
+		Store: store, Tenants: dir, Policies: catalog, Observer: gate.Observers{usageRec, auditRec},
+		Metrics: met, Logger: log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
+	})
+	defer g.Close()
+
+	running.Go(func() { logRun(log, "api key use flush", dir.Run(bg)) })
+	running.Go(func() { logRun(log, "usage flush", usageRec.Run(bg)) })
+	running.Go(func() { logRun(log, "audit flush", auditRec.Run(bg)) })
+	// Changes made by any instance (or by hand in SQL) reach this one's caches
+	// within a second; after a reconnect everything is dropped, since
+	// notifications may have been missed.
+	running.Go(func() {
+		logRun(log, "change listener", pgstore.Listen(bg, dsn, log,
+			func(kind, id string) {
+				dir.Invalidate(kind, id)
+				if kind == "policy" {
+					catalog.Invalidate(id)
+				}
+			},
+			func() { dir.InvalidateAll(); catalog.InvalidateAll() }))
+	})
+
 	e := httpapi.New(httpapi.Config{
-		Logger: log,
-		Ready:  pool.Ping,
-		Home:   web.HomeView{CounterStore: cfg.CounterStore, Database: maskURL(dsn)},
+		Logger:     log,
+		Ready:      pool.Ping,
+		Home:       web.HomeView{CounterStore: cfg.CounterStore, Database: maskURL(dsn)},
+		Gate:       g,
+		Policies:   policy.Service{Store: policies, Catalog: catalog},
+		Usage:      usageService{usageRec, dir},
+		ClientIP:   httpapi.ClientIPConfig{TrustedProxies: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
+		Metrics:    met.Handler(),
+		PublicURL:  cfg.PublicURL,
+		BillingKey: billingKey(cfg.Pepper),
 	})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("TOLLGATE_ADDR: %w", err)
 	}
-	srv := &http.Server{Handler: e, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: e, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.InfoContext(ctx, "tollgate serving", "addr", ln.Addr().String(), "counter_store", cfg.CounterStore)
@@ -73,8 +133,35 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}
+	stopBG()
+	running.Wait()
 	log.Info("tollgate stopped")
 	return nil
+}
+
+// usageService answers /v1/usage from the metering and the tenant cache.
+type usageService struct {
+	*usage.Recorder
+	*tenant.Directory
+}
+
+// Usage resolves the ambiguity of the two embedded Run methods by naming the
+// one usage method the HTTP layer calls.
+func (u usageService) Usage(ctx context.Context, tenantID string, now time.Time) (usage.Report, error) {
+	return u.Recorder.Usage(ctx, tenantID, now)
+}
+
+// billingKey derives the key that signs billing links from the pepper.
+func billingKey(pepper []byte) []byte {
+	m := hmac.New(sha256.New, pepper)
+	m.Write([]byte("tollgate billing links"))
+	return m.Sum(nil)
+}
+
+func logRun(log *slog.Logger, what string, err error) {
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Error(what+" stopped", "err", err)
+	}
 }
 
 // counterStore opens the configured counter backend.

@@ -70,7 +70,7 @@ func TestImportArrows(t *testing.T) {
 	for _, p := range listPackages(t) {
 		rel := strings.TrimPrefix(p.ImportPath, mod)
 		isAdapter := hasPrefix(p.ImportPath, adapters)
-		isTestInfra := hasPrefix(rel, []string{"internal/pgtest", "internal/redistest", "internal/pglocal", "internal/faultnet", "internal/counter/countertest", "internal/archtest"})
+		isTestInfra := hasPrefix(rel, []string{"internal/pgtest", "internal/redistest", "internal/pglocal", "internal/faultnet", "internal/counter/countertest", "internal/archtest", "blackbox"})
 		for _, imp := range p.Imports {
 			ours := strings.HasPrefix(imp, mod)
 			switch {

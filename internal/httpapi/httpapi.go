@@ -27,6 +27,25 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// Home is what the landing page at "/" shows.
 	Home web.HomeView
+	// Gate admits tenant requests; with Policies and Usage it serves /v1.
+	// When nil, only the health routes are served.
+	Gate     Gate
+	Policies PolicyService
+	Usage    UsageService
+	// ClientIP says whom to believe about client addresses.
+	ClientIP ClientIPConfig
+	// Metrics, when set, is served at /metrics.
+	Metrics http.Handler
+	// PublicURL is this service's address as tenants reach it, for links.
+	PublicURL string
+	// BillingKey signs the billing links of 402 answers.
+	BillingKey []byte
+}
+
+// api holds what the /v1 handlers share.
+type api struct {
+	cfg  Config
+	gate Gate
 }
 
 // New returns the Echo instance serving Tollgate's machine-facing routes.
@@ -34,7 +53,19 @@ func New(cfg Config) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Logger)
+	e.IPExtractor = ipExtractor(cfg.ClientIP)
 	e.Use(recoverBugs(cfg.Logger))
+	if cfg.Metrics != nil {
+		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
+	}
+	registerOpenAPI(e)
+	if cfg.Gate != nil {
+		a := &api{cfg: cfg, gate: cfg.Gate}
+		v1 := e.Group("/v1")
+		v1.POST("/check", a.check)
+		registerPolicies(v1.Group("", a.admit("policies")), cfg.Policies)
+		v1.GET("/usage", a.usage, a.admit("usage"))
+	}
 	e.GET("/", func(c echo.Context) error {
 		c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
 		c.Response().WriteHeader(http.StatusOK)

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
 )
 
 // problemBase is the prefix of Tollgate's problem type URIs.
@@ -26,6 +27,8 @@ type problemKind struct {
 // wraps wins; an error no row matches is a 500 whose cause is logged and
 // never shown.
 var problemKinds = []problemKind{
+	{tenant.ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Invalid API key"},
+	{tenant.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	{policy.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	{policy.ErrNotFound, http.StatusNotFound, "not-found", "Not found"},
 	{policy.ErrConflict, http.StatusConflict, "conflict", "Conflict"},

@@ -1,0 +1,554 @@
+// Everything that lives in the shared counter store (L2 per-IP, quotas,
+// allotments and policies) goes in ONE counter.Request: a check costs one
+// round trip whatever the number of layers and items. The ceilings are that
+// request's first items (counter.Request.Ceilings), so they count every call
+// that passes them even when a policy then refuses.
+//
+// When the store cannot answer within its deadline the pipeline degrades
+// instead of failing: the ceilings keep their L1 verdicts, each policy
+// follows its fail_mode, and the Verdict says Degraded. A circuit breaker
+// keeps calls away from a store that keeps failing.
+
+package gate
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
+)
+
+// TenantSource resolves API keys, tenants and plans (tenant.Directory).
+type TenantSource interface {
+	Authenticate(ctx context.Context, bearer string) (tenant.Key, tenant.Tenant, error)
+	Plan(ctx context.Context, name string) (tenant.Plan, error)
+	MaxIPPerMinute(ctx context.Context) int64
+}
+
+// PolicySource returns a tenant's policies (policy.Catalog).
+type PolicySource interface {
+	For(ctx context.Context, tenantID string) (policy.Set, error)
+}
+
+// Config configures a Gate.
+type Config struct {
+	Store    counter.Store
+	Tenants  TenantSource
+	Policies PolicySource
+	Observer Observer // may be nil
+	Metrics  *metrics.Metrics
+	Logger   *slog.Logger
+	// Pepper keys the HMACs of subjects and client IPs.
+	Pepper []byte
+	// InstanceCeiling is the requests per second this instance accepts; 0 is
+	// off.
+	InstanceCeiling int64
+	// L1MaxKeys bounds the in-memory per-IP layer (default 50,000).
+	L1MaxKeys int
+	// BreakerFailures consecutive store failures open the breaker for
+	// BreakerOpenFor (defaults 5 and 1 s).
+	BreakerFailures int
+	BreakerOpenFor  time.Duration
+	Now             func() time.Time
+}
+
+// Gate runs the admission pipeline. It is safe for concurrent use.
+type Gate struct {
+	cfg     Config
+	l1      *memory.Store
+	breaker breaker
+	logMu   sync.Mutex
+	lastLog time.Time
+}
+
+// New returns a Gate. Close it to stop its in-memory layers' pruning.
+func New(cfg Config) *Gate {
+	if cfg.L1MaxKeys == 0 {
+		cfg.L1MaxKeys = memory.DefaultMaxKeys
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.BreakerFailures == 0 {
+		cfg.BreakerFailures = 5
+	}
+	if cfg.BreakerOpenFor == 0 {
+		cfg.BreakerOpenFor = time.Second
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Gate{cfg: cfg, l1: memory.New(memory.Config{MaxKeys: cfg.L1MaxKeys, Now: cfg.Now})}
+	g.breaker = breaker{failures: cfg.BreakerFailures, openFor: cfg.BreakerOpenFor, metrics: cfg.Metrics}
+	return g
+}
+
+// Close stops the in-memory layers' background pruning.
+func (g *Gate) Close() error { return g.l1.Close() }
+
+// Request is one tenant request as the pipeline sees it.
+type Request struct {
+	// Route names the endpoint ("check", "policies", "usage", …); per-IP
+	// counters are kept per route.
+	Route string
+	// ClientIP is the resolved client address; the zero Addr means it could
+	// not be resolved, and the request gets a bucket of its own.
+	ClientIP netip.Addr
+	// Bearer is the API key from the Authorization header, without "Bearer ".
+	Bearer string
+	// Check is the /v1/check body; nil for other routes.
+	Check *Check
+}
+
+// Check is the body of a /v1/check call.
+type Check struct {
+	Mode  counter.Mode
+	Items []Item
+}
+
+// Item is one policy to check for one subject.
+type Item struct {
+	Policy  string
+	Subject string
+	Cost    int64
+}
+
+// Bounds of one check.
+const (
+	MaxItems      = 32
+	MaxSubjectLen = 512
+	MaxCost       = limit.MaxLimit
+)
+
+// Verdict is the pipeline's answer. When Refusal is set a ceiling refused
+// and the caller answers 429 (or 402); otherwise Items answer the check.
+type Verdict struct {
+	Tenant  tenant.Tenant
+	Key     tenant.Key
+	Refusal *Refusal
+	// Allowed is true when no ceiling refused and every enforced policy item
+	// allowed.
+	Allowed  bool
+	Degraded bool
+	Items    []ItemVerdict
+	// Tightest is the layer or policy closest to refusing, for the RateLimit
+	// headers of an allowed answer.
+	Tightest Quota
+}
+
+// ItemVerdict answers one check item.
+type ItemVerdict struct {
+	Policy string
+	limit.Decision
+	Shadow   bool
+	Degraded bool
+}
+
+// Quota is one limit as the RateLimit header fields describe it.
+type Quota struct {
+	Name      string
+	Limit     int64
+	Remaining int64
+	Window    time.Duration
+	ResetIn   time.Duration
+}
+
+// ErrInvalid is returned (wrapped, as a *policy.FieldError when a field is at
+// fault) for a check the client got wrong: an unknown policy, a missing
+// subject, a cost out of range.
+var ErrInvalid = policy.ErrInvalid
+
+// itemErr builds a field error for items[i].field.
+func itemErr(i int, field, reason string) error {
+	return &policy.FieldError{Field: fmt.Sprintf("items[%d].%s", i, field), Reason: reason}
+}
+
+// layerItem is one ceiling in the counter request, with what a refusal by it
+// should say.
+type layerItem struct {
+	counter.Item
+	layer, scope string
+	payment      bool
+	plan         string
+}
+
+// Admit runs the pipeline. Errors: tenant.ErrUnauthorized for a bad key,
+// ErrInvalid for a malformed check; a refusal is a Verdict, not an error.
+func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
+	now := g.cfg.Now()
+	var v Verdict
+
+	// 1. Instance ceiling: keyless, in memory, nothing in the request moves it.
+	if n := g.cfg.InstanceCeiling; n > 0 {
+		d := g.l1Check(ctx, "", "instance", limit.TokenBucket, n, limit.Every(time.Second))
+		if !d.Allowed {
+			return g.refuse(ctx, req, v, Refusal{Layer: LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
+		}
+	}
+
+	// 2a. Pre-authentication bucket per IP, at the highest per-IP limit of any
+	// plan, so that guessing keys costs the guesser.
+	ipHash := g.ipDigest(req.ClientIP)
+	maxIP := g.cfg.Tenants.MaxIPPerMinute(ctx)
+	if d := g.l1Check(ctx, "", "pre:"+ipHash, limit.SlidingWindow, maxIP, limit.Every(time.Minute)); !d.Allowed {
+		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: maxIP, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
+	}
+
+	key, t, err := g.cfg.Tenants.Authenticate(ctx, req.Bearer)
+	if err != nil {
+		g.cfg.Metrics.Checks.WithLabelValues("error", "auth").Inc()
+		return v, err
+	}
+	v.Tenant, v.Key = t, key
+	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
+	if err != nil {
+		return v, fmt.Errorf("effective plan of tenant %s: %w", t.ID, err)
+	}
+
+	// 2b. Per-IP L1: a local damper before the shared counter.
+	ipLimit := t.RateLimitPerMinute
+	if ipLimit <= 0 {
+		ipLimit = effective.IPPerMinute
+	}
+	if ipLimit <= 0 {
+		ipLimit = tenant.DefaultIPPerMinute
+	}
+	ipKey := "ip:" + req.Route + ":" + ipHash
+	if d := g.l1Check(ctx, t.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute)); !d.Allowed {
+		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: ipLimit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: ipKey}), nil
+	}
+
+	// 3 and 4. The shared ceilings: per-IP L2, tenant quota, allotment.
+	ceilings := []layerItem{
+		{Item: counter.Item{Key: ipKey, Algorithm: limit.SlidingWindow, Limit: ipLimit, Window: limit.Every(time.Minute), Cost: 1}, layer: LayerIP},
+	}
+	qMin, qHour := effective.QuotaPerMinute, effective.QuotaPerHour
+	if t.QuotaPerMinute != nil {
+		qMin = *t.QuotaPerMinute
+	}
+	if t.QuotaPerHour != nil {
+		qHour = *t.QuotaPerHour
+	}
+	ceilings = append(ceilings,
+		layerItem{Item: counter.Item{Key: "quota:minute", Algorithm: limit.FixedWindow, Limit: qMin, Window: limit.Every(time.Minute), Cost: 1}, layer: LayerQuota, scope: "minute"},
+		layerItem{Item: counter.Item{Key: "quota:hour", Algorithm: limit.FixedWindow, Limit: qHour, Window: limit.Every(time.Hour), Cost: 1}, layer: LayerQuota, scope: "hour"},
+	)
+	if req.Check != nil {
+		switch {
+		case key.Test:
+			ceilings = append(ceilings, layerItem{Item: counter.Item{Key: "sandbox", Algorithm: limit.SlidingWindow, Limit: tenant.SandboxAllotment, Window: limit.Every(30 * 24 * time.Hour), Cost: 1}, layer: LayerSandbox})
+		case effective.MonthlyChecks != nil:
+			ceilings = append(ceilings, layerItem{
+				Item:    counter.Item{Key: "allotment", Algorithm: limit.FixedWindow, Limit: *effective.MonthlyChecks, Window: limit.Month, Cost: 1},
+				layer:   LayerAllotment,
+				payment: tenant.HeldToStarter(t),
+				plan:    effective.Name,
+			})
+		}
+	}
+
+	// 5. The tenant's policies.
+	var pols []policyItem
+	if req.Check != nil {
+		if pols, err = g.policyItems(ctx, t.ID, req.Check, now); err != nil {
+			return v, err
+		}
+	}
+
+	creq := counter.Request{Group: t.ID, Ceilings: len(ceilings)}
+	if req.Check != nil {
+		creq.Mode = req.Check.Mode
+	}
+	for _, c := range ceilings {
+		creq.Items = append(creq.Items, c.Item)
+	}
+	for _, p := range pols {
+		creq.Items = append(creq.Items, p.Item)
+	}
+
+	res, err := g.storeCheck(ctx, creq)
+	if err != nil {
+		return g.degraded(ctx, req, v, ceilings, pols, err), nil
+	}
+
+	for i, c := range ceilings {
+		d := res.Decisions[i]
+		if !d.Allowed {
+			return g.refuse(ctx, req, v, Refusal{
+				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
+				RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, PaymentRequired: c.payment, Plan: c.plan, Key: c.Key,
+			}), nil
+		}
+		v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: d.Remaining, Window: windowLength(c.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
+	}
+	v.Allowed = true
+	var refusals []Refusal
+	for i, p := range pols {
+		d := res.Decisions[len(ceilings)+i]
+		iv := ItemVerdict{Policy: p.name, Decision: d, Shadow: p.shadow}
+		if !d.Allowed {
+			refusals = append(refusals, Refusal{Layer: LayerPolicy, Policy: p.name, Limit: p.Limit, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: p.Key, Shadow: p.shadow, AlertAfter: p.alertAfter})
+			if p.shadow {
+				// A shadow policy reports what it would decide and never refuses.
+				iv.Allowed = true
+			} else {
+				v.Allowed = false
+			}
+		}
+		v.Items = append(v.Items, iv)
+		if !p.shadow {
+			v.Tightest = tighter(v.Tightest, Quota{Name: p.name, Limit: p.Limit, Remaining: d.Remaining, Window: windowLength(p.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
+		}
+	}
+	outcome := OutcomeAllowed
+	if !v.Allowed {
+		outcome = LayerPolicy
+	}
+	g.cfg.Metrics.Checks.WithLabelValues(resultOf(v.Allowed), outcomeLayer(outcome)).Inc()
+	g.observe(ctx, req, v, outcome, false, refusals)
+	return v, nil
+}
+
+// policyItem is one check item resolved against its policy.
+type policyItem struct {
+	counter.Item
+	name       string
+	shadow     bool
+	failOpen   bool
+	alertAfter int64
+}
+
+func (g *Gate) policyItems(ctx context.Context, tenantID string, c *Check, now time.Time) ([]policyItem, error) {
+	if len(c.Items) == 0 {
+		return nil, &policy.FieldError{Field: "items", Reason: "at least one item is required"}
+	}
+	if len(c.Items) > MaxItems {
+		return nil, &policy.FieldError{Field: "items", Reason: fmt.Sprintf("at most %d items per check", MaxItems)}
+	}
+	set, err := g.cfg.Policies.For(ctx, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("policies of tenant %s: %w", tenantID, err)
+	}
+	out := make([]policyItem, 0, len(c.Items))
+	for i, it := range c.Items {
+		p, ok := set.Lookup(it.Policy)
+		if !ok {
+			return nil, itemErr(i, "policy", fmt.Sprintf("no policy named %q", truncate(it.Policy, 64)))
+		}
+		cost := it.Cost
+		if cost == 0 {
+			cost = 1
+		}
+		if cost < 1 || cost > MaxCost {
+			return nil, itemErr(i, "cost", fmt.Sprintf("must be 1 to %d", MaxCost))
+		}
+		var key string
+		switch {
+		case p.Scope == policy.ScopeGlobal:
+			// A keyless ceiling: nothing in the request picks the counter.
+			key = "p:" + p.Name + ":*"
+		case it.Subject == "":
+			return nil, itemErr(i, "subject", "required for a policy of scope subject")
+		case len(it.Subject) > MaxSubjectLen:
+			return nil, itemErr(i, "subject", fmt.Sprintf("at most %d bytes", MaxSubjectLen))
+		default:
+			key = "p:" + p.Name + ":" + g.digest("subject", tenantID+":"+p.Name+":"+it.Subject)
+		}
+		lim := p.Limit
+		if p.Scope != policy.ScopeGlobal {
+			lim = set.LimitFor(p, it.Subject, now)
+		}
+		out = append(out, policyItem{
+			Item:       counter.Item{Key: key, Algorithm: p.Algorithm, Limit: lim, Window: p.Window, Cost: cost},
+			name:       p.Name,
+			shadow:     p.Shadow,
+			failOpen:   p.FailMode == policy.FailOpen,
+			alertAfter: p.AlertAfter,
+		})
+	}
+	return out, nil
+}
+
+// storeCheck makes the one round trip, through the circuit breaker.
+func (g *Gate) storeCheck(ctx context.Context, req counter.Request) (counter.Result, error) {
+	if !g.breaker.allow(g.cfg.Now()) {
+		g.cfg.Metrics.StoreLatency.WithLabelValues("skipped").Observe(0)
+		return counter.Result{}, fmt.Errorf("circuit open: %w", counter.ErrUnavailable)
+	}
+	start := time.Now()
+	res, err := g.cfg.Store.Check(ctx, req)
+	took := time.Since(start).Seconds()
+	if err != nil {
+		if errors.Is(err, counter.ErrInvalid) {
+			g.breaker.release()
+			return res, err
+		}
+		g.breaker.failure(g.cfg.Now())
+		g.cfg.Metrics.StoreLatency.WithLabelValues("unavailable").Observe(took)
+		return res, err
+	}
+	g.breaker.success()
+	g.cfg.Metrics.StoreLatency.WithLabelValues("ok").Observe(took)
+	return res, nil
+}
+
+// degraded answers without the shared store: the ceilings have passed L1 and
+// allow; each policy follows its fail mode.
+func (g *Gate) degraded(ctx context.Context, req Request, v Verdict, ceilings []layerItem, pols []policyItem, cause error) Verdict {
+	g.logDegraded(ctx, v.Tenant.ID, cause)
+	now := g.cfg.Now()
+	v.Degraded = true
+	v.Allowed = true
+	for _, c := range ceilings {
+		g.cfg.Metrics.Degraded.WithLabelValues(c.layer).Inc()
+	}
+	for _, p := range pols {
+		d := limit.Decision{Allowed: p.failOpen, Limit: p.Limit, ResetAt: now.Add(time.Second)}
+		if !p.failOpen {
+			// Closed: refuse, and suggest a retry once the store may be back.
+			d.RetryAfter = time.Second
+			if !p.shadow {
+				v.Allowed = false
+			}
+		}
+		g.cfg.Metrics.Degraded.WithLabelValues(LayerPolicy).Inc()
+		v.Items = append(v.Items, ItemVerdict{Policy: p.name, Decision: d, Shadow: p.shadow, Degraded: true})
+	}
+	outcome := OutcomeAllowed
+	if !v.Allowed {
+		outcome = LayerPolicy
+	}
+	g.cfg.Metrics.Checks.WithLabelValues(resultOf(v.Allowed), outcomeLayer(outcome)).Inc()
+	g.observe(ctx, req, v, outcome, true, nil)
+	return v
+}
+
+// logDegraded writes the L2_DEGRADED line at most once a second.
+func (g *Gate) logDegraded(ctx context.Context, tenantID string, cause error) {
+	g.logMu.Lock()
+	now := time.Now()
+	due := now.Sub(g.lastLog) >= time.Second
+	if due {
+		g.lastLog = now
+	}
+	g.logMu.Unlock()
+	if due {
+		g.cfg.Logger.ErrorContext(ctx, "L2_DEGRADED: counter store unavailable, answering from L1 and fail modes", "tenant_id", tenantID, "err", cause)
+	}
+}
+
+// refuse records a ceiling's refusal and returns the verdict carrying it.
+func (g *Gate) refuse(ctx context.Context, req Request, v Verdict, r Refusal) Verdict {
+	v.Refusal = &r
+	v.Allowed = false
+	g.cfg.Metrics.Checks.WithLabelValues("refused", r.Layer).Inc()
+	if v.Tenant.ID != "" {
+		g.observe(ctx, req, v, r.Layer, r.Degraded, []Refusal{r})
+	}
+	return v
+}
+
+func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome string, degraded bool, refusals []Refusal) {
+	if g.cfg.Observer == nil {
+		return
+	}
+	g.cfg.Observer.Observe(ctx, Event{
+		At: g.cfg.Now(), TenantID: v.Tenant.ID, KeyID: v.Key.ID, Live: !v.Key.Test, Route: req.Route,
+		Checked: req.Check != nil, Outcome: outcome, Degraded: degraded, Refusals: refusals,
+	})
+}
+
+// l1Check consumes one from an in-memory counter of this instance.
+func (g *Gate) l1Check(ctx context.Context, group, key string, alg limit.Algorithm, lim int64, w limit.Window) limit.Decision {
+	res, err := g.l1.Check(ctx, counter.Request{Group: group, Items: []counter.Item{{Key: key, Algorithm: alg, Limit: lim, Window: w, Cost: 1}}})
+	if err != nil {
+		// Only an invalid request fails in memory: a bug, so let the caller in
+		// and say so.
+		g.cfg.Logger.ErrorContext(ctx, "bug: in-memory layer refused its own request", "err", err)
+		return limit.Decision{Allowed: true}
+	}
+	return res.Decisions[0]
+}
+
+// ipDigest is the client IP's key part: an HMAC, never the address; an
+// unresolvable client gets a bucket of its own.
+func (g *Gate) ipDigest(ip netip.Addr) string {
+	if !ip.IsValid() {
+		return "anon-" + uuid.NewString()
+	}
+	return g.digest("ip", ip.Unmap().String())
+}
+
+// digest is HMAC-SHA-256 under the pepper, domain-separated by kind,
+// truncated to 128 bits (hex): collisions stay out of reach and keys short.
+func (g *Gate) digest(kind, s string) string {
+	m := hmac.New(sha256.New, g.cfg.Pepper)
+	m.Write([]byte(kind))
+	m.Write([]byte{0})
+	m.Write([]byte(s))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// windowLength is a window's length at instant now (a calendar month's
+// varies).
+func windowLength(w limit.Window, now time.Time) time.Duration {
+	if !w.Month {
+		return w.Length
+	}
+	start, end := w.Bounds(now.UnixMicro())
+	return time.Duration(end-start) * time.Microsecond
+}
+
+// tighter returns whichever quota is closer to refusing: the smaller share
+// remaining, then the fewer remaining.
+func tighter(a, b Quota) Quota {
+	if a.Limit == 0 {
+		return b
+	}
+	// Compare a.Remaining/a.Limit with b.Remaining/b.Limit without division.
+	l, r := float64(a.Remaining)*float64(b.Limit), float64(b.Remaining)*float64(a.Limit)
+	if r < l || (r == l && b.Remaining < a.Remaining) {
+		return b
+	}
+	return a
+}
+
+func resultOf(allowed bool) string {
+	if allowed {
+		return "allowed"
+	}
+	return "refused"
+}
+
+func outcomeLayer(outcome string) string {
+	if outcome == "allowed" {
+		return "none"
+	}
+	return outcome
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}

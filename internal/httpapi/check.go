@@ -1,0 +1,263 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/policy"
+)
+
+// Gate is the admission pipeline (gate.Gate).
+type Gate interface {
+	Admit(ctx context.Context, req gate.Request) (gate.Verdict, error)
+}
+
+// maxCheckBody bounds a /v1/check body: 32 items of 512-byte subjects fit.
+const maxCheckBody = 64 << 10
+
+type checkBody struct {
+	Mode  string `json:"mode"`
+	Items []struct {
+		Policy  string `json:"policy"`
+		Subject string `json:"subject"`
+		Cost    *int64 `json:"cost"`
+	} `json:"items"`
+}
+
+type checkAnswer struct {
+	Allowed  bool           `json:"allowed"`
+	Degraded bool           `json:"degraded"`
+	Items    []checkItemOut `json:"items"`
+}
+
+type checkItemOut struct {
+	Policy       string `json:"policy"`
+	Allowed      bool   `json:"allowed"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	ResetAt      string `json:"reset_at"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	Shadow       bool   `json:"shadow"`
+	Degraded     bool   `json:"degraded,omitempty"`
+}
+
+// decodeJSON reads a bounded, strict JSON body into v; every fault is the
+// client's and says what it was.
+func decodeJSON(c echo.Context, limitBytes int64, v any) error {
+	body, err := io.ReadAll(io.LimitReader(c.Request().Body, limitBytes+1))
+	if err != nil {
+		return &policy.FieldError{Field: "body", Reason: "could not be read"}
+	}
+	if int64(len(body)) > limitBytes {
+		return &policy.FieldError{Field: "body", Reason: fmt.Sprintf("larger than %d bytes", limitBytes)}
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return &policy.FieldError{Field: te.Field, Reason: "has the wrong type, want " + te.Type.String()}
+		}
+		return &policy.FieldError{Field: "body", Reason: "not valid JSON: " + err.Error()}
+	}
+	if dec.More() {
+		return &policy.FieldError{Field: "body", Reason: "trailing data after the JSON object"}
+	}
+	return nil
+}
+
+func (a *api) check(c echo.Context) error {
+	var b checkBody
+	if err := decodeJSON(c, maxCheckBody, &b); err != nil {
+		return err
+	}
+	chk := &gate.Check{}
+	switch b.Mode {
+	case "", "consume":
+		chk.Mode = counter.Consume
+	case "peek":
+		chk.Mode = counter.Peek
+	default:
+		return &policy.FieldError{Field: "mode", Reason: `want "consume" or "peek"`}
+	}
+	for i, it := range b.Items {
+		item := gate.Item{Policy: it.Policy, Subject: it.Subject, Cost: 1}
+		if it.Cost != nil {
+			if *it.Cost < 1 {
+				return &policy.FieldError{Field: fmt.Sprintf("items[%d].cost", i), Reason: "must be at least 1"}
+			}
+			item.Cost = *it.Cost
+		}
+		chk.Items = append(chk.Items, item)
+	}
+	v, err := a.gate.Admit(c.Request().Context(), gate.Request{Route: "check", ClientIP: clientIP(c), Bearer: bearer(c), Check: chk})
+	if err != nil {
+		return err
+	}
+	if v.Refusal != nil {
+		return a.writeRefusal(c, v)
+	}
+	out := checkAnswer{Allowed: v.Allowed, Degraded: v.Degraded, Items: make([]checkItemOut, len(v.Items))}
+	for i, it := range v.Items {
+		out.Items[i] = checkItemOut{
+			Policy: it.Policy, Allowed: it.Allowed, Limit: it.Limit, Remaining: it.Remaining,
+			ResetAt:      ceilSecond(it.ResetAt).Format(time.RFC3339),
+			RetryAfterMS: ceilDiv(it.RetryAfter, time.Millisecond),
+			Shadow:       it.Shadow, Degraded: it.Degraded,
+		}
+	}
+	setRateLimit(c, v.Tightest)
+	if v.Degraded {
+		c.Response().Header().Set("X-RateLimit-Degraded", "true")
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// bearer returns the API key of an "Authorization: Bearer …" header.
+func bearer(c echo.Context) string {
+	h := c.Request().Header.Get(echo.HeaderAuthorization)
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// admit is the middleware of the /v1 routes other than /v1/check: the
+// ceilings (no allotment) and authentication, then the handler with the
+// tenant in the context.
+func (a *api) admit(route string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			v, err := a.gate.Admit(c.Request().Context(), gate.Request{Route: route, ClientIP: clientIP(c), Bearer: bearer(c)})
+			if err != nil {
+				return err
+			}
+			if v.Refusal != nil {
+				return a.writeRefusal(c, v)
+			}
+			setRateLimit(c, v.Tightest)
+			setTenantID(c, v.Tenant.ID)
+			return next(c)
+		}
+	}
+}
+
+// refusalProblem is the RFC 9457 body of a 429 or 402.
+type refusalProblem struct {
+	Type              string   `json:"type"`
+	Title             string   `json:"title"`
+	Status            int      `json:"status"`
+	Detail            string   `json:"detail"`
+	Code              string   `json:"code,omitempty"`
+	BillingURL        string   `json:"billing_url,omitempty"`
+	Layer             string   `json:"layer"`
+	Scope             string   `json:"scope,omitempty"`
+	Limit             int64    `json:"limit"`
+	Remaining         int64    `json:"remaining"`
+	RetryAfterSeconds int64    `json:"retry_after_seconds"`
+	ViolatedPolicies  []string `json:"violated-policies"`
+	Degraded          bool     `json:"degraded,omitempty"`
+}
+
+// writeRefusal answers a ceiling's refusal: 429 with every header a client
+// needs to back off, or 402 for a tenant that must pay.
+func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
+	r := v.Refusal
+	retry := max(1, ceilDiv(r.RetryAfter, time.Second))
+	name := r.Layer
+	h := c.Response().Header()
+	h.Set("Retry-After", strconv.FormatInt(retry, 10))
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(r.Limit, 10))
+	h.Set("X-RateLimit-Remaining", "0")
+	h.Set("X-RateLimit-Layer", r.Layer)
+	if r.Scope != "" {
+		h.Set("X-RateLimit-Scope", r.Scope)
+	}
+	if r.Degraded || v.Degraded {
+		h.Set("X-RateLimit-Degraded", "true")
+	}
+	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", name, r.Limit, int64(math.Ceil(r.Window.Seconds()))))
+	h.Set("RateLimit", fmt.Sprintf("%q;r=0;t=%d", name, retry))
+	p := refusalProblem{
+		Type:   "https://tollgate.dev/problems/quota-exceeded",
+		Title:  "Too many requests",
+		Status: http.StatusTooManyRequests,
+		Layer:  r.Layer, Scope: r.Scope, Limit: r.Limit, RetryAfterSeconds: retry,
+		ViolatedPolicies: []string{name},
+		Degraded:         r.Degraded,
+	}
+	switch r.Layer {
+	case gate.LayerInstance:
+		p.Detail = fmt.Sprintf("This Tollgate instance is at its ceiling of %d requests a second; retry in %d s.", r.Limit, retry)
+	case gate.LayerIP:
+		p.Detail = fmt.Sprintf("Too many requests from this address: the limit is %d a minute; retry in %d s.", r.Limit, retry)
+	case gate.LayerQuota:
+		p.Detail = fmt.Sprintf("The tenant's quota of %d requests per %s is used up; retry in %d s.", r.Limit, r.Scope, retry)
+	case gate.LayerAllotment:
+		p.Detail = fmt.Sprintf("The %s plan's allotment of %d checks this month is used up. Upgrade the plan, or wait until %s.", r.Plan, r.Limit, r.ResetAt.UTC().Format(time.RFC3339))
+	case gate.LayerSandbox:
+		p.Detail = fmt.Sprintf("Test keys share %d checks per rolling 30 days and they are used up; use a live key or retry in %d s.", r.Limit, retry)
+	}
+	if r.PaymentRequired {
+		p.Type = "https://tollgate.dev/problems/payment-required"
+		p.Title = "Payment required"
+		p.Status = http.StatusPaymentRequired
+		p.Code = "payment_required"
+		p.BillingURL = a.billingURL(v.Tenant.ID)
+		p.Detail = fmt.Sprintf("The subscription is %s, so the tenant is held to the starter plan, whose %d checks this month are used up. Update the payment method at billing_url.", v.Tenant.BillingStatus, r.Limit)
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return c.Blob(p.Status, "application/problem+json", body)
+}
+
+// billingURL is the stable address that sends a tenant to a fresh Stripe
+// portal session. It carries an HMAC of the tenant id so that nobody can
+// open another tenant's portal by guessing.
+func (a *api) billingURL(tenantID string) string {
+	m := hmac.New(sha256.New, a.cfg.BillingKey)
+	m.Write([]byte("billing-portal:" + tenantID))
+	return strings.TrimRight(a.cfg.PublicURL, "/") + "/billing/portal/" + tenantID + "." + hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// setRateLimit writes the IETF RateLimit fields for the tightest quota.
+func setRateLimit(c echo.Context, q gate.Quota) {
+	if q.Limit == 0 {
+		return
+	}
+	h := c.Response().Header()
+	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", q.Name, q.Limit, int64(math.Ceil(q.Window.Seconds()))))
+	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", q.Name, q.Remaining, max(0, ceilDiv(q.ResetIn, time.Second))))
+}
+
+// ceilDiv is d/unit rounded up.
+func ceilDiv(d, unit time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + unit - 1) / unit)
+}
+
+func ceilSecond(t time.Time) time.Time {
+	if t.Truncate(time.Second).Equal(t) {
+		return t.UTC()
+	}
+	return t.Truncate(time.Second).Add(time.Second).UTC()
+}
