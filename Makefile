@@ -3,20 +3,20 @@ SHELL := /bin/bash
 GO    ?= go
 # Packages that hold the store contract and its backends run with the race
 # detector; the rest would only be slower.
-RACE_PKGS := ./internal/counter/... ./internal/limit/...
+RACE_PKGS := ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/...
 
 .PHONY: run test generate check-generated build bench deps vet
 
 ## run: build and serve on :8080 (embedded PostgreSQL unless DATABASE_URL is set)
 run: build
 	@scripts/deps.sh postgres
-	TOLLGATE_DEV=$${TOLLGATE_DEV:-1} ./bin/tollgate serve
+	TOLLGATE_DEV=$${TOLLGATE_DEV:-1} ./bin/tollgate serve --demo
 
 ## test: every test, against real PostgreSQL and Redis (found or started)
 test: check-generated vet
 	@scripts/deps.sh postgres redis
 	$(GO) test -count=1 -timeout 8m ./...
-	$(GO) test -count=1 -timeout 8m -race -run 'Conformance|Property|Concurr' $(RACE_PKGS)
+	$(GO) test -count=1 -timeout 8m -race -run 'Conformance|Property|Concurr|Catalog|Recorder|Race|Breaker' $(RACE_PKGS)
 
 build:
 	$(GO) build -o bin/tollgate ./cmd/tollgate

@@ -31,7 +31,7 @@ var errUsage = errors.New("usage")
 const usageText = `usage: tollgate [command]
 
 commands:
-  serve                   serve the API (the default)
+  serve [--demo]          serve the API (the default); --demo seeds a demo tenant and traffic
   migrate up|down|version apply, revert one, or show the schema version
   tenants create --name NAME [--plan PLAN]
                           create a tenant with a live and a test key (printed once, as JSON)
@@ -59,7 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log := newLogger(cfg, stderr)
 	switch cmd {
 	case "serve":
-		return serve(ctx, cfg, log)
+		return serve(ctx, cfg, log, args, stdout)
 	case "migrate":
 		return migrateCmd(ctx, cfg, log, args, stdout)
 	case "tenants":

@@ -172,3 +172,43 @@ func TestMigrateCommand(t *testing.T) {
 		t.Fatalf("migrate sideways: no error")
 	}
 }
+
+// TestServeDemo: `serve --demo` seeds a tenant whose printed curl line works,
+// and its traffic shows up in the tenant's usage.
+func TestServeDemo(t *testing.T) {
+	dsn := pgtest.New(t)
+	addr := freeAddr(t)
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--demo"}, envOf(map[string]string{"DATABASE_URL": dsn, "TOLLGATE_DEV": "1", "TOLLGATE_ADDR": addr}), out, &bytes.Buffer{})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	var key string
+	deadline := time.Now().Add(30 * time.Second)
+	for key == "" {
+		for _, line := range strings.Split(out.String(), "\n") {
+			if k, ok := strings.CutPrefix(strings.TrimSpace(line), "live key: "); ok {
+				key = k
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no demo key printed:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "curl -s -X POST http://"+addr+"/v1/check") {
+		t.Fatalf("no curl line for this server:\n%s", out)
+	}
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/check", strings.NewReader(`{"items":[{"policy":"sign-in-ip","subject":"203.0.113.7"}]}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the printed curl line answers %d", resp.StatusCode)
+	}
+}

@@ -33,7 +33,16 @@ import (
 // serve runs the HTTP server until ctx is cancelled, then shuts down in
 // order: stop taking requests and finish those in flight, close the counter
 // store, close the pool, stop the embedded database.
-func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
+	fs := newFlags("serve")
+	demo := fs.Bool("demo", false, "seed a demo tenant, print its keys and send it a little live traffic")
+	rest, err := parseFlags(fs, args)
+	if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("unexpected %q", rest[0])
+	}
+	if err != nil {
+		return usagef("serve [--demo]", "serve: %v", err)
+	}
 	log.InfoContext(ctx, "tollgate starting", "config", cfg)
 	dsn, stopDB, err := database(ctx, cfg, log)
 	if err != nil {
@@ -118,6 +127,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.InfoContext(ctx, "tollgate serving", "addr", ln.Addr().String(), "counter_store", cfg.CounterStore)
+	if *demo {
+		key, err := seedDemo(ctx, pool, cfg, stdout)
+		if err != nil {
+			return err
+		}
+		running.Go(func() { demoTraffic(bg, "http://"+ln.Addr().String(), key, log) })
+	}
 
 	select {
 	case err := <-served:
