@@ -285,7 +285,15 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		creq.Items = append(creq.Items, p.Item)
 	}
 
+	for i := range creq.Items {
+		// A plan may allow more than a counter holds; beyond MaxLimit a
+		// ceiling is as good as none.
+		creq.Items[i].Limit = min(creq.Items[i].Limit, limit.MaxLimit)
+	}
 	res, err := g.storeCheck(ctx, creq)
+	if errors.Is(err, counter.ErrInvalid) {
+		return v, fmt.Errorf("counter request of tenant %s: %w", t.ID, err)
+	}
 	if err != nil {
 		return g.degraded(ctx, req, v, ceilings, pols, err), nil
 	}
