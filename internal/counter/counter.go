@@ -1,7 +1,8 @@
 // Package counter is the contract between Tollgate's admission pipeline and
 // the places counters live: memory, PostgreSQL and Redis. A Store answers a
 // batch of counter items in one round trip, all or nothing (in two tiers when
-// the request has ceilings), with the arithmetic of internal/limit.
+// the request has ceilings, and with advisory items that never block), with
+// the arithmetic of internal/limit.
 //
 // counter imports only internal/limit; the backends live in its
 // subpackages, and countertest holds the conformance suite they all pass.
@@ -33,7 +34,7 @@ type Mode uint8
 
 const (
 	// Consume counts every item when all of them allow, and none otherwise
-	// (but see Request.Ceilings).
+	// (but see Request.Ceilings and Item.Advisory).
 	Consume Mode = iota
 	// Peek answers what Consume would answer, counting nothing but a
 	// request's ceilings (see Request.Ceilings).
@@ -65,6 +66,17 @@ type Item struct {
 	Limit     int64
 	Window    limit.Window
 	Cost      int64
+	// Advisory marks an item that never blocks: its refusal does not fail its
+	// tier, and it is consumed when it alone allows and its tier is consumed.
+	// Shadow policies are advisory.
+	//
+	// An advisory item is decided like any other, against the working state,
+	// and its Decision says what it would have decided; only the verdict of
+	// its tier and of the Result leaves it out. A refused advisory item
+	// consumes nothing, so neither a later item of the request nor the store
+	// sees anything of it: its key keeps the state it had. Advisory items may
+	// be ceilings or policies.
+	Advisory bool
 }
 
 // Request is one all-or-nothing batch, or two tiers of it: the service's
@@ -76,6 +88,10 @@ type Item struct {
 // end: a policy item sees what a ceiling item on its key took even when
 // another ceiling refused, so an item's decision never depends on the items
 // after it.
+//
+// A tier is kept when every one of its enforced (not advisory) items allows;
+// what it keeps is the new states of the items that allowed, advisory ones
+// included.
 type Request struct {
 	Mode  Mode
 	Items []Item
@@ -84,6 +100,7 @@ type Request struct {
 	// when all of them allow, whatever the later items answer; the later items
 	// (a tenant's policies) are consumed only when every item allows and Mode
 	// is Consume. Zero means plain all-or-nothing over all items, as before.
+	// "All of them allow" leaves advisory items out (see Item.Advisory).
 	//
 	// A key that a ceiling and a policy share, when only the ceilings are
 	// consumed, keeps the state the last ceiling on it left.
@@ -102,10 +119,13 @@ type Request struct {
 
 // Result is the answer to a Request: Decisions[i] answers Items[i].
 type Result struct {
-	// Allowed is true when every item allowed; only then were the policies
-	// (the items after the ceilings) consumed, and never in Peek mode. The
-	// ceilings were consumed when they all allowed, whatever the policies
-	// answered and in either mode.
+	// Allowed is true when every item that is not advisory allowed (so it
+	// is true when every item is advisory); an advisory item's refusal shows
+	// in its Decision alone. Only when Allowed were the policies (the items
+	// after the ceilings) consumed, and never in Peek mode. The ceilings were
+	// consumed when all of the enforced ones allowed, whatever the policies
+	// answered and in either mode. An advisory item was consumed only when
+	// it allowed and its tier was consumed.
 	Allowed   bool
 	Decisions []limit.Decision
 	// Now is the store clock reading the decisions were made at.
@@ -175,7 +195,8 @@ type Seen struct {
 }
 
 // Answer turns the states a store saw at instant now into a Result, deriving
-// each decision with limit.Decide. A store whose arithmetic disagrees with
+// each decision with limit.Decide, and Result.Allowed from the verdicts of
+// the items that are not advisory. A store whose arithmetic disagrees with
 // limit.Admit is a bug; the store's own verdict stands, since it is what was
 // written.
 func Answer(req Request, seen []Seen, now time.Time) Result {
@@ -187,7 +208,7 @@ func Answer(req Request, seen []Seen, now time.Time) Result {
 			d.RetryAfter = 0
 		}
 		res.Decisions[i] = d
-		res.Allowed = res.Allowed && d.Allowed
+		res.Allowed = res.Allowed && (d.Allowed || it.Advisory)
 	}
 	return res
 }

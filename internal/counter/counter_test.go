@@ -66,3 +66,44 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswerLeavesAdvisoryOut checks Result.Allowed: every item that is not
+// advisory allowed, whatever the advisory ones answered, and each item's
+// own Decision keeps its verdict.
+func TestAnswerLeavesAdvisoryOut(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 14, 9, 30, 0, 0, time.UTC)
+	it := counter.Item{Key: "k", Algorithm: limit.FixedWindow, Limit: 1, Window: limit.Every(time.Minute), Cost: 1}
+	adv := it
+	adv.Advisory = true
+	cases := []struct {
+		name  string
+		items []counter.Item
+		seen  []bool
+		want  bool
+	}{
+		{"enforced allows", []counter.Item{it}, []bool{true}, true},
+		{"enforced refuses", []counter.Item{it}, []bool{false}, false},
+		{"advisory refuses beside an enforced item that allows", []counter.Item{it, adv}, []bool{true, false}, true},
+		{"advisory allows beside an enforced item that refuses", []counter.Item{adv, it}, []bool{true, false}, false},
+		{"every item advisory, all refusing", []counter.Item{adv, adv}, []bool{false, false}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			seen := make([]counter.Seen, len(c.seen))
+			for i, ok := range c.seen {
+				seen[i].Allowed = ok
+			}
+			res := counter.Answer(counter.Request{Items: c.items}, seen, now)
+			if res.Allowed != c.want {
+				t.Fatalf("Allowed: got %v, want %v", res.Allowed, c.want)
+			}
+			for i, d := range res.Decisions {
+				if d.Allowed != c.seen[i] {
+					t.Fatalf("item %d: got allowed %v, want its own verdict %v", i, d.Allowed, c.seen[i])
+				}
+			}
+		})
+	}
+}

@@ -29,6 +29,10 @@ func Run(t *testing.T, b Backend) {
 	t.Run("CeilingRefusalConsumesNothing", func(t *testing.T) { t.Parallel(); ceilingRefuses(t, b) })
 	t.Run("PeekConsumesCeilingsOnly", func(t *testing.T) { t.Parallel(); peekWithCeilings(t, b) })
 	t.Run("CeilingAndPolicyOnOneKey", func(t *testing.T) { t.Parallel(); ceilingAndPolicyOnOneKey(t, b) })
+	t.Run("AdvisoryRefusalDoesNotBlock", func(t *testing.T) { t.Parallel(); advisoryRefuses(t, b) })
+	t.Run("AdvisoryNotConsumedWhenItsTierFails", func(t *testing.T) { t.Parallel(); advisoryTierFails(t, b) })
+	t.Run("AdvisoryCeilingRefusalKeepsCeilings", func(t *testing.T) { t.Parallel(); advisoryCeilingRefuses(t, b) })
+	t.Run("AdvisoryConsumedWhenItsTierIs", func(t *testing.T) { t.Parallel(); advisoryConsumed(t, b) })
 	t.Run("WindowsRollOver", func(t *testing.T) { t.Parallel(); windowsRollOver(t, b) })
 	t.Run("ServerClock", func(t *testing.T) { t.Parallel(); serverClock(t, b) })
 	t.Run("GroupsAreSeparate", func(t *testing.T) { t.Parallel(); groupsAreSeparate(t, b) })
@@ -37,6 +41,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("TwentyGoroutinesLimitTen", func(t *testing.T) { t.Parallel(); twentyGoroutines(t, b) })
 	t.Run("ThreeInstancesOneStore", func(t *testing.T) { t.Parallel(); threeInstances(t, b) })
 	t.Run("ThreeInstancesCeilingAndPolicy", func(t *testing.T) { t.Parallel(); threeInstancesCeilings(t, b) })
+	t.Run("ThreeInstancesAdvisory", func(t *testing.T) { t.Parallel(); threeInstancesAdvisory(t, b) })
 	if b.Breakable != nil {
 		t.Run("Unavailable", func(t *testing.T) { unavailable(t, b) })
 	}
@@ -93,8 +98,8 @@ var base = time.Date(2026, 11, 14, 9, 30, 0, 0, time.UTC)
 
 // Model is the plain in-memory reference the stores are held to: limit.Admit
 // over a map, deciding requests one after the other, the ceilings as one
-// all-or-nothing tier and the whole request as another. It is not safe for
-// concurrent use.
+// all-or-nothing tier and the whole request as another, advisory items left
+// out of both verdicts. It is not safe for concurrent use.
 type Model struct{ states map[[2]string]limit.State }
 
 // NewModel returns a model with no counters.
@@ -104,7 +109,8 @@ func NewModel() *Model { return &Model{states: map[[2]string]limit.State{}} }
 func (m *Model) Check(req counter.Request, now time.Time) counter.Result {
 	us := now.UnixMicro()
 	// work holds the tentative states of the request's keys: every item sees
-	// the admitted items before it, ceilings and policies alike.
+	// the admitted items before it, ceilings and policies, enforced and
+	// advisory alike. A refused item, advisory or not, leaves work as it was.
 	work := map[[2]string]limit.State{}
 	seen := make([]counter.Seen, len(req.Items))
 	decide := func(from, to int) bool {
@@ -121,7 +127,7 @@ func (m *Model) Check(req counter.Request, now time.Time) counter.Result {
 			if admit {
 				work[k] = next
 			}
-			all = all && admit
+			all = all && (admit || it.Advisory)
 		}
 		return all
 	}
@@ -150,11 +156,11 @@ func sameResult(t fataler, step int, req counter.Request, got, want counter.Resu
 	}
 }
 
-// matchesLimit pushes random streams of requests, with their own clock and
-// any number of ceilings, through the store and through the model side by
-// side: every decision must be the same, field for field. As each decision
-// derives from the state its item saw, a store that writes what the model
-// does not shows it at the next use of the key.
+// matchesLimit pushes random streams of requests, with their own clock, any
+// number of ceilings and any items advisory, through the store and through
+// the model side by side: every decision must be the same, field for field.
+// As each decision derives from the state its item saw, a store that writes
+// what the model does not shows it at the next use of the key.
 func matchesLimit(t *testing.T, b Backend) {
 	s := open(t, b)
 	rapid.Check(t, func(rt *rapid.T) {
@@ -191,7 +197,8 @@ func matchesLimit(t *testing.T, b Backend) {
 			for range rapid.IntRange(1, 3).Draw(rt, "items") {
 				d := defs[rapid.IntRange(0, len(defs)-1).Draw(rt, "which")]
 				cost := rapid.OneOf(rapid.Just(int64(1)), rapid.Int64Range(1, d.lim), rapid.Int64Range(1, limit.MaxLimit)).Draw(rt, "cost")
-				req.Items = append(req.Items, counter.Item{Key: d.key, Algorithm: d.alg, Limit: d.lim, Window: d.win, Cost: cost})
+				advisory := rapid.IntRange(0, 2).Draw(rt, "advisory") == 0
+				req.Items = append(req.Items, counter.Item{Key: d.key, Algorithm: d.alg, Limit: d.lim, Window: d.win, Cost: cost, Advisory: advisory})
 			}
 			req.Ceilings = rapid.IntRange(0, len(req.Items)).Draw(rt, "ceilings")
 			got := check(rt, s, req)
@@ -268,11 +275,12 @@ func sameKeyTwice(t *testing.T, b Backend) {
 	}
 }
 
-// remaining peeks at it with cost 1 and no ceilings, and returns what the
-// peek answers: one less than what is left, or -1 when it refuses.
+// remaining peeks at it with cost 1, no ceilings and not advisory, and
+// returns what the peek answers: one less than what is left, or -1 when it
+// refuses.
 func remaining(t *testing.T, s counter.Store, it counter.Item) int64 {
 	t.Helper()
-	it.Cost = 1
+	it.Cost, it.Advisory = 1, false
 	res := check(t, s, counter.Request{Mode: counter.Peek, Items: []counter.Item{it}, Now: base})
 	if !res.Allowed {
 		return -1
@@ -410,6 +418,192 @@ func ceilingAndPolicyOnOneKey(t *testing.T, b Backend) {
 			}
 			if got := remaining(t, s, ceiling); got != -1 {
 				t.Fatalf("after both were consumed: peek remaining %d, want a refusal (-1)", got)
+			}
+		})
+	}
+}
+
+// advisory returns it marked advisory, as a shadow policy's item is.
+func advisory(it counter.Item) counter.Item {
+	it.Advisory = true
+	return it
+}
+
+// allowed lists a result's verdicts: the request's, then each item's.
+func allowed(res counter.Result) string {
+	got := []bool{res.Allowed}
+	for _, d := range res.Decisions {
+		got = append(got, d.Allowed)
+	}
+	return fmt.Sprint(got)
+}
+
+// advisoryRefuses puts an enforced item that allows and an advisory one that
+// refuses in the policies' tier: the request is allowed and the enforced item
+// consumed; the advisory item's decision says it refused, its counter is
+// untouched, and a later item on its key sees nothing of it.
+func advisoryRefuses(t *testing.T, b Backend) {
+	s := open(t, b)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			w := limit.Every(time.Hour)
+			enforced := item("enforced-"+alg.String(), alg, 5, w)
+			shadow := item("shadow-"+alg.String(), alg, 3, w)
+			shadow.Cost = 2
+			if res := check(t, s, counter.Request{Items: []counter.Item{shadow}, Now: base}); !res.Allowed {
+				t.Fatalf("spending 2 of the shadow policy's 3: refused %+v", res)
+			}
+
+			res := check(t, s, counter.Request{Items: []counter.Item{enforced, advisory(shadow)}, Now: base})
+			if got, want := allowed(res), "[true true false]"; got != want {
+				t.Fatalf("enforced that allows, advisory that refuses: allowed (request, items) %s, want %s", got, want)
+			}
+			if d := res.Decisions[1]; d.RetryAfter <= 0 || d.Remaining != 1 {
+				t.Fatalf("advisory item's decision: %+v, want a refusal with a retry and the 1 left remaining", d)
+			}
+			if got := remaining(t, s, enforced); got != 3 {
+				t.Errorf("enforced item: peek remaining %d, want 3 (consumed once)", got)
+			}
+			if got := remaining(t, s, shadow); got != 0 {
+				t.Errorf("advisory item that refused: peek remaining %d, want 0 (untouched: 1 left)", got)
+			}
+
+			// A later item on the advisory item's key sees the 1 left, not a
+			// consumption of the refused item.
+			later := item(shadow.Key, alg, 3, w)
+			res = check(t, s, counter.Request{Items: []counter.Item{advisory(shadow), later}, Now: base})
+			if got, want := allowed(res), "[true false true]"; got != want || res.Decisions[1].Remaining != 0 {
+				t.Fatalf("refused advisory item, then an item of cost 1 on its key: allowed (request, items) %s, remaining %d; want %s, remaining 0", got, res.Decisions[1].Remaining, want)
+			}
+			if got := remaining(t, s, shadow); got != -1 {
+				t.Errorf("after the later item: peek remaining %d, want a refusal (-1)", got)
+			}
+
+			// A request of advisory items alone is allowed, whatever they answer.
+			res = check(t, s, counter.Request{Items: []counter.Item{advisory(shadow)}, Now: base})
+			if got, want := allowed(res), "[true false]"; got != want {
+				t.Fatalf("one advisory item that refuses: allowed (request, items) %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+// advisoryTierFails puts an advisory item that allows beside an enforced one
+// that refuses, in the policies' tier and in the ceilings': the tier fails,
+// and neither is consumed.
+func advisoryTierFails(t *testing.T, b Backend) {
+	s := open(t, b)
+	for _, alg := range algorithms {
+		for _, ceilings := range []int{0, 2} {
+			t.Run(fmt.Sprint(alg, "/ceilings=", ceilings), func(t *testing.T) {
+				w := limit.Every(time.Hour)
+				suffix := fmt.Sprint(alg, "-", ceilings)
+				shadow, spent := item("shadow-"+suffix, alg, 5, w), item("spent-"+suffix, alg, 1, w)
+				if res := check(t, s, counter.Request{Items: []counter.Item{spent}, Now: base}); !res.Allowed {
+					t.Fatalf("spending the enforced item: refused %+v", res)
+				}
+				res := check(t, s, counter.Request{Ceilings: ceilings, Items: []counter.Item{advisory(shadow), spent}, Now: base})
+				if got, want := allowed(res), "[false true false]"; got != want {
+					t.Fatalf("advisory that allows, enforced that refuses: allowed (request, items) %s, want %s", got, want)
+				}
+				if got := remaining(t, s, shadow); got != 4 {
+					t.Errorf("advisory item in a failed tier: peek remaining %d, want 4 (untouched)", got)
+				}
+				if got := remaining(t, s, spent); got != -1 {
+					t.Errorf("enforced item that refused: peek remaining %d, want a refusal (-1)", got)
+				}
+			})
+		}
+	}
+}
+
+// advisoryCeilingRefuses puts an advisory item that refuses among the
+// ceilings: the ceilings are kept all the same, without it, in either mode,
+// and whether the policies are kept or not.
+func advisoryCeilingRefuses(t *testing.T, b Backend) {
+	s := open(t, b)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			w := limit.Every(time.Hour)
+			ip := item("ip-"+alg.String(), alg, 10, w)
+			shadow := item("shadow-"+alg.String(), alg, 3, w)
+			shadow.Cost = 2
+			spare, spent := item("spare-"+alg.String(), alg, 5, w), item("spent-"+alg.String(), alg, 1, w)
+			for _, it := range []counter.Item{shadow, spent} {
+				if res := check(t, s, counter.Request{Items: []counter.Item{it}, Now: base}); !res.Allowed {
+					t.Fatalf("spending %s: refused %+v", it.Key, res)
+				}
+			}
+
+			// A policy refuses: the ceilings alone are kept.
+			res := check(t, s, counter.Request{Ceilings: 2, Items: []counter.Item{ip, advisory(shadow), spare, spent}, Now: base})
+			if got, want := allowed(res), "[false true false true false]"; got != want {
+				t.Fatalf("advisory ceiling that refuses, a policy that refuses: allowed (request, items) %s, want %s", got, want)
+			}
+			if got := []int64{remaining(t, s, ip), remaining(t, s, shadow), remaining(t, s, spare)}; fmt.Sprint(got) != "[8 0 4]" {
+				t.Fatalf("after a request refused by a policy: peek remaining (ceiling, advisory ceiling, policy) %v, want [8 0 4]: the enforced ceiling alone consumed", got)
+			}
+
+			// Every policy allows: the request is kept but for the advisory
+			// ceiling.
+			res = check(t, s, counter.Request{Ceilings: 2, Items: []counter.Item{ip, advisory(shadow), spare}, Now: base})
+			if got, want := allowed(res), "[true true false true]"; got != want {
+				t.Fatalf("advisory ceiling that refuses, policies that allow: allowed (request, items) %s, want %s", got, want)
+			}
+			if got := []int64{remaining(t, s, ip), remaining(t, s, shadow), remaining(t, s, spare)}; fmt.Sprint(got) != "[7 0 3]" {
+				t.Fatalf("after an allowed request: peek remaining (ceiling, advisory ceiling, policy) %v, want [7 0 3]", got)
+			}
+
+			// A peek keeps the ceilings, the advisory one aside.
+			res = check(t, s, counter.Request{Mode: counter.Peek, Ceilings: 2, Items: []counter.Item{ip, advisory(shadow), spare}, Now: base})
+			if got, want := allowed(res), "[true true false true]"; got != want {
+				t.Fatalf("peek: allowed (request, items) %s, want %s", got, want)
+			}
+			if got := []int64{remaining(t, s, ip), remaining(t, s, shadow), remaining(t, s, spare)}; fmt.Sprint(got) != "[6 0 3]" {
+				t.Fatalf("after a peek: peek remaining (ceiling, advisory ceiling, policy) %v, want [6 0 3]", got)
+			}
+		})
+	}
+}
+
+// advisoryConsumed checks that an advisory item that allows is consumed
+// whenever its tier is: beside an enforced policy that allows, as a ceiling
+// when a policy refuses, and as a ceiling of a peek; and not as a policy of
+// a peek.
+func advisoryConsumed(t *testing.T, b Backend) {
+	s := open(t, b)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			w := limit.Every(time.Hour)
+			enforced := item("enforced-"+alg.String(), alg, 5, w)
+			shadow, shadowCeiling := item("shadow-"+alg.String(), alg, 5, w), item("shadow-ceiling-"+alg.String(), alg, 5, w)
+			spent := item("spent-"+alg.String(), alg, 1, w)
+			if res := check(t, s, counter.Request{Items: []counter.Item{spent}, Now: base}); !res.Allowed {
+				t.Fatalf("spending a policy: refused %+v", res)
+			}
+
+			res := check(t, s, counter.Request{Items: []counter.Item{enforced, advisory(shadow)}, Now: base})
+			if got, want := allowed(res), "[true true true]"; got != want {
+				t.Fatalf("enforced and advisory that allow: allowed (request, items) %s, want %s", got, want)
+			}
+			if got := []int64{remaining(t, s, enforced), remaining(t, s, shadow)}; fmt.Sprint(got) != "[3 3]" {
+				t.Fatalf("after both allowed: peek remaining (enforced, advisory) %v, want [3 3]: both consumed", got)
+			}
+
+			res = check(t, s, counter.Request{Ceilings: 1, Items: []counter.Item{advisory(shadowCeiling), spent}, Now: base})
+			if got, want := allowed(res), "[false true false]"; got != want {
+				t.Fatalf("advisory ceiling, spent policy: allowed (request, items) %s, want %s", got, want)
+			}
+			if got := remaining(t, s, shadowCeiling); got != 3 {
+				t.Fatalf("advisory ceiling kept beside a refusing policy: peek remaining %d, want 3 (consumed)", got)
+			}
+
+			res = check(t, s, counter.Request{Mode: counter.Peek, Ceilings: 1, Items: []counter.Item{advisory(shadowCeiling), advisory(shadow)}, Now: base})
+			if got, want := allowed(res), "[true true true]"; got != want {
+				t.Fatalf("peek of an advisory ceiling and policy: allowed (request, items) %s, want %s", got, want)
+			}
+			if got := []int64{remaining(t, s, shadowCeiling), remaining(t, s, shadow)}; fmt.Sprint(got) != "[2 3]" {
+				t.Fatalf("after the peek: peek remaining (advisory ceiling, advisory policy) %v, want [2 3]: the ceiling alone consumed", got)
 			}
 		})
 	}
@@ -641,6 +835,50 @@ func threeInstancesCeilings(t *testing.T, b Backend) {
 		// Every request consumed the ceiling, and the peek answers as if it did.
 		if got, want := res.Decisions[0].Remaining, int64(1_000_000-requests-1); got != want {
 			t.Errorf("%s: ceiling after %d requests: peek remaining %d, want %d (%d consumed)", alg, requests, got, want, 1_000_000-got-1)
+		}
+	}
+}
+
+// threeInstancesAdvisory races 1,000 requests of an enforced item that
+// always allows and an advisory one at limit 100, in either tier, through
+// three store instances on one namespace: every request is allowed, the
+// advisory item admits exactly its limit, and the enforced item counts every
+// request.
+func threeInstancesAdvisory(t *testing.T, b Backend) {
+	newStore := opener(t, b)
+	stores := []counter.Store{newStore(), newStore(), newStore()}
+	const requests = 1000
+	for _, alg := range algorithms {
+		enforced := item("enforced-"+alg.String(), limit.FixedWindow, 1_000_000, limit.Every(30*24*time.Hour))
+		shadow := advisory(item("shadow-"+alg.String(), alg, 100, limit.Every(30*24*time.Hour)))
+		var allowed, admitted atomic.Int64
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 64)
+		for i := range requests {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				// Both policies, the enforced item a ceiling, or both ceilings.
+				req := counter.Request{Ceilings: i / 3 % 3, Items: []counter.Item{enforced, shadow}}
+				res := check(t, stores[i%3], req)
+				if res.Allowed {
+					allowed.Add(1)
+				}
+				if res.Decisions[1].Allowed {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if got := allowed.Load(); got != requests {
+			t.Errorf("%s: %d requests over 3 instances: %d allowed, want all", alg, requests, got)
+		}
+		if got := admitted.Load(); got != 100 {
+			t.Errorf("%s: %d requests over 3 instances, advisory item at limit 100: %d admitted by it, want 100", alg, requests, got)
+		}
+		res := check(t, stores[0], counter.Request{Mode: counter.Peek, Items: []counter.Item{enforced}})
+		if got, want := res.Decisions[0].Remaining, int64(1_000_000-requests-1); got != want {
+			t.Errorf("%s: enforced item after %d requests: peek remaining %d, want %d (%d consumed)", alg, requests, got, want, 1_000_000-got-1)
 		}
 	}
 }

@@ -170,7 +170,7 @@ func (s *Store) Check(_ context.Context, req counter.Request) (counter.Result, e
 
 	// Items are decided in order against working states, so an item on the
 	// same key as an earlier one sees its tentative consumption, whichever
-	// tier either is in.
+	// tier either is in. Only admitted items add to work, advisory or not.
 	type pending struct {
 		shard int
 		key   string
@@ -191,6 +191,10 @@ func (s *Store) Check(_ context.Context, req counter.Request) (counter.Result, e
 	}
 	seen := make([]counter.Seen, len(req.Items))
 	ceilingsOK, policiesOK := true, true
+	// ceilingWork is how many entries of work the ceilings added: as many
+	// as admitted, which an advisory ceiling's refusal makes fewer than
+	// req.Ceilings.
+	ceilingWork := 0
 	for i, it := range req.Items {
 		st := lookup(idx[i], keys[i])
 		ok, next := limit.Admit(it.Algorithm, st, us, it.Cost, it.Limit, it.Window)
@@ -198,21 +202,26 @@ func (s *Store) Check(_ context.Context, req counter.Request) (counter.Result, e
 		switch {
 		case ok:
 			work = append(work, pending{idx[i], keys[i], next, limit.Expiry(it.Algorithm, next, it.Window)})
+			if i < req.Ceilings {
+				ceilingWork = len(work)
+			}
+		case it.Advisory:
+			// Refused, but it fails no tier.
 		case i < req.Ceilings:
 			ceilingsOK = false
 		default:
 			policiesOK = false
 		}
 	}
-	// Each admitted item added one entry, so when every ceiling allowed the
-	// first req.Ceilings entries are theirs; written in order, the last
-	// entry on a key is the state it keeps.
+	// Each admitted item added one entry, so the first ceilingWork entries
+	// are the ceilings'; written in order, the last entry on a key is the
+	// state it keeps.
 	var keep []pending
 	switch {
 	case ceilingsOK && policiesOK && req.Mode == counter.Consume:
 		keep = work
 	case ceilingsOK:
-		keep = work[:req.Ceilings]
+		keep = work[:ceilingWork]
 	}
 	for _, w := range keep {
 		s.shards[w.shard].put(w.key, w.state, w.exp)

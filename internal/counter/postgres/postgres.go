@@ -1,7 +1,7 @@
 // Package postgres is the counter.Store that keeps counters in PostgreSQL's
 // counters table, so that every Tollgate instance sharing a database shares
 // its counts exactly. The arithmetic runs inside the database, in the
-// function tollgate_check (migrations/000003_counter_ceilings.up.sql), which
+// function tollgate_check (migrations/000006_counter_advisory.up.sql), which
 // reproduces internal/limit's steps operation for operation.
 //
 // Throughput comes from coalescing: concurrent Checks are gathered while the
@@ -50,7 +50,7 @@ const (
 // Config configures a Store.
 type Config struct {
 	// DSN locates the database (postgres://… or key=value), migrated to at
-	// least 000003. The store opens a pool of its own on it whose sessions
+	// least 000006. The store opens a pool of its own on it whose sessions
 	// run with synchronous_commit=off: a commit returns before its WAL is
 	// flushed, so a server crash forgets the counts of about the last
 	// wal_writer_delay (200 ms by default; three times that at worst),
@@ -304,6 +304,7 @@ func (s *Store) send(calls []*call, now *int64) {
 		Limits:     make([]int64, 0, n),
 		Windows:    make([]int64, 0, n),
 		Costs:      make([]int64, 0, n),
+		Advisory:   make([]bool, 0, n),
 		Consume:    make([]bool, len(calls)),
 		Ceilings:   make([]int32, len(calls)),
 		Now:        now,
@@ -319,6 +320,7 @@ func (s *Store) send(calls []*call, now *int64) {
 			p.Limits = append(p.Limits, it.Limit)
 			p.Windows = append(p.Windows, it.Window.Micros())
 			p.Costs = append(p.Costs, it.Cost)
+			p.Advisory = append(p.Advisory, it.Advisory)
 		}
 	}
 	// The function takes the distinct keys in byte order, its lock order,
@@ -425,6 +427,7 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 		Limits:     []int64{limit.MaxLimit, limit.MaxLimit, limit.MaxLimit, limit.MaxLimit},
 		Windows:    []int64{second, limit.Month.Micros(), second, hour},
 		Costs:      []int64{1, 1, 1, 1},
+		Advisory:   []bool{false, false, false, false},
 		Consume:    []bool{true},
 		Ceilings:   []int32{0},
 	})

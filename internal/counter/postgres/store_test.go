@@ -58,11 +58,11 @@ func fixed(key string, lim int64, w limit.Window) counter.Item {
 }
 
 // TestBatchMatchesSequentialModel sends random batches of requests, with
-// any number of ceilings, as one function call each: every request must be
-// decided as if the requests had come one after the other (countertest.Model
-// is what one batch must decide for the requests in its order), each seeing
-// what the ones before it kept: all of a request, its ceilings alone, or
-// nothing.
+// any number of ceilings and any items advisory, as one function call each:
+// every request must be decided as if the requests had come one after the
+// other (countertest.Model is what one batch must decide for the requests in
+// its order), each seeing what the ones before it kept: all of a request,
+// its ceilings alone, or nothing, less its refused advisory items.
 func TestBatchMatchesSequentialModel(t *testing.T) {
 	t.Parallel()
 	s := open(t, postgres.Config{DSN: pgtest.New(t), Timeout: 10 * time.Second})
@@ -91,6 +91,7 @@ func TestBatchMatchesSequentialModel(t *testing.T) {
 				for range rapid.IntRange(1, 3).Draw(rt, "items") {
 					it := rapid.SampledFrom(defs).Draw(rt, "item")
 					it.Cost = rapid.Int64Range(1, it.Limit+1).Draw(rt, "cost")
+					it.Advisory = rapid.IntRange(0, 2).Draw(rt, "advisory") == 0
 					req.Items = append(req.Items, it)
 				}
 				req.Ceilings = rapid.IntRange(0, len(req.Items)).Draw(rt, "ceilings")
@@ -381,8 +382,8 @@ func TestNew(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close(ctx)
-		// Back to what 000002 left: the function without ceilings.
-		if _, err := conn.Exec(ctx, "DROP FUNCTION tollgate_check(text[], integer[], integer[], smallint[], bigint[], bigint[], bigint[], boolean[], integer[], bigint)"); err != nil {
+		// Without the function of 000006: the one with advisory items.
+		if _, err := conn.Exec(ctx, "DROP FUNCTION tollgate_check(text[], integer[], integer[], smallint[], bigint[], bigint[], bigint[], boolean[], boolean[], integer[], bigint)"); err != nil {
 			t.Fatal(err)
 		}
 		_, err = postgres.New(ctx, postgres.Config{DSN: dsn})

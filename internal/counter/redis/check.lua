@@ -1,5 +1,6 @@
 -- check.lua decides one all-or-nothing batch of counter items atomically, in
--- two tiers when the first items are ceilings (counter.Request.Ceilings).
+-- two tiers when the first items are ceilings (counter.Request.Ceilings),
+-- where advisory items (counter.Item.Advisory) never fail a tier.
 -- It reproduces limit.Admit (internal/limit/limit.go) in the same order of
 -- floating-point operations; Lua numbers are IEEE doubles, so integers below
 -- 2^53 (every instant and product limit.MaxLimit allows) are exact, and so
@@ -9,9 +10,10 @@
 -- ARGV[1]  "consume" or "peek"
 -- ARGV[2]  now in Unix microseconds, or "" for the server's clock
 -- ARGV[3]  how many of the first items are ceilings (0 to #KEYS)
--- ARGV[4i], ARGV[4i+1], ARGV[4i+2], ARGV[4i+3]  item i: algorithm (1 fixed,
---          2 sliding, 3 token bucket), limit, window in microseconds (0 =
---          calendar month UTC), cost
+-- ARGV[5i-1], ARGV[5i], ARGV[5i+1], ARGV[5i+2], ARGV[5i+3]  item i:
+--          algorithm (1 fixed, 2 sliding, 3 token bucket), limit, window in
+--          microseconds (0 = calendar month UTC), cost, and 1 when it is
+--          advisory (else 0)
 --
 -- A key holds its limit.State as 32 bytes, the little-endian doubles start,
 -- count, prev and tat (struct.pack '<dddd'): exact, tat included, and read
@@ -22,9 +24,11 @@
 -- Returns {now, then per item: state, admitted}: the state the item saw (as
 -- stored; after earlier admitted items of the batch on the same key, ceilings
 -- or not; 32 zero bytes for a new counter) and 1 or 0. Every key is written
--- when every item is admitted in consume mode; otherwise, when every ceiling
--- is admitted (in either mode), the ceilings' keys are written with the
--- states the ceilings left; otherwise nothing is.
+-- when every enforced (not advisory) item is admitted in consume mode;
+-- otherwise, when every enforced ceiling is admitted (in either mode), the
+-- ceilings' keys are written with the states the ceilings left; otherwise
+-- nothing is. A refused item consumes nothing, so a key that only refused
+-- (advisory) items named keeps its bytes and its expiry.
 --
 -- The script runs for every check, so it avoids what costs most in Redis's
 -- Lua: calls into C (math.*, tonumber, string.format), tables, and
@@ -85,6 +89,7 @@ local ttls = {}   -- key -> PX for the state after its last item
 local order = {}  -- keys in order of first use
 local out = {now}
 local nout = 1
+-- Whether every enforced (not advisory) item so far was admitted.
 local all = true
 -- What the ceilings leave, once they are all admitted: the first nkept keys
 -- of order, their states and expiries. Tables are made only then.
@@ -101,7 +106,7 @@ for i = 1, #KEYS do
     order[#order + 1] = key
   end
   local start, count, prev, tat = struct.unpack('<dddd', cur)
-  local alg, lim, w, cost = ARGV[4 * i] + 0, ARGV[4 * i + 1] + 0, ARGV[4 * i + 2] + 0, ARGV[4 * i + 3] + 0
+  local alg, lim, w, cost = ARGV[5 * i - 1] + 0, ARGV[5 * i] + 0, ARGV[5 * i + 1] + 0, ARGV[5 * i + 2] + 0
   local ok, ns, nc, np, nt, exp
   if alg == 2 then
     -- limit.slidingStep: prev·((w−elapsed)/w) + curr.
@@ -174,13 +179,15 @@ for i = 1, #KEYS do
     ttls[key] = ms
   else
     out[nout + 2] = 0
-    all = false
+    if ARGV[5 * i + 3] ~= '1' then all = false end
     states[key] = cur
   end
   nout = nout + 2
   if i == nceil and all then
-    -- Every ceiling was admitted, so each of their keys has a state and an
-    -- expiry; the policies after them may still change them.
+    -- Every enforced ceiling was admitted, so each of their keys has a
+    -- state and an expiry (a key that only refused advisory ceilings named
+    -- has none, and is not written); the policies after them may still
+    -- change them.
     nkept = #order
     kstates, kttls = {}, {}
     for j = 1, nkept do
@@ -190,14 +197,17 @@ for i = 1, #KEYS do
   end
 end
 
+-- A key without an expiry was named by refused advisory items alone.
 if all and consume then
   for i = 1, #order do
     local key = order[i]
-    redis.call('SET', key, states[key], 'PX', ttls[key])
+    local ms = ttls[key]
+    if ms then redis.call('SET', key, states[key], 'PX', ms) end
   end
 else
   for j = 1, nkept do
-    redis.call('SET', order[j], kstates[j], 'PX', kttls[j])
+    local ms = kttls[j]
+    if ms then redis.call('SET', order[j], kstates[j], 'PX', ms) end
   end
 end
 return out

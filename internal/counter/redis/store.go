@@ -238,7 +238,7 @@ func (s *Store) encode(req counter.Request) ([]string, []any) {
 	}
 	all := b.String()
 	keys := make([]string, len(req.Items))
-	args := make([]any, 3, 3+4*len(req.Items))
+	args := make([]any, 3, 3+5*len(req.Items))
 	args[0] = "consume"
 	if req.Mode == counter.Peek {
 		args[0] = "peek"
@@ -253,7 +253,11 @@ func (s *Store) encode(req counter.Request) ([]string, []any) {
 		end := off + head + len(it.Key)
 		keys[i] = all[off:end]
 		off = end
-		args = append(args, int64(it.Algorithm), it.Limit, it.Window.Micros(), it.Cost)
+		advisory := int64(0)
+		if it.Advisory {
+			advisory = 1
+		}
+		args = append(args, int64(it.Algorithm), it.Limit, it.Window.Micros(), it.Cost, advisory)
 	}
 	return keys, args
 }

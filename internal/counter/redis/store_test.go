@@ -65,9 +65,10 @@ func mustMatch(t *testing.T, step int, s *tgredis.Store, m *countertest.Model, r
 }
 
 // TestPropertyRandomStreamsMatchLimit drives seeded random request streams
-// of all three algorithms, any number of them ceilings, with explicit clocks that go forward by
-// microseconds to weeks and sometimes back, through the store and the model,
-// starting just before month ends so that calendar months roll over.
+// of all three algorithms, any number of them ceilings and any of them
+// advisory, with explicit clocks that go forward by microseconds to weeks
+// and sometimes back, through the store and the model, starting just before
+// month ends so that calendar months roll over.
 func TestPropertyRandomStreamsMatchLimit(t *testing.T) {
 	t.Parallel()
 	s, _, _ := newStore(t, 5*time.Second)
@@ -121,6 +122,7 @@ func TestPropertyRandomStreamsMatchLimit(t *testing.T) {
 					default:
 						it.Cost = 1
 					}
+					it.Advisory = r.IntN(3) == 0
 					req.Items = append(req.Items, it)
 				}
 				req.Ceilings = r.IntN(len(req.Items) + 1)
@@ -291,6 +293,58 @@ func TestWritesOnlyWhenAllAdmitted(t *testing.T) {
 	// absolute expiries differ by the time between the two writes.
 	if v1 != v2 || exp1 <= 0 || exp2 < exp1 || exp2-exp1 > int64(500*time.Millisecond) {
 		t.Fatalf("ceiling written beside a refused policy: %s; written alone: %s; want the same state and expiry", got[0], got[1])
+	}
+}
+
+// TestRefusedAdvisoryKeepsItsKey refuses advisory items in a request kept
+// whole and among kept ceilings: a key they share with nothing admitted
+// keeps its bytes and its expiry, and a new one is not made.
+func TestRefusedAdvisoryKeepsItsKey(t *testing.T) {
+	t.Parallel()
+	s, raw, prefix := newStore(t, 5*time.Second)
+	ctx := context.Background()
+	now := time.Date(2026, 5, 5, 5, 5, 5, 0, time.UTC)
+	hour := limit.Every(time.Hour)
+	old := counter.Item{Key: "old", Algorithm: limit.SlidingWindow, Limit: 5, Window: limit.Every(time.Minute), Cost: 1}
+	spent := counter.Item{Key: "spent", Algorithm: limit.FixedWindow, Limit: 1, Window: hour, Cost: 1}
+	for _, it := range []counter.Item{old, spent} {
+		if res, err := s.Check(ctx, counter.Request{Group: "g", Items: []counter.Item{it}, Now: now}); err != nil || !res.Allowed {
+			t.Fatalf("first use of %s: %+v, %v", it.Key, res, err)
+		}
+	}
+	stored := func() string {
+		t.Helper()
+		v, err := raw.Get(ctx, prefix+"{g}:old").Result()
+		if err != nil {
+			t.Fatalf("GET: %v", err)
+		}
+		pexp, err := raw.PExpireTime(ctx, prefix+"{g}:old").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%q@%d", v, pexp)
+	}
+	before := stored()
+
+	// Later, with a window of an hour: written, they would move the expiry.
+	later := now.Add(time.Second)
+	enforced := counter.Item{Key: "enforced", Algorithm: limit.FixedWindow, Limit: 10, Window: hour, Cost: 1}
+	onOld := counter.Item{Key: "old", Algorithm: limit.SlidingWindow, Limit: 1, Window: hour, Cost: 2, Advisory: true}
+	onNew := counter.Item{Key: "new", Algorithm: limit.FixedWindow, Limit: 1, Window: hour, Cost: 2, Advisory: true}
+	for _, req := range []counter.Request{
+		{Group: "g", Items: []counter.Item{enforced, onOld, onNew}, Now: later},
+		{Group: "g", Ceilings: 3, Items: []counter.Item{enforced, onOld, onNew, spent}, Now: later},
+	} {
+		res, err := s.Check(ctx, req)
+		if err != nil || !res.Decisions[0].Allowed || res.Decisions[1].Allowed || res.Decisions[2].Allowed {
+			t.Fatalf("%+v: %+v, %v; want the enforced item allowed, the advisory ones refused", req, res, err)
+		}
+		if after := stored(); after != before {
+			t.Fatalf("%+v: a refused advisory item's key went from %s to %s", req, before, after)
+		}
+		if n, err := raw.Exists(ctx, prefix+"{g}:new").Result(); err != nil || n != 0 {
+			t.Fatalf("%+v: a refused advisory item made its key: %d, %v", req, n, err)
+		}
 	}
 }
 

@@ -22,8 +22,9 @@ FROM tollgate_check(
     $6::bigint[],
     $7::bigint[],
     $8::boolean[],
-    $9::integer[],
-    $10::bigint
+    $9::boolean[],
+    $10::integer[],
+    $11::bigint
 ) AS c
 `
 
@@ -35,6 +36,7 @@ type CheckCountersParams struct {
 	Limits     []int64
 	Windows    []int64
 	Costs      []int64
+	Advisory   []bool
 	Consume    []bool
 	Ceilings   []int32
 	Now        *int64
@@ -50,7 +52,7 @@ type CheckCountersRow struct {
 }
 
 // CheckCounters decides one coalesced batch; see tollgate_check in
-// migrations/000003_counter_ceilings.up.sql for the arguments. Now is NULL
+// migrations/000006_counter_advisory.up.sql for the arguments. Now is NULL
 // for the database clock. (The casts give sqlc the column types: it does not
 // read a function's RETURNS TABLE.)
 func (q *Queries) CheckCounters(ctx context.Context, arg CheckCountersParams) ([]CheckCountersRow, error) {
@@ -62,6 +64,7 @@ func (q *Queries) CheckCounters(ctx context.Context, arg CheckCountersParams) ([
 		arg.Limits,
 		arg.Windows,
 		arg.Costs,
+		arg.Advisory,
 		arg.Consume,
 		arg.Ceilings,
 		arg.Now,
