@@ -315,10 +315,9 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		iv := ItemVerdict{Policy: p.name, Decision: d, Shadow: p.shadow}
 		if !d.Allowed {
 			refusals = append(refusals, Refusal{Layer: LayerPolicy, Policy: p.name, Limit: p.Limit, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: p.Key, Shadow: p.shadow, AlertAfter: p.alertAfter})
-			if p.shadow {
-				// A shadow policy reports what it would decide and never refuses.
-				iv.Allowed = true
-			} else {
+			// A shadow policy reports what it would decide (this item's
+			// allowed) and never refuses the check (the answer's allowed).
+			if !p.shadow {
 				v.Allowed = false
 			}
 		}
@@ -386,7 +385,9 @@ func (g *Gate) policyItems(ctx context.Context, tenantID string, c *Check, now t
 			lim = set.LimitFor(p, it.Subject, now)
 		}
 		out = append(out, policyItem{
-			Item:       counter.Item{Key: key, Algorithm: p.Algorithm, Limit: lim, Window: p.Window, Cost: cost},
+			// Shadow policies are advisory: counted when they would admit,
+			// never failing the check.
+			Item:       counter.Item{Key: key, Algorithm: p.Algorithm, Limit: lim, Window: p.Window, Cost: cost, Advisory: p.Shadow},
 			name:       p.Name,
 			shadow:     p.Shadow,
 			failOpen:   p.FailMode == policy.FailOpen,
