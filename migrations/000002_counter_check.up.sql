@@ -17,39 +17,52 @@ AS $$
 $$;
 
 -- tollgate_check decides a batch of requests, each a group of items, in the
--- order given, and counts the admitted ones.
+-- order given, and counts the admitted ones: each request's ceilings (its
+-- first items) as one all-or-nothing tier, and the whole request as another,
+-- where advisory items never fail a tier.
 --
 -- p_keys holds the batch's distinct counter keys, sorted bytewise (the order
 -- of the key column's "C" collation). Item i (1-based) is on key
 -- p_keys[p_slot[i]] and belongs to request p_req[i]; the items of one request
--- are adjacent, requests are numbered 1, 2, … in arrival order, and
--- p_consume[r] says whether request r counts (false: a peek). For each item:
+-- are adjacent, requests are numbered 1, 2, … in arrival order,
+-- p_consume[r] says whether request r counts (false: a peek), and
+-- p_ceilings[r] how many of its first items are ceilings (0 to its number
+-- of items; counter.Request.Ceilings). For each item:
 -- p_alg (1 fixed window, 2 sliding window, 3 token bucket: the values of
 -- limit.Algorithm), p_limit, p_window (µs; 0 is the calendar month in UTC, as
--- limit.Window.Micros encodes it) and p_cost. p_now is the instant in Unix µs;
+-- limit.Window.Micros encodes it), p_cost and p_advisory (true: the item
+-- never blocks; counter.Item.Advisory). p_now is the instant in Unix µs;
 -- NULL reads the database clock once the rows are locked, so that batches from
 -- any number of Tollgate instances are applied in the order of their instants.
 --
--- An item sees the state left by the admitted requests before its own and by
--- the earlier items of its own request (tentatively), and is admitted or not
--- by its own arithmetic. A request whose items are all admitted, and that
--- consumes, keeps its new states; any other request counts nothing (a key
--- it named for the first time keeps an empty row, which pruning removes).
+-- An item sees the state left by the requests before its own and by the
+-- earlier admitted items of its own request (tentatively, ceilings and
+-- policies, enforced and advisory alike, whatever the request keeps in the
+-- end), and is admitted or not by its own arithmetic. A request whose
+-- enforced (not advisory) items are all admitted, and that consumes, keeps
+-- the new states of its admitted items; else one whose enforced ceilings are
+-- all admitted keeps the states its admitted ceilings left, in either mode;
+-- any other request counts nothing. A refused advisory item counts nothing
+-- either: its row keeps its state and its expiry. (A key a request named for
+-- the first time and did not count keeps an empty row, which pruning
+-- removes.)
 --
 -- It returns one row per item, in input order: the state the item saw, whether
 -- it was admitted, and the instant used. The rest of each decision
 -- (remaining, reset, retry) is derived by the caller from these with
 -- limit.Decide.
 CREATE FUNCTION tollgate_check(
-    p_keys    text[],
-    p_req     integer[],
-    p_slot    integer[],
-    p_alg     smallint[],
-    p_limit   bigint[],
-    p_window  bigint[],
-    p_cost    bigint[],
-    p_consume boolean[],
-    p_now     bigint
+    p_keys     text[],
+    p_req      integer[],
+    p_slot     integer[],
+    p_alg      smallint[],
+    p_limit    bigint[],
+    p_window   bigint[],
+    p_cost     bigint[],
+    p_advisory boolean[],
+    p_consume  boolean[],
+    p_ceilings integer[],
+    p_now      bigint
 ) RETURNS TABLE (
     seen_start bigint,
     seen_count bigint,
@@ -86,7 +99,7 @@ DECLARE
     o_tat    double precision[];
     o_ok     boolean[];
     -- Undo log of the request being decided: the states its admitted items
-    -- replaced, newest last.
+    -- replaced, newest last, one entry per admitted item.
     u_slot   integer[] := '{}';
     u_start  bigint[] := '{}';
     u_count  bigint[] := '{}';
@@ -99,7 +112,18 @@ DECLARE
     v_j      integer;
     v_r      integer;
     v_first  integer;
-    v_keep   boolean;
+    v_consume boolean;
+    v_ceil   integer;
+    -- Whether every enforced ceiling, and every enforced policy, of the
+    -- request is admitted.
+    v_ceilok boolean;
+    v_polok  boolean;
+    -- The undo entries of the request's admitted ceilings.
+    v_ceilu  integer;
+    -- The request's last item whose state it keeps, and the undo entries
+    -- of the items up to it.
+    v_last   integer;
+    v_kept   integer;
     v_dirty  boolean := false;
     -- The item being decided and the state it works on.
     v_alg    smallint;
@@ -123,8 +147,12 @@ BEGIN
         RETURN;
     END IF;
     IF cardinality(p_slot) <> v_n OR cardinality(p_alg) <> v_n OR cardinality(p_limit) <> v_n
-        OR cardinality(p_window) <> v_n OR cardinality(p_cost) <> v_n THEN
+        OR cardinality(p_window) <> v_n OR cardinality(p_cost) <> v_n
+        OR cardinality(p_advisory) <> v_n THEN
         RAISE EXCEPTION 'tollgate_check: item arrays differ in length';
+    END IF;
+    IF array_position(p_advisory, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'tollgate_check: p_advisory holds a NULL';
     END IF;
 
     -- Create the keys never seen and lock every row of the batch, in one
@@ -167,10 +195,14 @@ BEGIN
     WHILE v_i <= v_n LOOP
         v_r := p_req[v_i];
         v_first := v_i;
-        v_keep := p_consume[v_r];
-        IF v_keep IS NULL THEN
-            RAISE EXCEPTION 'tollgate_check: no p_consume for request %', v_r;
+        v_consume := p_consume[v_r];
+        v_ceil := p_ceilings[v_r];
+        IF v_consume IS NULL OR v_ceil IS NULL THEN
+            RAISE EXCEPTION 'tollgate_check: no p_consume or p_ceilings for request %', v_r;
         END IF;
+        v_ceilok := true;
+        v_polok := true;
+        v_ceilu := 0;
         u_n := 0;
         WHILE v_i <= v_n AND p_req[v_i] = v_r LOOP
             v_j := p_slot[v_i];
@@ -261,30 +293,54 @@ BEGIN
                 k_count[v_j] := v_count;
                 k_prev[v_j] := v_prev;
                 k_tat[v_j] := v_tat;
+                IF v_i - v_first < v_ceil THEN
+                    v_ceilu := u_n;
+                END IF;
+            ELSIF p_advisory[v_i] THEN
+                -- Refused, it changed nothing, and it fails no tier.
+                NULL;
+            ELSIF v_i - v_first < v_ceil THEN
+                v_ceilok := false;
             ELSE
-                v_keep := false;
+                v_polok := false;
             END IF;
             v_i := v_i + 1;
         END LOOP;
+        IF v_ceil < 0 OR v_ceil > v_i - v_first THEN
+            RAISE EXCEPTION 'tollgate_check: request % has % ceilings and % items', v_r, v_ceil, v_i - v_first;
+        END IF;
 
-        IF v_keep THEN
-            FOR v_x IN v_first .. v_i - 1 LOOP
+        -- All of the request, its ceilings alone, or nothing. The first
+        -- v_ceilu undo entries are the admitted ceilings'.
+        IF v_ceilok AND v_polok AND v_consume THEN
+            v_last := v_i - 1;
+            v_kept := u_n;
+        ELSIF v_ceilok THEN
+            v_last := v_first + v_ceil - 1;
+            v_kept := v_ceilu;
+        ELSE
+            v_last := v_first - 1;
+            v_kept := 0;
+        END IF;
+        -- Put back what the items after v_last changed, newest first.
+        FOR v_x IN REVERSE u_n .. v_kept + 1 LOOP
+            v_j := u_slot[v_x];
+            k_start[v_j] := u_start[v_x];
+            k_count[v_j] := u_count[v_x];
+            k_prev[v_j] := u_prev[v_x];
+            k_tat[v_j] := u_tat[v_x];
+        END LOOP;
+        -- Only admitted items write: a refused advisory item's key keeps
+        -- its expiry too, unless another item admitted on it.
+        FOR v_x IN v_first .. v_last LOOP
+            IF o_ok[v_x] THEN
                 v_j := p_slot[v_x];
                 k_dirty[v_j] := true;
                 k_alg[v_j] := p_alg[v_x];
                 k_window[v_j] := p_window[v_x];
-            END LOOP;
-            v_dirty := true;
-        ELSE
-            -- All or nothing: put back what this request's items changed.
-            FOR v_x IN REVERSE u_n .. 1 LOOP
-                v_j := u_slot[v_x];
-                k_start[v_j] := u_start[v_x];
-                k_count[v_j] := u_count[v_x];
-                k_prev[v_j] := u_prev[v_x];
-                k_tat[v_j] := u_tat[v_x];
-            END LOOP;
-        END IF;
+                v_dirty := true;
+            END IF;
+        END LOOP;
     END LOOP;
 
     IF v_dirty THEN

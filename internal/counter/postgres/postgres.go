@@ -1,7 +1,7 @@
 // Package postgres is the counter.Store that keeps counters in PostgreSQL's
 // counters table, so that every Tollgate instance sharing a database shares
 // its counts exactly. The arithmetic runs inside the database, in the
-// function tollgate_check (migrations/000006_counter_advisory.up.sql), which
+// function tollgate_check (migrations/000002_counter_check.up.sql), which
 // reproduces internal/limit's steps operation for operation.
 //
 // Throughput comes from coalescing: concurrent Checks are gathered while the
@@ -50,7 +50,7 @@ const (
 // Config configures a Store.
 type Config struct {
 	// DSN locates the database (postgres://… or key=value), migrated to at
-	// least 000006. The store opens a pool of its own on it whose sessions
+	// least 000002. The store opens a pool of its own on it whose sessions
 	// run with synchronous_commit=off: a commit returns before its WAL is
 	// flushed, so a server crash forgets the counts of about the last
 	// wal_writer_delay (200 ms by default; three times that at worst),

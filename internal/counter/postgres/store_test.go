@@ -382,8 +382,7 @@ func TestNew(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close(ctx)
-		// Without the function of 000006: the one with advisory items.
-		if _, err := conn.Exec(ctx, "DROP FUNCTION tollgate_check(text[], integer[], integer[], smallint[], bigint[], bigint[], bigint[], boolean[], boolean[], integer[], bigint)"); err != nil {
+		if _, err := conn.Exec(ctx, "DROP FUNCTION tollgate_check"); err != nil {
 			t.Fatal(err)
 		}
 		_, err = postgres.New(ctx, postgres.Config{DSN: dsn})
@@ -391,49 +390,4 @@ func TestNew(t *testing.T) {
 			t.Errorf("got %v, want an error asking for migrations", err)
 		}
 	})
-}
-
-// TestFunctionWithoutCeilings calls tollgate_check with 000002's nine
-// arguments, as a Tollgate server of the version before ceilings does while
-// a deployment rolls out: it still answers, all or nothing.
-func TestFunctionWithoutCeilings(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	hour := limit.Every(time.Hour).Micros()
-	// Request 1 is a (limit 2) and b (limit 1, cost 2: refused); request 2
-	// is a alone, and sees nothing of request 1.
-	rows, err := conn.Query(ctx, `SELECT allowed, seen_count FROM tollgate_check($1::text[], $2::integer[],
-		$3::integer[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[], $9::bigint)`,
-		[]string{"a", "b"}, []int32{1, 1, 2}, []int32{1, 2, 1}, []int16{1, 1, 1}, []int64{2, 1, 2},
-		[]int64{hour, hour, hour}, []int64{1, 2, 1}, []bool{true, true}, base.UnixMicro())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for rows.Next() {
-		var allowed bool
-		var count int64
-		if err := rows.Scan(&allowed, &count); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, fmt.Sprint(allowed, count))
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"true 0", "false 0", "true 0"}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("items (allowed, count seen): got %v, want %v", got, want)
-	}
-	var a, b int64
-	if err := conn.QueryRow(ctx, "SELECT (SELECT count FROM counters WHERE key = 'a'), (SELECT count FROM counters WHERE key = 'b')").Scan(&a, &b); err != nil {
-		t.Fatal(err)
-	}
-	if a != 1 || b != 0 {
-		t.Fatalf("counts after: a %d, b %d; want 1 (request 2 alone) and 0", a, b)
-	}
 }
