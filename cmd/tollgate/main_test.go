@@ -212,3 +212,33 @@ func TestServeDemo(t *testing.T) {
 		t.Fatalf("the printed curl line answers %d", resp.StatusCode)
 	}
 }
+
+// TestMigrateDownToZeroAndUp walks the schema all the way down and back up.
+func TestMigrateDownToZeroAndUp(t *testing.T) {
+	dsn := pgtest.New(t)
+	env := envOf(map[string]string{"DATABASE_URL": dsn, "TOLLGATE_DEV": "1"})
+	var out bytes.Buffer
+	for range 20 {
+		out.Reset()
+		if err := run(context.Background(), []string{"migrate", "down"}, env, &out, &bytes.Buffer{}); err != nil {
+			t.Fatalf("migrate down: %v", err)
+		}
+		if strings.Contains(out.String(), `"version":0`) {
+			break
+		}
+	}
+	if !strings.Contains(out.String(), `"version":0`) {
+		t.Fatalf("not at version 0 after 20 downs: %s", out.String())
+	}
+	// Once more at 0: nothing to do, no error.
+	if err := run(context.Background(), []string{"migrate", "down"}, env, &out, &bytes.Buffer{}); err != nil {
+		t.Fatalf("migrate down at version 0: %v", err)
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"migrate", "up"}, env, &out, &bytes.Buffer{}); err != nil {
+		t.Fatalf("migrate up: %v", err)
+	}
+	if strings.Contains(out.String(), `"version":0`) || !strings.Contains(out.String(), `"dirty":false`) {
+		t.Fatalf("after up: %s", out.String())
+	}
+}

@@ -45,8 +45,11 @@ func (m *Migrator) Up() error {
 	return nil
 }
 
-// Down reverts the newest migration.
+// Down reverts the newest migration; at version 0 it does nothing.
 func (m *Migrator) Down() error {
+	if v, _, err := m.Version(); err == nil && v == 0 {
+		return nil
+	}
 	if err := m.m.Steps(-1); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate down: %w", err)
 	}
