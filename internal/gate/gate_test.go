@@ -1,0 +1,547 @@
+package gate_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/memory"
+	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
+	"github.com/tollgate/tollgate/internal/faultnet"
+	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// directory is a TenantSource over fixed tenants: the bearer token is the
+// tenant's id, with "test:" in front for its test key.
+type directory struct {
+	tenants map[string]tenant.Tenant
+	plans   map[string]tenant.Plan
+	maxIP   int64
+}
+
+func (d directory) Authenticate(_ context.Context, bearer string) (tenant.Key, tenant.Tenant, error) {
+	id, test := strings.CutPrefix(bearer, "test:")
+	t, ok := d.tenants[id]
+	if !ok {
+		return tenant.Key{}, tenant.Tenant{}, tenant.ErrUnauthorized
+	}
+	return tenant.Key{ID: "key_" + id, TenantID: id, Test: test}, t, nil
+}
+
+func (d directory) Plan(_ context.Context, name string) (tenant.Plan, error) {
+	p, ok := d.plans[name]
+	if !ok {
+		return tenant.Plan{}, tenant.ErrNotFound
+	}
+	return p, nil
+}
+
+func (d directory) MaxIPPerMinute(context.Context) int64 { return d.maxIP }
+
+// catalog is a PolicySource over fixed policy sets.
+type catalog map[string]policy.Set
+
+func (c catalog) For(_ context.Context, tenantID string) (policy.Set, error) { return c[tenantID], nil }
+
+// recorder keeps every counter request that reaches the store it wraps, and
+// counts the calls.
+type recorder struct {
+	counter.Store
+	calls atomic.Int64
+	mu    sync.Mutex
+	reqs  []counter.Request
+}
+
+func (r *recorder) Check(ctx context.Context, req counter.Request) (counter.Result, error) {
+	r.calls.Add(1)
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req)
+	r.mu.Unlock()
+	return r.Store.Check(ctx, req)
+}
+
+func (r *recorder) keys() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ks []string
+	for _, req := range r.reqs {
+		for _, it := range req.Items {
+			ks = append(ks, it.Key)
+		}
+	}
+	return ks
+}
+
+// events keeps what an Observer is told.
+type events struct {
+	mu sync.Mutex
+	es []gate.Event
+}
+
+func (o *events) Observe(_ context.Context, e gate.Event) {
+	o.mu.Lock()
+	o.es = append(o.es, e)
+	o.mu.Unlock()
+}
+
+// defaultPlans are DESIGN §3's plan table.
+func defaultPlans() map[string]tenant.Plan {
+	month := func(n int64) *int64 { return &n }
+	return map[string]tenant.Plan{
+		tenant.PlanStarter:    {Name: tenant.PlanStarter, IPPerMinute: 600, QuotaPerMinute: 1200, QuotaPerHour: 30000, MonthlyChecks: month(100000)},
+		tenant.PlanPro:        {Name: tenant.PlanPro, IPPerMinute: 60000, QuotaPerMinute: 120000, QuotaPerHour: 5000000, MonthlyChecks: month(50000000)},
+		tenant.PlanEnterprise: {Name: tenant.PlanEnterprise, IPPerMinute: 600000, QuotaPerMinute: 1200000, QuotaPerHour: 50000000},
+	}
+}
+
+func mustPolicy(t *testing.T, name, body string) policy.Policy {
+	t.Helper()
+	p, err := policy.Parse(name, []byte(body))
+	if err != nil {
+		t.Fatalf("policy %s: %v", name, err)
+	}
+	return p
+}
+
+const testPepper = "gate-test-pepper-0123456789abcdef0123"
+
+// newTestGate returns a gate.Gate over store (the memory store when nil) with
+// tenants and policies, and the recorder in front of the store.
+func newTestGate(t *testing.T, store counter.Store, dir directory, pols catalog, cfg gate.Config) (*gate.Gate, *recorder, *events) {
+	t.Helper()
+	if store == nil {
+		store = memory.New(memory.Config{})
+	}
+	rec := &recorder{Store: store}
+	t.Cleanup(func() { store.Close() })
+	obs := &events{}
+	if dir.plans == nil {
+		dir.plans = defaultPlans()
+	}
+	if dir.maxIP == 0 {
+		dir.maxIP = 600000
+	}
+	cfg.Store, cfg.Tenants, cfg.Policies, cfg.Observer = rec, dir, pols, obs
+	if cfg.Pepper == nil {
+		cfg.Pepper = []byte(testPepper)
+	}
+	g := gate.New(cfg)
+	t.Cleanup(func() { g.Close() })
+	return g, rec, obs
+}
+
+var client = netip.MustParseAddr("203.0.113.7")
+
+func checkReq(bearer string, ip netip.Addr, items ...gate.Item) gate.Request {
+	return gate.Request{Route: "check", ClientIP: ip, Bearer: bearer, Check: &gate.Check{Mode: counter.Consume, Items: items}}
+}
+
+// TestAdmitReportsTheTightestQuota checks which layer or policy an allowed
+// answer names for its RateLimit fields.
+func TestAdmitReportsTheTightestQuota(t *testing.T) {
+	t.Parallel()
+	n := func(v int64) *int64 { return &v }
+	tests := []struct {
+		name     string
+		tenant   tenant.Tenant
+		policies []policy.Policy
+		items    []gate.Item
+		want     gate.Quota // Name, Limit, Remaining
+	}{
+		{
+			name:     "a tight policy",
+			tenant:   tenant.Tenant{Plan: tenant.PlanPro},
+			policies: []policy.Policy{mustPolicy(t, "tight", `{"limit":3,"window":"1m"}`)},
+			items:    []gate.Item{{Policy: "tight", Subject: "s"}},
+			want:     gate.Quota{Name: "tight", Limit: 3, Remaining: 2},
+		},
+		{
+			name:     "the tightest of two policies",
+			tenant:   tenant.Tenant{Plan: tenant.PlanPro},
+			policies: []policy.Policy{mustPolicy(t, "wide", `{"limit":10,"window":"1m"}`), mustPolicy(t, "narrow", `{"limit":4,"window":"1h"}`)},
+			items:    []gate.Item{{Policy: "wide", Subject: "s", Cost: 5}, {Policy: "narrow", Subject: "s", Cost: 1}},
+			want:     gate.Quota{Name: "wide", Limit: 10, Remaining: 5},
+		},
+		{
+			name:     "equal shares: the fewer remaining",
+			tenant:   tenant.Tenant{Plan: tenant.PlanPro},
+			policies: []policy.Policy{mustPolicy(t, "big", `{"limit":100,"window":"1h"}`), mustPolicy(t, "small", `{"limit":10,"window":"1h"}`)},
+			items:    []gate.Item{{Policy: "big", Subject: "s", Cost: 50}, {Policy: "small", Subject: "s", Cost: 5}},
+			want:     gate.Quota{Name: "small", Limit: 10, Remaining: 5},
+		},
+		{
+			name:     "used up by this check",
+			tenant:   tenant.Tenant{Plan: tenant.PlanPro},
+			policies: []policy.Policy{mustPolicy(t, "few", `{"limit":10,"window":"1h"}`), mustPolicy(t, "last", `{"limit":1000000,"window":"1h"}`)},
+			items:    []gate.Item{{Policy: "few", Subject: "s", Cost: 9}, {Policy: "last", Subject: "s", Cost: 1000000}},
+			want:     gate.Quota{Name: "last", Limit: 1000000, Remaining: 0},
+		},
+		{
+			name:     "the tenant's per-IP limit",
+			tenant:   tenant.Tenant{Plan: tenant.PlanPro, RateLimitPerMinute: 4},
+			policies: []policy.Policy{mustPolicy(t, "open", `{"limit":1000,"window":"1h"}`)},
+			items:    []gate.Item{{Policy: "open", Subject: "s"}},
+			want:     gate.Quota{Name: gate.LayerIP, Limit: 4, Remaining: 3},
+		},
+		{
+			name:     "the tenant's quota",
+			tenant:   tenant.Tenant{Plan: tenant.PlanPro, QuotaPerHour: n(5)},
+			policies: []policy.Policy{mustPolicy(t, "open", `{"limit":1000,"window":"1h"}`)},
+			items:    []gate.Item{{Policy: "open", Subject: "s"}},
+			want:     gate.Quota{Name: gate.LayerQuota, Limit: 5, Remaining: 4},
+		},
+		{
+			name:     "a shadow policy is never the one",
+			tenant:   tenant.Tenant{Plan: tenant.PlanPro},
+			policies: []policy.Policy{mustPolicy(t, "dark", `{"limit":1,"window":"1h","shadow":true}`), mustPolicy(t, "open", `{"limit":20,"window":"1h"}`)},
+			items:    []gate.Item{{Policy: "dark", Subject: "s"}, {Policy: "open", Subject: "s"}},
+			want:     gate.Quota{Name: "open", Limit: 20, Remaining: 19},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.tenant.ID = "tenant-1"
+			g, _, _ := newTestGate(t, nil,
+				directory{tenants: map[string]tenant.Tenant{"tenant-1": tt.tenant}},
+				catalog{"tenant-1": policy.NewSet(tt.policies, nil)}, gate.Config{})
+			v, err := g.Admit(context.Background(), checkReq("tenant-1", client, tt.items...))
+			if err != nil || !v.Allowed || v.Refusal != nil {
+				t.Fatalf("Admit: %+v, %v", v, err)
+			}
+			got := gate.Quota{Name: v.Tightest.Name, Limit: v.Tightest.Limit, Remaining: v.Tightest.Remaining}
+			if got != tt.want {
+				t.Errorf("tightest %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// digestKey matches a counter key that holds a digest: "ip:<route>:" or
+// "p:<policy>:", then 32 hex digits.
+var digestKey = regexp.MustCompile(`^(ip:[a-z]+|p:[a-z0-9._-]+):[0-9a-f]{32}$`)
+
+func hmacHex(pepper, kind, s string) string {
+	m := hmac.New(sha256.New, []byte(pepper))
+	m.Write([]byte(kind))
+	m.Write([]byte{0})
+	m.Write([]byte(s))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// TestDigestsHideSubjectsAndIPs looks at every key that reaches the counter
+// store and every event observers get: subjects and client addresses appear
+// only as HMAC-SHA-256 digests under the pepper.
+func TestDigestsHideSubjectsAndIPs(t *testing.T) {
+	t.Parallel()
+	const subject = "alice@example.com"
+	ips := []netip.Addr{client, netip.MustParseAddr("::ffff:203.0.113.7"), netip.MustParseAddr("2001:db8::7")}
+	raw := []string{subject, "alice", "example.com", "203.0.113.7", "2001:db8::7"}
+
+	dir := directory{tenants: map[string]tenant.Tenant{
+		"tenant-1": {ID: "tenant-1", Plan: tenant.PlanPro, RateLimitPerMinute: 3},
+		"tenant-2": {ID: "tenant-2", Plan: tenant.PlanPro},
+	}}
+	pols := []policy.Policy{mustPolicy(t, "sign-in", `{"limit":1,"window":"1h"}`), mustPolicy(t, "errors", `{"limit":100,"window":"1h","scope":"global"}`)}
+	cat := catalog{"tenant-1": policy.NewSet(pols, nil), "tenant-2": policy.NewSet(pols, nil)}
+	g, rec, obs := newTestGate(t, nil, dir, cat, gate.Config{})
+	ctx := context.Background()
+	var refusals []gate.Refusal
+	for _, ip := range ips {
+		for _, tid := range []string{"tenant-1", "tenant-2"} {
+			// The second sign-in of a subject is refused by its policy; the
+			// fourth request of an address, by tenant-1's per-IP limit of 3.
+			for range 2 {
+				v, err := g.Admit(ctx, checkReq(tid, ip, gate.Item{Policy: "sign-in", Subject: subject}, gate.Item{Policy: "errors", Subject: subject}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v.Refusal != nil {
+					refusals = append(refusals, *v.Refusal)
+				}
+			}
+		}
+	}
+	if len(refusals) == 0 {
+		t.Fatal("no ceiling refused: the per-IP key was not seen")
+	}
+
+	keys := rec.keys()
+	for _, r := range refusals {
+		keys = append(keys, r.Key)
+	}
+	for _, e := range obs.es {
+		for _, r := range e.Refusals {
+			keys = append(keys, r.Key)
+		}
+		for _, s := range raw {
+			if strings.Contains(fmt.Sprintf("%+v", e), s) {
+				t.Errorf("event holds %q: %+v", s, e)
+			}
+		}
+	}
+	for _, k := range keys {
+		for _, s := range raw {
+			if strings.Contains(k, s) {
+				t.Errorf("counter key %q holds %q", k, s)
+			}
+		}
+		switch k {
+		case "quota:minute", "quota:hour", "allotment", "p:errors:*":
+		default:
+			if !digestKey.MatchString(k) {
+				t.Errorf("counter key %q is neither a fixed name nor a digest", k)
+			}
+		}
+	}
+
+	// The digests are HMAC-SHA-256 under the pepper of tenant:policy:subject
+	// and of the address: the same for the same input, apart for different
+	// tenants, and the same for an address and its IPv4-mapped form.
+	want := map[string]bool{
+		"p:sign-in:" + hmacHex(testPepper, "subject", "tenant-1:sign-in:"+subject): true,
+		"p:sign-in:" + hmacHex(testPepper, "subject", "tenant-2:sign-in:"+subject): true,
+		"ip:check:" + hmacHex(testPepper, "ip", "203.0.113.7"):                     true,
+		"ip:check:" + hmacHex(testPepper, "ip", "2001:db8::7"):                     true,
+	}
+	seen := map[string]bool{}
+	for _, k := range rec.keys() {
+		if digestKey.MatchString(k) {
+			seen[k] = true
+		}
+	}
+	for k := range want {
+		if !seen[k] {
+			t.Errorf("no counter key %s; keys seen: %v", k, seen)
+		}
+	}
+	if len(seen) != len(want) {
+		t.Errorf("digest keys %v, want %v", seen, want)
+	}
+	// Another pepper, other keys.
+	g2, rec2, _ := newTestGate(t, nil, dir, cat, gate.Config{Pepper: []byte("another-pepper-0123456789abcdef0123")})
+	if _, err := g2.Admit(ctx, checkReq("tenant-2", client, gate.Item{Policy: "sign-in", Subject: subject})); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range rec2.keys() {
+		if seen[k] {
+			t.Errorf("key %s is the same under another pepper", k)
+		}
+	}
+}
+
+// TestUnresolvableClientsGetBucketsOfTheirOwn: a request whose client
+// address is unknown is not lumped with other such requests, in the
+// pre-authentication bucket or the tenant's per-IP layer, and is never
+// keyed by a digest of an empty address.
+func TestUnresolvableClientsGetBucketsOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	dir := directory{
+		tenants: map[string]tenant.Tenant{"tenant-1": {ID: "tenant-1", Plan: tenant.PlanPro, RateLimitPerMinute: 1}},
+		maxIP:   1,
+	}
+	cat := catalog{"tenant-1": policy.NewSet([]policy.Policy{mustPolicy(t, "open", `{"limit":1000,"window":"1h"}`)}, nil)}
+	g, rec, _ := newTestGate(t, nil, dir, cat, gate.Config{})
+	ctx := context.Background()
+	item := gate.Item{Policy: "open", Subject: "s"}
+
+	// One known address: the second request is refused (pre-authentication
+	// bucket of 1).
+	if v, err := g.Admit(ctx, checkReq("tenant-1", client, item)); err != nil || !v.Allowed {
+		t.Fatalf("first request of an address: %+v, %v", v, err)
+	}
+	if v, _ := g.Admit(ctx, checkReq("tenant-1", client, item)); v.Refusal == nil || v.Refusal.Layer != gate.LayerIP {
+		t.Fatalf("second request of an address at 1 a minute: %+v", v)
+	}
+	// Unknown addresses: each request passes both per-IP layers, in a bucket
+	// of its own.
+	before := len(rec.keys())
+	for i := range 3 {
+		v, err := g.Admit(ctx, checkReq("tenant-1", netip.Addr{}, item))
+		if err != nil || !v.Allowed || v.Refusal != nil {
+			t.Fatalf("request %d of an unknown address: %+v, %v", i+1, v, err)
+		}
+	}
+	ipKeys := map[string]bool{}
+	for _, k := range rec.keys()[before:] {
+		if strings.HasPrefix(k, "ip:") {
+			if !strings.HasPrefix(k, "ip:check:anon-") || k == "ip:check:anon-" || k == "ip:check:"+hmacHex(testPepper, "ip", "invalid IP") {
+				t.Errorf("per-IP key of an unknown address: %q", k)
+			}
+			ipKeys[k] = true
+		}
+	}
+	if len(ipKeys) != 3 {
+		t.Errorf("three unknown clients in %d per-IP buckets: %v", len(ipKeys), ipKeys)
+	}
+}
+
+// metric returns the value of the sample named (with its labels) name in
+// m's exposition, or "" when there is none.
+func metric(t *testing.T, m *metrics.Metrics, name string) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Result().Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// TestBreaker drives the circuit breaker through a real PostgreSQL counter
+// store behind a proxy that cuts and restores the link: it opens after
+// BreakerFailures consecutive failures and keeps calls away from the store,
+// even one that is back, until BreakerOpenFor has passed; then one probe
+// goes through, and a success closes it while a failure opens it again.
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.New(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultnet.New(t, u.Host)
+	u.Host = proxy.Addr()
+	ctx := context.Background()
+	store, err := pgcounter.New(ctx, pgcounter.Config{DSN: u.String(), Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clock struct {
+		sync.Mutex
+		now time.Time
+	}
+	clock.now = time.Now()
+	now := func() time.Time { clock.Lock(); defer clock.Unlock(); return clock.now }
+	wait := func(d time.Duration) { clock.Lock(); clock.now = clock.now.Add(d); clock.Unlock() }
+
+	m := metrics.New()
+	dir := directory{tenants: map[string]tenant.Tenant{"tenant-1": {ID: "tenant-1", Plan: tenant.PlanPro}}}
+	cat := catalog{"tenant-1": policy.NewSet([]policy.Policy{mustPolicy(t, "open", `{"limit":1000000,"window":"1h"}`)}, nil)}
+	g, rec, _ := newTestGate(t, store, dir, cat, gate.Config{Metrics: m, Now: now, BreakerFailures: 3, BreakerOpenFor: time.Minute})
+
+	// step admits one check and reports whether the answer was degraded and
+	// whether the store was called.
+	step := func() (degraded, called bool) {
+		t.Helper()
+		before := rec.calls.Load()
+		v, err := g.Admit(ctx, checkReq("tenant-1", client, gate.Item{Policy: "open", Subject: "s"}))
+		if err != nil || !v.Allowed {
+			t.Fatalf("Admit: %+v, %v", v, err)
+		}
+		return v.Degraded, rec.calls.Load() > before
+	}
+	want := func(what string, wantDegraded, wantCalled bool, open string) {
+		t.Helper()
+		degraded, called := step()
+		if degraded != wantDegraded || called != wantCalled {
+			t.Fatalf("%s: degraded %t, store called %t; want %t, %t", what, degraded, called, wantDegraded, wantCalled)
+		}
+		if got := metric(t, m, "tollgate_counter_breaker_open"); got != open {
+			t.Fatalf("%s: tollgate_counter_breaker_open %s, want %s", what, got, open)
+		}
+	}
+	// recover restores the link and probes until the store answers again:
+	// the first call on a pool whose connections were cut may fail.
+	recoverStore := func() {
+		t.Helper()
+		if err := proxy.Restore(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; ; i++ {
+			if degraded, _ := step(); !degraded {
+				return
+			}
+			if i == 20 {
+				t.Fatal("the store did not answer again after 20 probes")
+			}
+			wait(time.Minute)
+		}
+	}
+
+	want("store up", false, true, "0")
+
+	// Failures that a success interrupts are not consecutive.
+	proxy.Cut()
+	want("failure 1 of 3", true, true, "0")
+	want("failure 2 of 3", true, true, "0")
+	recoverStore()
+	proxy.Cut()
+	want("failure 1 of 3 after a success", true, true, "0")
+	want("failure 2 of 3 after a success", true, true, "0")
+	want("failure 3 of 3: the breaker opens", true, true, "1")
+	want("open: the store is not called", true, false, "1")
+	if got := metric(t, m, `tollgate_counter_store_seconds_count{outcome="skipped"}`); got != "1" {
+		t.Errorf("skipped calls: %q, want 1", got)
+	}
+
+	// Back, but the breaker is open until BreakerOpenFor has passed.
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	want("open, store back", true, false, "1")
+	wait(59 * time.Second)
+	want("open, 59 s later", true, false, "1")
+
+	// Half-open: one probe; a failure opens the breaker again.
+	proxy.Cut()
+	wait(time.Second)
+	want("the probe fails", true, true, "1")
+	want("open again", true, false, "1")
+
+	// Half-open lets one probe out at a time: while it hangs on a store
+	// that stopped answering, other calls do not reach the store.
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Stall()
+	wait(time.Minute)
+	before := rec.calls.Load()
+	probe := make(chan gate.Verdict)
+	go func() {
+		v, _ := g.Admit(ctx, checkReq("tenant-1", client, gate.Item{Policy: "open", Subject: "s"}))
+		probe <- v
+	}()
+	for deadline := time.Now().Add(5 * time.Second); rec.calls.Load() == before; {
+		if time.Now().After(deadline) {
+			t.Fatal("the probe did not reach the store")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	want("a call while the probe is out", true, false, "1")
+	if v := <-probe; !v.Degraded {
+		t.Fatalf("probe of a stalled store: %+v", v)
+	}
+	want("the probe timed out: open again", true, false, "1")
+
+	// Half-open: a successful probe closes it.
+	wait(time.Minute)
+	recoverStore()
+	if got := metric(t, m, "tollgate_counter_breaker_open"); got != "0" {
+		t.Fatalf("after a successful probe: tollgate_counter_breaker_open %s, want 0", got)
+	}
+	want("closed", false, true, "0")
+	want("closed, again", false, true, "0")
+}

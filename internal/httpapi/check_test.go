@@ -1,0 +1,269 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/memory"
+	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
+	"github.com/tollgate/tollgate/internal/faultnet"
+	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/usage"
+)
+
+// tenantAPI is the whole /v1 surface as New builds it, over a real gate (the
+// in-memory counter store), a real tenant.Directory, policy.Catalog and
+// usage.Recorder on a database of the test's own.
+type tenantAPI struct {
+	t       *testing.T
+	e       *echo.Echo
+	pool    *pgxpool.Pool
+	tenants *pgstore.Tenants
+}
+
+// usageOf answers /v1/usage as the serve wiring does: metering from the
+// Recorder, tenants and plans from the Directory.
+type usageOf struct {
+	rec *usage.Recorder
+	dir *tenant.Directory
+}
+
+func (u usageOf) Usage(ctx context.Context, id string, now time.Time) (usage.Report, error) {
+	return u.rec.Usage(ctx, id, now)
+}
+func (u usageOf) Tenant(ctx context.Context, id string) (tenant.Tenant, error) {
+	return u.dir.Tenant(ctx, id)
+}
+func (u usageOf) Plan(ctx context.Context, name string) (tenant.Plan, error) {
+	return u.dir.Plan(ctx, name)
+}
+
+// newTenantAPI builds the API on a database of its own; store is the
+// counter store, or nil for the in-memory one.
+func newTenantAPI(t *testing.T, dsn string, store counter.Store) *tenantAPI {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tenants := pgstore.NewTenants(pool)
+	dir := tenant.NewDirectory(tenant.DirectoryConfig{Store: tenants, Logger: log})
+	policies := pgstore.NewPolicies(pool)
+	catalog := policy.NewCatalog(policies, policy.CatalogConfig{})
+	rec, err := usage.NewRecorder(usage.Config{Store: pgstore.NewUsage(pool), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store == nil {
+		store = memory.New(memory.Config{})
+	}
+	t.Cleanup(func() { store.Close() })
+	g := gate.New(gate.Config{
+		Store: store, Tenants: dir, Policies: catalog, Observer: rec, Logger: log,
+		Pepper: []byte("httpapi-test-pepper-0123456789abcdef"),
+	})
+	t.Cleanup(func() { g.Close() })
+	e := New(Config{
+		Logger:     log,
+		Ready:      pool.Ping,
+		Gate:       g,
+		Policies:   policy.Service{Store: policies, Catalog: catalog},
+		Usage:      usageOf{rec, dir},
+		PublicURL:  "https://tollgate.example",
+		BillingKey: []byte("billing-key"),
+	})
+	return &tenantAPI{t: t, e: e, pool: pool, tenants: tenants}
+}
+
+// tenant creates a tenant on plan and returns its live and test keys, after
+// running each SQL statement of setup on it ($1 is its id) before any
+// request can have cached it.
+func (a *tenantAPI) tenant(plan string, setup ...string) (live, test string) {
+	a.t.Helper()
+	live, lk, err := tenant.NewKey(false)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	test, tk, err := tenant.NewKey(true)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	tn, err := a.tenants.CreateTenant(context.Background(), "check test", plan, lk, tk)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	for _, stmt := range setup {
+		if _, err := a.pool.Exec(context.Background(), stmt, tn.ID); err != nil {
+			a.t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	return live, test
+}
+
+func (a *tenantAPI) do(key, method, target, body string) answer {
+	a.t.Helper()
+	return serveChecked(a.t, a.e, key, method, target, body)
+}
+
+// TestCheckAndUsageMatchTheDocument sends /v1/check and /v1/usage requests
+// that draw each kind of answer from the real pipeline, and checks each
+// request and answer against openapi.json (serveChecked), besides the status
+// the case is about.
+func TestCheckAndUsageMatchTheDocument(t *testing.T) {
+	t.Parallel()
+	a := newTenantAPI(t, pgtest.New(t), nil)
+	if _, err := a.tenants.SetPlanLimits(context.Background(), tenant.PlanStarter, tenant.PlanLimits{MonthlyChecks: ptr(int64(2))}); err != nil {
+		t.Fatal(err)
+	}
+	pro, proTest := a.tenant(tenant.PlanPro)
+	for _, p := range []struct{ name, body string }{
+		{"one", `{"limit":1,"window":"1h"}`},
+		{"errors", `{"limit":100,"window":"1m","scope":"global","fail_mode":"closed"}`},
+		{"dark", `{"limit":1,"window":"1h","algorithm":"token_bucket","shadow":true}`},
+		{"open", `{"limit":1000000,"window":"1h"}`},
+	} {
+		wantStatus(t, a.do(pro, http.MethodPut, "/v1/policies/"+p.name, p.body), http.StatusOK)
+	}
+	limited, _ := a.tenant(tenant.PlanPro, `UPDATE tenants SET rate_limit_per_minute = 1 WHERE id = $1`)
+	wantStatus(t, a.do(limited, http.MethodPut, "/v1/policies/open", `{"limit":1000000,"window":"1h"}`), http.StatusOK)
+	starter, _ := a.tenant(tenant.PlanStarter)
+	unpaid, _ := a.tenant(tenant.PlanPro, `UPDATE tenants SET billing_status = 'unpaid' WHERE id = $1`)
+	enterprise, _ := a.tenant(tenant.PlanEnterprise)
+	for _, k := range []string{starter, unpaid} {
+		wantStatus(t, a.do(k, http.MethodPut, "/v1/policies/open", `{"limit":1000000,"window":"1h"}`), http.StatusOK)
+	}
+
+	check := func(key, body string, status int) answer {
+		t.Helper()
+		r := a.do(key, http.MethodPost, "/v1/check", body)
+		wantStatus(t, r, status)
+		return r
+	}
+	// Allowed, with every kind of item: subject, global, shadow, peek, cost.
+	r := check(pro, `{"items":[{"policy":"one","subject":"203.0.113.7"},{"policy":"errors"},{"policy":"dark","subject":"s","cost":1}]}`, 200)
+	if m := r.json(t); m["allowed"] != true || r.header.Get("RateLimit-Policy") == "" {
+		t.Errorf("allowed check: %s %v", r.body, r.header)
+	}
+	check(pro, `{"mode":"peek","items":[{"policy":"open","subject":"s","cost":5}]}`, 200)
+	check(proTest, `{"mode":"consume","items":[{"policy":"open","subject":"s"}]}`, 200)
+	// Refused by the tenant's policy: still 200, and a shadow item that would
+	// refuse beside it.
+	r = check(pro, `{"items":[{"policy":"one","subject":"203.0.113.7"},{"policy":"dark","subject":"s"}]}`, 200)
+	if m := r.json(t); m["allowed"] != false {
+		t.Errorf("refused check: %s", r.body)
+	}
+
+	// Refused by a ceiling: the per-IP layer, and the allotment.
+	check(limited, `{"items":[{"policy":"open","subject":"s"}]}`, 200)
+	r = check(limited, `{"items":[{"policy":"open","subject":"s"}]}`, 429)
+	if r.header.Get("X-RateLimit-Layer") != "ip" {
+		t.Errorf("429 layer %q", r.header.Get("X-RateLimit-Layer"))
+	}
+	check(starter, `{"items":[{"policy":"open","subject":"s"}]}`, 200)
+	check(starter, `{"items":[{"policy":"open","subject":"s"}]}`, 200)
+	r = check(starter, `{"items":[{"policy":"open","subject":"s"}]}`, 429)
+	if r.header.Get("X-RateLimit-Layer") != "allotment" {
+		t.Errorf("429 layer %q", r.header.Get("X-RateLimit-Layer"))
+	}
+	// A paid tenant held to starter is told to pay.
+	check(unpaid, `{"items":[{"policy":"open","subject":"s"}]}`, 200)
+	check(unpaid, `{"items":[{"policy":"open","subject":"s"}]}`, 200)
+	r = check(unpaid, `{"items":[{"policy":"open","subject":"s"}]}`, 402)
+	if m := r.json(t); m["code"] != "payment_required" || !strings.HasPrefix(m["billing_url"].(string), "https://tollgate.example/") {
+		t.Errorf("402: %s", r.body)
+	}
+
+	// Bad requests and bad keys.
+	for _, body := range []string{
+		`{"items":[{"policy":"nope","subject":"s"}]}`,
+		`{"items":[{"policy":"one"}]}`,
+		`{"items":[{"policy":"one","subject":"s","cost":0}]}`,
+		`{"mode":"x","items":[{"policy":"one","subject":"s"}]}`,
+		`{"items":[]}`,
+		`not json`,
+	} {
+		check(pro, body, 400)
+	}
+	for _, key := range []string{"", "tg_live_nope", "tg_live_" + strings.Repeat("A", 40)} {
+		check(key, `{"items":[{"policy":"one","subject":"s"}]}`, 401)
+		wantStatus(t, a.do(key, http.MethodGet, "/v1/usage", ""), 401)
+	}
+
+	// Usage: a plan with an allotment, and an unlimited one (null).
+	r = a.do(pro, http.MethodGet, "/v1/usage", "")
+	wantStatus(t, r, 200)
+	if m := r.json(t); m["plan"] != "pro" || m["checks_used"] != 3.0 || m["sandbox_used"] != 1.0 || m["checks_allotment"] != 50000000.0 {
+		t.Errorf("usage of pro: %s", r.body)
+	}
+	r = a.do(enterprise, http.MethodGet, "/v1/usage", "")
+	wantStatus(t, r, 200)
+	if m := r.json(t); m["checks_allotment"] != nil || m["effective_plan"] != "enterprise" {
+		t.Errorf("usage of enterprise: %s", r.body)
+	}
+	r = a.do(unpaid, http.MethodGet, "/v1/usage", "")
+	wantStatus(t, r, 200)
+	if m := r.json(t); m["effective_plan"] != "starter" || m["checks_allotment"] != 2.0 || m["billing_status"] != "unpaid" {
+		t.Errorf("usage of unpaid pro: %s", r.body)
+	}
+	// The per-IP layer guards /v1/usage too.
+	r = a.do(limited, http.MethodGet, "/v1/usage", "")
+	wantStatus(t, r, 200)
+	wantStatus(t, a.do(limited, http.MethodGet, "/v1/usage", ""), 429)
+}
+
+// TestDegradedCheckMatchesTheDocument cuts the counter store off (a real
+// PostgreSQL store behind a proxy) and checks the degraded answers, of a
+// fail-open and a fail-closed policy, against the document.
+func TestDegradedCheckMatchesTheDocument(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.New(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultnet.New(t, u.Host)
+	u.Host = proxy.Addr()
+	store, err := pgcounter.New(context.Background(), pgcounter.Config{DSN: u.String(), Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newTenantAPI(t, dsn, store)
+	key, _ := a.tenant(tenant.PlanPro)
+	wantStatus(t, a.do(key, http.MethodPut, "/v1/policies/lenient", `{"limit":10,"window":"1m","fail_mode":"open"}`), 200)
+	wantStatus(t, a.do(key, http.MethodPut, "/v1/policies/strict", `{"limit":10,"window":"1m","fail_mode":"closed"}`), 200)
+	wantStatus(t, a.do(key, http.MethodPost, "/v1/check", `{"items":[{"policy":"lenient","subject":"s"}]}`), 200)
+
+	proxy.Cut()
+	r := a.do(key, http.MethodPost, "/v1/check", `{"items":[{"policy":"lenient","subject":"s"},{"policy":"strict","subject":"s"}]}`)
+	wantStatus(t, r, 200)
+	var ans struct {
+		Allowed, Degraded bool
+		Items             []struct{ Allowed, Degraded bool }
+	}
+	if err := json.Unmarshal(r.body, &ans); err != nil {
+		t.Fatal(err)
+	}
+	if ans.Allowed || !ans.Degraded || len(ans.Items) != 2 || !ans.Items[0].Allowed || ans.Items[1].Allowed ||
+		!ans.Items[0].Degraded || !ans.Items[1].Degraded || r.header.Get("X-RateLimit-Degraded") != "true" {
+		t.Errorf("degraded answer: %s %v", r.body, r.header)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
