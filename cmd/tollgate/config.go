@@ -29,6 +29,11 @@ type Config struct {
 	InstanceCeiling int64         // TOLLGATE_INSTANCE_CEILING: requests a second; 0 is off
 	ClientIPHeader  string        // TOLLGATE_CLIENT_IP_HEADER
 	PublicURL       string        // TOLLGATE_PUBLIC_URL
+
+	// Billing with Stripe (internal/billing).
+	StripeWebhookSecrets []string // STRIPE_WEBHOOK_SECRET: comma-separated whsec_… signing secrets
+	StripeAPIKey         string   // STRIPE_API_KEY: sk_… or rk_…
+	StripeAPIBase        string   // STRIPE_API_BASE: empty means Stripe's; stripe-mock in tests
 }
 
 // clientIPHeaders are the provider headers TOLLGATE_CLIENT_IP_HEADER may name.
@@ -141,6 +146,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return c, fmt.Errorf("TOLLGATE_PUBLIC_URL %q: want http(s)://host[:port]", c.PublicURL)
 	}
+	if err := loadStripe(&c, getenv); err != nil {
+		return c, err
+	}
 	c.LogFormat = getenv("TOLLGATE_LOG_FORMAT")
 	switch c.LogFormat {
 	case "":
@@ -184,7 +192,61 @@ func (c Config) LogValue() slog.Value {
 		slog.String("public_url", c.PublicURL),
 		slog.String("log_format", c.LogFormat),
 		slog.String("log_level", c.LogLevel.String()),
+		slog.String("stripe_webhook_secret", maskSecrets(c.StripeWebhookSecrets)),
+		slog.String("stripe_api_key", maskStripeKey(c.StripeAPIKey)),
+		slog.String("stripe_api_base", c.StripeAPIBase),
 	)
+}
+
+// loadStripe reads the Stripe settings. All are optional: without a webhook
+// secret /webhooks/stripe answers 503, without an API key Checkout, the
+// portal and usage reporting are off.
+func loadStripe(c *Config, getenv func(string) string) error {
+	for _, s := range strings.Split(getenv("STRIPE_WEBHOOK_SECRET"), ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !strings.HasPrefix(s, "whsec_") || len(s) < 10 || strings.ContainsAny(s, " \t") {
+			return fmt.Errorf("STRIPE_WEBHOOK_SECRET: want comma-separated signing secrets whsec_… (the endpoint's, or `stripe listen`'s)")
+		}
+		c.StripeWebhookSecrets = append(c.StripeWebhookSecrets, s)
+	}
+	c.StripeAPIKey = strings.TrimSpace(getenv("STRIPE_API_KEY"))
+	if k := c.StripeAPIKey; k != "" && !strings.HasPrefix(k, "sk_") && !strings.HasPrefix(k, "rk_") {
+		return fmt.Errorf("STRIPE_API_KEY: want a secret (sk_…) or restricted (rk_…) key, not a publishable one")
+	}
+	c.StripeAPIBase = getenv("STRIPE_API_BASE")
+	if v := c.StripeAPIBase; v != "" {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("STRIPE_API_BASE %q: want http(s)://host[:port]", v)
+		}
+	}
+	return nil
+}
+
+// maskSecrets says how many webhook secrets are set, not what they are.
+func maskSecrets(s []string) string {
+	switch len(s) {
+	case 0:
+		return "unset (webhooks answer 503)"
+	case 1:
+		return "set (1 secret)"
+	}
+	return fmt.Sprintf("set (%d secrets)", len(s))
+}
+
+// maskStripeKey shows a key's kind and mode (sk_test, rk_live), never the
+// secret part.
+func maskStripeKey(k string) string {
+	if k == "" {
+		return "unset (checkout, portal and usage reporting off)"
+	}
+	parts := strings.SplitN(k, "_", 3)
+	if len(parts) == 3 {
+		return parts[0] + "_" + parts[1] + "_xxxxx"
+	}
+	return "set"
 }
 
 // maskURL hides a URL's password.

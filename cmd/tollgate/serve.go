@@ -107,6 +107,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 			func() { dir.InvalidateAll(); catalog.InvalidateAll() }))
 	})
 
+	// Billing with Stripe: webhooks, Checkout and portal links, and the
+	// hourly usage reports (one instance at a time reports each hour).
+	bill, stripeWebhooks, usageReporter := billingWiring(cfg, pool, dir, log)
+	if usageReporter != nil {
+		running.Go(func() { logRun(log, "usage reporting to Stripe", usageReporter.Run(bg)) })
+	}
+
 	e := httpapi.New(httpapi.Config{
 		Logger:     log,
 		Ready:      pool.Ping,
@@ -118,6 +125,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 		Metrics:    met.Handler(),
 		PublicURL:  cfg.PublicURL,
 		BillingKey: billingKey(cfg.Pepper),
+		// Billing with Stripe.
+		Billing:        bill,
+		StripeWebhooks: stripeWebhooks,
 	})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

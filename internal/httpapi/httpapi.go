@@ -40,6 +40,12 @@ type Config struct {
 	PublicURL string
 	// BillingKey signs the billing links of 402 answers.
 	BillingKey []byte
+	// Billing serves /v1/billing, the billing links and Stripe webhooks;
+	// nil answers them 503.
+	Billing BillingService
+	// StripeWebhooks verifies Stripe webhook signatures; nil (no
+	// STRIPE_WEBHOOK_SECRET) answers webhooks 503.
+	StripeWebhooks WebhookVerifier
 }
 
 // api holds what the /v1 handlers share.
@@ -65,7 +71,10 @@ func New(cfg Config) *echo.Echo {
 		v1.POST("/check", a.check)
 		registerPolicies(v1.Group("", a.admit("policies")), cfg.Policies)
 		v1.GET("/usage", a.usage, a.admit("usage"))
+		registerBilling(v1.Group("/billing", a.admit("billing")), a)
 	}
+	e.GET("/billing/portal/:token", portalLink(cfg))
+	e.POST("/webhooks/stripe", stripeWebhook(cfg))
 	e.GET("/", func(c echo.Context) error {
 		c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
 		c.Response().WriteHeader(http.StatusOK)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
@@ -32,6 +33,11 @@ var problemKinds = []problemKind{
 	{policy.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	{policy.ErrNotFound, http.StatusNotFound, "not-found", "Not found"},
 	{policy.ErrConflict, http.StatusConflict, "conflict", "Conflict"},
+	// Billing (billing.go, webhooks.go).
+	{billing.ErrBadWebhook, http.StatusBadRequest, "invalid-webhook", "Invalid Stripe webhook signature or body"},
+	{billing.ErrNotConfigured, http.StatusServiceUnavailable, "billing-not-configured", "Billing with Stripe is not configured on this server"},
+	{billing.ErrNoCustomer, http.StatusConflict, "no-billing-account", "No billing account yet: buy a plan with POST /v1/billing/checkout"},
+	{billing.ErrProvider, http.StatusBadGateway, "payment-provider-error", "The payment provider failed; try again"},
 }
 
 // internalProblem is all a client learns of a fault of ours.
@@ -52,9 +58,10 @@ type problem struct {
 // table (or Echo, for routing and its own 4xx) accounts for; when it is not,
 // the problem is internalProblem and the caller logs err.
 //
-// Only text chosen for clients reaches them: a *policy.FieldError's reason
-// and field, a *policy.NotFoundError's message, an echo.HTTPError's 4xx
-// message. Wrapping clauses added on the way up are never shown.
+// Only text chosen for clients reaches them: a *policy.FieldError's or
+// *tenant.FieldError's reason and field, a *policy.NotFoundError's message,
+// an echo.HTTPError's 4xx message. Wrapping clauses added on the way up are
+// never shown.
 func problemFor(err error) (problem, bool) {
 	for _, k := range problemKinds {
 		if !errors.Is(err, k.sentinel) {
@@ -62,10 +69,13 @@ func problemFor(err error) (problem, bool) {
 		}
 		p := problem{Problem: Problem{Type: problemBase + k.slug, Title: k.title, Status: k.status}}
 		var fe *policy.FieldError
+		var tfe *tenant.FieldError
 		var nf *policy.NotFoundError
 		switch {
 		case errors.As(err, &fe):
 			p.Detail, p.Field = fe.Reason, fe.Field
+		case errors.As(err, &tfe):
+			p.Detail, p.Field = tfe.Reason, tfe.Field
 		case errors.As(err, &nf):
 			p.Detail = nf.Error()
 		}

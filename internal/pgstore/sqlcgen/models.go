@@ -45,6 +45,25 @@ type Audit struct {
 	Detail   []byte
 }
 
+type BillingAccount struct {
+	TenantID      pgtype.UUID
+	PlanUpdatedAt pgtype.Timestamptz
+	UsageItemID   string
+	UsageNextHour pgtype.Timestamptz
+	UpdatedAt     pgtype.Timestamptz
+}
+
+type BillingUsageReport struct {
+	TenantID       pgtype.UUID
+	Hour           pgtype.Timestamptz
+	ItemID         string
+	Quantity       int64
+	Outcome        string
+	IdempotencyKey string
+	Note           string
+	ReportedAt     pgtype.Timestamptz
+}
+
 type Counter struct {
 	Key       string
 	Start     int64
@@ -100,6 +119,25 @@ type RefusalWindow struct {
 	TenantID   pgtype.UUID
 	CounterKey string
 	WindowEnd  pgtype.Timestamptz
+}
+
+type StripeEvent struct {
+	ID               string
+	Type             string
+	Created          pgtype.Timestamptz
+	Livemode         bool
+	CustomerID       *string
+	TenantID         pgtype.UUID
+	Outcome          string
+	Note             string
+	Error            *string
+	Event            []byte
+	Payload          string
+	PayloadTruncated bool
+	Deliveries       int32
+	ReceivedAt       pgtype.Timestamptz
+	LastDeliveryAt   pgtype.Timestamptz
+	ProcessedAt      pgtype.Timestamptz
 }
 
 type Tenant struct {

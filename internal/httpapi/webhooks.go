@@ -1,0 +1,77 @@
+package httpapi
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgate/tollgate/internal/billing"
+)
+
+// WebhookVerifier is stripeapi.Verifier: it checks a webhook's signature and
+// reads its event; a bad signature or body is billing.ErrBadWebhook.
+type WebhookVerifier interface {
+	Parse(payload []byte, signatureHeader string) (billing.Event, error)
+}
+
+// MaxWebhookBody bounds a Stripe webhook body. Stripe's events are far
+// smaller (an invoice shows at most ten lines); a larger body is refused
+// with 413 before its signature is checked.
+const MaxWebhookBody = 512 << 10
+
+type webhookAnswer struct {
+	Received bool   `json:"received"`
+	Outcome  string `json:"outcome"`
+}
+
+// stripeWebhook serves POST /webhooks/stripe. It answers
+//
+//   - 503 when no signing secret is configured (and logs why): an
+//     unverified webhook is never processed;
+//   - 413 for a body over MaxWebhookBody, 400 for a missing, wrong or too
+//     old signature or a body that is not an event; nothing changes;
+//   - 200 with the outcome once the event is recorded: applied, stale,
+//     unknown_customer, ignored, or replay for one processed before;
+//   - 500 when processing failed, so that Stripe delivers it again.
+//
+// Webhooks are outside /v1 and its ceilings: Stripe's retries are their own
+// rate limit, and a dropped delivery would only come back later.
+func stripeWebhook(cfg Config) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx := c.Request().Context()
+		switch {
+		case cfg.StripeWebhooks == nil:
+			cfg.Logger.ErrorContext(ctx, "stripe webhook refused: STRIPE_WEBHOOK_SECRET is not set, and unverified webhooks are never processed")
+			return fmt.Errorf("stripe webhook: %w", billing.ErrNotConfigured)
+		case cfg.Billing == nil:
+			cfg.Logger.ErrorContext(ctx, "stripe webhook refused: no billing service")
+			return fmt.Errorf("stripe webhook: %w", billing.ErrNotConfigured)
+		}
+		body, err := io.ReadAll(io.LimitReader(c.Request().Body, MaxWebhookBody+1))
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, "The body could not be read.")
+		}
+		if len(body) > MaxWebhookBody {
+			return echo.NewHTTPError(http.StatusRequestEntityTooLarge, fmt.Sprintf("A webhook body is at most %d bytes.", MaxWebhookBody))
+		}
+		ev, err := cfg.StripeWebhooks.Parse(body, c.Request().Header.Get("Stripe-Signature"))
+		if err != nil {
+			// The reason (never the body) helps whoever set up the
+			// endpoint; the client learns only that it was refused.
+			cfg.Logger.WarnContext(ctx, "stripe webhook refused", "reason", err.Error())
+			return err
+		}
+		r, err := cfg.Billing.HandleEvent(ctx, ev)
+		if err != nil {
+			// Whatever went wrong is ours and passing: 500 (logged by the
+			// error handler), never a 4xx that would read as Stripe's
+			// fault.
+			return fmt.Errorf("stripe webhook: %v", err)
+		}
+		cfg.Logger.InfoContext(ctx, "stripe event", "event_id", ev.ID, "event_type", ev.Type,
+			"outcome", string(r.Outcome), "tenant_id", r.TenantID, "note", r.Note)
+		return c.JSON(http.StatusOK, webhookAnswer{Received: true, Outcome: string(r.Outcome)})
+	}
+}

@@ -1,0 +1,424 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
+)
+
+// Billing keeps the Stripe events received (stripe_events), applies them to
+// tenants (and billing_accounts), and hands out the hours of metered usage to
+// report (billing_usage_reports): the billing.Store and
+// billing.UsageCursors. It is safe for concurrent use, and any number of
+// instances may share its database.
+type Billing struct {
+	pool *pgxpool.Pool
+	q    *sqlcgen.Queries
+}
+
+var (
+	_ billing.Store        = (*Billing)(nil)
+	_ billing.UsageCursors = (*Billing)(nil)
+)
+
+// NewBilling returns the billing store on pool, a database migrated to at
+// least 000007.
+func NewBilling(pool *pgxpool.Pool) *Billing {
+	return &Billing{pool: pool, q: sqlcgen.New(pool)}
+}
+
+// MaxStoredPayload bounds the part of a webhook body kept for operators.
+const MaxStoredPayload = 64 << 10
+
+// ProcessEvent implements billing.Store. The event's row is inserted (or,
+// for a delivery seen before, locked) by the transaction's first statement,
+// so concurrent deliveries of one event queue on that row; the effect and
+// the outcome commit together.
+func (s *Billing) ProcessEvent(ctx context.Context, ev billing.Event, apply func(ctx context.Context, tx billing.Tx) (billing.Result, error)) (billing.Result, error) {
+	rec, err := eventRecord(ev)
+	if err != nil {
+		return billing.Result{}, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return billing.Result{}, billingErr(err)
+	}
+	defer tx.Rollback(ctx)
+	q := s.q.WithTx(tx)
+	claim, err := q.ClaimStripeEvent(ctx, sqlcgen.ClaimStripeEventParams{
+		ID: ev.ID, Type: ev.Type, Created: ts(ev.Created), Livemode: ev.Livemode, CustomerID: rec.customer,
+		Event: rec.event, Payload: rec.payload, PayloadTruncated: rec.truncated,
+	})
+	if err != nil {
+		return billing.Result{}, fmt.Errorf("record event: %w", billingErr(err))
+	}
+	if claim.Outcome != "processing" && claim.Outcome != string(billing.OutcomeFailed) {
+		// Processed before: only the delivery is recorded.
+		if err := tx.Commit(ctx); err != nil {
+			return billing.Result{}, billingErr(err)
+		}
+		r := billing.Result{Outcome: billing.OutcomeReplay, Note: "first processed: " + claim.Outcome}
+		if claim.Note != "" {
+			r.Note += ": " + claim.Note
+		}
+		if claim.TenantID.Valid {
+			r.TenantID = claim.TenantID.String()
+		}
+		return r, nil
+	}
+	r, err := apply(ctx, &billingTx{q: q})
+	if err != nil {
+		return billing.Result{}, err
+	}
+	if err := finish(ctx, q, ev.ID, r); err != nil {
+		return billing.Result{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return billing.Result{}, billingErr(err)
+	}
+	return r, nil
+}
+
+// RecordFailure implements billing.Store.
+func (s *Billing) RecordFailure(ctx context.Context, ev billing.Event, cause string) error {
+	rec, err := eventRecord(ev)
+	if err != nil {
+		return err
+	}
+	cause = truncateUTF8(cause, 2000)
+	err = s.q.FailStripeEvent(ctx, sqlcgen.FailStripeEventParams{
+		ID: ev.ID, Type: ev.Type, Created: ts(ev.Created), Livemode: ev.Livemode, CustomerID: rec.customer,
+		Error: &cause, Event: rec.event, Payload: rec.payload, PayloadTruncated: rec.truncated,
+	})
+	if err != nil {
+		return fmt.Errorf("record failure of event %s: %w", ev.ID, billingErr(err))
+	}
+	return nil
+}
+
+// Events implements billing.Store. A tenant id that is not a UUID has no
+// events.
+func (s *Billing) Events(ctx context.Context, f billing.EventFilter) ([]billing.EventRecord, error) {
+	p := sqlcgen.ListStripeEventsParams{Outcome: string(f.Outcome), MaxRows: int32(f.Limit)}
+	if f.TenantID != "" {
+		id, ok := auditUUID(f.TenantID)
+		if !ok {
+			return nil, nil
+		}
+		p.TenantID = id
+	}
+	if !f.Before.IsZero() {
+		p.Before = ts(f.Before)
+	}
+	rows, err := s.q.ListStripeEvents(ctx, p)
+	if err != nil {
+		return nil, billingErr(err)
+	}
+	out := make([]billing.EventRecord, len(rows))
+	for i, r := range rows {
+		out[i] = billing.EventRecord{
+			ID: r.ID, Type: r.Type, Created: r.Created.Time, Livemode: r.Livemode,
+			CustomerID: deref(r.CustomerID), Outcome: billing.Outcome(r.Outcome), Note: r.Note,
+			Error: deref(r.Error), Payload: []byte(r.Payload), Truncated: r.PayloadTruncated,
+			Deliveries: int(r.Deliveries), ReceivedAt: r.ReceivedAt.Time, LastDeliveryAt: r.LastDeliveryAt.Time,
+		}
+		if r.TenantID.Valid {
+			out[i].TenantID = r.TenantID.String()
+		}
+		if r.ProcessedAt.Valid {
+			out[i].ProcessedAt = r.ProcessedAt.Time
+		}
+	}
+	return out, nil
+}
+
+// ReportNextHour implements billing.UsageCursors: the claim is a lock on the
+// tenant's billing_accounts row taken with SKIP LOCKED, held while report
+// runs (it calls Stripe), and the report row and the move to the next hour
+// commit together. The lock is not on the tenants row, so webhooks for the
+// tenant wait for Stripe only if they change its billing_accounts row.
+func (s *Billing) ReportNextHour(ctx context.Context, due time.Time, skip []string, report func(ctx context.Context, h billing.UsageHour) (billing.UsageResult, error)) (bool, error) {
+	skipIDs := make([]pgtype.UUID, 0, len(skip))
+	for _, id := range skip {
+		if u, ok := auditUUID(id); ok {
+			skipIDs = append(skipIDs, u)
+		}
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, billingErr(err)
+	}
+	defer tx.Rollback(ctx)
+	q := s.q.WithTx(tx)
+	row, err := q.ClaimUsageHour(ctx, sqlcgen.ClaimUsageHourParams{Due: ts(due), Skip: skipIDs})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("claim usage hour: %w", billingErr(err))
+	}
+	h := billing.UsageHour{
+		TenantID: row.TenantID.String(), ItemID: row.UsageItemID, Plan: row.Plan, Status: row.BillingStatus,
+		Hour: row.UsageNextHour.Time.UTC(),
+	}
+	res, err := report(ctx, h)
+	if err != nil {
+		return true, err
+	}
+	err = q.InsertUsageReport(ctx, sqlcgen.InsertUsageReportParams{
+		TenantID: row.TenantID, Hour: row.UsageNextHour, ItemID: row.UsageItemID, Quantity: res.Quantity,
+		Outcome: res.Outcome, IdempotencyKey: res.IdempotencyKey, Note: truncateUTF8(res.Note, 2000),
+	})
+	if err != nil {
+		return true, fmt.Errorf("record usage report: %w", billingErr(err))
+	}
+	if err := q.AdvanceUsageHour(ctx, row.TenantID); err != nil {
+		return true, fmt.Errorf("advance usage hour: %w", billingErr(err))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return true, billingErr(err)
+	}
+	return true, nil
+}
+
+// UsageReport is one hour's usage report, as recorded.
+type UsageReport struct {
+	TenantID       string
+	Hour           time.Time
+	ItemID         string
+	Quantity       int64
+	Outcome        string
+	IdempotencyKey string
+	Note           string
+	ReportedAt     time.Time
+}
+
+// UsageReports returns the tenant's usage reports, latest hour first, at
+// most limit of them.
+func (s *Billing) UsageReports(ctx context.Context, tenantID string, limit int) ([]UsageReport, error) {
+	id, ok := auditUUID(tenantID)
+	if !ok {
+		return nil, nil
+	}
+	rows, err := s.q.ListUsageReports(ctx, sqlcgen.ListUsageReportsParams{TenantID: id, MaxRows: int32(limit)})
+	if err != nil {
+		return nil, billingErr(err)
+	}
+	out := make([]UsageReport, len(rows))
+	for i, r := range rows {
+		out[i] = UsageReport{
+			TenantID: r.TenantID.String(), Hour: r.Hour.Time.UTC(), ItemID: r.ItemID, Quantity: r.Quantity,
+			Outcome: r.Outcome, IdempotencyKey: r.IdempotencyKey, Note: r.Note, ReportedAt: r.ReportedAt.Time,
+		}
+	}
+	return out, nil
+}
+
+// billingTx is billing.Tx on one transaction.
+type billingTx struct {
+	q *sqlcgen.Queries
+}
+
+var _ billing.Tx = (*billingTx)(nil)
+
+func (t *billingTx) LockCustomer(ctx context.Context, customerID string) error {
+	if err := t.q.LockStripeCustomer(ctx, customerID); err != nil {
+		return fmt.Errorf("lock customer %s: %w", customerID, billingErr(err))
+	}
+	return nil
+}
+
+func (t *billingTx) AccountByCustomer(ctx context.Context, customerID string) (billing.Account, error) {
+	r, err := t.q.BillingAccountByCustomer(ctx, &customerID)
+	if err != nil {
+		return billing.Account{}, fmt.Errorf("tenant of customer %s: %w", customerID, billingErr(err))
+	}
+	return accountOf(sqlcgen.BillingAccountRow(r)), nil
+}
+
+func (t *billingTx) Account(ctx context.Context, tenantID string) (billing.Account, error) {
+	id, ok := auditUUID(tenantID)
+	if !ok {
+		return billing.Account{}, fmt.Errorf("tenant %q: %w", tenantID, billing.ErrNotFound)
+	}
+	r, err := t.q.BillingAccount(ctx, id)
+	if err != nil {
+		return billing.Account{}, fmt.Errorf("tenant %s: %w", tenantID, billingErr(err))
+	}
+	return accountOf(r), nil
+}
+
+func (t *billingTx) Prices(ctx context.Context) (billing.Prices, error) {
+	rows, err := t.q.PlanPrices(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("plan prices: %w", billingErr(err))
+	}
+	p := make(billing.Prices, len(rows))
+	for _, r := range rows {
+		p[r.StripePriceID] = r.Name
+	}
+	return p, nil
+}
+
+func (t *billingTx) SaveAccount(ctx context.Context, a billing.Account, usageFrom time.Time) error {
+	id, ok := auditUUID(a.TenantID)
+	if !ok {
+		return fmt.Errorf("save billing of tenant %q: %w", a.TenantID, billing.ErrNotFound)
+	}
+	p := sqlcgen.SaveBillingAccountParams{
+		ID: id, Plan: a.Plan, BillingStatus: a.Status,
+		StripeCustomerID: nonEmpty(a.CustomerID), StripeSubscriptionID: nonEmpty(a.SubscriptionID),
+	}
+	if !a.UpdatedAt.IsZero() {
+		p.BillingUpdatedAt = ts(a.UpdatedAt)
+	}
+	n, err := t.q.SaveBillingAccount(ctx, p)
+	if err != nil {
+		return fmt.Errorf("save billing of tenant %s: %w", a.TenantID, billingErr(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("save billing of tenant %s: %w", a.TenantID, billing.ErrNotFound)
+	}
+	x := sqlcgen.SaveBillingExtrasParams{
+		TenantID: id, UsageItemID: a.UsageItemID, UsageFrom: ts(usageFrom.UTC().Truncate(time.Hour)),
+	}
+	if !a.PlanUpdatedAt.IsZero() {
+		x.PlanUpdatedAt = ts(a.PlanUpdatedAt)
+	}
+	if err := t.q.SaveBillingExtras(ctx, x); err != nil {
+		return fmt.Errorf("save billing of tenant %s: %w", a.TenantID, billingErr(err))
+	}
+	return nil
+}
+
+func (t *billingTx) HeldEvents(ctx context.Context, customerID string) ([]billing.Event, error) {
+	rows, err := t.q.HeldStripeEvents(ctx, &customerID)
+	if err != nil {
+		return nil, fmt.Errorf("events held for customer %s: %w", customerID, billingErr(err))
+	}
+	out := make([]billing.Event, 0, len(rows))
+	for _, r := range rows {
+		var ev billing.Event
+		if err := json.Unmarshal(r, &ev); err != nil {
+			return nil, fmt.Errorf("event held for customer %s: %v", customerID, err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
+func (t *billingTx) SetOutcome(ctx context.Context, eventID string, r billing.Result) error {
+	return finish(ctx, t.q, eventID, r)
+}
+
+func (t *billingTx) Audit() *audit.Log {
+	return audit.NewLog(&Audit{q: t.q})
+}
+
+// finish records r as the outcome of the event id.
+func finish(ctx context.Context, q *sqlcgen.Queries, id string, r billing.Result) error {
+	p := sqlcgen.FinishStripeEventParams{ID: id, Outcome: string(r.Outcome), Note: truncateUTF8(r.Note, 2000)}
+	if r.TenantID != "" {
+		u, ok := auditUUID(r.TenantID)
+		if !ok {
+			return fmt.Errorf("outcome of event %s: tenant %q: %w", id, r.TenantID, billing.ErrNotFound)
+		}
+		p.TenantID = u
+	}
+	if err := q.FinishStripeEvent(ctx, p); err != nil {
+		return fmt.Errorf("outcome of event %s: %w", id, billingErr(err))
+	}
+	return nil
+}
+
+// accountOf turns a row into a billing.Account.
+func accountOf(r sqlcgen.BillingAccountRow) billing.Account {
+	a := billing.Account{
+		TenantID: r.ID.String(), Plan: r.Plan, Status: r.BillingStatus,
+		CustomerID: deref(r.StripeCustomerID), SubscriptionID: deref(r.StripeSubscriptionID),
+		UsageItemID: r.UsageItemID,
+	}
+	if r.BillingUpdatedAt.Valid {
+		a.UpdatedAt = r.BillingUpdatedAt.Time.UTC()
+	}
+	if r.PlanUpdatedAt.Valid {
+		a.PlanUpdatedAt = r.PlanUpdatedAt.Time.UTC()
+	}
+	return a
+}
+
+// storedEvent is an event as its row holds it.
+type storedEvent struct {
+	customer  *string
+	event     []byte
+	payload   string
+	truncated bool
+}
+
+// eventRecord encodes ev for its row, the payload cut to MaxStoredPayload
+// (on a character boundary, as text must be valid UTF-8).
+func eventRecord(ev billing.Event) (storedEvent, error) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return storedEvent{}, fmt.Errorf("encode event %s: %v", ev.ID, err)
+	}
+	payload := strings.ToValidUTF8(string(ev.Payload), "\uFFFD")
+	payload = strings.ReplaceAll(payload, "\x00", "")
+	cut := truncateUTF8(payload, MaxStoredPayload)
+	return storedEvent{customer: nonEmpty(ev.CustomerID), event: b, payload: cut, truncated: len(cut) < len(payload)}, nil
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func ts(t time.Time) pgtype.Timestamptz {
+	return pgtype.Timestamptz{Time: t, Valid: true}
+}
+
+// billingErr turns pgx errors into billing's sentinels: no rows is
+// ErrNotFound, a Stripe customer already on another tenant ErrConflict.
+// Anything else keeps its text but not its pgx type; ctx's errors stay
+// errors.Is-able.
+func billingErr(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return billing.ErrNotFound
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "tenants_stripe_customer_id_key" {
+		return billing.ErrConflict
+	}
+	for _, c := range []error{context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, c) {
+			return fmt.Errorf("%w: %v", c, err)
+		}
+	}
+	return fmt.Errorf("%v", err)
+}

@@ -1,0 +1,3 @@
+DROP TABLE billing_usage_reports;
+DROP TABLE billing_accounts;
+DROP TABLE stripe_events;
