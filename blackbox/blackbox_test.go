@@ -102,6 +102,8 @@ func start(t *testing.T, dsn string, extra ...string) *instance {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// Idle keep-alive connections would hold the graceful shutdown.
+		http.DefaultClient.CloseIdleConnections()
 		in.cmd.Process.Signal(os.Interrupt)
 		done := make(chan struct{})
 		go func() { in.cmd.Wait(); close(done) }()
@@ -274,7 +276,9 @@ func eventually(t *testing.T, d time.Duration, what string, f func() bool) time.
 // instances: the policy admits exactly its limit.
 func TestExactAcrossTwoInstances(t *testing.T) {
 	dsn := pgtest.New(t)
-	a, b := start(t, dsn), start(t, dsn)
+	// A patient store: under a loaded test machine the 50 ms default would
+	// let fail-open answers through, which is degraded mode, not this test.
+	a, b := start(t, dsn, patientStore), start(t, dsn, patientStore)
 	nt := createTenant(t, dsn, "pro")
 	putPolicy(t, a, nt.LiveKey, "sign-in-ip", map[string]any{"limit": 50, "window": "1h", "algorithm": "fixed_window"})
 	eventually(t, time.Second, "policy visible on the other instance", func() bool {
@@ -496,5 +500,21 @@ func TestStoreOutageDegradesAndRecovers(t *testing.T) {
 	m := do(t, "GET", in.base+"/metrics", "", nil)
 	if !strings.Contains(string(m.body), "tollgate_degraded_answers_total") {
 		t.Errorf("/metrics has no degraded answers counter")
+	}
+}
+
+// TestMalformedCheckPassesAuthFirst: a bad body costs the caller like a good
+// one, and without a valid key it learns only 401.
+func TestMalformedCheckPassesAuthFirst(t *testing.T) {
+	dsn := pgtest.New(t)
+	in := start(t, dsn)
+	nt := createTenant(t, dsn, "starter")
+	for _, key := range []string{"", "tg_live_garbage"} {
+		if c := do(t, "POST", in.base+"/v1/check", key, map[string]any{"mode": "sideways"}); c.status != 401 {
+			t.Fatalf("malformed check with key %q: %d %s, want 401", key, c.status, c.body)
+		}
+	}
+	if c := do(t, "POST", in.base+"/v1/check", nt.LiveKey, map[string]any{"mode": "sideways"}); c.status != 400 {
+		t.Fatalf("malformed check with a valid key: %d %s, want 400", c.status, c.body)
 	}
 }

@@ -82,28 +82,19 @@ func decodeJSON(c echo.Context, limitBytes int64, v any) error {
 }
 
 func (a *api) check(c echo.Context) error {
-	var b checkBody
-	if err := decodeJSON(c, maxCheckBody, &b); err != nil {
-		return err
-	}
-	chk := &gate.Check{}
-	switch b.Mode {
-	case "", "consume":
-		chk.Mode = counter.Consume
-	case "peek":
-		chk.Mode = counter.Peek
-	default:
-		return &policy.FieldError{Field: "mode", Reason: `want "consume" or "peek"`}
-	}
-	for i, it := range b.Items {
-		item := gate.Item{Policy: it.Policy, Subject: it.Subject, Cost: 1}
-		if it.Cost != nil {
-			if *it.Cost < 1 {
-				return &policy.FieldError{Field: fmt.Sprintf("items[%d].cost", i), Reason: "must be at least 1"}
-			}
-			item.Cost = *it.Cost
+	chk, err := parseCheck(c)
+	if err != nil {
+		// A malformed check still passes the ceilings and authentication
+		// first: bad bodies cost the caller like good ones, and a caller
+		// without a key learns nothing but 401.
+		v, aerr := a.gate.Admit(c.Request().Context(), gate.Request{Route: "check", ClientIP: clientIP(c), Bearer: bearer(c)})
+		if aerr != nil {
+			return aerr
 		}
-		chk.Items = append(chk.Items, item)
+		if v.Refusal != nil {
+			return a.writeRefusal(c, v)
+		}
+		return err
 	}
 	v, err := a.gate.Admit(c.Request().Context(), gate.Request{Route: "check", ClientIP: clientIP(c), Bearer: bearer(c), Check: chk})
 	if err != nil {
@@ -126,6 +117,35 @@ func (a *api) check(c echo.Context) error {
 		c.Response().Header().Set("X-RateLimit-Degraded", "true")
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// parseCheck reads a /v1/check body; every fault is the client's and names
+// its field.
+func parseCheck(c echo.Context) (*gate.Check, error) {
+	var b checkBody
+	if err := decodeJSON(c, maxCheckBody, &b); err != nil {
+		return nil, err
+	}
+	chk := &gate.Check{}
+	switch b.Mode {
+	case "", "consume":
+		chk.Mode = counter.Consume
+	case "peek":
+		chk.Mode = counter.Peek
+	default:
+		return nil, &policy.FieldError{Field: "mode", Reason: `want "consume" or "peek"`}
+	}
+	for i, it := range b.Items {
+		item := gate.Item{Policy: it.Policy, Subject: it.Subject, Cost: 1}
+		if it.Cost != nil {
+			if *it.Cost < 1 {
+				return nil, &policy.FieldError{Field: fmt.Sprintf("items[%d].cost", i), Reason: "must be at least 1"}
+			}
+			item.Cost = *it.Cost
+		}
+		chk.Items = append(chk.Items, item)
+	}
+	return chk, nil
 }
 
 // bearer returns the API key of an "Authorization: Bearer …" header.
