@@ -60,6 +60,10 @@ const (
 const (
 	AuditKind  = "billing_changed"
 	AuditActor = "stripe"
+	// AuditKindCustomerLinked is an operator linking a Stripe customer to a
+	// tenant (Service.LinkCustomer); detail before and after hold
+	// customer_id.
+	AuditKindCustomerLinked = "billing_customer_linked"
 )
 
 // maxNote bounds a Result's note, in bytes.

@@ -30,6 +30,8 @@ type Store interface {
 	// RecordFailure records that processing ev failed with cause, for an
 	// operator, unless ev has been processed meanwhile.
 	RecordFailure(ctx context.Context, ev Event, cause string) error
+	// InTx runs fn in one transaction, committed when fn returns nil.
+	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 	// Events lists recorded events, newest first.
 	Events(ctx context.Context, f EventFilter) ([]EventRecord, error)
 }
@@ -225,7 +227,7 @@ func (s *Service) process(ctx context.Context, tx Tx, ev Event) (Result, error) 
 	if a.CustomerID != "" && a.CustomerID != before.CustomerID {
 		// Events that came before the customer was linked to the tenant
 		// were held; they apply now, in the order they were created.
-		if err := s.applyHeld(ctx, tx, a, ev, prices); err != nil {
+		if err := s.applyHeld(ctx, tx, a, ev.ID, prices); err != nil {
 			return Result{}, err
 		}
 	}
@@ -295,14 +297,14 @@ func (s *Service) changed(ctx context.Context, tx Tx, before, after Account, ev 
 
 // applyHeld applies the events held for a's customer, oldest first, and
 // records their outcomes; a is the account once linker (the event being
-// processed) has linked the customer.
-func (s *Service) applyHeld(ctx context.Context, tx Tx, a Account, linker Event, prices Prices) error {
+// processed, or an operator) has linked the customer.
+func (s *Service) applyHeld(ctx context.Context, tx Tx, a Account, linker string, prices Prices) error {
 	held, err := tx.HeldEvents(ctx, a.CustomerID)
 	if err != nil {
 		return err
 	}
 	for _, ev := range held {
-		if ev.ID == linker.ID {
+		if ev.ID == linker {
 			continue
 		}
 		before := a
@@ -314,10 +316,61 @@ func (s *Service) applyHeld(ctx context.Context, tx Tx, a Account, linker Event,
 				return err
 			}
 		}
-		why = note(why + "; held until " + linker.ID + " linked the customer")
+		why = note(why + "; held until " + linker + " linked the customer")
 		if err := tx.SetOutcome(ctx, ev.ID, Result{Outcome: outcome, TenantID: a.TenantID, Note: why}); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// LinkCustomer is an operator (actor) resolving events recorded as
+// OutcomeUnknownCustomer: it links the Stripe customer to the tenant, then
+// applies the customer's held events, oldest first, as if the link had been
+// there when they came; the link and each change are audited. A customer
+// already linked to another tenant is ErrConflict (unlink it first); an
+// unknown tenant ErrNotFound.
+func (s *Service) LinkCustomer(ctx context.Context, tenantID, customerID, actor string) error {
+	if customerID == "" || actor == "" {
+		return &tenant.FieldError{Field: "customer_id", Reason: "a customer and an actor are required"}
+	}
+	err := s.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		if err := tx.LockCustomer(ctx, customerID); err != nil {
+			return err
+		}
+		other, err := tx.AccountByCustomer(ctx, customerID)
+		switch {
+		case err == nil && other.TenantID != tenantID:
+			return fmt.Errorf("customer %s is tenant %s's: %w", customerID, other.TenantID, ErrConflict)
+		case err == nil:
+			return nil // linked already
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
+		a, err := tx.Account(ctx, tenantID)
+		if err != nil {
+			return err
+		}
+		before := a.CustomerID
+		a.CustomerID = customerID
+		if err := tx.SaveAccount(ctx, a, time.Now().UTC().Truncate(time.Hour).Add(time.Hour)); err != nil {
+			return err
+		}
+		err = tx.Audit().Record(ctx, audit.Entry{
+			TenantID: tenantID, Actor: actor, Kind: AuditKindCustomerLinked,
+			Detail: map[string]any{"before": map[string]any{"customer_id": before}, "after": map[string]any{"customer_id": customerID}},
+		})
+		if err != nil {
+			return err
+		}
+		prices, err := tx.Prices(ctx)
+		if err != nil {
+			return err
+		}
+		return s.applyHeld(ctx, tx, a, "operator "+actor, prices)
+	})
+	if err != nil {
+		return fmt.Errorf("link customer %s to tenant %s: %w", customerID, tenantID, err)
 	}
 	return nil
 }

@@ -470,3 +470,41 @@ func TestEventsFilterAndLimit(t *testing.T) {
 		t.Errorf("events of a bad tenant id: %v, %v", es, err)
 	}
 }
+
+// TestOperatorLinksCustomer: events of a customer no tenant had are resolved
+// by an operator linking the customer, which applies them.
+func TestOperatorLinksCustomer(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	ctx := context.Background()
+	tn, other := w.tenant(tenant.PlanStarter), w.tenant(tenant.PlanStarter)
+	w.deliver(subscription("evt_1", billing.EventSubscriptionCreated, sec(1), "cus_Z", "sub_Z", tenant.StatusActive, "price_pro"))
+	w.deliver(subscription("evt_2", billing.EventSubscriptionUpdated, sec(2), "cus_Z", "sub_Z", tenant.StatusPastDue, "price_ent"))
+
+	if err := w.svc.LinkCustomer(ctx, tn.ID, "cus_Z", "admin@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	wantTenant(t, w.get(tn.ID), tenant.PlanEnterprise, tenant.StatusPastDue, "cus_Z", "sub_Z")
+	for _, id := range []string{"evt_1", "evt_2"} {
+		if rec := w.event(id); rec.Outcome != billing.OutcomeApplied || rec.TenantID != tn.ID || !strings.Contains(rec.Note, "operator admin@example.com") {
+			t.Errorf("%s after linking: %+v", id, rec)
+		}
+	}
+	es, err := audit.NewLog(pgstore.NewAudit(w.pool)).List(ctx, audit.Filter{TenantID: tn.ID, Kind: billing.AuditKindCustomerLinked})
+	if err != nil || len(es) != 1 || es[0].Actor != "admin@example.com" {
+		t.Errorf("link audit entries %+v, %v", es, err)
+	}
+	if n := len(w.audits(tn.ID)); n != 2 {
+		t.Errorf("%d billing_changed entries, want 2", n)
+	}
+	// Linking again is a no-op; to another tenant a conflict.
+	if err := w.svc.LinkCustomer(ctx, tn.ID, "cus_Z", "admin@example.com"); err != nil {
+		t.Errorf("linking again: %v", err)
+	}
+	if err := w.svc.LinkCustomer(ctx, other.ID, "cus_Z", "admin@example.com"); !errors.Is(err, billing.ErrConflict) {
+		t.Errorf("linking to another tenant: %v, want ErrConflict", err)
+	}
+	if err := w.svc.LinkCustomer(ctx, "00000000-0000-0000-0000-000000000000", "cus_Y", "admin@example.com"); !errors.Is(err, billing.ErrNotFound) {
+		t.Errorf("linking to no tenant: %v, want ErrNotFound", err)
+	}
+}

@@ -92,6 +92,22 @@ func (s *Billing) ProcessEvent(ctx context.Context, ev billing.Event, apply func
 	return r, nil
 }
 
+// InTx implements billing.Store.
+func (s *Billing) InTx(ctx context.Context, fn func(ctx context.Context, tx billing.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return billingErr(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := fn(ctx, &billingTx{q: s.q.WithTx(tx)}); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return billingErr(err)
+	}
+	return nil
+}
+
 // RecordFailure implements billing.Store.
 func (s *Billing) RecordFailure(ctx context.Context, ev billing.Event, cause string) error {
 	rec, err := eventRecord(ev)
