@@ -371,7 +371,10 @@ func TestPropertyClockSkew(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		sc := drawScenario(t)
 		r := run(t, sc, true)
-		if sc.a == limit.TokenBucket && r.st.TAT > float64(sc.w.Micros())+slack {
+		// The bucket may run a millionth of an interval past the window: the
+		// capacity slack that keeps float rounding from shrinking it.
+		capacity := float64(sc.w.Micros()) + float64(sc.w.Micros())/float64(sc.limit)/1048576
+		if sc.a == limit.TokenBucket && r.st.TAT > capacity+slack {
 			t.Fatalf("%v: token bucket state %+v holds more than a window", sc, r.st)
 		}
 		if sc.a != limit.TokenBucket && r.st.Count > sc.limit {
