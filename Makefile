@@ -14,8 +14,11 @@ run: build
 
 ## test: every test, against real PostgreSQL and Redis (found or started)
 test: check-generated vet
-	@scripts/deps.sh postgres redis
-	$(GO) test -count=1 -timeout 8m ./...
+	@scripts/deps.sh postgres redis chromium
+	$(GO) test -count=1 -timeout 8m $$($(GO) list ./... | grep -v /browsertest$$)
+	@# The browser suite runs alone: one Chromium beside the black-box suite
+	@# would squeeze its timing on 2 cores.
+	$(GO) test -count=1 -timeout 3m ./internal/dashboard/browsertest/
 	$(GO) test -count=1 -timeout 8m -race -run 'Conformance|Property|Concurr|Catalog|Recorder|Race|Breaker' $(RACE_PKGS)
 
 build:

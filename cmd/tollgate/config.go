@@ -29,6 +29,7 @@ type Config struct {
 	InstanceCeiling int64         // TOLLGATE_INSTANCE_CEILING: requests a second; 0 is off
 	ClientIPHeader  string        // TOLLGATE_CLIENT_IP_HEADER
 	PublicURL       string        // TOLLGATE_PUBLIC_URL
+	SecureCookies   bool          // TOLLGATE_SECURE_COOKIES: dashboard cookies Secure behind a TLS-ending proxy
 
 	// Billing with Stripe (internal/billing).
 	StripeWebhookSecrets []string // STRIPE_WEBHOOK_SECRET: comma-separated whsec_… signing secrets
@@ -61,6 +62,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	var err error
 	if c.Dev, err = parseBool("TOLLGATE_DEV", getenv("TOLLGATE_DEV")); err != nil {
+		return c, err
+	}
+	if c.SecureCookies, err = parseBool("TOLLGATE_SECURE_COOKIES", getenv("TOLLGATE_SECURE_COOKIES")); err != nil {
 		return c, err
 	}
 	if c.DatabaseURL != "" {
@@ -190,6 +194,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int64("instance_ceiling", c.InstanceCeiling),
 		slog.String("client_ip_header", c.ClientIPHeader),
 		slog.String("public_url", c.PublicURL),
+		slog.Bool("secure_cookies", c.SecureCookies),
 		slog.String("log_format", c.LogFormat),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("stripe_webhook_secret", maskSecrets(c.StripeWebhookSecrets)),

@@ -43,6 +43,10 @@ commands:
                           map a Stripe price to a plan
   plans set PLAN [--ip-per-minute N] [--quota-per-minute N] [--quota-per-hour N] [--monthly-checks N|unlimited]
                           change a plan's limits
+  admins create --email EMAIL
+                          create a dashboard admin; the password is the first line of stdin
+  admins set-password --email EMAIL
+                          change an admin's password (stdin) and sign it out everywhere
 `
 
 // run is main without the process: tests call it with their own arguments,
@@ -68,6 +72,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return keysCmd(ctx, cfg, log, args, stdout)
 	case "plans":
 		return plansCmd(ctx, cfg, log, args, stdout)
+	case "admins":
+		return adminsCmd(ctx, cfg, log, args, os.Stdin, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usageText)
 		return nil

@@ -20,6 +20,8 @@ import (
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
 	rediscounter "github.com/tollgate/tollgate/internal/counter/redis"
+	"github.com/tollgate/tollgate/internal/dashboard"
+	"github.com/tollgate/tollgate/internal/dashboard/traffic"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/httpapi"
 	"github.com/tollgate/tollgate/internal/metrics"
@@ -84,8 +86,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 		return err
 	}
 	met := metrics.New()
+	// Dashboard: degraded answers per minute, for the overview.
+	degradedRec := traffic.NewRecorder(pgstore.NewDashboard(pool), log)
 	g := gate.New(gate.Config{
-		Store: store, Tenants: dir, Policies: catalog, Observer: gate.Observers{usageRec, auditRec},
+		Store: store, Tenants: dir, Policies: catalog, Observer: gate.Observers{usageRec, auditRec, degradedRec},
 		Metrics: met, Logger: log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
 	})
 	defer g.Close()
@@ -93,17 +97,18 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	running.Go(func() { logRun(log, "api key use flush", dir.Run(bg)) })
 	running.Go(func() { logRun(log, "usage flush", usageRec.Run(bg)) })
 	running.Go(func() { logRun(log, "audit flush", auditRec.Run(bg)) })
+	running.Go(func() { logRun(log, "degraded minutes flush", degradedRec.Run(bg)) })
 	// Changes made by any instance (or by hand in SQL) reach this one's caches
 	// within a second; after a reconnect everything is dropped, since
 	// notifications may have been missed.
+	invalidate := func(kind, id string) {
+		dir.Invalidate(kind, id)
+		if kind == "policy" {
+			catalog.Invalidate(id)
+		}
+	}
 	running.Go(func() {
-		logRun(log, "change listener", pgstore.Listen(bg, dsn, log,
-			func(kind, id string) {
-				dir.Invalidate(kind, id)
-				if kind == "policy" {
-					catalog.Invalidate(id)
-				}
-			},
+		logRun(log, "change listener", pgstore.Listen(bg, dsn, log, invalidate,
 			func() { dir.InvalidateAll(); catalog.InvalidateAll() }))
 	})
 
@@ -113,6 +118,19 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	if usageReporter != nil {
 		running.Go(func() { logRun(log, "usage reporting to Stripe", usageReporter.Run(bg)) })
 	}
+
+	// Dashboard (/admin): sign-in counted in the same counter store as the
+	// API, changes dropped from this instance's caches at once.
+	dash, err := dashboard.New(dashboard.Config{
+		Logger: log, Accounts: pgstore.NewAdmins(pool), Tenants: pgstore.NewTenants(pool), Policies: policies,
+		Usage: usageRec, Audit: audit.NewLog(auditStore), Traffic: pgstore.NewDashboard(pool),
+		Webhooks: pgstore.NewDashboard(pool), Counter: store, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
+		Changed: invalidate,
+	})
+	if err != nil {
+		return err
+	}
+	running.Go(func() { logRun(log, "dashboard housekeeping", dash.Run(bg)) })
 
 	e := httpapi.New(httpapi.Config{
 		Logger:     log,
@@ -128,6 +146,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 		// Billing with Stripe.
 		Billing:        bill,
 		StripeWebhooks: stripeWebhooks,
+		// Dashboard (/admin).
+		Dashboard: dash.Register,
 	})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -140,6 +160,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	if *demo {
 		key, err := seedDemo(ctx, pool, cfg, stdout)
 		if err != nil {
+			return err
+		}
+		if err := seedDemoAdmin(ctx, pool, cfg, stdout); err != nil {
 			return err
 		}
 		running.Go(func() { demoTraffic(bg, "http://"+ln.Addr().String(), key, log) })

@@ -46,6 +46,10 @@ type Config struct {
 	// StripeWebhooks verifies Stripe webhook signatures; nil (no
 	// STRIPE_WEBHOOK_SECRET) answers webhooks 503.
 	StripeWebhooks WebhookVerifier
+	// Dashboard, when set, mounts the operators' dashboard (/admin) on the
+	// same Echo, so that it shares the client-IP rules and the recovery
+	// middleware; httpapi knows nothing else of it.
+	Dashboard func(*echo.Echo)
 }
 
 // api holds what the /v1 handlers share.
@@ -80,6 +84,9 @@ func New(cfg Config) *echo.Echo {
 		c.Response().WriteHeader(http.StatusOK)
 		return web.Home(cfg.Home).Render(c.Request().Context(), c.Response())
 	})
+	if cfg.Dashboard != nil {
+		cfg.Dashboard(e)
+	}
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -8,6 +8,21 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type Admin struct {
+	ID           pgtype.UUID
+	Email        string
+	PasswordHash string
+	CreatedAt    pgtype.Timestamptz
+	UpdatedAt    pgtype.Timestamptz
+}
+
+type AdminSession struct {
+	TokenHash []byte
+	AdminID   pgtype.UUID
+	CreatedAt pgtype.Timestamptz
+	ExpiresAt pgtype.Timestamptz
+}
+
 type Alert struct {
 	TenantID   pgtype.UUID
 	Policy     string
@@ -71,6 +86,11 @@ type Counter struct {
 	Prev      int64
 	Tat       float64
 	ExpiresAt pgtype.Timestamptz
+}
+
+type DegradedMinute struct {
+	Minute  pgtype.Timestamptz
+	Answers int64
 }
 
 type Plan struct {

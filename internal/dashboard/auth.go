@@ -1,0 +1,265 @@
+package dashboard
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgate/tollgate/internal/dashboard/account"
+	"github.com/tollgate/tollgate/web"
+)
+
+// Cookies. The session cookie holds the session token; the sign-in cookie
+// holds the sign-in form's CSRF token until there is a session (the
+// double-submit pattern: a cross-site page can make the browser send the
+// cookie but cannot read it to put it in the form).
+const (
+	sessionCookie = "tg_admin"
+	loginCookie   = "tg_admin_login"
+)
+
+// signedIn is the admin of the request's session.
+type signedIn struct {
+	admin account.Admin
+	token string
+	// csrf is the session's form token.
+	csrf string
+}
+
+// csrfFor derives the session's CSRF token from its token: only the holder
+// of the (HttpOnly) session cookie can compute it, and nothing more needs
+// storing.
+func csrfFor(token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("tollgate admin csrf"))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// sameToken compares two tokens in constant time; empty never matches.
+func sameToken(a, b string) bool {
+	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
+
+// page wraps a handler of signed-in pages: no session sends the browser to
+// sign in (and back here afterwards), a post must carry the session's CSRF
+// token, and the handler's error is answered as a page.
+func (d *Dashboard) page(h func(c echo.Context, s *signedIn) error) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx := c.Request().Context()
+		s, err := d.session(c)
+		if err != nil {
+			return d.fail(c, nil, err)
+		}
+		if s == nil {
+			next := ""
+			if c.Request().Method == http.MethodGet {
+				next = c.Request().URL.RequestURI()
+			}
+			return seeOther(c, "/admin/login"+query("next", safeNext(next)))
+		}
+		if c.Request().Method != http.MethodGet && c.Request().Method != http.MethodHead {
+			if !sameToken(c.FormValue("csrf"), s.csrf) {
+				d.log.WarnContext(ctx, "dashboard post without a valid csrf token", "path", c.Path())
+				return d.fail(c, s, &pageError{http.StatusForbidden, "Form expired",
+					"This form was not sent from a current dashboard page. Go back, reload the page and try again."})
+			}
+		}
+		if err := h(c, s); err != nil {
+			return d.fail(c, s, err)
+		}
+		return nil
+	}
+}
+
+// session returns the request's signed-in admin, or nil without a valid,
+// unexpired session.
+func (d *Dashboard) session(c echo.Context) (*signedIn, error) {
+	ck, err := c.Cookie(sessionCookie)
+	if err != nil || ck.Value == "" || len(ck.Value) > 100 {
+		return nil, nil
+	}
+	_, a, err := d.cfg.Accounts.SessionAdmin(c.Request().Context(), account.HashToken(ck.Value), d.now())
+	if errors.Is(err, account.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &signedIn{admin: a, token: ck.Value, csrf: csrfFor(ck.Value)}, nil
+}
+
+// secure says whether cookies get the Secure attribute.
+func (d *Dashboard) secure(c echo.Context) bool {
+	return d.cfg.SecureCookies || c.Request().TLS != nil
+}
+
+func (d *Dashboard) setCookie(c echo.Context, name, value, path string, maxAge int) {
+	c.SetCookie(&http.Cookie{
+		Name: name, Value: value, Path: path, MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: d.secure(c),
+	})
+}
+
+// loginPage shows the sign-in form, or sends a signed-in admin on.
+func (d *Dashboard) loginPage(c echo.Context) error {
+	next := safeNext(c.QueryParam("next"))
+	if s, err := d.session(c); err == nil && s != nil {
+		return seeOther(c, or(next, "/admin"))
+	}
+	v := web.LoginView{Next: next}
+	if c.QueryParam("signed_out") != "" {
+		v.Notice = "You are signed out."
+	}
+	return d.renderLogin(c, http.StatusOK, v)
+}
+
+// renderLogin renders the sign-in form with a fresh form token.
+func (d *Dashboard) renderLogin(c echo.Context, status int, v web.LoginView) error {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return d.fail(c, nil, err)
+	}
+	v.CSRF = base64.RawURLEncoding.EncodeToString(b)
+	d.setCookie(c, loginCookie, v.CSRF, "/admin/login", 3600)
+	return render(c, status, web.Login(v))
+}
+
+// login checks a sign-in: the form token, the sign-in limiter (10 a
+// minute per IP; 8 failures per account per 15 minutes, checked before
+// trying and counted on failure), then the password.
+func (d *Dashboard) login(c echo.Context) error {
+	ctx := c.Request().Context()
+	email := strings.TrimSpace(c.FormValue("email"))
+	password := c.FormValue("password")
+	v := web.LoginView{Email: email, Next: safeNext(c.FormValue("next"))}
+
+	ck, err := c.Cookie(loginCookie)
+	if err != nil || !sameToken(c.FormValue("csrf"), ck.Value) {
+		v.Error = "The sign-in form expired. Please sign in again."
+		return d.renderLogin(c, http.StatusForbidden, v)
+	}
+	// Emails that are no address still count against their own key, so
+	// that junk costs the sender as much as guesses do.
+	norm, err := account.NormalizeEmail(email)
+	if err != nil {
+		norm = strings.ToLower(email)
+	}
+	ref, err := d.limiter.admit(ctx, c.RealIP(), norm)
+	if err != nil {
+		return d.fail(c, nil, err)
+	}
+	if ref != nil {
+		secs := int64((ref.retryAfter + time.Second - 1) / time.Second)
+		c.Response().Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+		v.Error = ref.message
+		v.RetryAfter = "Try again in " + humanDuration(ref.retryAfter) + " (after " + d.now().Add(ref.retryAfter).UTC().Format("15:04:05") + " UTC)."
+		d.log.WarnContext(ctx, "admin sign-in refused by the limiter", "by", ref.by)
+		return d.renderLogin(c, http.StatusTooManyRequests, v)
+	}
+
+	a, err := d.cfg.Accounts.AdminByEmail(ctx, norm)
+	ok := false
+	switch {
+	case errors.Is(err, account.ErrNotFound):
+		account.CheckDecoy(password)
+	case err != nil:
+		return d.fail(c, nil, err)
+	default:
+		if ok, err = account.CheckPassword(a.PasswordHash, password); err != nil {
+			d.log.ErrorContext(ctx, "stored admin password hash unreadable", "admin_id", a.ID, "err", err)
+			ok = false
+		}
+	}
+	if !ok {
+		if err := d.limiter.failed(ctx, norm); err != nil {
+			return d.fail(c, nil, err)
+		}
+		v.Error = "Wrong email or password."
+		return d.renderLogin(c, http.StatusUnauthorized, v)
+	}
+
+	token, hash, err := account.NewToken()
+	if err != nil {
+		return d.fail(c, nil, err)
+	}
+	now := d.now()
+	if err := d.cfg.Accounts.CreateSession(ctx, account.Session{TokenHash: hash, AdminID: a.ID, CreatedAt: now, ExpiresAt: now.Add(d.cfg.SessionTTL)}); err != nil {
+		return d.fail(c, nil, err)
+	}
+	d.setCookie(c, loginCookie, "", "/admin/login", -1)
+	d.setCookie(c, sessionCookie, token, "/admin", int(d.cfg.SessionTTL/time.Second))
+	d.log.InfoContext(ctx, "admin signed in", "admin_id", a.ID)
+	d.record(ctx, &signedIn{admin: a}, "", "admin_signed_in", nil)
+	return seeOther(c, or(v.Next, "/admin"))
+}
+
+// logout ends the session.
+func (d *Dashboard) logout(c echo.Context, s *signedIn) error {
+	if err := d.cfg.Accounts.DeleteSession(c.Request().Context(), account.HashToken(s.token)); err != nil {
+		return err
+	}
+	d.setCookie(c, sessionCookie, "", "/admin", -1)
+	return seeOther(c, "/admin/login?signed_out=1")
+}
+
+// safeNext returns next when it is a dashboard path of this site, else "":
+// the sign-in must not become an open redirect.
+func safeNext(next string) string {
+	if next == "" || len(next) > 2000 {
+		return ""
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil ||
+		!(u.Path == "/admin" || strings.HasPrefix(u.Path, "/admin/")) ||
+		strings.HasPrefix(next, "//") || strings.Contains(next, `\`) ||
+		strings.HasPrefix(u.Path, "/admin/login") || strings.HasPrefix(u.Path, "/admin/logout") {
+		return ""
+	}
+	return next
+}
+
+// query returns "?name=value", or "" when value is empty.
+func query(name, value string) string {
+	if value == "" {
+		return ""
+	}
+	return "?" + url.Values{name: {value}}.Encode()
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// humanDuration says d in words, rounded up to the second: "42 seconds",
+// "14 minutes 3 seconds".
+func humanDuration(d time.Duration) string {
+	secs := int64((d + time.Second - 1) / time.Second)
+	secs = max(secs, 1)
+	plural := func(n int64, unit string) string {
+		if n == 1 {
+			return "1 " + unit
+		}
+		return strconv.FormatInt(n, 10) + " " + unit + "s"
+	}
+	m, s := secs/60, secs%60
+	switch {
+	case m == 0:
+		return plural(s, "second")
+	case s == 0:
+		return plural(m, "minute")
+	}
+	return plural(m, "minute") + " " + plural(s, "second")
+}

@@ -1,0 +1,604 @@
+package browsertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate/internal/pgtest"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tollgate-browser-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "tollgate")
+	build := exec.Command("go", "build", "-o", binary, "github.com/tollgate/tollgate/cmd/tollgate")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build tollgate:", err)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(dir)
+	pgtest.Main(m)
+}
+
+const (
+	pepper   = "browser-test-pepper-0123456789abcdef0123456789"
+	password = "correct horse battery staple"
+	// apiIP is the client address the API calls claim, through the trusted
+	// proxy 127.0.0.1, so that the per-IP layer counts them apart from the
+	// browser's sign-ins.
+	apiIP = "203.0.113.9"
+)
+
+// lockedBuffer collects the server's log.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func environ(dsn string, extra ...string) []string {
+	return append([]string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+		"DATABASE_URL=" + dsn, "TOLLGATE_PEPPER=" + pepper, "TOLLGATE_LOG_FORMAT=text",
+	}, extra...)
+}
+
+// tollgate runs a command of the binary with stdin and returns its stdout.
+func tollgate(t *testing.T, dsn, stdin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = environ(dsn)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("tollgate %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String()
+}
+
+type newTenant struct {
+	TenantID string `json:"tenant_id"`
+	LiveKey  string `json:"live_key"`
+}
+
+func createTenant(t *testing.T, dsn, name, plan string) newTenant {
+	t.Helper()
+	var nt newTenant
+	out := tollgate(t, dsn, "", "tenants", "create", "--name", name, "--plan", plan)
+	if err := json.Unmarshal([]byte(out), &nt); err != nil || nt.TenantID == "" {
+		t.Fatalf("tenants create printed %q: %v", out, err)
+	}
+	return nt
+}
+
+// serve starts `tollgate serve` and waits until it is ready.
+func serve(t *testing.T, dsn string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	logs := &lockedBuffer{}
+	cmd := exec.Command(binary, "serve")
+	cmd.Env = environ(dsn, "TOLLGATE_ADDR="+addr, "TOLLGATE_TRUSTED_PROXIES=127.0.0.1")
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("tollgate serve did not stop on SIGINT")
+		}
+		if t.Failed() {
+			l := logs.String()
+			t.Logf("server log (tail):\n%s", l[max(0, len(l)-6000):])
+		}
+	})
+	base := "http://" + addr
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if resp, err := http.Get(base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return base
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tollgate serve not ready after 30 s:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// api calls the tenant API as a tenant's server at ip would.
+func api(t *testing.T, method, u, key, ip, body string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, u, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Forwarded-For", ip)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+func check(t *testing.T, base, key, ip, policy, subject string) *http.Response {
+	t.Helper()
+	return api(t, http.MethodPost, base+"/v1/check", key, ip, fmt.Sprintf(`{"items":[{"policy":%q,"subject":%q}]}`, policy, subject))
+}
+
+// chromium finds the browser: TOLLGATE_CHROMIUM, Debian's /usr/bin/chromium,
+// or chromium on the PATH. It fails, never skips, without one.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("TOLLGATE_CHROMIUM"), "/usr/bin/chromium"} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no Chromium: install it with `scripts/deps.sh chromium` (Debian's chromium package) or set TOLLGATE_CHROMIUM")
+	return ""
+}
+
+// screenshotDir is where the page pictures go: TOLLGATE_SCREENSHOTS, or
+// screenshots/ at the repository's root (git-ignored).
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("TOLLGATE_SCREENSHOTS"); d != "" {
+		return d
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "screenshots")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+// browser is one headless Chromium tab.
+type browser struct {
+	t    *testing.T
+	ctx  context.Context
+	base string
+	shot string
+}
+
+func newBrowser(t *testing.T, base string) *browser {
+	t.Helper()
+	// The launch flags the issue names, and no others of chromedp's
+	// defaults.
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium(t)),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("no-first-run", true),
+	)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	// The first action starts the browser, on a context without deadline:
+	// the browser lives as long as that context.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900)); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	dir := screenshotDir(t)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &browser{t: t, ctx: ctx, base: base, shot: dir}
+}
+
+// do runs steps with a deadline of their own.
+func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		loc, _ := chromedp.Run(b.ctx, chromedp.Location())
+		b.t.Fatalf("%s (at %s): %v", what, loc, err)
+	}
+}
+
+// text returns the text of the first element with data-testid id.
+func (b *browser) text(id string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(tid(id), chromedp.NodeVisible))
+	if err != nil {
+		loc, _ := chromedp.Run(b.ctx, chromedp.Location())
+		b.t.Fatalf("text of %s (at %s): %v", id, loc, err)
+	}
+	return strings.TrimSpace(s)
+}
+
+// count returns how many elements match a CSS selector now.
+func (b *browser) count(css string) int {
+	b.t.Helper()
+	n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", css)))
+	if err != nil {
+		b.t.Fatalf("count %s: %v", css, err)
+	}
+	return n
+}
+
+// submit runs an action that leaves the page (a click on a submit button
+// or a link), waits for the next page to load, then runs then.
+func (b *browser) submit(what string, action chromedp.Action[chromedp.Void], then ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	defer cancel()
+	loaded := chromedp.Events(ctx, page.LoadEventFired)
+	err := chromedp.Do(ctx, action)
+	if err == nil {
+		for _, e := range loaded {
+			err = e
+			break
+		}
+	}
+	if err == nil {
+		err = chromedp.Do(ctx, then...)
+	}
+	if err != nil {
+		loc, _ := chromedp.Run(b.ctx, chromedp.Location())
+		b.t.Fatalf("%s (at %s): %v", what, loc, err)
+	}
+}
+
+// click clicks the element with data-testid id, which leaves the page, and
+// waits for the next page to show waitFor.
+func (b *browser) click(id, waitFor string) {
+	b.t.Helper()
+	b.submit("click "+id, chromedp.Click(tid(id), chromedp.NodeVisible), chromedp.WaitVisible(tid(waitFor)))
+}
+
+func (b *browser) open(path, waitFor string) {
+	b.t.Helper()
+	b.do("open "+path, chromedp.Navigate(b.base+path), chromedp.WaitVisible(tid(waitFor)))
+}
+
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(b.shot, name+".png"), png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// signIn fills and sends the sign-in form.
+func (b *browser) signIn(email, pw string) {
+	b.t.Helper()
+	b.do("fill the sign-in form",
+		chromedp.WaitVisible(chromedp.ID("email")),
+		chromedp.SetValue(chromedp.ID("email"), email),
+		chromedp.SetValue(chromedp.ID("password"), pw),
+	)
+	b.submit("sign in as "+email, chromedp.Click(tid("sign-in"), chromedp.NodeVisible))
+}
+
+func tid(id string) chromedp.CSS { return chromedp.CSS(`[data-testid="` + id + `"]`) }
+
+var liveKey = regexp.MustCompile(`^tg_live_[0-9A-Za-z]{12}_[0-9A-Za-z]{32}$`)
+
+// seedHistory writes a day of per-minute usage (as the usage recorder
+// would have) and this month's earlier days for a tenant, so that the
+// charts have a past to draw: a daily wave of allowed checks with policy
+// refusals, a burst of per-IP refusals, and, service-wide, a degraded
+// period of twelve minutes five hours ago.
+func seedHistory(t *testing.T, dsn, tenantID string, scale, perDay int) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	stmts := []struct {
+		q    string
+		args []any
+	}{
+		// The last 24 hours, up to two minutes ago: live checks.
+		{`INSERT INTO usage_minutes (tenant_id, minute, live, checked, outcome, checks)
+		 SELECT $1, m, true, true, o.outcome,
+		        greatest(1, round(o.share * $2 * (1.2 + sin(extract(epoch FROM m) / 86400.0 * 2 * pi())) * (0.8 + random() * 0.4)))::bigint
+		 FROM generate_series(date_trunc('minute', now()) - interval '24 hours', date_trunc('minute', now()) - interval '2 minutes', interval '1 minute') AS m
+		 CROSS JOIN (VALUES ('allowed', 1.0), ('policy', 0.12)) AS o (outcome, share)
+		 ON CONFLICT DO NOTHING`, []any{tenantID, scale}},
+		// A burst of per-IP refusals three hours ago.
+		{`INSERT INTO usage_minutes (tenant_id, minute, live, checked, outcome, checks)
+		 SELECT $1, m, true, true, 'ip', $2 * 2
+		 FROM generate_series(date_trunc('minute', now()) - interval '3 hours', date_trunc('minute', now()) - interval '170 minutes', interval '1 minute') AS m
+		 ON CONFLICT DO NOTHING`, []any{tenantID, scale}},
+		// The month's earlier days, one row a day.
+		{`INSERT INTO usage_minutes (tenant_id, minute, live, checked, outcome, checks)
+		 SELECT $1, d + interval '12 hours', true, true, 'allowed', $2
+		 FROM generate_series(date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', now() - interval '36 hours', interval '1 day') AS d
+		 ON CONFLICT DO NOTHING`, []any{tenantID, perDay}},
+		{`INSERT INTO degraded_minutes (minute, answers)
+		 SELECT m, 40 FROM generate_series(date_trunc('minute', now()) - interval '5 hours', date_trunc('minute', now()) - interval '289 minutes', interval '1 minute') AS m
+		 ON CONFLICT DO NOTHING`, []any{}},
+	}
+	for _, st := range stmts {
+		if _, err := conn.Exec(ctx, st.q, st.args...); err != nil {
+			t.Fatalf("seed history: %v", err)
+		}
+	}
+}
+
+// seedStripeEvents records Stripe events as billing would have: applied,
+// replayed, and one for a customer no tenant has.
+func seedStripeEvents(t *testing.T, dsn, tenantID string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for i, ev := range []struct{ id, typ, outcome, note, customer string }{
+		{"evt_1QdemoCheckout", "checkout.session.completed", "applied", "customer linked to the tenant", "cus_QdemoAcme"},
+		{"evt_1QdemoSubscription", "customer.subscription.updated", "applied", "plan starter to pro, status active", "cus_QdemoAcme"},
+		{"evt_1QdemoStranger", "customer.subscription.created", "unknown_customer", "no tenant has customer cus_Qstranger; kept until one does", "cus_Qstranger"},
+	} {
+		var tid any
+		if ev.outcome == "applied" {
+			tid = tenantID
+		}
+		payload := fmt.Sprintf(`{"id":%q,"object":"event","api_version":"2023-10-16","type":%q,"data":{"object":{"customer":%q,"status":"active"}}}`, ev.id, ev.typ, ev.customer)
+		_, err := conn.Exec(ctx, `
+			INSERT INTO stripe_events (id, type, created, livemode, customer_id, tenant_id, outcome, note, event, payload, deliveries, received_at)
+			VALUES ($1, $2, now() - $7 * interval '1 hour', false, $3, $4, $5, $6, '{}', $8, $9, now() - $7 * interval '1 hour')`,
+			ev.id, ev.typ, ev.customer, tid, ev.outcome, ev.note, 3-i, payload, 1+i%2)
+		if err != nil {
+			t.Fatalf("seed stripe events: %v", err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `UPDATE tenants SET stripe_customer_id = 'cus_QdemoAcme', stripe_subscription_id = 'sub_QdemoAcme' WHERE id = $1`, tenantID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDashboardInChromium is the dashboard's browser suite: one Chromium, one
+// server, the flows an operator uses.
+func TestDashboardInChromium(t *testing.T) {
+	start := time.Now()
+	dsn := pgtest.New(t)
+	tollgate(t, dsn, password+"\n", "admins", "create", "--email", "ops@example.com")
+	tollgate(t, dsn, password+"\n", "admins", "create", "--email", "cfo@example.com")
+	acme := createTenant(t, dsn, "Acme Rockets", "starter")
+	globex := createTenant(t, dsn, "Globex", "pro")
+	seedHistory(t, dsn, acme.TenantID, 6, 2000)
+	seedHistory(t, dsn, globex.TenantID, 35, 40000)
+	seedStripeEvents(t, dsn, acme.TenantID)
+	base := serve(t, dsn)
+
+	// A little traffic, so that the charts have something to draw: a
+	// sign-in policy of ten a minute, one address over it.
+	for _, nt := range []newTenant{acme, globex} {
+		if r := api(t, http.MethodPut, base+"/v1/policies/sign-in-ip", nt.LiveKey, apiIP, `{"limit":10,"window":"1m","alert_after":5}`); r.StatusCode/100 != 2 {
+			t.Fatalf("put policy: %d", r.StatusCode)
+		}
+	}
+	for i := range 24 {
+		check(t, base, acme.LiveKey, apiIP, "sign-in-ip", "198.51.100.66")
+		check(t, base, globex.LiveKey, apiIP, "sign-in-ip", fmt.Sprintf("192.0.2.%d", i))
+	}
+
+	b := newBrowser(t, base)
+
+	// Signed out, the dashboard sends the browser to sign in.
+	b.open("/admin", "login-form")
+	b.screenshot("01-login")
+
+	// Wrong passwords are refused; the ninth failure of one account within
+	// 15 minutes is refused by the limiter before its password is tried,
+	// and says when to try again.
+	for i := 1; i <= 8; i++ {
+		b.signIn("cfo@example.com", "not the password")
+		if got := b.text("login-error"); got != "Wrong email or password." {
+			t.Fatalf("wrong password %d: error %q", i, got)
+		}
+	}
+	b.signIn("cfo@example.com", "not the password")
+	if got := b.text("login-error"); !strings.Contains(got, "Too many failed sign-ins for this account") {
+		t.Fatalf("ninth failure: error %q, want the account limit", got)
+	}
+	if got := b.text("retry-after"); !regexp.MustCompile(`^Try again in \d+ (minute|second)`).MatchString(got) {
+		t.Fatalf("ninth failure: %q does not say when to try again", got)
+	}
+	b.screenshot("02-login-rate-limited")
+
+	// The tenth sign-in from this address in the minute is still allowed.
+	b.signIn("ops@example.com", password)
+	b.do("overview after sign-in", chromedp.WaitVisible(tid("nav-overview")))
+	if got := b.text("admin-email"); got != "ops@example.com" {
+		t.Fatalf("signed in as %q", got)
+	}
+
+	// The overview draws what the API counted (flushed every second).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b.open("/admin", "chart-hour")
+		if b.count(`[data-testid="chart-hour"] svg rect.s-allowed`) > 0 && b.count(`[data-testid="chart-hour"] svg rect.s-policy`) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the overview's hour chart shows no allowed and refused checks")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if n := b.count(`[data-testid="top-checks"] tbody tr`); n != 2 {
+		t.Errorf("top tenants by checks: %d rows, want 2", n)
+	}
+	// The seeded degraded period, and on a loaded machine maybe real ones:
+	// a counter call past its 50 ms deadline answers degraded too.
+	if n := b.count(`[data-testid="degraded-period"]`); n < 1 {
+		t.Errorf("degraded periods: %d, want the seeded one at least", n)
+	}
+	if n := b.count(`[data-testid="chart-day"] svg rect.band`); n < 1 {
+		t.Errorf("day chart: %d degraded bands, want one at least", n)
+	}
+	b.screenshot("03-overview")
+
+	// Tenants: the list, and a search.
+	b.click("nav-tenants", "tenant-table")
+	if n := b.count(`[data-testid="tenant-row"]`); n != 2 {
+		t.Errorf("tenant list: %d rows, want 2", n)
+	}
+	b.screenshot("04-tenants")
+	b.do("type a search", chromedp.SetValue(chromedp.ID("q"), "acme"))
+	b.submit("search tenants", chromedp.Submit(chromedp.ID("q")), chromedp.WaitVisible(tid("tenant-table")))
+	if n := b.count(`[data-testid="tenant-row"]`); n != 1 {
+		t.Fatalf("search acme: %d rows, want 1", n)
+	}
+
+	// A tenant's page; its per-IP limit changed through the form applies to
+	// the API at once.
+	b.click("tenant-link", "limits-form")
+	if got := b.text("tenant-name"); got != "Acme Rockets" {
+		t.Fatalf("tenant page of %q", got)
+	}
+	if b.count(`[data-testid="chart-tenant-minutes"] svg path`) == 0 {
+		t.Error("the tenant's minute chart draws nothing")
+	}
+	b.screenshot("05-tenant")
+	b.do("type rate_limit_per_minute", chromedp.SetValue(chromedp.ID("rate_limit_per_minute"), "5"))
+	b.click("save-limits", "flash")
+	if got := b.text("limits-last-change"); !strings.Contains(got, "ops@example.com") {
+		t.Errorf("last change %q does not name the admin", got)
+	}
+	const limitIP = "203.0.113.77"
+	for i := 1; i <= 5; i++ {
+		if r := check(t, base, acme.LiveKey, limitIP, "sign-in-ip", fmt.Sprintf("user-%d", i)); r.StatusCode != http.StatusOK {
+			t.Fatalf("check %d from %s after the change: %d, want 200", i, limitIP, r.StatusCode)
+		}
+	}
+	r := check(t, base, acme.LiveKey, limitIP, "sign-in-ip", "user-6")
+	if r.StatusCode != http.StatusTooManyRequests || r.Header.Get("X-RateLimit-Layer") != "ip" || r.Header.Get("X-RateLimit-Limit") != "5" {
+		t.Fatalf("sixth check from %s: %d layer %q limit %q, want 429 from the ip layer at 5",
+			limitIP, r.StatusCode, r.Header.Get("X-RateLimit-Layer"), r.Header.Get("X-RateLimit-Limit"))
+	}
+
+	// A key created on the page is shown once and works; revoked, the API
+	// refuses it.
+	b.open("/admin/tenants/"+globex.TenantID, "create-key-form")
+	b.click("create-key", "new-key")
+	key := b.text("new-key-value")
+	if !liveKey.MatchString(key) {
+		t.Fatalf("new key %q", key)
+	}
+	b.screenshot("06-tenant-new-key")
+	if r := check(t, base, key, apiIP, "sign-in-ip", "new-key-user"); r.StatusCode != http.StatusOK {
+		t.Fatalf("check with the new key: %d, want 200", r.StatusCode)
+	}
+	prefix := strings.Split(key, "_")[2]
+	revoke := fmt.Sprintf(`//tr[@data-testid="key-row"][.//span[contains(text(), "%s")]]//button[@data-testid="revoke-key"]`, prefix)
+	b.submit("revoke the key", chromedp.Click(chromedp.Search(revoke), chromedp.NodeVisible), chromedp.WaitVisible(tid("flash")))
+	if r := check(t, base, key, apiIP, "sign-in-ip", "new-key-user"); r.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("check with the revoked key: %d, want 401", r.StatusCode)
+	}
+	if r := check(t, base, globex.LiveKey, apiIP, "sign-in-ip", "other-user"); r.StatusCode != http.StatusOK {
+		t.Fatalf("check with the tenant's other key: %d, want 200", r.StatusCode)
+	}
+
+	// The other pages.
+	b.click("nav-webhooks", "webhooks")
+	if n := b.count(`[data-testid="webhook-row"]`); n != 3 {
+		t.Errorf("webhook log: %d events, want 3", n)
+	}
+	b.click("webhook-view", "webhook-payload")
+	if got := b.text("webhook-payload"); !strings.Contains(got, `"object": "event"`) {
+		t.Errorf("payload view shows %q", got)
+	}
+	b.screenshot("07-webhooks")
+	b.click("nav-plans", "plans")
+	if n := b.count(`[data-testid="plan-row"]`); n != 5 {
+		t.Errorf("plan table: %d rows, want 5", n)
+	}
+	b.screenshot("08-plans")
+	b.open("/admin/audit?tenant="+url.QueryEscape(acme.TenantID)+"&kind=tenant_limits_changed", "audit")
+	if got := b.text("audit-actor"); got != "ops@example.com" {
+		t.Errorf("audit entry of the limit change by %q", got)
+	}
+	b.click("nav-audit", "audit")
+	b.screenshot("09-audit")
+
+	// Sign out: the session is gone.
+	b.click("sign-out", "login-notice")
+	b.open("/admin/tenants", "login-form")
+	t.Logf("browser suite took %s", time.Since(start).Round(time.Millisecond))
+}

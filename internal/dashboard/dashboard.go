@@ -1,0 +1,294 @@
+// Package dashboard is Tollgate's operators' dashboard under /admin: sign-in
+// with argon2id passwords and server-side sessions, CSRF tokens on every
+// form that posts, the sign-in limiter (Tollgate's own counters), and the
+// handlers that build web's view models from the domain packages: overview,
+// tenants, a tenant's page (keys, limits, policies, alerts, billing),
+// webhooks, plans and the audit log.
+//
+// dashboard imports domain packages and web; never pgstore, a driver or
+// httpapi. cmd/tollgate wires the stores and mounts it on httpapi's Echo
+// (httpapi.Config.Dashboard).
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/dashboard/account"
+	"github.com/tollgate/tollgate/internal/dashboard/traffic"
+	"github.com/tollgate/tollgate/internal/dashboard/webhooklog"
+	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/usage"
+	"github.com/tollgate/tollgate/web"
+)
+
+// TenantStore is what the dashboard reads and changes of tenants, keys and
+// plans (tenant.Store).
+type TenantStore interface {
+	Tenant(ctx context.Context, id string) (tenant.Tenant, error)
+	SetTenantLimits(ctx context.Context, id string, l tenant.TenantLimits) (tenant.Tenant, error)
+	CreateKey(ctx context.Context, k tenant.Key) (tenant.Key, error)
+	Keys(ctx context.Context, tenantID string) ([]tenant.Key, error)
+	RevokeKey(ctx context.Context, id string) (tenant.Key, error)
+	Plans(ctx context.Context) ([]tenant.Plan, error)
+	Plan(ctx context.Context, name string) (tenant.Plan, error)
+	SetPlanPrice(ctx context.Context, name, stripePriceID string) (tenant.Plan, error)
+	SetPlanLimits(ctx context.Context, name string, l tenant.PlanLimits) (tenant.Plan, error)
+}
+
+// PolicyStore lists a tenant's policies and overrides (policy.Store).
+type PolicyStore interface {
+	ListPolicies(ctx context.Context, tenantID string) ([]policy.Policy, error)
+	ListOverrides(ctx context.Context, tenantID, policy string) ([]policy.Override, error)
+}
+
+// UsageReporter answers a tenant's usage report (*usage.Recorder), which
+// counts what is still in memory too.
+type UsageReporter interface {
+	Usage(ctx context.Context, tenantID string, now time.Time) (usage.Report, error)
+}
+
+// AuditLog records and lists audit entries (*audit.Log).
+type AuditLog interface {
+	Record(ctx context.Context, e audit.Entry) error
+	List(ctx context.Context, f audit.Filter) ([]audit.Entry, error)
+}
+
+// Config is what the dashboard calls. Accounts, Tenants, Policies, Usage,
+// Audit, Traffic, Counter and Pepper are required.
+type Config struct {
+	Logger   *slog.Logger
+	Accounts account.Store
+	Tenants  TenantStore
+	Policies PolicyStore
+	Usage    UsageReporter
+	Audit    AuditLog
+	Traffic  traffic.Store
+	// Webhooks is the Stripe event log; nil shows the webhook pages empty,
+	// with what to configure.
+	Webhooks webhooklog.Store
+	// Counter is the shared counter store the sign-in limiter counts in, so
+	// that its limits hold across instances; when it is unavailable the
+	// limiter counts in this instance's memory.
+	Counter counter.Store
+	// Pepper keys the HMACs that turn client IPs and emails into counter
+	// keys.
+	Pepper []byte
+	// SecureCookies marks cookies Secure even on plain HTTP requests (TLS
+	// ended by a proxy); requests that arrive over TLS get Secure anyway.
+	SecureCookies bool
+	// SessionTTL is how long a sign-in lasts (default 12 h).
+	SessionTTL time.Duration
+	// Changed is told what the dashboard changed ("tenant" with an id,
+	// "key" with a prefix, "plan" with a name), so that this instance's
+	// caches drop it at once; other instances learn it from the database's
+	// change notifications. May be nil.
+	Changed func(kind, id string)
+	// StripeDashboardURL is where customer links point (default
+	// https://dashboard.stripe.com).
+	StripeDashboardURL string
+	// Argon2 is the cost of new password hashes (default
+	// account.DefaultArgon2).
+	Argon2 account.Argon2Params
+	Now    func() time.Time
+}
+
+// Dashboard serves /admin. It is safe for concurrent use.
+type Dashboard struct {
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	limiter *limiter
+}
+
+// New checks cfg and returns the dashboard. Call Run for its housekeeping
+// and Register to mount it.
+func New(cfg Config) (*Dashboard, error) {
+	switch {
+	case cfg.Accounts == nil, cfg.Tenants == nil, cfg.Policies == nil, cfg.Usage == nil,
+		cfg.Audit == nil, cfg.Traffic == nil, cfg.Counter == nil:
+		return nil, errors.New("dashboard: a required store is missing")
+	case len(cfg.Pepper) == 0:
+		return nil, errors.New("dashboard: no pepper")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.StripeDashboardURL == "" {
+		cfg.StripeDashboardURL = "https://dashboard.stripe.com"
+	}
+	if cfg.Argon2 == (account.Argon2Params{}) {
+		cfg.Argon2 = account.DefaultArgon2
+	}
+	cfg.StripeDashboardURL = strings.TrimRight(cfg.StripeDashboardURL, "/")
+	return &Dashboard{
+		cfg: cfg, log: cfg.Logger, now: cfg.Now,
+		limiter: &limiter{shared: cfg.Counter, local: memory.New(memory.Config{MaxKeys: 100_000}), pepper: cfg.Pepper, log: cfg.Logger},
+	}, nil
+}
+
+// Run deletes expired sessions every hour until ctx ends, then releases
+// the limiter's memory; it returns ctx's error.
+func (d *Dashboard) Run(ctx context.Context) error {
+	defer d.limiter.local.Close()
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		if err := d.cfg.Accounts.PruneSessions(ctx, d.now()); err != nil && ctx.Err() == nil {
+			d.log.WarnContext(ctx, "expired admin sessions not pruned", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Register mounts the dashboard on e under /admin.
+func (d *Dashboard) Register(e *echo.Echo) {
+	static, _ := fs.Sub(web.Static, "static")
+	files := http.StripPrefix("/admin/static/", http.FileServer(http.FS(static)))
+	e.GET("/admin/static/*", func(c echo.Context) error {
+		// The pages name the sheet with its digest: it may be cached for
+		// good.
+		c.Response().Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+		c.Response().Header().Set("X-Content-Type-Options", "nosniff")
+		files.ServeHTTP(c.Response(), c.Request())
+		return nil
+	})
+
+	g := e.Group("/admin", securityHeaders, bodyLimit)
+	g.GET("/login", d.loginPage)
+	g.POST("/login", d.login)
+	g.POST("/logout", d.page(d.logout))
+	g.GET("", d.page(d.overview))
+	g.GET("/", d.page(d.overview))
+	g.GET("/tenants", d.page(d.tenants))
+	g.GET("/tenants/:id", d.page(d.tenantPage))
+	g.POST("/tenants/:id/keys", d.page(d.createKey))
+	g.POST("/tenants/:id/keys/:key/revoke", d.page(d.revokeKey))
+	g.POST("/tenants/:id/limits", d.page(d.setLimits))
+	g.GET("/webhooks", d.page(d.webhooks))
+	g.GET("/webhooks/:id", d.page(d.webhooks))
+	g.GET("/plans", d.page(d.plans))
+	g.POST("/plans/:name", d.page(d.setPlan))
+	g.GET("/audit", d.page(d.auditPage))
+	g.Any("/*", d.page(func(c echo.Context, s *signedIn) error {
+		return notFound("There is no dashboard page at this address.")
+	}))
+}
+
+// securityHeaders keeps the pages out of frames and caches, and allows them
+// nothing but their own style sheet: no script, no inline style.
+func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		return next(c)
+	}
+}
+
+// maxForm bounds a form body: the largest form has a handful of fields.
+const maxForm = 64 << 10
+
+func bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Request().Body = http.MaxBytesReader(c.Response(), c.Request().Body, maxForm)
+		return next(c)
+	}
+}
+
+// pageError is an error a page answers with its own status and a message
+// for the operator.
+type pageError struct {
+	status  int
+	title   string
+	message string
+}
+
+func (e *pageError) Error() string { return e.title + ": " + e.message }
+
+func notFound(msg string) error {
+	return &pageError{http.StatusNotFound, "Not found", msg}
+}
+
+func badRequest(msg string) error {
+	return &pageError{http.StatusBadRequest, "Bad request", msg}
+}
+
+// render writes component with status.
+func render(c echo.Context, status int, component templ.Component) error {
+	c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
+	c.Response().WriteHeader(status)
+	return component.Render(c.Request().Context(), c.Response())
+}
+
+// fail answers err as a page: its own status for a pageError or a known
+// sentinel, else 500 with the cause logged and not shown.
+func (d *Dashboard) fail(c echo.Context, s *signedIn, err error) error {
+	var pe *pageError
+	switch {
+	case errors.As(err, &pe):
+	case errors.Is(err, tenant.ErrNotFound), errors.Is(err, webhooklog.ErrNotFound):
+		pe = &pageError{http.StatusNotFound, "Not found", "Nothing here by that name: it may have been deleted, or the link is mistyped."}
+	default:
+		d.log.ErrorContext(c.Request().Context(), "dashboard request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
+		pe = &pageError{http.StatusInternalServerError, "Something went wrong", "The page could not be built. The error is in the server log; try again in a moment."}
+	}
+	v := web.ErrorView{Status: pe.status, Message: pe.message}
+	v.Title = pe.title
+	if s == nil {
+		return render(c, pe.status, web.ErrorSignedOut(v))
+	}
+	v.Chrome = d.chrome(s, pe.title, "")
+	return render(c, pe.status, web.Error(v))
+}
+
+// chrome fills what every signed-in page shares.
+func (d *Dashboard) chrome(s *signedIn, title, section string) web.Chrome {
+	return web.Chrome{Title: title, Section: section, AdminEmail: s.admin.Email, CSRF: s.csrf}
+}
+
+// changed tells the caches what changed.
+func (d *Dashboard) changed(kind, id string) {
+	if d.cfg.Changed != nil {
+		d.cfg.Changed(kind, id)
+	}
+}
+
+// record writes an audit entry by the signed-in admin. A failure is logged
+// and does not undo the change it describes: the change committed first.
+func (d *Dashboard) record(ctx context.Context, s *signedIn, tenantID, kind string, detail map[string]any) {
+	err := d.cfg.Audit.Record(ctx, audit.Entry{TenantID: tenantID, Actor: s.admin.Email, Kind: kind, Detail: detail})
+	if err != nil {
+		d.log.ErrorContext(ctx, "audit entry not written", "kind", kind, "tenant_id", tenantID, "err", err)
+	}
+}
+
+// seeOther redirects after a post, so that reloading does not post again.
+func seeOther(c echo.Context, path string) error {
+	return c.Redirect(http.StatusSeeOther, path)
+}

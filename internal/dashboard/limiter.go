@@ -1,0 +1,109 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/limit"
+)
+
+// The sign-in limits (DESIGN §7's sign-in protection, applied to Tollgate's
+// own sign-in).
+const (
+	// SignInsPerIP is the sign-in attempts one client IP may make per
+	// minute (sliding window), whatever their outcome.
+	SignInsPerIP = 10
+	// FailuresPerAccount is the failed sign-ins one email may have per 15
+	// minutes (fixed window). It is peeked before the password is checked
+	// and consumed only when the check fails, so a right password is never
+	// refused for failures it did not cause, and the ninth failure within
+	// the window is refused before its password is tried.
+	FailuresPerAccount = 8
+	failureWindow      = 15 * time.Minute
+)
+
+// limiter counts sign-ins in Tollgate's own counter store. Keys are HMACs
+// under the pepper: neither an IP nor an email is stored.
+type limiter struct {
+	shared counter.Store
+	// local answers while the shared store is unavailable: per instance,
+	// so the limits hold per instance then, which is better than none and
+	// better than locking every operator out during a store outage.
+	local  *memory.Store
+	pepper []byte
+	log    *slog.Logger
+}
+
+// signInRefusal says which limit refused a sign-in and for how long.
+type signInRefusal struct {
+	by         string // "ip" or "account"
+	message    string
+	retryAfter time.Duration
+}
+
+func (l *limiter) key(kind, value string) string {
+	m := hmac.New(sha256.New, l.pepper)
+	m.Write([]byte("tollgate admin sign-in\x00" + kind + "\x00" + value))
+	return "admin-signin:" + kind + ":" + hex.EncodeToString(m.Sum(nil)[:20])
+}
+
+func (l *limiter) ipItem(ip string) counter.Item {
+	if a, err := netip.ParseAddr(ip); err == nil {
+		ip = a.Unmap().String()
+	} else {
+		ip = "unknown"
+	}
+	return counter.Item{Key: l.key("ip", ip), Algorithm: limit.SlidingWindow, Limit: SignInsPerIP, Window: limit.Every(time.Minute), Cost: 1}
+}
+
+func (l *limiter) accountItem(email string) counter.Item {
+	return counter.Item{Key: l.key("account", email), Algorithm: limit.FixedWindow, Limit: FailuresPerAccount, Window: limit.Every(failureWindow), Cost: 1}
+}
+
+// admit counts a sign-in attempt from ip and peeks at email's failures, in
+// one round trip: the IP item is the request's ceiling, consumed when it
+// allows even in peek mode (counter.Request.Ceilings). It returns the
+// refusal, or nil to go on.
+func (l *limiter) admit(ctx context.Context, ip, email string) (*signInRefusal, error) {
+	req := counter.Request{Mode: counter.Peek, Ceilings: 1, Items: []counter.Item{l.ipItem(ip), l.accountItem(email)}}
+	res, err := l.check(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if d := res.Decisions[0]; !d.Allowed {
+		return &signInRefusal{by: "ip", retryAfter: d.RetryAfter,
+			message: fmt.Sprintf("Too many sign-in attempts from your network address: at most %d a minute.", SignInsPerIP)}, nil
+	}
+	if d := res.Decisions[1]; !d.Allowed {
+		return &signInRefusal{by: "account", retryAfter: d.RetryAfter,
+			message: fmt.Sprintf("Too many failed sign-ins for this account: at most %d in %d minutes.", FailuresPerAccount, int(failureWindow/time.Minute))}, nil
+	}
+	return nil, nil
+}
+
+// failed counts a failed sign-in of email.
+func (l *limiter) failed(ctx context.Context, email string) error {
+	_, err := l.check(ctx, counter.Request{Mode: counter.Consume, Items: []counter.Item{l.accountItem(email)}})
+	return err
+}
+
+func (l *limiter) check(ctx context.Context, req counter.Request) (counter.Result, error) {
+	res, err := l.shared.Check(ctx, req)
+	if errors.Is(err, counter.ErrUnavailable) {
+		l.log.WarnContext(ctx, "sign-in limiter: counter store unavailable, counting in this instance's memory", "err", err)
+		res, err = l.local.Check(ctx, req)
+	}
+	if err != nil {
+		return counter.Result{}, fmt.Errorf("sign-in limiter: %w", err)
+	}
+	return res, nil
+}

@@ -1,0 +1,63 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/tollgate/tollgate/internal/dashboard/account"
+	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
+)
+
+// CreateSession implements account.Store.
+func (s *Admins) CreateSession(ctx context.Context, sess account.Session) error {
+	id, ok := parseUUID(sess.AdminID)
+	if !ok {
+		return fmt.Errorf("create session: admin %q: %w", sess.AdminID, account.ErrNotFound)
+	}
+	err := s.q.CreateSession(ctx, sqlcgen.CreateSessionParams{
+		TokenHash: sess.TokenHash,
+		AdminID:   id,
+		ExpiresAt: pgtype.Timestamptz{Time: sess.ExpiresAt, Valid: true},
+	})
+	if err != nil {
+		return fmt.Errorf("create session: %w", adminErr(err))
+	}
+	return nil
+}
+
+// SessionAdmin implements account.Store.
+func (s *Admins) SessionAdmin(ctx context.Context, tokenHash []byte, now time.Time) (account.Session, account.Admin, error) {
+	row, err := s.q.SessionAdmin(ctx, sqlcgen.SessionAdminParams{TokenHash: tokenHash, Now: pgtype.Timestamptz{Time: now, Valid: true}})
+	if err != nil {
+		return account.Session{}, account.Admin{}, fmt.Errorf("session: %w", adminErr(err))
+	}
+	a := account.Admin{ID: row.ID.String(), Email: row.Email}
+	return account.Session{TokenHash: tokenHash, AdminID: a.ID, CreatedAt: row.CreatedAt.Time, ExpiresAt: row.ExpiresAt.Time}, a, nil
+}
+
+// DeleteSession implements account.Store.
+func (s *Admins) DeleteSession(ctx context.Context, tokenHash []byte) error {
+	if err := s.q.DeleteSession(ctx, tokenHash); err != nil {
+		return fmt.Errorf("delete session: %w", adminErr(err))
+	}
+	return nil
+}
+
+// PruneSessions implements account.Store, a batch of rows per statement so
+// that no statement holds many locks.
+func (s *Admins) PruneSessions(ctx context.Context, before time.Time) error {
+	for {
+		n, err := s.q.PruneSessions(ctx, sqlcgen.PruneSessionsParams{
+			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneBatch,
+		})
+		if err != nil {
+			return fmt.Errorf("prune sessions: %w", adminErr(err))
+		}
+		if n < pruneBatch {
+			return nil
+		}
+	}
+}

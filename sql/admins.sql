@@ -1,0 +1,44 @@
+-- name: CreateAdmin :one
+-- CreateAdmin adds an admin; a taken email is a unique violation.
+INSERT INTO admins (email, password_hash) VALUES (@email, @password_hash)
+RETURNING id, email, password_hash, created_at, updated_at;
+
+-- name: AdminByEmail :one
+SELECT id, email, password_hash, created_at, updated_at FROM admins WHERE email = @email;
+
+-- name: SetAdminPassword :one
+-- SetAdminPassword replaces an admin's password hash.
+UPDATE admins SET password_hash = @password_hash, updated_at = now()
+WHERE email = @email
+RETURNING id, email, password_hash, created_at, updated_at;
+
+-- name: DeleteAdminSessions :execrows
+-- DeleteAdminSessions signs an admin out everywhere.
+DELETE FROM admin_sessions WHERE admin_id = @admin_id;
+
+-- name: CreateSession :exec
+INSERT INTO admin_sessions (token_hash, admin_id, expires_at)
+VALUES (@token_hash, @admin_id, @expires_at);
+
+-- name: SessionAdmin :one
+-- SessionAdmin returns the admin of the session whose token hashes to
+-- token_hash, unless it expired at or before now.
+SELECT a.id, a.email, s.created_at, s.expires_at
+FROM admin_sessions AS s
+JOIN admins AS a ON a.id = s.admin_id
+WHERE s.token_hash = @token_hash AND s.expires_at > @now;
+
+-- name: DeleteSession :exec
+DELETE FROM admin_sessions WHERE token_hash = @token_hash;
+
+-- name: PruneSessions :execrows
+-- PruneSessions deletes up to max_rows sessions that expired before before.
+DELETE FROM admin_sessions AS s
+USING (
+    SELECT admin_sessions.token_hash FROM admin_sessions
+    WHERE admin_sessions.expires_at < @before
+    ORDER BY admin_sessions.expires_at
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+) AS old
+WHERE s.token_hash = old.token_hash;

@@ -1,0 +1,288 @@
+package web
+
+// The view models of the operators' dashboard (/admin). Handlers in
+// internal/dashboard fill them with display-ready strings: the components
+// format nothing but what Chart and HBars draw.
+
+// Chrome is what every signed-in page shares: title, navigation, the
+// signed-in admin and the sign-out form.
+type Chrome struct {
+	Title string
+	// Section is the navigation entry to mark current: overview, tenants,
+	// webhooks, plans or audit.
+	Section    string
+	AdminEmail string
+	// CSRF is the session's form token, put in every form that posts.
+	CSRF string
+	// Flash is a one-line confirmation of what the last action did.
+	Flash string
+	// RefreshSeconds, when positive, reloads the page that often (the
+	// overview), without JavaScript.
+	RefreshSeconds int
+}
+
+// NavItem is one entry of the navigation.
+type NavItem struct {
+	Section, Label, Href string
+}
+
+// Nav is the dashboard's navigation, in order.
+var Nav = []NavItem{
+	{"overview", "Overview", "/admin"},
+	{"tenants", "Tenants", "/admin/tenants"},
+	{"webhooks", "Webhooks", "/admin/webhooks"},
+	{"plans", "Plans", "/admin/plans"},
+	{"audit", "Audit log", "/admin/audit"},
+}
+
+// LoginView is the sign-in page.
+type LoginView struct {
+	Email string
+	// Error says why the last attempt failed; RetryAfter, when set, says
+	// when to try again after a refusal by the sign-in limiter.
+	Error      string
+	RetryAfter string
+	// Notice is a neutral message, such as "You are signed out."
+	Notice string
+	CSRF   string
+	// Next is where to go once signed in (a dashboard path).
+	Next string
+}
+
+// ErrorView is a page that says what went wrong and where to go next.
+type ErrorView struct {
+	Chrome
+	Status  int
+	Message string
+}
+
+// OutcomeTotal is the count of one outcome over a range.
+type OutcomeTotal struct {
+	Outcome string
+	Label   string
+	Class   string
+	Count   string
+	Share   string
+}
+
+// TopTenant is a line of a top-tenants list.
+type TopTenant struct {
+	Name, Href       string
+	Checks, Refusals string
+}
+
+// DegradedPeriod is a run of minutes answered without the shared counter
+// store.
+type DegradedPeriod struct {
+	From, To string
+	Minutes  string
+	Answers  string
+}
+
+// OverviewView is the overview page.
+type OverviewView struct {
+	Chrome
+	Now        string
+	Hour, Day  Chart
+	HourTotals []OutcomeTotal
+	DayTotals  []OutcomeTotal
+	Refusals   HBars
+	Degraded   []DegradedPeriod
+	TopChecks  []TopTenant
+	TopRefused []TopTenant
+	// NoTraffic says what to do when there is nothing to show yet.
+	NoTraffic string
+}
+
+// TenantListRow is one tenant in the tenant list.
+type TenantListRow struct {
+	ID, Name, Href string
+	Plan           string
+	EffectivePlan  string
+	// Held is set when the effective plan is not the purchased one.
+	Held          bool
+	BillingStatus string
+	StatusClass   string
+	Usage         UsageBar
+}
+
+// UsageBar is this month's checks against the allotment, drawn as a bar.
+type UsageBar struct {
+	Used      string
+	Allotment string // empty: unlimited
+	// Percent is the share used, 0 to 100 (capped) for the bar's width.
+	Percent float64
+	// Label says it in words: "1,234 of 100,000 (1.2%)".
+	Label string
+	Over  bool
+}
+
+// BarWidth is the bar's filled width in its 160-unit frame.
+func (u UsageBar) BarWidth() string { return num(u.Percent / 100 * 160) }
+
+// TenantsView is the tenant list.
+type TenantsView struct {
+	Chrome
+	Query string
+	Rows  []TenantListRow
+	Total string
+	// Page and Pages are 1-based; PrevHref and NextHref are empty at the
+	// ends.
+	Page, Pages        int
+	PageLabel          string
+	PrevHref, NextHref string
+	// Empty says what to do when no tenant matches.
+	Empty string
+}
+
+// KeyRow is an API key of a tenant.
+type KeyRow struct {
+	ID, Display, Mode string
+	Created, LastUsed string
+	Revoked           string
+	Active            bool
+	RevokeAction      string
+}
+
+// NewKey is a key just created: shown on this page once, never again.
+type NewKey struct {
+	ID, Raw, Mode string
+}
+
+// LimitsForm is the form of a tenant's own limits: empty fields mean the
+// effective plan's.
+type LimitsForm struct {
+	Action             string
+	RateLimitPerMinute string
+	QuotaPerMinute     string
+	QuotaPerHour       string
+	// Plan* are the effective plan's values, shown as what an empty field
+	// means.
+	PlanIPPerMinute    string
+	PlanQuotaPerMinute string
+	PlanQuotaPerHour   string
+	Error              string
+	// LastChange says who changed the limits last and when.
+	LastChange string
+}
+
+// PolicyRow is one of a tenant's policies with its overrides.
+type PolicyRow struct {
+	Name, Limit, Window, Algorithm, Scope, FailMode string
+	Shadow                                          bool
+	AlertAfter                                      string
+	Overrides                                       []OverrideRow
+}
+
+// OverrideRow is one override of a policy.
+type OverrideRow struct {
+	Pattern, Limit, Expires string
+}
+
+// AlertRow is an alert of a tenant.
+type AlertRow struct {
+	Policy, Subject, Count, AlertAfter, First, Last string
+	Shadow                                          bool
+}
+
+// BillingView is a tenant's billing state.
+type BillingView struct {
+	Plan, EffectivePlan, Status, StatusClass string
+	Held                                     bool
+	CustomerID, SubscriptionID               string
+	// CustomerURL links to the customer in Stripe's dashboard; empty when
+	// the tenant has no customer.
+	CustomerURL string
+	UpdatedAt   string
+}
+
+// WebhookRow is one received Stripe event.
+type WebhookRow struct {
+	ID, Type, Outcome, OutcomeLabel, OutcomeClass string
+	Note                                          string
+	Tenant, TenantHref                            string
+	Customer                                      string
+	Received, Created                             string
+	Deliveries                                    string
+	Replayed                                      bool
+	Href                                          string
+}
+
+// TenantView is a tenant's page.
+type TenantView struct {
+	Chrome
+	ID, Name, Created string
+	Billing           BillingView
+	NewKey            *NewKey
+	Minutes           Chart
+	Month             Chart
+	MonthUsage        UsageBar
+	Refusals          HBars
+	Keys              []KeyRow
+	CreateKeyAction   string
+	Limits            LimitsForm
+	Policies          []PolicyRow
+	Alerts            []AlertRow
+	Events            []WebhookRow
+	// EventsNote explains an empty or unavailable event list.
+	EventsNote string
+	AuditHref  string
+}
+
+// WebhookDetail is one event with its payload.
+type WebhookDetail struct {
+	WebhookRow
+	Error            string
+	Payload          string
+	PayloadTruncated bool
+}
+
+// OutcomeOption is a choice of the webhook outcome filter.
+type OutcomeOption struct {
+	Value, Label string
+	Selected     bool
+}
+
+// WebhooksView is the webhook log.
+type WebhooksView struct {
+	Chrome
+	// Unavailable, when set, says why there is no log on this server.
+	Unavailable string
+	Outcomes    []OutcomeOption
+	Rows        []WebhookRow
+	Selected    *WebhookDetail
+	NextHref    string
+	Empty       string
+}
+
+// PlanRow is a plan in the editable plan table.
+type PlanRow struct {
+	Name, FormID, Action                      string
+	IPPerMinute, QuotaPerMinute, QuotaPerHour string
+	MonthlyChecks                             string
+	Unlimited, Purchasable                    bool
+	StripePriceID                             string
+	Error                                     string
+}
+
+// PlansView is the plan table.
+type PlansView struct {
+	Chrome
+	Rows []PlanRow
+}
+
+// AuditRow is one audit entry.
+type AuditRow struct {
+	ID, At, Actor, Kind, Detail string
+	Tenant, TenantHref          string
+}
+
+// AuditView is the audit log.
+type AuditView struct {
+	Chrome
+	TenantFilter, KindFilter string
+	Kinds                    []string
+	Rows                     []AuditRow
+	NextHref                 string
+	Empty                    string
+}
