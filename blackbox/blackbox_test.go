@@ -518,3 +518,46 @@ func TestMalformedCheckPassesAuthFirst(t *testing.T) {
 		t.Fatalf("malformed check with a valid key: %d %s, want 400", c.status, c.body)
 	}
 }
+
+// TestPolicyChangesAreAudited: policy and override changes through the API
+// land in the audit log with what changed.
+func TestPolicyChangesAreAudited(t *testing.T) {
+	dsn := pgtest.New(t)
+	in := start(t, dsn)
+	nt := createTenant(t, dsn, "starter")
+	putPolicy(t, in, nt.LiveKey, "sign-in-ip", map[string]any{"limit": 10, "window": "1m"})
+	if c := do(t, "PUT", in.base+"/v1/policies/sign-in-ip/overrides/203.0.113.7", nt.LiveKey, map[string]any{"limit": 50, "expires_at": nil}); c.status != 200 {
+		t.Fatalf("PUT override: %d %s", c.status, c.body)
+	}
+	if c := do(t, "DELETE", in.base+"/v1/policies/sign-in-ip/overrides/203.0.113.7", nt.LiveKey, nil); c.status != 204 {
+		t.Fatalf("DELETE override: %d %s", c.status, c.body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT kind, detail->>'pattern', coalesce(detail->>'limit', '') FROM audit WHERE tenant_id = $1 AND actor = 'tenant api' ORDER BY id", nt.TenantID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var kind, limit string
+		var pattern *string
+		if err := rows.Scan(&kind, &pattern, &limit); err != nil {
+			t.Fatal(err)
+		}
+		p := ""
+		if pattern != nil {
+			p = *pattern
+		}
+		got = append(got, kind+" "+p+" "+limit)
+	}
+	want := []string{"policy_put  10", "override_put 203.0.113.7 50", "override_deleted 203.0.113.7 "}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("audit entries:\n got  %q\n want %q", got, want)
+	}
+}

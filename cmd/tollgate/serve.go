@@ -137,7 +137,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 		Ready:      pool.Ping,
 		Home:       web.HomeView{CounterStore: cfg.CounterStore, Database: maskURL(dsn)},
 		Gate:       g,
-		Policies:   policy.Service{Store: policies, Catalog: catalog},
+		Policies:   policy.Service{Store: policies, Catalog: catalog, Audit: policyAudit(audit.NewLog(auditStore), log)},
 		Usage:      usageService{usageRec, dir},
 		ClientIP:   httpapi.ClientIPConfig{TrustedProxies: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
 		Metrics:    met.Handler(),
@@ -186,6 +186,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	running.Wait()
 	log.Info("tollgate stopped")
 	return nil
+}
+
+// policyAudit writes a tenant's policy and override changes to the audit
+// log; the actor is the tenant API, on the tenant's own key.
+func policyAudit(l *audit.Log, log *slog.Logger) func(ctx context.Context, tenantID, kind string, detail map[string]any) {
+	return func(ctx context.Context, tenantID, kind string, detail map[string]any) {
+		if err := l.Record(ctx, audit.Entry{TenantID: tenantID, Actor: "tenant api", Kind: kind, Detail: detail}); err != nil {
+			log.ErrorContext(ctx, "audit entry lost", "tenant_id", tenantID, "kind", kind, "err", err)
+		}
+	}
 }
 
 // usageService answers /v1/usage from the metering and the tenant cache.

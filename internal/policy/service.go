@@ -1,6 +1,9 @@
 package policy
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Service is what the tenant API calls to change policies: the Store, with
 // every change also dropping the tenant's Set from this instance's Catalog,
@@ -8,15 +11,28 @@ import "context"
 // Other instances apply it when the database's change notification reaches
 // them. A change that failed invalidates too: it may have committed before
 // the failure (a cancelled COMMIT), and a needless reload costs one query.
+//
+// Every change that succeeds is also written to the audit log through Audit,
+// when set, with what changed (DESIGN §2: override changes are audited).
 type Service struct {
 	Store
 	Catalog *Catalog
+	// Audit records one change: kind is policy_put, policy_deleted,
+	// override_put or override_deleted. A failure to audit is the caller's to
+	// log; the change stands.
+	Audit func(ctx context.Context, tenantID, kind string, detail map[string]any)
 }
 
 // PutPolicy is Store.PutPolicy, then Catalog.Invalidate.
 func (s Service) PutPolicy(ctx context.Context, tenantID string, p Policy) (Policy, error) {
 	p, err := s.Store.PutPolicy(ctx, tenantID, p)
 	s.changed(tenantID)
+	if err == nil {
+		s.audit(ctx, tenantID, "policy_put", map[string]any{
+			"policy": p.Name, "limit": p.Limit, "window": FormatWindow(p.Window), "algorithm": p.Algorithm.String(),
+			"scope": string(p.Scope), "fail_mode": string(p.FailMode), "shadow": p.Shadow, "alert_after": p.AlertAfter,
+		})
+	}
 	return p, err
 }
 
@@ -24,6 +40,9 @@ func (s Service) PutPolicy(ctx context.Context, tenantID string, p Policy) (Poli
 func (s Service) DeletePolicy(ctx context.Context, tenantID, name string) error {
 	err := s.Store.DeletePolicy(ctx, tenantID, name)
 	s.changed(tenantID)
+	if err == nil {
+		s.audit(ctx, tenantID, "policy_deleted", map[string]any{"policy": name})
+	}
 	return err
 }
 
@@ -31,6 +50,13 @@ func (s Service) DeletePolicy(ctx context.Context, tenantID, name string) error 
 func (s Service) PutOverride(ctx context.Context, tenantID, name string, o Override) (Override, error) {
 	o, err := s.Store.PutOverride(ctx, tenantID, name, o)
 	s.changed(tenantID)
+	if err == nil {
+		d := map[string]any{"policy": name, "pattern": o.Pattern, "limit": o.Limit, "expires_at": nil}
+		if o.ExpiresAt != nil {
+			d["expires_at"] = o.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		s.audit(ctx, tenantID, "override_put", d)
+	}
 	return o, err
 }
 
@@ -38,7 +64,16 @@ func (s Service) PutOverride(ctx context.Context, tenantID, name string, o Overr
 func (s Service) DeleteOverride(ctx context.Context, tenantID, name, pattern string) error {
 	err := s.Store.DeleteOverride(ctx, tenantID, name, pattern)
 	s.changed(tenantID)
+	if err == nil {
+		s.audit(ctx, tenantID, "override_deleted", map[string]any{"policy": name, "pattern": pattern})
+	}
 	return err
+}
+
+func (s Service) audit(ctx context.Context, tenantID, kind string, detail map[string]any) {
+	if s.Audit != nil {
+		s.Audit(ctx, tenantID, kind, detail)
+	}
 }
 
 func (s Service) changed(tenantID string) {
