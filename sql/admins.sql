@@ -17,16 +17,23 @@ RETURNING id, email, password_hash, created_at, updated_at;
 DELETE FROM admin_sessions WHERE admin_id = @admin_id;
 
 -- name: CreateSession :exec
-INSERT INTO admin_sessions (token_hash, admin_id, expires_at)
-VALUES (@token_hash, @admin_id, @expires_at);
+-- CreateSession stores a session last seen at last_seen_at (now when null).
+INSERT INTO admin_sessions (token_hash, admin_id, expires_at, last_seen_at)
+VALUES (@token_hash, @admin_id, @expires_at, COALESCE(sqlc.narg(last_seen_at)::timestamptz, now()));
 
 -- name: SessionAdmin :one
 -- SessionAdmin returns the admin of the session whose token hashes to
 -- token_hash, unless it expired at or before now.
-SELECT a.id, a.email, s.created_at, s.expires_at
+SELECT a.id, a.email, s.created_at, s.expires_at, s.last_seen_at
 FROM admin_sessions AS s
 JOIN admins AS a ON a.id = s.admin_id
 WHERE s.token_hash = @token_hash AND s.expires_at > @now;
+
+-- name: TouchSession :exec
+-- TouchSession moves a session's last_seen_at forward to seen_at; never
+-- back, so that a slow request cannot undo a later one's.
+UPDATE admin_sessions SET last_seen_at = @seen_at
+WHERE token_hash = @token_hash AND last_seen_at < @seen_at;
 
 -- name: DeleteSession :exec
 DELETE FROM admin_sessions WHERE token_hash = @token_hash;

@@ -235,6 +235,20 @@ type WebhookDetail struct {
 	Error            string
 	Payload          string
 	PayloadTruncated bool
+	// Link, when set, offers to link the event's unknown customer to a
+	// tenant (only for events held as unknown_customer).
+	Link *LinkCustomerForm
+}
+
+// LinkCustomerForm links a Stripe customer no tenant had to a tenant, which
+// applies the customer's held events.
+type LinkCustomerForm struct {
+	Action   string
+	Customer string
+	// TenantID is what was typed, shown again with Error when the link was
+	// refused.
+	TenantID string
+	Error    string
 }
 
 // OutcomeOption is a choice of the webhook outcome filter.

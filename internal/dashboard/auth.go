@@ -82,18 +82,39 @@ func (d *Dashboard) page(h func(c echo.Context, s *signedIn) error) echo.Handler
 }
 
 // session returns the request's signed-in admin, or nil without a valid,
-// unexpired session.
+// unexpired session that was used within the idle timeout.
 func (d *Dashboard) session(c echo.Context) (*signedIn, error) {
 	ck, err := c.Cookie(sessionCookie)
 	if err != nil || ck.Value == "" || len(ck.Value) > 100 {
 		return nil, nil
 	}
-	_, a, err := d.cfg.Accounts.SessionAdmin(c.Request().Context(), account.HashToken(ck.Value), d.now())
+	ctx := c.Request().Context()
+	hash := account.HashToken(ck.Value)
+	now := d.now()
+	sess, a, err := d.cfg.Accounts.SessionAdmin(ctx, hash, now)
 	if errors.Is(err, account.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
+	}
+	idle := now.Sub(sess.LastSeenAt)
+	if idle >= d.cfg.IdleTimeout {
+		// Left unused too long: the row goes now rather than at its
+		// absolute expiry, so the token opens nothing even if the clock
+		// were turned back.
+		if err := d.cfg.Accounts.DeleteSession(ctx, hash); err != nil {
+			return nil, err
+		}
+		d.log.InfoContext(ctx, "admin session ended after idling", "admin_id", a.ID)
+		return nil, nil
+	}
+	// Sliding: each request extends the session, but the row is written at
+	// most once per touchEvery, not on every page and asset.
+	if idle >= d.touchEvery {
+		if err := d.cfg.Accounts.TouchSession(ctx, hash, now); err != nil {
+			return nil, err
+		}
 	}
 	return &signedIn{admin: a, token: ck.Value, csrf: csrfFor(ck.Value)}, nil
 }
@@ -193,7 +214,7 @@ func (d *Dashboard) login(c echo.Context) error {
 		return d.fail(c, nil, err)
 	}
 	now := d.now()
-	if err := d.cfg.Accounts.CreateSession(ctx, account.Session{TokenHash: hash, AdminID: a.ID, CreatedAt: now, ExpiresAt: now.Add(d.cfg.SessionTTL)}); err != nil {
+	if err := d.cfg.Accounts.CreateSession(ctx, account.Session{TokenHash: hash, AdminID: a.ID, CreatedAt: now, ExpiresAt: now.Add(d.cfg.SessionTTL), LastSeenAt: now}); err != nil {
 		return d.fail(c, nil, err)
 	}
 	d.setCookie(c, loginCookie, "", "/admin/login", -1)

@@ -60,6 +60,14 @@ type UsageReporter interface {
 	Usage(ctx context.Context, tenantID string, now time.Time) (usage.Report, error)
 }
 
+// CustomerLinker links a Stripe customer that no tenant had to a tenant and
+// applies the events held for it, auditing the link with actor
+// (*billing.Service). It returns billing.ErrNotFound for an unknown tenant,
+// billing.ErrConflict for a customer another tenant has.
+type CustomerLinker interface {
+	LinkCustomer(ctx context.Context, tenantID, customerID, actor string) error
+}
+
 // AuditLog records and lists audit entries (*audit.Log).
 type AuditLog interface {
 	Record(ctx context.Context, e audit.Entry) error
@@ -79,6 +87,9 @@ type Config struct {
 	// Webhooks is the Stripe event log; nil shows the webhook pages empty,
 	// with what to configure.
 	Webhooks webhooklog.Store
+	// Billing links the customers of events held as unknown_customer; nil
+	// offers no link form.
+	Billing CustomerLinker
 	// Counter is the shared counter store the sign-in limiter counts in, so
 	// that its limits hold across instances; when it is unavailable the
 	// limiter counts in this instance's memory.
@@ -89,8 +100,15 @@ type Config struct {
 	// SecureCookies marks cookies Secure even on plain HTTP requests (TLS
 	// ended by a proxy); requests that arrive over TLS get Secure anyway.
 	SecureCookies bool
-	// SessionTTL is how long a sign-in lasts (default 12 h).
+	// SessionTTL is how long a sign-in lasts at most, however busy
+	// (default 12 h).
 	SessionTTL time.Duration
+	// IdleTimeout ends a session not used for that long (default 30 min).
+	// It slides: each signed-in request extends it, though the session's
+	// last-seen time is stored at most once a minute (or once per half
+	// IdleTimeout, when that is shorter), so a session may end up to that
+	// much early.
+	IdleTimeout time.Duration
 	// Changed is told what the dashboard changed ("tenant" with an id,
 	// "key" with a prefix, "plan" with a name), so that this instance's
 	// caches drop it at once; other instances learn it from the database's
@@ -111,6 +129,9 @@ type Dashboard struct {
 	log     *slog.Logger
 	now     func() time.Time
 	limiter *limiter
+	// touchEvery is how stale a session's stored last-seen time may get
+	// before a request writes it again.
+	touchEvery time.Duration
 }
 
 // New checks cfg and returns the dashboard. Call Run for its housekeeping
@@ -132,6 +153,9 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 12 * time.Hour
 	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 30 * time.Minute
+	}
 	if cfg.StripeDashboardURL == "" {
 		cfg.StripeDashboardURL = "https://dashboard.stripe.com"
 	}
@@ -140,7 +164,7 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	cfg.StripeDashboardURL = strings.TrimRight(cfg.StripeDashboardURL, "/")
 	return &Dashboard{
-		cfg: cfg, log: cfg.Logger, now: cfg.Now,
+		cfg: cfg, log: cfg.Logger, now: cfg.Now, touchEvery: min(time.Minute, cfg.IdleTimeout/2),
 		limiter: &limiter{shared: cfg.Counter, local: memory.New(memory.Config{MaxKeys: 100_000}), pepper: cfg.Pepper, log: cfg.Logger},
 	}, nil
 }
@@ -189,6 +213,7 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.POST("/tenants/:id/limits", d.page(d.setLimits))
 	g.GET("/webhooks", d.page(d.webhooks))
 	g.GET("/webhooks/:id", d.page(d.webhooks))
+	g.POST("/webhooks/:id/link", d.page(d.linkCustomer))
 	g.GET("/plans", d.page(d.plans))
 	g.POST("/plans/:name", d.page(d.setPlan))
 	g.GET("/audit", d.page(d.auditPage))

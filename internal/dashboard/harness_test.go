@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/dashboard"
 	"github.com/tollgate/tollgate/internal/dashboard/account"
@@ -43,6 +44,9 @@ type env struct {
 	usage   *pgstore.Usage
 	traffic *pgstore.Dashboard
 	audit   *audit.Log
+	// billing is a real billing service on the same database, wired as
+	// serve wires it (without Stripe's API).
+	billing *billing.Service
 
 	mu      sync.Mutex
 	changed []string
@@ -59,6 +63,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 	t.Cleanup(pool.Close)
 	e := &env{t: t, pool: pool, tenants: pgstore.NewTenants(pool), admins: pgstore.NewAdmins(pool),
 		usage: pgstore.NewUsage(pool), traffic: pgstore.NewDashboard(pool), audit: audit.NewLog(pgstore.NewAudit(pool))}
+	e.billing = billing.NewService(billing.Config{Store: pgstore.NewBilling(pool), Tenants: e.tenants, PublicURL: "https://tollgate.example"})
 	auditRec, err := audit.NewRecorder(audit.RecorderConfig{Store: pgstore.NewAudit(pool)})
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +77,8 @@ func newEnv(t *testing.T, opts ...option) *env {
 	cfg := dashboard.Config{
 		Logger: slog.New(slog.DiscardHandler), Accounts: e.admins, Tenants: e.tenants, Policies: pgstore.NewPolicies(pool),
 		Usage: usageRec, Audit: e.audit, Traffic: e.traffic, Counter: counters, Pepper: []byte("test pepper"),
-		Argon2: cheap,
+		Billing: e.billing,
+		Argon2:  cheap,
 		Changed: func(kind, id string) {
 			e.mu.Lock()
 			e.changed = append(e.changed, kind+":"+id)

@@ -136,6 +136,7 @@ var flashes = map[string]string{
 	"limits":  "Limits saved. Every instance applies them within a second.",
 	"revoked": "Key revoked. The API refuses it from now on.",
 	"plan":    "Plan saved. Every instance applies it within a second.",
+	"linked":  "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
 }
 
 // tenantView builds a tenant's page.

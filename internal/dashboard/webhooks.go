@@ -3,13 +3,17 @@ package dashboard
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/dashboard/webhooklog"
+	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/web"
 )
 
@@ -53,20 +57,35 @@ func webhookRow(e webhooklog.Event) web.WebhookRow {
 }
 
 // webhooks lists received Stripe events; with an id, it shows that event's
-// payload above the list.
+// payload above the list, and for an event held for an unknown customer the
+// form that links the customer to a tenant.
 func (d *Dashboard) webhooks(c echo.Context, s *signedIn) error {
+	v, err := d.webhooksView(c, s)
+	if err != nil {
+		return err
+	}
+	v.Flash = flashes[c.QueryParam("done")]
+	return render(c, http.StatusOK, web.Webhooks(v))
+}
+
+// webhooksView builds the webhook log, with the event of the id parameter
+// selected when there is one.
+func (d *Dashboard) webhooksView(c echo.Context, s *signedIn) (web.WebhooksView, error) {
 	ctx := c.Request().Context()
 	v := web.WebhooksView{Chrome: d.chrome(s, "Webhooks", "webhooks")}
 	if d.cfg.Webhooks == nil {
 		v.Unavailable = webhooksUnavailable
-		return render(c, http.StatusOK, web.Webhooks(v))
+		return v, nil
 	}
 	if id := c.Param("id"); id != "" {
 		e, err := d.cfg.Webhooks.WebhookEvent(ctx, id)
 		if err != nil {
-			return err
+			return v, err
 		}
 		v.Selected = &web.WebhookDetail{WebhookRow: webhookRow(e), Error: e.Error, Payload: prettyJSON(e.Payload), PayloadTruncated: e.PayloadTruncated}
+		if d.linkable(e) {
+			v.Selected.Link = &web.LinkCustomerForm{Action: "/admin/webhooks/" + url.PathEscape(e.ID) + "/link", Customer: e.CustomerID}
+		}
 	}
 	outcome := c.QueryParam("outcome")
 	v.Outcomes = []web.OutcomeOption{{Value: "", Label: "any outcome", Selected: outcome == ""}}
@@ -76,13 +95,13 @@ func (d *Dashboard) webhooks(c echo.Context, s *signedIn) error {
 		known = known || o.value == outcome
 	}
 	if !known {
-		return badRequest("Unknown outcome " + strconv.Quote(outcome) + ".")
+		return v, badRequest("Unknown outcome " + strconv.Quote(outcome) + ".")
 	}
 	offset, _ := strconv.Atoi(c.QueryParam("offset"))
 	offset = max(offset, 0)
 	evs, err := d.cfg.Webhooks.WebhookEvents(ctx, webhooklog.Filter{Outcome: outcome, Offset: offset, Limit: webhooksPerPage + 1})
 	if err != nil {
-		return err
+		return v, err
 	}
 	if len(evs) > webhooksPerPage {
 		evs = evs[:webhooksPerPage]
@@ -101,7 +120,62 @@ func (d *Dashboard) webhooks(c echo.Context, s *signedIn) error {
 			v.Empty = "No events with this outcome. Choose \"any outcome\" to see them all."
 		}
 	}
-	return render(c, http.StatusOK, web.Webhooks(v))
+	return v, nil
+}
+
+// linkable says whether e waits for an operator to link its customer, and
+// the dashboard can.
+func (d *Dashboard) linkable(e webhooklog.Event) bool {
+	return d.cfg.Billing != nil && e.Outcome == webhooklog.OutcomeUnknownCustomer && e.CustomerID != ""
+}
+
+// linkCustomer links the Stripe customer of an unknown_customer event to
+// the tenant the operator names, through billing, which applies the
+// customer's held events and audits the link with the operator as actor. A
+// refusal is shown on the event's page with the form filled in again.
+func (d *Dashboard) linkCustomer(c echo.Context, s *signedIn) error {
+	ctx := c.Request().Context()
+	if d.cfg.Webhooks == nil || d.cfg.Billing == nil {
+		return notFound("This dashboard was started without billing, so it cannot link Stripe customers.")
+	}
+	id := c.Param("id")
+	e, err := d.cfg.Webhooks.WebhookEvent(ctx, id)
+	if err != nil {
+		return err
+	}
+	tenantID := strings.TrimSpace(c.FormValue("tenant_id"))
+	status, msg := http.StatusBadRequest, ""
+	switch {
+	case !d.linkable(e):
+		status, msg = http.StatusConflict, "This event is not waiting for its customer any more: there is nothing to link."
+	case tenantID == "" || len(tenantID) > 100:
+		msg = "Enter the ID of the tenant this Stripe customer belongs to."
+	default:
+		err := d.cfg.Billing.LinkCustomer(ctx, tenantID, e.CustomerID, s.admin.Email)
+		switch {
+		case err == nil:
+			d.changed("tenant", tenantID)
+			d.log.InfoContext(ctx, "stripe customer linked", "tenant_id", tenantID, "event_id", e.ID, "admin_id", s.admin.ID)
+			return seeOther(c, "/admin/webhooks/"+url.PathEscape(e.ID)+"?done=linked")
+		case errors.Is(err, billing.ErrNotFound):
+			msg = "No tenant has the ID " + strconv.Quote(tenantID) + ". Copy it from the tenant's page."
+		case errors.Is(err, billing.ErrConflict):
+			status, msg = http.StatusConflict, "Customer "+e.CustomerID+" is already linked to another tenant. Only one tenant can have it."
+		case errors.Is(err, tenant.ErrInvalid):
+			msg = "This event names no customer that can be linked."
+		default:
+			return err
+		}
+	}
+	v, err := d.webhooksView(c, s)
+	if err != nil {
+		return err
+	}
+	if v.Selected.Link == nil {
+		v.Selected.Link = &web.LinkCustomerForm{Action: "/admin/webhooks/" + url.PathEscape(e.ID) + "/link", Customer: e.CustomerID}
+	}
+	v.Selected.Link.TenantID, v.Selected.Link.Error = tenantID, "Not linked: "+msg
+	return render(c, status, web.Webhooks(v))
 }
 
 // prettyJSON indents a JSON payload for reading; anything else is shown as

@@ -17,11 +17,15 @@ func (s *Admins) CreateSession(ctx context.Context, sess account.Session) error 
 	if !ok {
 		return fmt.Errorf("create session: admin %q: %w", sess.AdminID, account.ErrNotFound)
 	}
-	err := s.q.CreateSession(ctx, sqlcgen.CreateSessionParams{
+	p := sqlcgen.CreateSessionParams{
 		TokenHash: sess.TokenHash,
 		AdminID:   id,
 		ExpiresAt: pgtype.Timestamptz{Time: sess.ExpiresAt, Valid: true},
-	})
+	}
+	if !sess.LastSeenAt.IsZero() {
+		p.LastSeenAt = pgtype.Timestamptz{Time: sess.LastSeenAt, Valid: true}
+	}
+	err := s.q.CreateSession(ctx, p)
 	if err != nil {
 		return fmt.Errorf("create session: %w", adminErr(err))
 	}
@@ -35,7 +39,16 @@ func (s *Admins) SessionAdmin(ctx context.Context, tokenHash []byte, now time.Ti
 		return account.Session{}, account.Admin{}, fmt.Errorf("session: %w", adminErr(err))
 	}
 	a := account.Admin{ID: row.ID.String(), Email: row.Email}
-	return account.Session{TokenHash: tokenHash, AdminID: a.ID, CreatedAt: row.CreatedAt.Time, ExpiresAt: row.ExpiresAt.Time}, a, nil
+	return account.Session{TokenHash: tokenHash, AdminID: a.ID, CreatedAt: row.CreatedAt.Time, ExpiresAt: row.ExpiresAt.Time, LastSeenAt: row.LastSeenAt.Time}, a, nil
+}
+
+// TouchSession implements account.Store.
+func (s *Admins) TouchSession(ctx context.Context, tokenHash []byte, seenAt time.Time) error {
+	err := s.q.TouchSession(ctx, sqlcgen.TouchSessionParams{TokenHash: tokenHash, SeenAt: pgtype.Timestamptz{Time: seenAt, Valid: true}})
+	if err != nil {
+		return fmt.Errorf("touch session: %w", adminErr(err))
+	}
+	return nil
 }
 
 // DeleteSession implements account.Store.

@@ -45,6 +45,9 @@ type Session struct {
 	AdminID   string
 	CreatedAt time.Time
 	ExpiresAt time.Time
+	// LastSeenAt is the last request the session was seen on, as last
+	// written by TouchSession: up to the dashboard's touch interval behind.
+	LastSeenAt time.Time
 }
 
 // Store keeps admins and sessions. Every method is safe for concurrent use.
@@ -59,12 +62,16 @@ type Store interface {
 	// of the admin, in one transaction; ErrNotFound for an unknown email.
 	SetPassword(ctx context.Context, email, passwordHash string) (Admin, error)
 
-	// CreateSession stores s.
+	// CreateSession stores s, last seen at s.LastSeenAt (the store's clock
+	// when zero).
 	CreateSession(ctx context.Context, s Session) error
 	// SessionAdmin returns the session whose token hashes to tokenHash and
 	// its admin, unless the session expired at or before now: then, or when
 	// there is none, ErrNotFound.
 	SessionAdmin(ctx context.Context, tokenHash []byte, now time.Time) (Session, Admin, error)
+	// TouchSession moves the session's LastSeenAt forward to seenAt; never
+	// back. An unknown session is no error.
+	TouchSession(ctx context.Context, tokenHash []byte, seenAt time.Time) error
 	// DeleteSession ends a session; an unknown one is no error.
 	DeleteSession(ctx context.Context, tokenHash []byte) error
 	// PruneSessions deletes sessions that expired before before.

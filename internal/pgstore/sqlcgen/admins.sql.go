@@ -53,18 +53,25 @@ func (q *Queries) CreateAdmin(ctx context.Context, arg CreateAdminParams) (Admin
 }
 
 const createSession = `-- name: CreateSession :exec
-INSERT INTO admin_sessions (token_hash, admin_id, expires_at)
-VALUES ($1, $2, $3)
+INSERT INTO admin_sessions (token_hash, admin_id, expires_at, last_seen_at)
+VALUES ($1, $2, $3, COALESCE($4::timestamptz, now()))
 `
 
 type CreateSessionParams struct {
-	TokenHash []byte
-	AdminID   pgtype.UUID
-	ExpiresAt pgtype.Timestamptz
+	TokenHash  []byte
+	AdminID    pgtype.UUID
+	ExpiresAt  pgtype.Timestamptz
+	LastSeenAt pgtype.Timestamptz
 }
 
+// CreateSession stores a session last seen at last_seen_at (now when null).
 func (q *Queries) CreateSession(ctx context.Context, arg CreateSessionParams) error {
-	_, err := q.db.Exec(ctx, createSession, arg.TokenHash, arg.AdminID, arg.ExpiresAt)
+	_, err := q.db.Exec(ctx, createSession,
+		arg.TokenHash,
+		arg.AdminID,
+		arg.ExpiresAt,
+		arg.LastSeenAt,
+	)
 	return err
 }
 
@@ -117,7 +124,7 @@ func (q *Queries) PruneSessions(ctx context.Context, arg PruneSessionsParams) (i
 }
 
 const sessionAdmin = `-- name: SessionAdmin :one
-SELECT a.id, a.email, s.created_at, s.expires_at
+SELECT a.id, a.email, s.created_at, s.expires_at, s.last_seen_at
 FROM admin_sessions AS s
 JOIN admins AS a ON a.id = s.admin_id
 WHERE s.token_hash = $1 AND s.expires_at > $2
@@ -129,10 +136,11 @@ type SessionAdminParams struct {
 }
 
 type SessionAdminRow struct {
-	ID        pgtype.UUID
-	Email     string
-	CreatedAt pgtype.Timestamptz
-	ExpiresAt pgtype.Timestamptz
+	ID         pgtype.UUID
+	Email      string
+	CreatedAt  pgtype.Timestamptz
+	ExpiresAt  pgtype.Timestamptz
+	LastSeenAt pgtype.Timestamptz
 }
 
 // SessionAdmin returns the admin of the session whose token hashes to
@@ -145,6 +153,7 @@ func (q *Queries) SessionAdmin(ctx context.Context, arg SessionAdminParams) (Ses
 		&i.Email,
 		&i.CreatedAt,
 		&i.ExpiresAt,
+		&i.LastSeenAt,
 	)
 	return i, err
 }
@@ -172,4 +181,21 @@ func (q *Queries) SetAdminPassword(ctx context.Context, arg SetAdminPasswordPara
 		&i.UpdatedAt,
 	)
 	return i, err
+}
+
+const touchSession = `-- name: TouchSession :exec
+UPDATE admin_sessions SET last_seen_at = $1
+WHERE token_hash = $2 AND last_seen_at < $1
+`
+
+type TouchSessionParams struct {
+	SeenAt    pgtype.Timestamptz
+	TokenHash []byte
+}
+
+// TouchSession moves a session's last_seen_at forward to seen_at; never
+// back, so that a slow request cannot undo a later one's.
+func (q *Queries) TouchSession(ctx context.Context, arg TouchSessionParams) error {
+	_, err := q.db.Exec(ctx, touchSession, arg.SeenAt, arg.TokenHash)
+	return err
 }

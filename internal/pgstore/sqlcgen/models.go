@@ -17,10 +17,11 @@ type Admin struct {
 }
 
 type AdminSession struct {
-	TokenHash []byte
-	AdminID   pgtype.UUID
-	CreatedAt pgtype.Timestamptz
-	ExpiresAt pgtype.Timestamptz
+	TokenHash  []byte
+	AdminID    pgtype.UUID
+	CreatedAt  pgtype.Timestamptz
+	ExpiresAt  pgtype.Timestamptz
+	LastSeenAt pgtype.Timestamptz
 }
 
 type Alert struct {

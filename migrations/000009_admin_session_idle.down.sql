@@ -1,0 +1,1 @@
+ALTER TABLE admin_sessions DROP COLUMN last_seen_at;
