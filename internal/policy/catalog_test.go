@@ -1,48 +1,134 @@
-package policy
+package policy_test
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/faultnet"
+	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
 )
 
-// fakeLoader returns a Set holding one policy whose limit is the number of
-// the load, so a test can tell loads apart. When gate is not nil each load
-// waits for a value on it (or its ctx).
-type fakeLoader struct {
-	loads   atomic.Int64
-	gate    chan struct{}
-	started chan string
-	err     error
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// countingLoader is the real PostgreSQL store, instrumented: it counts the
+// Catalog's loads and, when gate is set, holds each load on it. Set its
+// fields before the Catalog first loads.
+type countingLoader struct {
+	policy.Loader
+	loads atomic.Int64
+	// gate, when set, holds each load until a value arrives on it. The load
+	// reports its tenant on started (when set) and waits either before it
+	// reads, giving up when its ctx ends (the store then meets the dead
+	// ctx), or, with readFirst, after it has read.
+	gate      chan struct{}
+	started   chan string
+	readFirst bool
 }
 
-func (f *fakeLoader) LoadSet(ctx context.Context, tenantID string) (Set, error) {
-	n := f.loads.Add(1)
-	if f.started != nil {
-		f.started <- tenantID
+func (l *countingLoader) LoadSet(ctx context.Context, tenantID string) (policy.Set, error) {
+	l.loads.Add(1)
+	if l.gate == nil {
+		return l.Loader.LoadSet(ctx, tenantID)
 	}
-	if f.gate != nil {
-		select {
-		case <-f.gate:
-		case <-ctx.Done():
-			return Set{}, ctx.Err()
-		}
+	if l.readFirst {
+		s, err := l.Loader.LoadSet(ctx, tenantID)
+		l.report(tenantID)
+		<-l.gate
+		return s, err
 	}
-	if f.err != nil {
-		return Set{}, f.err
+	l.report(tenantID)
+	select {
+	case <-l.gate:
+	case <-ctx.Done():
 	}
-	return NewSet([]Policy{{Name: tenantID, Limit: n}}, nil), nil
+	return l.Loader.LoadSet(ctx, tenantID)
 }
 
-// loadNumber is which load produced s.
-func loadNumber(t *testing.T, s Set, tenantID string) int64 {
+func (l *countingLoader) report(tenantID string) {
+	if l.started != nil {
+		l.started <- tenantID
+	}
+}
+
+// db is a test's own database. The Catalog reads it through loader, whose
+// pool goes through proxy, so that a test can cut the link for real;
+// policies is the same database without the proxy, for writing what the
+// Catalog reads.
+type db struct {
+	policies *pgstore.Policies
+	tenants  *pgstore.Tenants
+	loader   *countingLoader
+	proxy    *faultnet.Proxy
+}
+
+func newDB(t *testing.T) *db {
 	t.Helper()
-	p, ok := s.Lookup(tenantID)
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultnet.New(t, u.Host)
+	u.Host = proxy.Addr()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	proxied, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxied.Close)
+	return &db{
+		policies: pgstore.NewPolicies(pool),
+		tenants:  pgstore.NewTenants(pool),
+		loader:   &countingLoader{Loader: pgstore.NewPolicies(proxied)},
+		proxy:    proxy,
+	}
+}
+
+// newTenant creates a tenant and returns its ID.
+func (db *db) newTenant(t *testing.T, name string) string {
+	t.Helper()
+	tn, err := db.tenants.CreateTenant(context.Background(), name, tenant.PlanStarter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tn.ID
+}
+
+// setLimit stores the tenant's policy "p" with limit n, so that a Set tells
+// which version of the tenant's policies it was loaded from.
+func (db *db) setLimit(t *testing.T, tenantID string, n int64) {
+	t.Helper()
+	p, err := policy.Parse("p", fmt.Appendf(nil, `{"limit":%d,"window":"1m"}`, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.policies.PutPolicy(context.Background(), tenantID, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// limitOf is the limit of policy "p" in s.
+func limitOf(t *testing.T, s policy.Set) int64 {
+	t.Helper()
+	p, ok := s.Lookup("p")
 	if !ok {
-		t.Fatalf("set of %s lacks its policy", tenantID)
+		t.Fatalf("the set lacks policy p")
 	}
 	return p.Limit
 }
@@ -62,134 +148,164 @@ func (c *clock) add(d time.Duration) {
 func TestCatalogCachesAndInvalidates(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := &fakeLoader{}
+	db := newDB(t)
+	a, b := db.newTenant(t, "A"), db.newTenant(t, "B")
 	clk := &clock{t: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}
-	c := NewCatalog(f, CatalogConfig{TTL: 30 * time.Second, Now: clk.now})
+	c := policy.NewCatalog(db.loader, policy.CatalogConfig{TTL: 30 * time.Second, Now: clk.now})
 
-	want := func(tenant string, load int64) {
+	// Each write below is one the Catalog is not told of, unless the test
+	// invalidates: what For serves tells which load it comes from.
+	want := func(tenant string, limit int64) {
 		t.Helper()
 		s, err := c.For(ctx, tenant)
 		if err != nil {
 			t.Fatalf("For(%s): %v", tenant, err)
 		}
-		if got := loadNumber(t, s, tenant); got != load {
-			t.Errorf("For(%s) served load %d, want %d", tenant, got, load)
+		if got := limitOf(t, s); got != limit {
+			t.Errorf("For(%s) served limit %d, want %d", tenant, got, limit)
 		}
 	}
-	want("a", 1)
-	want("a", 1) // cached
-	want("b", 2)
-	c.Invalidate("a")
-	want("a", 3)
-	want("b", 2) // untouched by a's invalidation
+	db.setLimit(t, a, 1)
+	db.setLimit(t, b, 1)
+	want(a, 1)
+	db.setLimit(t, a, 2)
+	want(a, 1) // cached
+	want(b, 1)
+	c.Invalidate(a)
+	want(a, 2)
+	db.setLimit(t, b, 2)
+	want(b, 1) // untouched by a's invalidation
 	clk.add(29 * time.Second)
-	want("a", 3)
+	db.setLimit(t, a, 3)
+	want(a, 2)
 	clk.add(time.Second) // 30 s after a's load: stale
-	want("a", 4)
-	want("b", 5) // loaded 30 s ago as well
+	want(a, 3)
+	want(b, 2) // loaded 30 s ago as well
+	db.setLimit(t, a, 4)
+	db.setLimit(t, b, 3)
 	c.InvalidateAll()
-	want("a", 6)
-	want("b", 7)
-	if got := f.loads.Load(); got != 7 {
+	want(a, 4)
+	want(b, 3)
+	if got := db.loader.loads.Load(); got != 7 {
 		t.Errorf("%d loads, want 7", got)
 	}
 }
 
 func TestCatalogSharesOneLoad(t *testing.T) {
 	t.Parallel()
-	f := &fakeLoader{gate: make(chan struct{}), started: make(chan string, 100)}
-	c := NewCatalog(f, CatalogConfig{})
+	db := newDB(t)
+	a := db.newTenant(t, "A")
+	db.setLimit(t, a, 1)
+	db.loader.gate, db.loader.started = make(chan struct{}), make(chan string, 100)
+	c := policy.NewCatalog(db.loader, policy.CatalogConfig{})
 	const callers = 20
 	var wg sync.WaitGroup
 	got := make([]int64, callers)
 	for i := range callers {
 		wg.Go(func() {
-			s, err := c.For(context.Background(), "a")
+			s, err := c.For(context.Background(), a)
 			if err != nil {
 				t.Errorf("For: %v", err)
 				return
 			}
-			got[i] = loadNumber(t, s, "a")
+			got[i] = limitOf(t, s)
 		})
 	}
-	<-f.started
+	<-db.loader.started
 	// Every caller either waits on the one load or asks after it and finds
 	// its result cached.
-	close(f.gate)
+	close(db.loader.gate)
 	wg.Wait()
 	for i, n := range got {
 		if n != 1 {
-			t.Errorf("caller %d got load %d, want 1", i, n)
+			t.Errorf("caller %d got limit %d, want 1", i, n)
 		}
 	}
-	if n := f.loads.Load(); n != 1 {
+	if n := db.loader.loads.Load(); n != 1 {
 		t.Errorf("%d loads for %d concurrent callers, want 1", n, callers)
 	}
 }
 
 func TestCatalogDropsALoadInvalidatedInFlight(t *testing.T) {
 	t.Parallel()
-	f := &fakeLoader{gate: make(chan struct{}, 1), started: make(chan string, 10)}
-	c := NewCatalog(f, CatalogConfig{})
-	done := make(chan Set)
+	db := newDB(t)
+	a := db.newTenant(t, "A")
+	db.setLimit(t, a, 1)
+	db.loader.gate, db.loader.started, db.loader.readFirst = make(chan struct{}, 1), make(chan string, 10), true
+	c := policy.NewCatalog(db.loader, policy.CatalogConfig{})
+	done := make(chan policy.Set)
 	go func() {
-		s, err := c.For(context.Background(), "a")
+		s, err := c.For(context.Background(), a)
 		if err != nil {
 			t.Errorf("For: %v", err)
 		}
 		done <- s
 	}()
-	<-f.started
-	// The change lands while load 1 reads: load 1 may predate it.
-	c.Invalidate("a")
-	f.gate <- struct{}{}
-	if n := loadNumber(t, <-done, "a"); n != 1 {
-		t.Errorf("the caller that started load 1 got load %d", n)
+	<-db.loader.started
+	// The change lands after load 1 read, and before it returns.
+	db.setLimit(t, a, 2)
+	c.Invalidate(a)
+	db.loader.gate <- struct{}{}
+	if n := limitOf(t, <-done); n != 1 {
+		t.Errorf("the caller that started load 1 got limit %d, want 1 (what load 1 read)", n)
 	}
-	f.gate <- struct{}{}
-	s, err := c.For(context.Background(), "a")
+	db.loader.gate <- struct{}{}
+	s, err := c.For(context.Background(), a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := loadNumber(t, s, "a"); n != 2 {
-		t.Errorf("after the invalidation For served load %d, want a new load 2", n)
+	if n := limitOf(t, s); n != 2 {
+		t.Errorf("after the invalidation For served limit %d, want a new load's 2", n)
+	}
+	if n := db.loader.loads.Load(); n != 2 {
+		t.Errorf("%d loads, want 2", n)
 	}
 }
 
 func TestCatalogDoesNotCacheErrors(t *testing.T) {
 	t.Parallel()
-	boom := errors.New("database down")
-	f := &fakeLoader{err: boom}
-	c := NewCatalog(f, CatalogConfig{})
+	db := newDB(t)
+	a := db.newTenant(t, "A")
+	db.setLimit(t, a, 1)
+	c := policy.NewCatalog(db.loader, policy.CatalogConfig{})
+	db.proxy.Cut()
 	for range 2 {
-		_, err := c.For(context.Background(), "a")
-		if !errors.Is(err, boom) {
-			t.Fatalf("For: got %v, want %v wrapped", err, boom)
+		if _, err := c.For(context.Background(), a); err == nil {
+			t.Fatal("For with the database cut off: got no error")
 		}
 	}
-	if n := f.loads.Load(); n != 2 {
+	if n := db.loader.loads.Load(); n != 2 {
 		t.Errorf("%d loads, want 2: a failure must not be cached", n)
 	}
-	f.err = nil
-	if _, err := c.For(context.Background(), "a"); err != nil {
-		t.Errorf("after recovery: %v", err)
+	if err := db.proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.For(context.Background(), a)
+	if err != nil {
+		t.Fatalf("after recovery: %v", err)
+	}
+	if n := limitOf(t, s); n != 1 {
+		t.Errorf("after recovery: limit %d, want 1", n)
 	}
 }
 
 func TestCatalogWaiterOutlivesLeader(t *testing.T) {
 	t.Parallel()
-	f := &fakeLoader{gate: make(chan struct{}), started: make(chan string, 10)}
-	c := NewCatalog(f, CatalogConfig{})
+	db := newDB(t)
+	a := db.newTenant(t, "A")
+	db.setLimit(t, a, 1)
+	db.loader.gate, db.loader.started = make(chan struct{}), make(chan string, 10)
+	c := policy.NewCatalog(db.loader, policy.CatalogConfig{})
 	leaderCtx, cancel := context.WithCancel(context.Background())
 	leaderErr := make(chan error)
 	go func() {
-		_, err := c.For(leaderCtx, "a")
+		_, err := c.For(leaderCtx, a)
 		leaderErr <- err
 	}()
-	<-f.started
-	waiter := make(chan Set)
+	<-db.loader.started
+	waiter := make(chan policy.Set)
 	go func() {
-		s, err := c.For(context.Background(), "a")
+		s, err := c.For(context.Background(), a)
 		if err != nil {
 			t.Errorf("waiter: %v", err)
 		}
@@ -202,48 +318,59 @@ func TestCatalogWaiterOutlivesLeader(t *testing.T) {
 	if err := <-leaderErr; !errors.Is(err, context.Canceled) {
 		t.Errorf("leader: got %v, want context.Canceled", err)
 	}
-	<-f.started // the waiter's own load
-	close(f.gate)
-	if n := loadNumber(t, <-waiter, "a"); n != 2 {
-		t.Errorf("waiter got load %d, want 2", n)
+	<-db.loader.started // the waiter's own load
+	close(db.loader.gate)
+	if n := limitOf(t, <-waiter); n != 1 {
+		t.Errorf("waiter got limit %d, want 1", n)
+	}
+	if n := db.loader.loads.Load(); n != 2 {
+		t.Errorf("%d loads, want 2: the leader's, and the waiter's own", n)
 	}
 }
 
 func TestCatalogWaiterGivesUp(t *testing.T) {
 	t.Parallel()
-	f := &fakeLoader{gate: make(chan struct{}), started: make(chan string, 10)}
-	c := NewCatalog(f, CatalogConfig{})
-	go func() { _, _ = c.For(context.Background(), "a") }()
-	<-f.started
+	db := newDB(t)
+	a := db.newTenant(t, "A")
+	db.loader.gate, db.loader.started = make(chan struct{}), make(chan string, 10)
+	c := policy.NewCatalog(db.loader, policy.CatalogConfig{})
+	leader := make(chan error, 1)
+	go func() {
+		_, err := c.For(context.Background(), a)
+		leader <- err
+	}()
+	<-db.loader.started
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if _, err := c.For(ctx, "a"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.For(ctx, a); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("got %v, want context.DeadlineExceeded", err)
 	}
-	close(f.gate)
+	close(db.loader.gate)
+	if err := <-leader; err != nil {
+		t.Errorf("the leader, still waiting: %v", err)
+	}
 }
 
 func TestCatalogIsBounded(t *testing.T) {
 	t.Parallel()
-	f := &fakeLoader{}
-	c := NewCatalog(f, CatalogConfig{MaxTenants: 3})
-	for _, id := range []string{"a", "b", "c", "d", "e"} {
-		if _, err := c.For(context.Background(), id); err != nil {
+	db := newDB(t)
+	c := policy.NewCatalog(db.loader, policy.CatalogConfig{MaxTenants: 3})
+	var last string
+	for _, name := range []string{"A", "B", "C", "D", "E"} {
+		last = db.newTenant(t, name)
+		if _, err := c.For(context.Background(), last); err != nil {
 			t.Fatal(err)
 		}
-		c.mu.Lock()
-		n := len(c.m)
-		c.mu.Unlock()
-		if n > 3 {
+		if n := c.Cached(); n > 3 {
 			t.Fatalf("%d tenants cached, want at most 3", n)
 		}
 	}
 	// The latest is always kept.
-	before := f.loads.Load()
-	if _, err := c.For(context.Background(), "e"); err != nil {
+	before := db.loader.loads.Load()
+	if _, err := c.For(context.Background(), last); err != nil {
 		t.Fatal(err)
 	}
-	if f.loads.Load() != before {
+	if db.loader.loads.Load() != before {
 		t.Error("the tenant just loaded was evicted")
 	}
 }

@@ -1,14 +1,27 @@
-package tenant
+package tenant_test
 
 import (
 	"context"
 	"errors"
 	"log/slog"
 	"maps"
+	"net/url"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/faultnet"
+	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/tenant"
 )
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // clock is a time source that moves only when told.
 type clock struct {
@@ -28,155 +41,203 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// fakeStore holds what the Directory reads, counts the reads, and can hold
-// a key load until released.
-type fakeStore struct {
-	Store // methods the Directory never calls stay nil
+// countingStore is the real PostgreSQL store, instrumented: it counts the
+// Directory's loads, records its successful writes of last use and reports
+// every write's outcome, and can hold one key load, after it has read, until
+// released.
+type countingStore struct {
+	tenant.Store
 
-	mu          sync.Mutex
-	keys        map[string]Key // by prefix
-	tenants     map[string]Tenant
-	plans       []Plan
-	keyLoads    int
-	tenantLoads int
-	planLoads   int
-	touches     []map[string]time.Time
-	fail        error // every load fails with it when set
-	touchErr    error
-	// hold, when set, makes KeyByPrefix read its answer, report on
-	// started, and wait for hold to close before returning it.
-	hold    chan struct{}
-	started chan struct{}
+	keyLoads, tenantLoads, planLoads atomic.Int64
+
+	mu      sync.Mutex
+	touches []map[string]time.Time // the writes that succeeded
+	// touched, when set, gets each write's outcome, unless it is full.
+	touched chan error
+	// hold and started, when set, are taken by the next KeyByPrefix: having
+	// read, it reports on started and waits for hold to close.
+	hold, started chan struct{}
 }
 
-func (s *fakeStore) KeyByPrefix(ctx context.Context, prefix string) (Key, error) {
+func (s *countingStore) KeyByPrefix(ctx context.Context, prefix string) (tenant.Key, error) {
+	s.keyLoads.Add(1)
+	k, err := s.Store.KeyByPrefix(ctx, prefix)
 	s.mu.Lock()
-	s.keyLoads++
-	k, ok := s.keys[prefix]
-	fail, hold, started := s.fail, s.hold, s.started
+	hold, started := s.hold, s.started
+	s.hold, s.started = nil, nil
 	s.mu.Unlock()
 	if hold != nil {
 		started <- struct{}{}
 		<-hold
 	}
-	switch {
-	case fail != nil:
-		return Key{}, fail
-	case !ok:
-		return Key{}, ErrNotFound
-	}
-	return k, nil
+	return k, err
 }
 
-func (s *fakeStore) Tenant(ctx context.Context, id string) (Tenant, error) {
+func (s *countingStore) Tenant(ctx context.Context, id string) (tenant.Tenant, error) {
+	s.tenantLoads.Add(1)
+	return s.Store.Tenant(ctx, id)
+}
+
+func (s *countingStore) Plans(ctx context.Context) ([]tenant.Plan, error) {
+	s.planLoads.Add(1)
+	return s.Store.Plans(ctx)
+}
+
+func (s *countingStore) TouchKeys(ctx context.Context, lastUsed map[string]time.Time) error {
+	err := s.Store.TouchKeys(ctx, lastUsed)
+	s.mu.Lock()
+	if err == nil {
+		s.touches = append(s.touches, maps.Clone(lastUsed))
+	}
+	touched := s.touched
+	s.mu.Unlock()
+	if touched != nil {
+		select {
+		case touched <- err:
+		default:
+		}
+	}
+	return err
+}
+
+// holdNextKeyLoad makes the next key load, once it has read the key, wait
+// until release is called; started is ready when it is waiting.
+func (s *countingStore) holdNextKeyLoad() (started <-chan struct{}, release func()) {
+	hold, st := make(chan struct{}), make(chan struct{}, 1)
+	s.mu.Lock()
+	s.hold, s.started = hold, st
+	s.mu.Unlock()
+	return st, func() { close(hold) }
+}
+
+func (s *countingStore) writes() []map[string]time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.tenantLoads++
-	t, ok := s.tenants[id]
-	switch {
-	case s.fail != nil:
-		return Tenant{}, s.fail
-	case !ok:
-		return Tenant{}, ErrNotFound
-	}
-	return t, nil
+	return slices.Clone(s.touches)
 }
 
-func (s *fakeStore) Plans(ctx context.Context) ([]Plan, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.planLoads++
-	if s.fail != nil {
-		return nil, s.fail
-	}
-	return append([]Plan(nil), s.plans...), nil
+// db is a test's own database. The Directory reads it through store, whose
+// pool goes through proxy, so that a test can cut the link for real; direct
+// is the same database without the proxy, for setting up and changing what
+// the Directory reads.
+type db struct {
+	direct *pgstore.Tenants
+	pool   *pgxpool.Pool // direct's
+	store  *countingStore
+	proxy  *faultnet.Proxy
+	acme   tenant.Tenant // on the pro plan, without keys
 }
 
-func (s *fakeStore) TouchKeys(ctx context.Context, lastUsed map[string]time.Time) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.touchErr != nil {
-		return s.touchErr
-	}
-	s.touches = append(s.touches, maps.Clone(lastUsed))
-	return nil
-}
-
-func (s *fakeStore) addKey(t *testing.T, tenantID string, test bool) (string, Key) {
+func newDB(t *testing.T) *db {
 	t.Helper()
-	raw, k, err := NewKey(test)
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultnet.New(t, u.Host)
+	u.Host = proxy.Addr()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	proxied, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxied.Close)
+	direct := pgstore.NewTenants(pool)
+	acme, err := direct.CreateTenant(ctx, "Acme", tenant.PlanPro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &db{
+		direct: direct,
+		pool:   pool,
+		store:  &countingStore{Store: pgstore.NewTenants(proxied)},
+		proxy:  proxy,
+		acme:   acme,
+	}
+}
+
+// addKey stores a new key of the tenant with id and returns it with its
+// credential.
+func (db *db) addKey(t *testing.T, tenantID string, test bool) (string, tenant.Key) {
+	t.Helper()
+	raw, k, err := tenant.NewKey(test)
 	if err != nil {
 		t.Fatal(err)
 	}
 	k.TenantID = tenantID
-	s.mu.Lock()
-	s.keys[k.Prefix] = k
-	s.mu.Unlock()
+	if _, err := db.direct.CreateKey(context.Background(), k); err != nil {
+		t.Fatal(err)
+	}
 	return raw, k
 }
 
-func (s *fakeStore) revoke(prefix string, at time.Time) {
-	s.mu.Lock()
-	k := s.keys[prefix]
-	k.RevokedAt = &at
-	s.keys[prefix] = k
-	s.mu.Unlock()
-}
-
-func (s *fakeStore) loads() (keys, tenants, plans int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.keyLoads, s.tenantLoads, s.planLoads
-}
-
-const tenantID = "11111111-2222-3333-4444-555555555555"
-
-func newFake() *fakeStore {
-	return &fakeStore{
-		keys:    map[string]Key{},
-		tenants: map[string]Tenant{tenantID: {ID: tenantID, Name: "Acme", Plan: PlanPro, BillingStatus: StatusActive}},
-		plans: []Plan{
-			{Name: PlanStarter, IPPerMinute: 600},
-			{Name: PlanPro, IPPerMinute: 60_000},
-			{Name: PlanEnterprise, IPPerMinute: 600_000},
-		},
-	}
-}
-
-func newTestDirectory(s *fakeStore, clk *clock, cfg DirectoryConfig) *Directory {
-	cfg.Store = s
+func newTestDirectory(db *db, clk *clock, cfg tenant.DirectoryConfig) *tenant.Directory {
+	cfg.Store = db.store
 	cfg.Now = clk.Now
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	return NewDirectory(cfg)
+	return tenant.NewDirectory(cfg)
+}
+
+func newRawKey(t *testing.T) (string, tenant.Key) {
+	t.Helper()
+	raw, k, err := tenant.NewKey(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, k
 }
 
 func TestAuthenticate(t *testing.T) {
 	t.Parallel()
-	s := newFake()
+	db := newDB(t)
+	ctx := context.Background()
 	clk := &clock{t: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}
-	d := newTestDirectory(s, clk, DirectoryConfig{})
-	live, liveKey := s.addKey(t, tenantID, false)
-	test, testKey := s.addKey(t, tenantID, true)
-	revoked, revokedKey := s.addKey(t, tenantID, false)
-	s.revoke(revokedKey.Prefix, clk.Now())
-	orphan, _ := s.addKey(t, "99999999-2222-3333-4444-555555555555", false)
-	stranger, _, _ := NewKey(false)
-	wrongSecret := live[:len(live)-secretLen] + stranger[len(stranger)-secretLen:]
+	d := newTestDirectory(db, clk, tenant.DirectoryConfig{})
+	live, liveKey := db.addKey(t, db.acme.ID, false)
+	test, testKey := db.addKey(t, db.acme.ID, true)
+	revoked, revokedKey := db.addKey(t, db.acme.ID, false)
+	if _, err := db.direct.RevokeKey(ctx, revokedKey.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A tenant deleted after its key was cached, the notification for the
+	// tenant read first: its keys went with it (ON DELETE CASCADE), but the
+	// Directory still holds the key.
+	gone, err := db.direct.CreateTenant(ctx, "Gone", tenant.PlanStarter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, _ := db.addKey(t, gone.ID, false)
+	if _, _, err := d.Authenticate(ctx, orphan); err != nil {
+		t.Fatalf("the key of a tenant not yet deleted: %v", err)
+	}
+	if _, err := db.pool.Exec(ctx, "DELETE FROM tenants WHERE id = $1", gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.Invalidate("tenant", gone.ID)
+	stranger, _ := newRawKey(t)
+	// The secret follows the last '_'; a prefix has none.
+	wrongSecret := live[:strings.LastIndexByte(live, '_')] + stranger[strings.LastIndexByte(stranger, '_'):]
 
 	cases := []struct {
 		name    string
 		bearer  string
-		wantKey Key
+		wantKey tenant.Key
 	}{
 		{"live key", live, liveKey},
 		{"test key", test, testKey},
-		{"empty", "", Key{}},
-		{"malformed", "tg_live_nope", Key{}},
-		{"unknown prefix", stranger, Key{}},
-		{"known prefix, wrong secret", wrongSecret, Key{}},
-		{"known prefix and secret, wrong mode", "tg_test_" + live[len("tg_live_"):], Key{}},
-		{"revoked", revoked, Key{}},
-		{"tenant gone", orphan, Key{}},
+		{"empty", "", tenant.Key{}},
+		{"malformed", "tg_live_nope", tenant.Key{}},
+		{"unknown prefix", stranger, tenant.Key{}},
+		{"known prefix, wrong secret", wrongSecret, tenant.Key{}},
+		{"known prefix and secret, wrong mode", "tg_test_" + live[len("tg_live_"):], tenant.Key{}},
+		{"revoked", revoked, tenant.Key{}},
+		{"tenant gone", orphan, tenant.Key{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -184,7 +245,7 @@ func TestAuthenticate(t *testing.T) {
 			k, tn, err := d.Authenticate(context.Background(), c.bearer)
 			if c.wantKey.ID == "" {
 				// ErrUnauthorized itself, unwrapped: nothing says which case.
-				if err != ErrUnauthorized {
+				if err != tenant.ErrUnauthorized {
 					t.Fatalf("got %v, want exactly ErrUnauthorized", err)
 				}
 				if k.ID != "" || tn.ID != "" {
@@ -195,8 +256,8 @@ func TestAuthenticate(t *testing.T) {
 			if err != nil {
 				t.Fatalf("got %v, want the key", err)
 			}
-			if k.ID != c.wantKey.ID || k.Test != c.wantKey.Test || tn.ID != tenantID {
-				t.Errorf("got key %s (test %v) of tenant %s, want %s (test %v) of %s", k.ID, k.Test, tn.ID, c.wantKey.ID, c.wantKey.Test, tenantID)
+			if k.ID != c.wantKey.ID || k.Test != c.wantKey.Test || tn.ID != db.acme.ID {
+				t.Errorf("got key %s (test %v) of tenant %s, want %s (test %v) of %s", k.ID, k.Test, tn.ID, c.wantKey.ID, c.wantKey.Test, db.acme.ID)
 			}
 			if k.Hash != nil {
 				t.Errorf("Authenticate handed out the key's hash")
@@ -207,17 +268,17 @@ func TestAuthenticate(t *testing.T) {
 
 func TestAuthenticateStoreDown(t *testing.T) {
 	t.Parallel()
-	s := newFake()
-	d := newTestDirectory(s, &clock{}, DirectoryConfig{})
-	live, _ := s.addKey(t, tenantID, false)
-	s.fail = errors.New("connection refused")
+	db := newDB(t)
+	d := newTestDirectory(db, &clock{}, tenant.DirectoryConfig{})
+	live, _ := db.addKey(t, db.acme.ID, false)
+	db.proxy.Cut()
 	_, _, err := d.Authenticate(context.Background(), live)
-	if err == nil || errors.Is(err, ErrUnauthorized) {
+	if err == nil || errors.Is(err, tenant.ErrUnauthorized) {
 		t.Fatalf("got %v, want the store's failure, not ErrUnauthorized", err)
 	}
-	s.mu.Lock()
-	s.fail = nil
-	s.mu.Unlock()
+	if err := db.proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := d.Authenticate(context.Background(), live); err != nil {
 		t.Fatalf("after the store came back: %v (a failure must not be cached)", err)
 	}
@@ -225,10 +286,10 @@ func TestAuthenticateStoreDown(t *testing.T) {
 
 func TestConcurrentMissesLoadOnce(t *testing.T) {
 	t.Parallel()
-	s := newFake()
-	d := newTestDirectory(s, &clock{}, DirectoryConfig{})
-	live, _ := s.addKey(t, tenantID, false)
-	s.hold, s.started = make(chan struct{}), make(chan struct{}, 1)
+	db := newDB(t)
+	d := newTestDirectory(db, &clock{}, tenant.DirectoryConfig{})
+	live, _ := db.addKey(t, db.acme.ID, false)
+	started, release := db.store.holdNextKeyLoad()
 	const callers = 50
 	errs := make(chan error, callers)
 	for range callers {
@@ -237,31 +298,31 @@ func TestConcurrentMissesLoadOnce(t *testing.T) {
 			errs <- err
 		}()
 	}
-	<-s.started
-	close(s.hold)
+	<-started
+	release()
 	for range callers {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
-	if keys, tenants, _ := s.loads(); keys != 1 || tenants != 1 {
+	if keys, tenants := db.store.keyLoads.Load(), db.store.tenantLoads.Load(); keys != 1 || tenants != 1 {
 		t.Fatalf("%d callers: %d key loads and %d tenant loads, want 1 and 1", callers, keys, tenants)
 	}
 }
 
 func TestCallerGivingUpDoesNotFailOthers(t *testing.T) {
 	t.Parallel()
-	s := newFake()
-	d := newTestDirectory(s, &clock{}, DirectoryConfig{})
-	live, _ := s.addKey(t, tenantID, false)
-	s.hold, s.started = make(chan struct{}), make(chan struct{}, 1)
+	db := newDB(t)
+	d := newTestDirectory(db, &clock{}, tenant.DirectoryConfig{})
+	live, _ := db.addKey(t, db.acme.ID, false)
+	started, release := db.store.holdNextKeyLoad()
 	ctx, cancel := context.WithCancel(context.Background())
 	first := make(chan error, 1)
 	go func() {
 		_, _, err := d.Authenticate(ctx, live)
 		first <- err
 	}()
-	<-s.started
+	<-started
 	cancel()
 	if err := <-first; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the caller that gave up: got %v, want context.Canceled", err)
@@ -271,39 +332,39 @@ func TestCallerGivingUpDoesNotFailOthers(t *testing.T) {
 		_, _, err := d.Authenticate(context.Background(), live)
 		second <- err
 	}()
-	close(s.hold)
+	release()
 	if err := <-second; err != nil {
 		t.Fatalf("a caller waiting on the same load: %v", err)
 	}
-	if keys, _, _ := s.loads(); keys != 1 {
+	if keys := db.store.keyLoads.Load(); keys != 1 {
 		t.Fatalf("%d key loads, want 1", keys)
 	}
 }
 
 func TestUnknownPrefixRemembered(t *testing.T) {
 	t.Parallel()
-	s := newFake()
+	db := newDB(t)
 	clk := &clock{}
-	d := newTestDirectory(s, clk, DirectoryConfig{MissTTL: 5 * time.Second})
-	raw, k, _ := NewKey(false)
+	d := newTestDirectory(db, clk, tenant.DirectoryConfig{MissTTL: 5 * time.Second})
+	raw, k := newRawKey(t)
 	for range 10 {
-		if _, _, err := d.Authenticate(context.Background(), raw); err != ErrUnauthorized {
+		if _, _, err := d.Authenticate(context.Background(), raw); err != tenant.ErrUnauthorized {
 			t.Fatalf("unknown key: got %v, want ErrUnauthorized", err)
 		}
 	}
-	if keys, _, _ := s.loads(); keys != 1 {
+	if keys := db.store.keyLoads.Load(); keys != 1 {
 		t.Fatalf("10 tries of one unknown key: %d loads, want 1", keys)
 	}
 	clk.Advance(5 * time.Second)
 	d.Authenticate(context.Background(), raw)
-	if keys, _, _ := s.loads(); keys != 2 {
+	if keys := db.store.keyLoads.Load(); keys != 2 {
 		t.Fatalf("after MissTTL: %d loads, want 2", keys)
 	}
 	// The key is created, and its notification arrives.
-	k.TenantID = tenantID
-	s.mu.Lock()
-	s.keys[k.Prefix] = k
-	s.mu.Unlock()
+	k.TenantID = db.acme.ID
+	if _, err := db.direct.CreateKey(context.Background(), k); err != nil {
+		t.Fatal(err)
+	}
 	d.Invalidate("key", k.Prefix)
 	if _, _, err := d.Authenticate(context.Background(), raw); err != nil {
 		t.Fatalf("a key created after a miss, once invalidated: %v", err)
@@ -312,162 +373,194 @@ func TestUnknownPrefixRemembered(t *testing.T) {
 
 func TestUnknownPrefixesBounded(t *testing.T) {
 	t.Parallel()
-	s := newFake()
-	d := newTestDirectory(s, &clock{}, DirectoryConfig{MaxMisses: 3})
+	db := newDB(t)
+	d := newTestDirectory(db, &clock{}, tenant.DirectoryConfig{MaxMisses: 3})
 	var raws []string
 	for range 10 {
-		raw, _, _ := NewKey(false)
+		raw, _ := newRawKey(t)
 		raws = append(raws, raw)
 		d.Authenticate(context.Background(), raw)
 	}
-	d.keys.mu.Lock()
-	n := len(d.keys.misses)
-	d.keys.mu.Unlock()
-	if n != 3 {
+	if n := d.MissesHeld(); n != 3 {
 		t.Fatalf("10 unknown prefixes, MaxMisses 3: %d remembered, want 3", n)
 	}
 	for _, raw := range raws[7:] {
 		d.Authenticate(context.Background(), raw)
 	}
-	if keys, _, _ := s.loads(); keys != 10 {
+	if keys := db.store.keyLoads.Load(); keys != 10 {
 		t.Fatalf("the 3 newest misses again: %d loads in all, want 10 (answered from memory)", keys)
 	}
 	d.Authenticate(context.Background(), raws[0])
-	if keys, _, _ := s.loads(); keys != 11 {
+	if keys := db.store.keyLoads.Load(); keys != 11 {
 		t.Fatalf("the oldest miss again: %d loads in all, want 11 (it was forgotten)", keys)
 	}
 }
 
 func TestEntriesExpireAfterTTL(t *testing.T) {
 	t.Parallel()
-	s := newFake()
+	db := newDB(t)
 	clk := &clock{}
-	d := newTestDirectory(s, clk, DirectoryConfig{TTL: 30 * time.Second})
-	live, k := s.addKey(t, tenantID, false)
+	d := newTestDirectory(db, clk, tenant.DirectoryConfig{TTL: 30 * time.Second})
+	live, k := db.addKey(t, db.acme.ID, false)
 	if _, _, err := d.Authenticate(context.Background(), live); err != nil {
 		t.Fatal(err)
 	}
 	// Revoked, and the notification lost.
-	s.revoke(k.Prefix, clk.Now())
+	if _, err := db.direct.RevokeKey(context.Background(), k.ID); err != nil {
+		t.Fatal(err)
+	}
 	clk.Advance(29 * time.Second)
 	if _, _, err := d.Authenticate(context.Background(), live); err != nil {
 		t.Fatalf("within TTL: got %v, want the cached key", err)
 	}
 	clk.Advance(time.Second)
-	if _, _, err := d.Authenticate(context.Background(), live); err != ErrUnauthorized {
+	if _, _, err := d.Authenticate(context.Background(), live); err != tenant.ErrUnauthorized {
 		t.Fatalf("after TTL: got %v, want ErrUnauthorized", err)
 	}
 }
 
 func TestInvalidateDuringLoad(t *testing.T) {
 	t.Parallel()
-	s := newFake()
-	d := newTestDirectory(s, &clock{}, DirectoryConfig{})
-	live, k := s.addKey(t, tenantID, false)
-	hold := make(chan struct{})
-	s.hold, s.started = hold, make(chan struct{}, 1)
+	db := newDB(t)
+	d := newTestDirectory(db, &clock{}, tenant.DirectoryConfig{})
+	live, k := db.addKey(t, db.acme.ID, false)
+	started, release := db.store.holdNextKeyLoad()
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := d.Authenticate(context.Background(), live)
 		done <- err
 	}()
-	<-s.started // the load has read the key, not yet revoked
-	s.mu.Lock()
-	s.hold = nil
-	s.mu.Unlock()
-	s.revoke(k.Prefix, time.Now())
+	<-started // the load has read the key, not yet revoked
+	if _, err := db.direct.RevokeKey(context.Background(), k.ID); err != nil {
+		t.Fatal(err)
+	}
 	d.Invalidate("key", k.Prefix)
-	if _, _, err := d.Authenticate(context.Background(), live); err != ErrUnauthorized {
+	if _, _, err := d.Authenticate(context.Background(), live); err != tenant.ErrUnauthorized {
 		t.Fatalf("after the invalidation, while the old load runs: got %v, want ErrUnauthorized", err)
 	}
-	close(hold)
-	<-done // answered as of before the revocation, when it asked
-	if _, _, err := d.Authenticate(context.Background(), live); err != ErrUnauthorized {
+	release()
+	// Answered as of before the revocation, when it asked.
+	if err := <-done; err != nil {
+		t.Fatalf("the caller of the old load: %v, want the key as it read it", err)
+	}
+	if _, _, err := d.Authenticate(context.Background(), live); err != tenant.ErrUnauthorized {
 		t.Fatalf("after the old load finished: got %v, want ErrUnauthorized (its result must not be cached)", err)
 	}
-	if keys, _, _ := s.loads(); keys != 2 {
+	if keys := db.store.keyLoads.Load(); keys != 2 {
 		t.Fatalf("%d key loads, want 2", keys)
 	}
 }
 
 func TestInvalidateKinds(t *testing.T) {
 	t.Parallel()
-	s := newFake()
-	d := newTestDirectory(s, &clock{}, DirectoryConfig{})
+	db := newDB(t)
+	d := newTestDirectory(db, &clock{}, tenant.DirectoryConfig{})
 	ctx := context.Background()
-	if _, err := d.Tenant(ctx, tenantID); err != nil {
+	id := db.acme.ID
+	setTenant := func(rate int64) {
+		t.Helper()
+		if _, err := db.direct.SetTenantLimits(ctx, id, tenant.TenantLimits{RateLimitPerMinute: rate}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStarter := func(ip int64) {
+		t.Helper()
+		if _, err := db.direct.SetPlanLimits(ctx, tenant.PlanStarter, tenant.PlanLimits{IPPerMinute: &ip}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setTenant(100)
+	setStarter(600)
+	if _, err := d.Tenant(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Plans(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s.mu.Lock()
-	s.tenants[tenantID] = Tenant{ID: tenantID, Plan: PlanEnterprise}
-	s.plans[0].IPPerMinute = 900
-	s.mu.Unlock()
+	setTenant(200)
+	setStarter(900)
 
-	d.Invalidate("policy", tenantID) // not the Directory's
-	if tn, _ := d.Tenant(ctx, tenantID); tn.Plan != PlanPro {
+	d.Invalidate("policy", id) // not the Directory's
+	if tn, _ := d.Tenant(ctx, id); tn.RateLimitPerMinute != 100 {
 		t.Fatalf("a policy notification dropped the tenant")
 	}
-	d.Invalidate("tenant", tenantID)
-	if tn, _ := d.Tenant(ctx, tenantID); tn.Plan != PlanEnterprise {
-		t.Fatalf("after tenant:%s: plan %s, want enterprise", tenantID, tn.Plan)
+	d.Invalidate("tenant", id)
+	if tn, _ := d.Tenant(ctx, id); tn.RateLimitPerMinute != 200 {
+		t.Fatalf("after tenant:%s: rate limit %d, want 200", id, tn.RateLimitPerMinute)
 	}
-	if p, _ := d.Plan(ctx, PlanStarter); p.IPPerMinute != 600 {
+	if p, _ := d.Plan(ctx, tenant.PlanStarter); p.IPPerMinute != 600 {
 		t.Fatalf("a tenant notification dropped the plans")
 	}
-	d.Invalidate("plan", PlanStarter)
-	if p, _ := d.Plan(ctx, PlanStarter); p.IPPerMinute != 900 {
+	d.Invalidate("plan", tenant.PlanStarter)
+	if p, _ := d.Plan(ctx, tenant.PlanStarter); p.IPPerMinute != 900 {
 		t.Fatalf("after plan:starter: ip_per_minute %d, want 900", p.IPPerMinute)
 	}
-	if _, err := d.Plan(ctx, "platinum"); !errors.Is(err, ErrNotFound) {
+	if _, err := d.Plan(ctx, "platinum"); !errors.Is(err, tenant.ErrNotFound) {
 		t.Fatalf("unknown plan: got %v, want ErrNotFound", err)
 	}
 
-	s.mu.Lock()
-	s.tenants[tenantID] = Tenant{ID: tenantID, Plan: PlanStarter}
-	s.plans[0].IPPerMinute = 700
-	s.mu.Unlock()
+	setTenant(300)
+	setStarter(700)
 	d.InvalidateAll()
-	if tn, _ := d.Tenant(ctx, tenantID); tn.Plan != PlanStarter {
-		t.Fatalf("after InvalidateAll: tenant plan %s, want starter", tn.Plan)
+	if tn, _ := d.Tenant(ctx, id); tn.RateLimitPerMinute != 300 {
+		t.Fatalf("after InvalidateAll: tenant rate limit %d, want 300", tn.RateLimitPerMinute)
 	}
-	if p, _ := d.Plan(ctx, PlanStarter); p.IPPerMinute != 700 {
+	if p, _ := d.Plan(ctx, tenant.PlanStarter); p.IPPerMinute != 700 {
 		t.Fatalf("after InvalidateAll: ip_per_minute %d, want 700", p.IPPerMinute)
 	}
 }
 
 func TestMaxIPPerMinute(t *testing.T) {
 	t.Parallel()
-	s := newFake()
-	d := newTestDirectory(s, &clock{}, DirectoryConfig{})
+	db := newDB(t)
+	d := newTestDirectory(db, &clock{}, tenant.DirectoryConfig{})
 	ctx := context.Background()
-	if got := d.MaxIPPerMinute(ctx); got != 600_000 {
-		t.Fatalf("got %d, want 600000", got)
+	top := int64(900_000) // above every plan the migrations seed
+	if _, err := db.direct.SetPlanLimits(ctx, tenant.PlanEnterprise, tenant.PlanLimits{IPPerMinute: &top}); err != nil {
+		t.Fatal(err)
 	}
-	s.mu.Lock()
-	s.fail = errors.New("down")
-	s.mu.Unlock()
+	if got := d.MaxIPPerMinute(ctx); got != top {
+		t.Fatalf("got %d, want %d", got, top)
+	}
+	db.proxy.Cut()
 	d.InvalidateAll()
-	if got := d.MaxIPPerMinute(ctx); got != 600_000 {
-		t.Fatalf("store down: got %d, want the last value, 600000", got)
+	if got := d.MaxIPPerMinute(ctx); got != top {
+		t.Fatalf("store down: got %d, want the last value, %d", got, top)
 	}
-	cold := newTestDirectory(s, &clock{}, DirectoryConfig{})
-	if got := cold.MaxIPPerMinute(ctx); got != DefaultIPPerMinute {
+	cold := newTestDirectory(db, &clock{}, tenant.DirectoryConfig{})
+	if got := cold.MaxIPPerMinute(ctx); got != tenant.DefaultIPPerMinute {
 		t.Fatalf("store down from the start: got %d, want DefaultIPPerMinute", got)
 	}
+	if n := db.store.planLoads.Load(); n != 3 {
+		t.Fatalf("%d plan loads, want 3: the failures must have asked the store", n)
+	}
+}
+
+// lastUsed returns the last use of each of the tenant's keys, as stored.
+func lastUsed(t *testing.T, db *db, tenantID string) map[string]time.Time {
+	t.Helper()
+	keys, err := db.direct.Keys(context.Background(), tenantID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]time.Time{}
+	for _, k := range keys {
+		if k.LastUsedAt != nil {
+			m[k.ID] = k.LastUsedAt.UTC()
+		}
+	}
+	return m
 }
 
 func TestRunWritesUsesInOneBatch(t *testing.T) {
 	t.Parallel()
-	s := newFake()
+	db := newDB(t)
 	clk := &clock{t: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}
-	d := newTestDirectory(s, clk, DirectoryConfig{FlushEvery: time.Hour})
+	d := newTestDirectory(db, clk, tenant.DirectoryConfig{FlushEvery: time.Hour})
 	var raws []string
 	want := map[string]time.Time{}
 	for range 3 {
-		raw, k := s.addKey(t, tenantID, false)
+		raw, k := db.addKey(t, db.acme.ID, false)
 		raws = append(raws, raw)
 		want[k.ID] = clk.Now().Add(100 * time.Millisecond) // the last of 100 uses
 	}
@@ -486,33 +579,69 @@ func TestRunWritesUsesInOneBatch(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.touches) != 1 {
-		t.Fatalf("300 uses of 3 keys: %d writes, want 1", len(s.touches))
+	writes := db.store.writes()
+	if len(writes) != 1 {
+		t.Fatalf("300 uses of 3 keys: %d writes, want 1", len(writes))
 	}
-	if !maps.Equal(s.touches[0], want) {
-		t.Fatalf("written %v, want %v", s.touches[0], want)
+	if !maps.Equal(writes[0], want) {
+		t.Fatalf("written %v, want %v", writes[0], want)
+	}
+	if got := lastUsed(t, db, db.acme.ID); !maps.Equal(got, want) {
+		t.Fatalf("stored last use %v, want %v", got, want)
 	}
 }
 
 func TestFailedFlushIsRetried(t *testing.T) {
 	t.Parallel()
-	s := newFake()
-	clk := &clock{t: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}
-	d := newTestDirectory(s, clk, DirectoryConfig{})
-	a, ka := s.addKey(t, tenantID, false)
-	b, kb := s.addKey(t, tenantID, false)
+	db := newDB(t)
+	t0 := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
+	clk := &clock{t: t0}
+	// Run's ticker is real time; FlushEvery short so the test need not wait.
+	d := newTestDirectory(db, clk, tenant.DirectoryConfig{FlushEvery: 5 * time.Millisecond})
+	a, ka := db.addKey(t, db.acme.ID, false)
+	b, kb := db.addKey(t, db.acme.ID, false)
 	ctx := context.Background()
-	d.Authenticate(ctx, a)
-	s.touchErr = errors.New("down")
-	d.flush(ctx, true)
-	s.touchErr = nil
+	for _, raw := range []string{a, b} {
+		if _, _, err := d.Authenticate(ctx, raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touched := make(chan error, 1)
+	db.store.mu.Lock()
+	db.store.touched = touched
+	db.store.mu.Unlock()
+	db.proxy.Cut()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	for err := range touched {
+		if err != nil {
+			break // a write failed
+		}
+		t.Fatal("a write succeeded with the link cut")
+	}
+	// b is used again, from memory, while the writes fail.
 	clk.Advance(time.Second)
-	d.Authenticate(ctx, b)
-	d.flush(ctx, true)
-	want := map[string]time.Time{ka.ID: clk.Now().Add(-time.Second), kb.ID: clk.Now()}
-	if len(s.touches) != 1 || !maps.Equal(s.touches[0], want) {
-		t.Fatalf("after a failed write: writes %v, want one of %v", s.touches, want)
+	if _, _, err := d.Authenticate(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	for err := range touched {
+		if err == nil {
+			break // a write succeeded
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	want := map[string]time.Time{ka.ID: t0, kb.ID: t0.Add(time.Second)}
+	if writes := db.store.writes(); len(writes) != 1 || !maps.Equal(writes[0], want) {
+		t.Fatalf("after failed writes: writes %v, want one of %v", writes, want)
+	}
+	if got := lastUsed(t, db, db.acme.ID); !maps.Equal(got, want) {
+		t.Fatalf("stored last use %v, want %v", got, want)
 	}
 }

@@ -1,0 +1,9 @@
+package policy
+
+// Cached is how many tenants' places c holds: the memory that MaxTenants
+// bounds, which no answer of the Catalog shows.
+func (c *Catalog) Cached() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}
