@@ -1,104 +1,243 @@
-package audit
+package audit_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
+	"net/url"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/pgtest"
 )
 
-var t0 = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+// The Recorder's tests below run over the real PostgreSQL store; where the
+// store must fail, the link to the database is cut for real, and where what
+// the Recorder sends matters, the real store is wrapped to count it.
 
-// fakeStore keeps what a Recorder writes and fails while failing is set.
-type fakeStore struct {
-	mu      sync.Mutex
-	failing bool
-	lost    bool // the next CountRefusals applies, then fails
-	applied map[string]bool
-	firsts  []FirstRefusal
-	counts  map[RefusalCount]int64 // Count zeroed in the key
-	checks  []AlertCheck
+// countingStore is the real store, counting what the Recorder sends it.
+type countingStore struct {
+	*pgstore.Audit
+
+	mu         sync.Mutex
+	firsts     int // first refusals sent
+	counts     int // hourly counts sent
+	checks     int // alert checks sent
+	raiseCalls int
 }
 
-func newFakeStore() *fakeStore {
-	return &fakeStore{counts: map[RefusalCount]int64{}, applied: map[string]bool{}}
+func (s *countingStore) RecordFirstRefusals(ctx context.Context, rs []audit.FirstRefusal) (int64, error) {
+	s.mu.Lock()
+	s.firsts += len(rs)
+	s.mu.Unlock()
+	return s.Audit.RecordFirstRefusals(ctx, rs)
 }
 
-var errDown = errors.New("database down")
+func (s *countingStore) CountRefusals(ctx context.Context, batchID string, cs []audit.RefusalCount) error {
+	s.mu.Lock()
+	s.counts += len(cs)
+	s.mu.Unlock()
+	return s.Audit.CountRefusals(ctx, batchID, cs)
+}
 
-func (s *fakeStore) RecordFirstRefusals(_ context.Context, rs []FirstRefusal) (int64, error) {
+func (s *countingStore) RaiseAlerts(ctx context.Context, cs []audit.AlertCheck) (int64, error) {
+	s.mu.Lock()
+	s.checks += len(cs)
+	s.raiseCalls++
+	s.mu.Unlock()
+	return s.Audit.RaiseAlerts(ctx, cs)
+}
+
+// sent returns the first refusals, counts and checks sent so far, and the
+// calls of RaiseAlerts.
+func (s *countingStore) sent() (firsts, counts, checks, raiseCalls int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.failing {
-		return 0, errDown
-	}
-	s.firsts = append(s.firsts, rs...)
-	return int64(len(rs)), nil
+	return s.firsts, s.counts, s.checks, s.raiseCalls
 }
 
-func (s *fakeStore) CountRefusals(_ context.Context, id string, cs []RefusalCount) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failing {
-		return errDown
-	}
-	if s.applied[id] {
-		return nil
-	}
-	s.applied[id] = true
-	for _, c := range cs {
-		n := c.Count
-		c.Count = 0
-		s.counts[c] += n
-	}
-	if s.lost {
-		// Applied, but the answer never came.
-		s.lost = false
-		return errDown
-	}
-	return nil
-}
-
-func (s *fakeStore) RaiseAlerts(_ context.Context, cs []AlertCheck) (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failing {
-		return 0, errDown
-	}
-	s.checks = append(s.checks, cs...)
-	return 0, nil
-}
-
-func (s *fakeStore) ListAlerts(context.Context, string, time.Time, int) ([]Alert, error) {
-	return nil, nil
-}
-
-func (s *fakeStore) PruneRefusals(context.Context, time.Time, time.Time, time.Time) error {
-	return nil
-}
-
-func (s *fakeStore) setFailing(f bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failing = f
-}
-
-func newTestRecorder(t *testing.T, st Store, cfg RecorderConfig) *Recorder {
+// newCountingRecorder returns a Recorder over the real store on pool,
+// counted, with the clock stopped at t0 unless cfg has one.
+func newCountingRecorder(t *testing.T, pool *pgxpool.Pool, cfg audit.RecorderConfig) (*audit.Recorder, *countingStore) {
 	t.Helper()
+	st := &countingStore{Audit: pgstore.NewAudit(pool)}
 	cfg.Store = st
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return t0 }
 	}
-	r, err := NewRecorder(cfg)
+	r, err := audit.NewRecorder(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r
+	return r, st
+}
+
+// newFaultyDB returns a pool on a migrated database of the test's own that
+// goes through a proxy the test can cut, the proxy, and a pool straight to
+// the database for reading the tables and arranging faults.
+func newFaultyDB(t *testing.T) (viaProxy *pgxpool.Pool, proxy *faultnet.Proxy, direct *pgxpool.Pool) {
+	t.Helper()
+	dsn := pgtest.New(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy = faultnet.New(t, u.Host)
+	u.Host = proxy.Addr()
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A connection the proxy cut is found dead when acquired, not by the
+	// statement a test makes after Restore.
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
+	viaProxy, err = pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(viaProxy.Close)
+	direct, err = pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(direct.Close)
+	return viaProxy, proxy, direct
+}
+
+// waitFor polls cond until it holds, failing the test after 5 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(5 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// flushLosingTheAnswer runs flush, over a pool behind proxy, so that the
+// statement applying a batch (the one inserting into applied_batches)
+// commits but its answer never comes back: a trigger makes the statement
+// wait on an advisory lock the test holds, the proxy is cut while it waits,
+// then the lock is released and the statement commits into a closed
+// connection. It returns flush's error once that commit is done; the proxy
+// stays cut.
+func flushLosingTheAnswer(t *testing.T, direct *pgxpool.Pool, proxy *faultnet.Proxy, flush func() error) error {
+	t.Helper()
+	ctx := context.Background()
+	const lock = 7_000_001
+	for _, sql := range []string{
+		`CREATE FUNCTION test_wait_for_lock() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM pg_advisory_xact_lock(7000001); RETURN NULL; END $$`,
+		`CREATE TRIGGER test_wait_for_lock AFTER INSERT ON applied_batches
+		 FOR EACH ROW EXECUTE FUNCTION test_wait_for_lock()`,
+	} {
+		if _, err := direct.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		if _, err := direct.Exec(ctx, "DROP TRIGGER test_wait_for_lock ON applied_batches; DROP FUNCTION test_wait_for_lock()"); err != nil {
+			t.Error(err)
+		}
+	}()
+	hold, err := direct.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Release()
+	if _, err := hold.Exec(ctx, "SELECT pg_advisory_lock($1)", lock); err != nil {
+		t.Fatal(err)
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- flush() }()
+	waitFor(t, "the batch's statement to wait on the lock", func() bool {
+		var waiting bool
+		err := direct.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+			WHERE locktype = 'advisory' AND objid = $1 AND NOT granted
+			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`, lock).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waiting
+	})
+	proxy.Cut()
+	if _, err := hold.Exec(ctx, "SELECT pg_advisory_unlock($1)", lock); err != nil {
+		t.Fatal(err)
+	}
+	flushErr := <-done
+	// The waiting statement was granted the lock on its release; taking it
+	// again waits for that statement's transaction to commit.
+	if _, err := hold.Exec(ctx, "SELECT pg_advisory_lock($1), pg_advisory_unlock($1)", lock); err != nil {
+		t.Fatal(err)
+	}
+	return flushErr
+}
+
+type hourRow struct {
+	tenant, policy, key string
+	hour                time.Time
+}
+
+// hours reads refusal_hours whole.
+func hours(t *testing.T, pool *pgxpool.Pool) map[hourRow]int64 {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT tenant_id::text, policy, subject_key, hour, refusals FROM refusal_hours")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[hourRow]int64{}
+	for rows.Next() {
+		var k hourRow
+		var n int64
+		if err := rows.Scan(&k.tenant, &k.policy, &k.key, &k.hour, &n); err != nil {
+			t.Fatal(err)
+		}
+		k.hour = k.hour.UTC()
+		out[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// alertsOf reads a tenant's alerts, latest first.
+func alertsOf(t *testing.T, pool *pgxpool.Pool, tenant string) []audit.Alert {
+	t.Helper()
+	as, err := pgstore.NewAudit(pool).ListAlerts(context.Background(), tenant, time.Time{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range as {
+		as[i].FirstAt, as[i].LastAt = as[i].FirstAt.UTC(), as[i].LastAt.UTC()
+	}
+	return as
+}
+
+// count returns the rows of a table.
+func count(t *testing.T, pool *pgxpool.Pool, table string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func policyRefusal(key string, resetAt time.Time, alertAfter int64) gate.Refusal {
@@ -129,7 +268,7 @@ func TestRefusalDetail(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := RefusalDetail(tt.ref, end)
+			got := audit.RefusalDetail(tt.ref, end)
 			if !maps.Equal(got, tt.want) {
 				t.Errorf("RefusalDetail = %v, want %v", got, tt.want)
 			}
@@ -137,166 +276,209 @@ func TestRefusalDetail(t *testing.T) {
 	}
 }
 
-func TestObserveQueuesFirstRefusalOfAWindowOnce(t *testing.T) {
+func TestRecorderQueuesFirstRefusalOfAWindowOnce(t *testing.T) {
 	t.Parallel()
-	st := newFakeStore()
-	r := newTestRecorder(t, st, RecorderConfig{})
+	pool := newDB(t)
+	tenant, other := newTenant(t, pool), newTenant(t, pool)
+	r, st := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
 	end1, end2 := t0.Add(time.Minute), t0.Add(2*time.Minute)
 	for range 1000 {
-		r.Observe(ctx, gate.Event{At: t0, TenantID: "t", Outcome: gate.LayerPolicy, Refusals: []gate.Refusal{policyRefusal("k", end1, 0)}})
+		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Outcome: gate.LayerPolicy, Refusals: []gate.Refusal{policyRefusal("k", end1, 0)}})
 	}
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Still the same window after a flush; then a new window; then the same
 	// key for another tenant.
-	r.Observe(ctx, gate.Event{At: t0, TenantID: "t", Refusals: []gate.Refusal{policyRefusal("k", end1, 0)}})
-	r.Observe(ctx, gate.Event{At: t0.Add(time.Minute), TenantID: "t", Refusals: []gate.Refusal{policyRefusal("k", end2, 0)}})
-	r.Observe(ctx, gate.Event{At: t0.Add(time.Minute), TenantID: "u", Refusals: []gate.Refusal{policyRefusal("k", end2, 0)}})
+	r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k", end1, 0)}})
+	r.Observe(ctx, gate.Event{At: t0.Add(time.Minute), TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k", end2, 0)}})
+	r.Observe(ctx, gate.Event{At: t0.Add(time.Minute), TenantID: other, Refusals: []gate.Refusal{policyRefusal("k", end2, 0)}})
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	type got struct {
-		tenant, key string
-		end         time.Time
+	// The Recorder sent each window once: the database did not have to
+	// turn away the rest.
+	firsts, counts, checks, _ := st.sent()
+	if firsts != 3 {
+		t.Errorf("first refusals sent = %d, want 3", firsts)
 	}
-	var gots []got
-	for _, f := range st.firsts {
-		gots = append(gots, got{f.TenantID, f.Key, f.WindowEnd})
+	windows := func(tenant string) []string {
+		var out []string
+		for _, e := range refusalEntries(t, pool, tenant) {
+			out = append(out, fmt.Sprint(e.Detail["key"], "@", e.Detail["window_end"]))
+		}
+		return out
 	}
-	want := []got{{"t", "k", end1}, {"t", "k", end2}, {"u", "k", end2}}
-	if fmt.Sprint(gots) != fmt.Sprint(want) {
-		t.Errorf("first refusals = %v, want %v", gots, want)
+	if got, want := windows(tenant), []string{"k@2026-11-15T12:02:00Z", "k@2026-11-15T12:01:00Z"}; !slices.Equal(got, want) {
+		t.Errorf("tenant's refusal entries = %v, want %v", got, want)
 	}
-	if len(st.counts) != 0 || len(st.checks) != 0 {
-		t.Errorf("alert_after 0 counted refusals: %v, %v", st.counts, st.checks)
+	if got, want := windows(other), []string{"k@2026-11-15T12:02:00Z"}; !slices.Equal(got, want) {
+		t.Errorf("other tenant's refusal entries = %v, want %v", got, want)
+	}
+	if counts != 0 || checks != 0 || count(t, pool, "refusal_hours") != 0 || count(t, pool, "alerts") != 0 {
+		t.Errorf("alert_after 0 counted refusals: %d counts and %d checks sent, %v stored", counts, checks, hours(t, pool))
 	}
 }
 
-func TestObserveIgnoresEventsWithoutTenantOrRefusals(t *testing.T) {
+func TestRecorderObserveIgnoresEventsWithoutTenantOrRefusals(t *testing.T) {
 	t.Parallel()
-	st := newFakeStore()
-	r := newTestRecorder(t, st, RecorderConfig{})
+	pool := newDB(t)
+	tenant := newTenant(t, pool)
+	r, _ := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	r.Observe(context.Background(), gate.Event{At: t0, Outcome: gate.LayerIP, Refusals: []gate.Refusal{{Layer: gate.LayerIP, Key: "ip", ResetAt: t0}}})
-	r.Observe(context.Background(), gate.Event{At: t0, TenantID: "t", Outcome: gate.OutcomeAllowed})
+	r.Observe(context.Background(), gate.Event{At: t0, TenantID: tenant, Outcome: gate.OutcomeAllowed})
 	if f, c, k, s := r.Pending(); f+c+k+s != 0 {
 		t.Errorf("Pending() = %d, %d, %d, %d; want zeros", f, c, k, s)
 	}
 }
 
-func TestObserveCountsOnlyPolicyRefusalsWithAlertAfter(t *testing.T) {
+func TestRecorderCountsOnlyPolicyRefusalsWithAlertAfter(t *testing.T) {
 	t.Parallel()
+	// An alert_after of 3 and three refusals: a check sent raises an alert
+	// that shows what it held.
 	tests := []struct {
 		name   string
 		ref    gate.Refusal
 		counts bool
 	}{
-		{"policy with alert_after", policyRefusal("k", t0.Add(time.Minute), 5), true},
-		{"shadow policy with alert_after", func() gate.Refusal { f := policyRefusal("k", t0.Add(time.Minute), 5); f.Shadow = true; return f }(), true},
+		{"policy with alert_after", policyRefusal("k", t0.Add(time.Minute), 3), true},
+		{"shadow policy with alert_after", func() gate.Refusal { f := policyRefusal("k", t0.Add(time.Minute), 3); f.Shadow = true; return f }(), true},
 		{"policy without alert_after", policyRefusal("k", t0.Add(time.Minute), 0), false},
-		{"quota", gate.Refusal{Layer: gate.LayerQuota, Scope: "minute", Key: "q", ResetAt: t0.Add(time.Minute), AlertAfter: 5}, false},
-		{"global policy without key", func() gate.Refusal { f := policyRefusal("", t0.Add(time.Minute), 5); return f }(), false},
+		{"quota", gate.Refusal{Layer: gate.LayerQuota, Scope: "minute", Key: "q", ResetAt: t0.Add(time.Minute), AlertAfter: 3}, false},
+		{"global policy without key", policyRefusal("", t0.Add(time.Minute), 3), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			st := newFakeStore()
-			r := newTestRecorder(t, st, RecorderConfig{})
+			pool := newDB(t)
+			tenant := newTenant(t, pool)
+			r, st := newCountingRecorder(t, pool, audit.RecorderConfig{})
 			ctx := context.Background()
 			for i := range 3 {
-				r.Observe(ctx, gate.Event{At: t0.Add(time.Duration(i) * time.Second), TenantID: "t", Refusals: []gate.Refusal{tt.ref}})
+				r.Observe(ctx, gate.Event{At: t0.Add(time.Duration(i) * time.Second), TenantID: tenant, Refusals: []gate.Refusal{tt.ref}})
 			}
 			if err := r.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
+			_, counts, checks, _ := st.sent()
 			if !tt.counts {
-				if len(st.counts) != 0 || len(st.checks) != 0 {
-					t.Errorf("counted: %v, %v", st.counts, st.checks)
+				if counts != 0 || checks != 0 || count(t, pool, "refusal_hours") != 0 || count(t, pool, "alerts") != 0 {
+					t.Errorf("counted: %d counts and %d checks sent, %v stored", counts, checks, hours(t, pool))
 				}
 				return
 			}
-			wantCount := RefusalCount{TenantID: "t", Policy: "sign-in", Key: tt.ref.Key, Hour: t0}
-			if got := st.counts[wantCount]; got != 3 || len(st.counts) != 1 {
-				t.Errorf("counts = %v, want 3 of %+v", st.counts, wantCount)
+			wantHours := map[hourRow]int64{{tenant, "sign-in", tt.ref.Key, t0}: 3}
+			if got := hours(t, pool); !maps.Equal(got, wantHours) {
+				t.Errorf("refusal_hours = %v, want %v", got, wantHours)
 			}
-			wantCheck := AlertCheck{TenantID: "t", Policy: "sign-in", Key: tt.ref.Key, AlertAfter: 5, At: t0.Add(2 * time.Second), Shadow: tt.ref.Shadow}
-			if len(st.checks) != 1 || st.checks[0] != wantCheck {
-				t.Errorf("checks = %+v, want [%+v]", st.checks, wantCheck)
+			// The check is the latest refusal's.
+			wantAlert := audit.Alert{Policy: "sign-in", SubjectKey: tt.ref.Key, Count: 3, AlertAfter: 3,
+				FirstAt: t0.Add(2 * time.Second), LastAt: t0.Add(2 * time.Second), Shadow: tt.ref.Shadow}
+			if got := alertsOf(t, pool, tenant); len(got) != 1 || got[0] != wantAlert {
+				t.Errorf("alerts = %+v, want [%+v]", got, wantAlert)
+			}
+			if checks != 1 {
+				t.Errorf("checks sent = %d, want 1", checks)
 			}
 		})
 	}
 }
 
-func TestFailedFlushKeepsEverything(t *testing.T) {
+func TestRecorderFailedFlushKeepsEverything(t *testing.T) {
 	t.Parallel()
-	st := newFakeStore()
-	r := newTestRecorder(t, st, RecorderConfig{})
+	pool, proxy, direct := newFaultyDB(t)
+	tenant := newTenant(t, direct)
+	r, _ := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
 	for i := range 4 {
-		r.Observe(ctx, gate.Event{At: t0, TenantID: "t", Refusals: []gate.Refusal{policyRefusal(fmt.Sprint("k", i%2), t0.Add(time.Minute), 3)}})
+		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal(fmt.Sprint("k", i%2), t0.Add(time.Minute), 2)}})
 	}
-	st.setFailing(true)
-	if err := r.Flush(ctx); !errors.Is(err, errDown) {
-		t.Fatalf("Flush with the store down = %v, want %v", err, errDown)
+	proxy.Cut()
+	if err := r.Flush(ctx); err == nil {
+		t.Fatal("Flush with the database cut off: got nil error")
 	}
-	r.Observe(ctx, gate.Event{At: t0.Add(time.Second), TenantID: "t", Refusals: []gate.Refusal{policyRefusal("k0", t0.Add(time.Minute), 3)}})
-	st.setFailing(false)
+	r.Observe(ctx, gate.Event{At: t0.Add(time.Second), TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k0", t0.Add(time.Minute), 2)}})
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if len(st.firsts) != 2 {
-		t.Errorf("first refusals = %+v, want k0 and k1", st.firsts)
+	var keys []string
+	for _, e := range refusalEntries(t, direct, tenant) {
+		keys = append(keys, fmt.Sprint(e.Detail["key"]))
 	}
-	c0 := RefusalCount{TenantID: "t", Policy: "sign-in", Key: "k0", Hour: t0}
-	c1 := RefusalCount{TenantID: "t", Policy: "sign-in", Key: "k1", Hour: t0}
-	if st.counts[c0] != 3 || st.counts[c1] != 2 {
-		t.Errorf("counts = %v, want k0: 3, k1: 2", st.counts)
+	if slices.Sort(keys); !slices.Equal(keys, []string{"k0", "k1"}) {
+		t.Errorf("refusal entries of keys %v, want k0 and k1", keys)
 	}
-	if len(st.checks) != 2 || !st.checks[0].At.Equal(t0.Add(time.Second)) {
-		t.Errorf("checks = %+v, want k0 at its latest refusal, then k1", st.checks)
+	wantHours := map[hourRow]int64{{tenant, "sign-in", "k0", t0}: 3, {tenant, "sign-in", "k1", t0}: 2}
+	if got := hours(t, direct); !maps.Equal(got, wantHours) {
+		t.Errorf("refusal_hours = %v, want %v", got, wantHours)
+	}
+	// k0's check is at its latest refusal.
+	wantAlerts := []audit.Alert{
+		{Policy: "sign-in", SubjectKey: "k0", Count: 3, AlertAfter: 2, FirstAt: t0.Add(time.Second), LastAt: t0.Add(time.Second)},
+		{Policy: "sign-in", SubjectKey: "k1", Count: 2, AlertAfter: 2, FirstAt: t0, LastAt: t0},
+	}
+	if got := alertsOf(t, direct, tenant); !slices.Equal(got, wantAlerts) {
+		t.Errorf("alerts = %+v, want %+v", got, wantAlerts)
 	}
 }
 
-func TestCountsLostAfterCommitCountOnce(t *testing.T) {
+func TestRecorderCountsLostAfterCommitCountOnce(t *testing.T) {
 	t.Parallel()
-	st := newFakeStore()
-	r := newTestRecorder(t, st, RecorderConfig{})
+	pool, proxy, direct := newFaultyDB(t)
+	tenant := newTenant(t, direct)
+	r, st := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
 	for range 3 {
-		r.Observe(ctx, gate.Event{At: t0, TenantID: "t", Refusals: []gate.Refusal{policyRefusal("k", t0.Add(time.Minute), 3)}})
+		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k", t0.Add(time.Minute), 3)}})
 	}
-	st.mu.Lock()
-	st.lost = true
-	st.mu.Unlock()
-	if err := r.Flush(ctx); !errors.Is(err, errDown) {
-		t.Fatalf("Flush with the answer lost = %v, want %v", err, errDown)
+	if err := flushLosingTheAnswer(t, direct, proxy, func() error { return r.Flush(ctx) }); err == nil {
+		t.Fatal("Flush with the answer lost: got nil error")
 	}
-	if len(st.checks) != 0 {
-		t.Errorf("alerts checked before the counts were known to be written: %+v", st.checks)
+	if _, _, _, calls := st.sent(); calls != 0 {
+		t.Errorf("RaiseAlerts called %d times before the counts were known to be written, want 0", calls)
 	}
-	r.Observe(ctx, gate.Event{At: t0, TenantID: "t", Refusals: []gate.Refusal{policyRefusal("k", t0.Add(time.Minute), 3)}})
+	want := map[hourRow]int64{{tenant, "sign-in", "k", t0}: 3}
+	if got := hours(t, direct); !maps.Equal(got, want) {
+		t.Fatalf("refusal_hours after the lost answer = %v, want %v", got, want)
+	}
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k", t0.Add(time.Minute), 3)}})
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c := RefusalCount{TenantID: "t", Policy: "sign-in", Key: "k", Hour: t0}
-	if got := st.counts[c]; got != 4 {
-		t.Errorf("counted %d refusals, want 4", got)
+	want = map[hourRow]int64{{tenant, "sign-in", "k", t0}: 4}
+	if got := hours(t, direct); !maps.Equal(got, want) {
+		t.Errorf("refusal_hours = %v, want %v", got, want)
 	}
-	if len(st.checks) != 1 {
-		t.Errorf("checks = %+v, want one", st.checks)
+	if _, _, checks, _ := st.sent(); checks != 1 {
+		t.Errorf("checks sent = %d, want one", checks)
+	}
+	wantAlert := audit.Alert{Policy: "sign-in", SubjectKey: "k", Count: 4, AlertAfter: 3, FirstAt: t0, LastAt: t0}
+	if got := alertsOf(t, direct, tenant); len(got) != 1 || got[0] != wantAlert {
+		t.Errorf("alerts = %+v, want [%+v]", got, wantAlert)
 	}
 }
 
-func TestSeenMapStaysBounded(t *testing.T) {
+func TestRecorderSeenMapStaysBounded(t *testing.T) {
 	t.Parallel()
-	st := newFakeStore()
+	pool := newDB(t)
+	tenant := newTenant(t, pool)
 	const maxSeen = 100
-	now := t0
-	r := newTestRecorder(t, st, RecorderConfig{MaxSeen: maxSeen, Now: func() time.Time { return now }})
+	var now atomic.Int64 // Unix nanoseconds; Run reads it on its goroutine
+	now.Store(t0.UnixNano())
+	r, _ := newCountingRecorder(t, pool, audit.RecorderConfig{
+		MaxSeen: maxSeen, FlushEvery: time.Millisecond,
+		Now: func() time.Time { return time.Unix(0, now.Load()).UTC() },
+	})
 	ctx := context.Background()
 	for i := range 10_000 {
-		r.Observe(ctx, gate.Event{At: t0, TenantID: "t", Refusals: []gate.Refusal{policyRefusal(fmt.Sprint("k", i), t0.Add(time.Minute), 0)}})
+		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal(fmt.Sprint("k", i), t0.Add(time.Minute), 0)}})
 		if _, _, _, seen := r.Pending(); seen > maxSeen {
 			t.Fatalf("seen = %d after %d keys, want at most %d", seen, i+1, maxSeen)
 		}
@@ -310,30 +492,40 @@ func TestSeenMapStaysBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Forgetting windows never loses a first refusal: every key is written.
-	if len(st.firsts) != 10_000 {
-		t.Errorf("first refusals = %d, want 10000", len(st.firsts))
+	var entries int
+	err := pool.QueryRow(ctx, "SELECT count(*) FROM audit WHERE tenant_id = $1 AND kind = $2", tenant, audit.KindRefusal).Scan(&entries)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Once their windows end, a sweep forgets them.
-	now = t0.Add(time.Minute)
-	r.mu.Lock()
-	r.sweepLocked(now)
-	r.mu.Unlock()
-	if _, _, _, seen := r.Pending(); seen != 0 {
-		t.Errorf("seen = %d after the windows ended, want 0", seen)
+	if entries != 10_000 {
+		t.Errorf("refusal entries = %d, want 10000", entries)
+	}
+	// Once their windows end, Run's sweep forgets them.
+	now.Store(t0.Add(time.Minute).UnixNano())
+	stop := run(r)
+	waitFor(t, "the ended windows to be forgotten", func() bool {
+		_, _, _, seen := r.Pending()
+		return seen == 0
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }
 
-func TestPendingStaysBoundedWhileTheStoreIsDown(t *testing.T) {
+func TestRecorderPendingStaysBoundedWhileTheStoreIsDown(t *testing.T) {
 	t.Parallel()
-	st := newFakeStore()
-	st.setFailing(true)
+	pool, proxy, direct := newFaultyDB(t)
+	tenant := newTenant(t, direct)
 	const maxPending = 50
-	r := newTestRecorder(t, st, RecorderConfig{MaxPending: maxPending})
+	r, _ := newCountingRecorder(t, pool, audit.RecorderConfig{MaxPending: maxPending})
 	ctx := context.Background()
+	proxy.Cut()
 	for i := range 2000 {
-		r.Observe(ctx, gate.Event{At: t0, TenantID: "t", Refusals: []gate.Refusal{policyRefusal(fmt.Sprint("k", i), t0.Add(time.Minute), 3)}})
+		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal(fmt.Sprint("k", i), t0.Add(time.Minute), 3)}})
 		if i%100 == 0 {
-			_ = r.Flush(ctx)
+			if err := r.Flush(ctx); err == nil {
+				t.Fatalf("Flush after %d keys with the database cut off: got nil error", i+1)
+			}
 		}
 		// Counts may hold a failed batch besides: up to twice the bound.
 		if f, c, k, _ := r.Pending(); f > maxPending || c > 2*maxPending || k > maxPending {
@@ -342,11 +534,13 @@ func TestPendingStaysBoundedWhileTheStoreIsDown(t *testing.T) {
 	}
 	// A key dropped for want of room is not remembered as seen: its next
 	// refusal, once there is room, is queued.
-	st.setFailing(false)
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r.Observe(ctx, gate.Event{At: t0, TenantID: "t", Refusals: []gate.Refusal{policyRefusal("k1999", t0.Add(time.Minute), 3)}})
+	r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k1999", t0.Add(time.Minute), 3)}})
 	if f, _, _, _ := r.Pending(); f != 1 {
 		t.Errorf("pending first refusals = %d, want 1", f)
 	}
@@ -354,7 +548,7 @@ func TestPendingStaysBoundedWhileTheStoreIsDown(t *testing.T) {
 
 func TestNewRecorderNeedsStore(t *testing.T) {
 	t.Parallel()
-	if _, err := NewRecorder(RecorderConfig{}); err == nil {
+	if _, err := audit.NewRecorder(audit.RecorderConfig{}); err == nil {
 		t.Error("NewRecorder without a store: got nil error")
 	}
 }
