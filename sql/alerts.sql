@@ -78,3 +78,17 @@ USING (
 ) AS old
 WHERE h.tenant_id = old.tenant_id AND h.policy = old.policy
   AND h.subject_key = old.subject_key AND h.hour = old.hour;
+
+-- name: PruneAlerts :execrows
+-- PruneAlerts deletes up to max_rows alerts whose latest refusal counted is
+-- before before. No index leads with last_at, so the rows are not ordered:
+-- the scan stops at the first max_rows it finds.
+DELETE FROM alerts AS a
+USING (
+    SELECT tenant_id, policy, subject_key, day FROM alerts
+    WHERE alerts.last_at < @before
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+) AS old
+WHERE a.tenant_id = old.tenant_id AND a.policy = old.policy
+  AND a.subject_key = old.subject_key AND a.day = old.day;

@@ -129,3 +129,16 @@ FROM billing_usage_reports
 WHERE tenant_id = @tenant_id
 ORDER BY hour DESC
 LIMIT @max_rows;
+
+-- name: PruneStripeEvents :execrows
+-- PruneStripeEvents deletes up to max_rows events received before before,
+-- except those still held for an operator: an unknown_customer event is
+-- applied, and its outcome changed, only when its customer gets linked.
+DELETE FROM stripe_events
+WHERE id IN (
+    SELECT e.id FROM stripe_events AS e
+    WHERE e.received_at < @before AND e.outcome <> 'unknown_customer'
+    ORDER BY e.received_at
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+);

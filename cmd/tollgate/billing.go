@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -15,8 +18,10 @@ import (
 // billingWiring builds billing with Stripe from the configuration: the
 // service (always: events and links answer 503 by themselves when Stripe is
 // not configured), the webhook verifier (nil without STRIPE_WEBHOOK_SECRET)
-// and the usage reporter (nil without STRIPE_API_KEY).
-func billingWiring(cfg Config, pool *pgxpool.Pool, dir *tenant.Directory, log *slog.Logger) (*billing.Service, httpapi.WebhookVerifier, *billing.Reporter) {
+// and the background loops (always: the usage reporter without
+// STRIPE_API_KEY is left out, the prune of old Stripe events never is, since
+// the table may hold events from a time the webhook was configured).
+func billingWiring(cfg Config, pool *pgxpool.Pool, dir *tenant.Directory, log *slog.Logger) (*billing.Service, httpapi.WebhookVerifier, *billingLoops) {
 	store := pgstore.NewBilling(pool)
 	var verifier httpapi.WebhookVerifier
 	if len(cfg.StripeWebhookSecrets) > 0 {
@@ -36,5 +41,29 @@ func billingWiring(cfg Config, pool *pgxpool.Pool, dir *tenant.Directory, log *s
 	svc := billing.NewService(billing.Config{
 		Store: store, Tenants: dir, Payments: payments, PublicURL: cfg.PublicURL, Logger: log,
 	})
-	return svc, verifier, reporter
+	loops := &billingLoops{
+		reporter: reporter,
+		pruner:   billing.NewPruner(billing.PrunerConfig{Events: store, Logger: log}),
+	}
+	return svc, verifier, loops
+}
+
+// billingLoops are billing's background loops: the hourly prune of old
+// Stripe events and, when STRIPE_API_KEY is set, the usage reporter.
+type billingLoops struct {
+	reporter *billing.Reporter // nil without STRIPE_API_KEY
+	pruner   *billing.Pruner
+}
+
+// Run runs the loops until ctx is cancelled, returns when all have, and
+// returns their errors joined.
+func (l *billingLoops) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	var reportErr, pruneErr error
+	if l.reporter != nil {
+		wg.Go(func() { reportErr = l.reporter.Run(ctx) })
+	}
+	wg.Go(func() { pruneErr = l.pruner.Run(ctx) })
+	wg.Wait()
+	return errors.Join(reportErr, pruneErr)
 }

@@ -23,6 +23,9 @@ const (
 	DefaultMaxSeen      = 100_000
 	DefaultMaxPending   = 100_000
 	DefaultPruneEvery   = 10 * time.Minute
+	// DefaultAlertRetention is how long an alert is kept after its latest
+	// refusal.
+	DefaultAlertRetention = 90 * 24 * time.Hour
 	// DefaultAlertLimit is the number of alerts Alerts returns for a limit
 	// of zero.
 	DefaultAlertLimit = 100
@@ -124,6 +127,9 @@ type Store interface {
 	// the hourly counts of hours before hoursBefore, and the ids of batches
 	// applied before batchesBefore.
 	PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, batchesBefore time.Time) error
+	// PruneAlerts deletes the alerts whose LastAt is before before and
+	// returns how many it deleted.
+	PruneAlerts(ctx context.Context, before time.Time) (int64, error)
 }
 
 // RecorderConfig configures a Recorder.
@@ -145,9 +151,12 @@ type RecorderConfig struct {
 	// hourly counts, alert checks); beyond it new ones are dropped and
 	// logged. Zero means DefaultMaxPending.
 	MaxPending int
-	// PruneEvery is how often Run deletes expired windows and counts from
-	// the Store; zero means DefaultPruneEvery, negative never.
+	// PruneEvery is how often Run deletes expired windows, counts and
+	// alerts from the Store; zero means DefaultPruneEvery, negative never.
 	PruneEvery time.Duration
+	// AlertRetention is how long Prune keeps an alert after its LastAt;
+	// zero means DefaultAlertRetention.
+	AlertRetention time.Duration
 	// Now is the clock for events without At and for expiry; nil means
 	// time.Now.
 	Now func() time.Time
@@ -191,6 +200,7 @@ type Recorder struct {
 	maxSeen    int
 	maxPending int
 	pruneEvery time.Duration
+	alertKeep  time.Duration
 	now        func() time.Time
 
 	// flushMu keeps flushes one at a time, so that a failed batch is put
@@ -224,6 +234,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		maxSeen:    cmp.Or(cfg.MaxSeen, DefaultMaxSeen),
 		maxPending: cmp.Or(cfg.MaxPending, DefaultMaxPending),
 		pruneEvery: cmp.Or(cfg.PruneEvery, DefaultPruneEvery),
+		alertKeep:  cmp.Or(cfg.AlertRetention, DefaultAlertRetention),
 		now:        cfg.Now,
 		seen:       map[windowKey]time.Time{},
 		firsts:     map[windowKey]pendingFirst{},
@@ -236,7 +247,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	if r.every < 0 || r.timeout < 0 || r.maxSeen < 0 || r.maxPending < 0 {
+	if r.every < 0 || r.timeout < 0 || r.maxSeen < 0 || r.maxPending < 0 || r.alertKeep < 0 {
 		return nil, errors.New("audit recorder: negative period or bound")
 	}
 	return r, nil
@@ -375,11 +386,15 @@ func (r *Recorder) Run(ctx context.Context) error {
 }
 
 // Prune deletes from the Store the windows that ended over an hour ago, the
-// hourly counts older than two days and the batch ids older than a day.
+// hourly counts older than two days, the batch ids older than a day and the
+// alerts whose LastAt is older than AlertRetention.
 func (r *Recorder) Prune(ctx context.Context) error {
 	now := r.now()
 	if err := r.store.PruneRefusals(ctx, now.Add(-windowGrace), now.Add(-hourRetention), now.Add(-batchRetention)); err != nil {
 		return fmt.Errorf("prune refusals: %w", err)
+	}
+	if _, err := r.store.PruneAlerts(ctx, now.Add(-r.alertKeep)); err != nil {
+		return fmt.Errorf("prune alerts: %w", err)
 	}
 	return nil
 }

@@ -405,3 +405,58 @@ func TestCountRefusalsAppliesABatchOnce(t *testing.T) {
 		t.Errorf("refusals = %d, want 3", n)
 	}
 }
+
+func TestPruneDeletesOldAlerts(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	tenant := newTenant(t, pool)
+	ctx := context.Background()
+	// One alert per age, in days before t0, as RaiseAlerts would have left it.
+	for _, days := range []int{200, 91, 89, 0} {
+		last := t0.Add(-time.Duration(days) * 24 * time.Hour)
+		_, err := pool.Exec(ctx, `INSERT INTO alerts (tenant_id, policy, subject_key, day, first_at, last_at, count, alert_after, shadow)
+			VALUES ($1, 'p', $2, $3::timestamptz::date, $3, $3, 5, 5, false)`, tenant, fmt.Sprint("k", days), last)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	subjects := func() []string {
+		t.Helper()
+		rows, err := pool.Query(ctx, "SELECT subject_key FROM alerts ORDER BY last_at")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, k)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	tests := []struct {
+		name      string
+		retention time.Duration
+		want      []string
+	}{
+		// Alerts whose latest refusal is over 90 days old go.
+		{name: "default retention", want: []string{"k89", "k0"}},
+		{name: "one day", retention: 24 * time.Hour, want: []string{"k0"}},
+	}
+	// The steps share one database and run in order: each prunes what the
+	// previous left.
+	for _, tt := range tests {
+		r := newRecorder(t, pool, audit.RecorderConfig{Now: func() time.Time { return t0 }, AlertRetention: tt.retention})
+		if err := r.Prune(ctx); err != nil {
+			t.Fatalf("%s: Prune: %v", tt.name, err)
+		}
+		if got := subjects(); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("%s: alerts after Prune = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -108,3 +108,21 @@ func (s *Audit) ListAlerts(ctx context.Context, tenantID string, since time.Time
 	}
 	return out, nil
 }
+
+// PruneAlerts implements audit.Store, a batch of rows per statement so that
+// no statement holds many locks.
+func (s *Audit) PruneAlerts(ctx context.Context, before time.Time) (int64, error) {
+	var total int64
+	for {
+		n, err := s.q.PruneAlerts(ctx, sqlcgen.PruneAlertsParams{
+			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneBatch,
+		})
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("alerts: %w", auditErr(err))
+		}
+		if n < pruneBatch {
+			return total, nil
+		}
+	}
+}

@@ -21,8 +21,8 @@ import (
 
 // Billing keeps the Stripe events received (stripe_events), applies them to
 // tenants (and billing_accounts), and hands out the hours of metered usage to
-// report (billing_usage_reports): the billing.Store and
-// billing.UsageCursors. It is safe for concurrent use, and any number of
+// report (billing_usage_reports): the billing.Store, billing.UsageCursors
+// and billing.EventPruner. It is safe for concurrent use, and any number of
 // instances may share its database.
 type Billing struct {
 	pool *pgxpool.Pool
@@ -32,6 +32,7 @@ type Billing struct {
 var (
 	_ billing.Store        = (*Billing)(nil)
 	_ billing.UsageCursors = (*Billing)(nil)
+	_ billing.EventPruner  = (*Billing)(nil)
 )
 
 // NewBilling returns the billing store on pool, a database migrated to at
@@ -159,6 +160,23 @@ func (s *Billing) Events(ctx context.Context, f billing.EventFilter) ([]billing.
 		}
 	}
 	return out, nil
+}
+
+// PruneEvents implements billing.EventPruner, a batch of rows per statement
+// so that no statement holds many locks. Events held for their customer
+// (unknown_customer) are kept, however old.
+func (s *Billing) PruneEvents(ctx context.Context, before time.Time) (int64, error) {
+	var total int64
+	for {
+		n, err := s.q.PruneStripeEvents(ctx, sqlcgen.PruneStripeEventsParams{Before: ts(before), MaxRows: pruneBatch})
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("prune events: %w", billingErr(err))
+		}
+		if n < pruneBatch {
+			return total, nil
+		}
+	}
 }
 
 // ReportNextHour implements billing.UsageCursors: the claim is a lock on the

@@ -114,6 +114,34 @@ func (q *Queries) ListAlerts(ctx context.Context, arg ListAlertsParams) ([]ListA
 	return items, nil
 }
 
+const pruneAlerts = `-- name: PruneAlerts :execrows
+DELETE FROM alerts AS a
+USING (
+    SELECT tenant_id, policy, subject_key, day FROM alerts
+    WHERE alerts.last_at < $1
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+) AS old
+WHERE a.tenant_id = old.tenant_id AND a.policy = old.policy
+  AND a.subject_key = old.subject_key AND a.day = old.day
+`
+
+type PruneAlertsParams struct {
+	Before  pgtype.Timestamptz
+	MaxRows int32
+}
+
+// PruneAlerts deletes up to max_rows alerts whose latest refusal counted is
+// before before. No index leads with last_at, so the rows are not ordered:
+// the scan stops at the first max_rows it finds.
+func (q *Queries) PruneAlerts(ctx context.Context, arg PruneAlertsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, pruneAlerts, arg.Before, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const pruneRefusalHours = `-- name: PruneRefusalHours :execrows
 DELETE FROM refusal_hours AS h
 USING (

@@ -461,6 +461,33 @@ func (q *Queries) PlanPrices(ctx context.Context) ([]PlanPricesRow, error) {
 	return items, nil
 }
 
+const pruneStripeEvents = `-- name: PruneStripeEvents :execrows
+DELETE FROM stripe_events
+WHERE id IN (
+    SELECT e.id FROM stripe_events AS e
+    WHERE e.received_at < $1 AND e.outcome <> 'unknown_customer'
+    ORDER BY e.received_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+type PruneStripeEventsParams struct {
+	Before  pgtype.Timestamptz
+	MaxRows int32
+}
+
+// PruneStripeEvents deletes up to max_rows events received before before,
+// except those still held for an operator: an unknown_customer event is
+// applied, and its outcome changed, only when its customer gets linked.
+func (q *Queries) PruneStripeEvents(ctx context.Context, arg PruneStripeEventsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, pruneStripeEvents, arg.Before, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const saveBillingAccount = `-- name: SaveBillingAccount :execrows
 UPDATE tenants
 SET plan = $1,
