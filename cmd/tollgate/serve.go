@@ -114,9 +114,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 
 	// Billing with Stripe: webhooks, Checkout and portal links, and the
 	// hourly usage reports (one instance at a time reports each hour).
-	bill, stripeWebhooks, usageReporter := billingWiring(cfg, pool, dir, log)
-	if usageReporter != nil {
-		running.Go(func() { logRun(log, "usage reporting to Stripe", usageReporter.Run(bg)) })
+	bill, stripeWebhooks, billingLoops := billingWiring(cfg, pool, dir, log)
+	if billingLoops != nil {
+		running.Go(func() { logRun(log, "billing loops (usage reporting, event retention)", billingLoops.Run(bg)) })
 	}
 
 	// Dashboard (/admin): sign-in counted in the same counter store as the
