@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/url"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -79,113 +77,6 @@ func newCountingRecorder(t *testing.T, pool *pgxpool.Pool, cfg audit.RecorderCon
 		t.Fatal(err)
 	}
 	return r, st
-}
-
-// newFaultyDB returns a pool on a migrated database of the test's own that
-// goes through a proxy the test can cut, the proxy, and a pool straight to
-// the database for reading the tables and arranging faults.
-func newFaultyDB(t *testing.T) (viaProxy *pgxpool.Pool, proxy *faultnet.Proxy, direct *pgxpool.Pool) {
-	t.Helper()
-	dsn := pgtest.New(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy = faultnet.New(t, u.Host)
-	u.Host = proxy.Addr()
-	cfg, err := pgxpool.ParseConfig(u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A connection the proxy cut is found dead when acquired, not by the
-	// statement a test makes after Restore.
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
-	viaProxy, err = pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(viaProxy.Close)
-	direct, err = pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(direct.Close)
-	return viaProxy, proxy, direct
-}
-
-// waitFor polls cond until it holds, failing the test after 5 seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(5 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
-// flushLosingTheAnswer runs flush, over a pool behind proxy, so that the
-// statement applying a batch (the one inserting into applied_batches)
-// commits but its answer never comes back: a trigger makes the statement
-// wait on an advisory lock the test holds, the proxy is cut while it waits,
-// then the lock is released and the statement commits into a closed
-// connection. It returns flush's error once that commit is done; the proxy
-// stays cut.
-func flushLosingTheAnswer(t *testing.T, direct *pgxpool.Pool, proxy *faultnet.Proxy, flush func() error) error {
-	t.Helper()
-	ctx := context.Background()
-	const lock = 7_000_001
-	for _, sql := range []string{
-		`CREATE FUNCTION test_wait_for_lock() RETURNS trigger LANGUAGE plpgsql AS $$
-		 BEGIN PERFORM pg_advisory_xact_lock(7000001); RETURN NULL; END $$`,
-		`CREATE TRIGGER test_wait_for_lock AFTER INSERT ON applied_batches
-		 FOR EACH ROW EXECUTE FUNCTION test_wait_for_lock()`,
-	} {
-		if _, err := direct.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer func() {
-		if _, err := direct.Exec(ctx, "DROP TRIGGER test_wait_for_lock ON applied_batches; DROP FUNCTION test_wait_for_lock()"); err != nil {
-			t.Error(err)
-		}
-	}()
-	hold, err := direct.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Release()
-	if _, err := hold.Exec(ctx, "SELECT pg_advisory_lock($1)", lock); err != nil {
-		t.Fatal(err)
-	}
-
-	done := make(chan error, 1)
-	go func() { done <- flush() }()
-	waitFor(t, "the batch's statement to wait on the lock", func() bool {
-		var waiting bool
-		err := direct.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
-			WHERE locktype = 'advisory' AND objid = $1 AND NOT granted
-			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`, lock).Scan(&waiting)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return waiting
-	})
-	proxy.Cut()
-	if _, err := hold.Exec(ctx, "SELECT pg_advisory_unlock($1)", lock); err != nil {
-		t.Fatal(err)
-	}
-	flushErr := <-done
-	// The waiting statement was granted the lock on its release; taking it
-	// again waits for that statement's transaction to commit.
-	if _, err := hold.Exec(ctx, "SELECT pg_advisory_lock($1), pg_advisory_unlock($1)", lock); err != nil {
-		t.Fatal(err)
-	}
-	return flushErr
 }
 
 type hourRow struct {
@@ -387,7 +278,7 @@ func TestRecorderCountsOnlyPolicyRefusalsWithAlertAfter(t *testing.T) {
 
 func TestRecorderFailedFlushKeepsEverything(t *testing.T) {
 	t.Parallel()
-	pool, proxy, direct := newFaultyDB(t)
+	pool, proxy, direct := pgtest.NewBehindProxy(t)
 	tenant := newTenant(t, direct)
 	r, _ := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
@@ -428,14 +319,14 @@ func TestRecorderFailedFlushKeepsEverything(t *testing.T) {
 
 func TestRecorderCountsLostAfterCommitCountOnce(t *testing.T) {
 	t.Parallel()
-	pool, proxy, direct := newFaultyDB(t)
+	pool, proxy, direct := pgtest.NewBehindProxy(t)
 	tenant := newTenant(t, direct)
 	r, st := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
 	for range 3 {
 		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k", t0.Add(time.Minute), 3)}})
 	}
-	if err := flushLosingTheAnswer(t, direct, proxy, func() error { return r.Flush(ctx) }); err == nil {
+	if err := pgtest.FlushLosingTheAnswer(t, direct, proxy, func() error { return r.Flush(ctx) }); err == nil {
 		t.Fatal("Flush with the answer lost: got nil error")
 	}
 	if _, _, _, calls := st.sent(); calls != 0 {
@@ -503,7 +394,7 @@ func TestRecorderSeenMapStaysBounded(t *testing.T) {
 	// Once their windows end, Run's sweep forgets them.
 	now.Store(t0.Add(time.Minute).UnixNano())
 	stop := run(r)
-	waitFor(t, "the ended windows to be forgotten", func() bool {
+	pgtest.WaitFor(t, "the ended windows to be forgotten", func() bool {
 		_, _, _, seen := r.Pending()
 		return seen == 0
 	})
@@ -514,7 +405,7 @@ func TestRecorderSeenMapStaysBounded(t *testing.T) {
 
 func TestRecorderPendingStaysBoundedWhileTheStoreIsDown(t *testing.T) {
 	t.Parallel()
-	pool, proxy, direct := newFaultyDB(t)
+	pool, proxy, direct := pgtest.NewBehindProxy(t)
 	tenant := newTenant(t, direct)
 	const maxPending = 50
 	r, _ := newCountingRecorder(t, pool, audit.RecorderConfig{MaxPending: maxPending})

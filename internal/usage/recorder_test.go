@@ -3,13 +3,9 @@ package usage_test
 import (
 	"context"
 	"maps"
-	"net/url"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -20,113 +16,6 @@ import (
 
 var base = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 
-// newFaultyDB returns a pool on a migrated database of the test's own that
-// goes through a proxy the test can cut, the proxy, and a pool straight to
-// the database for reading the tables and arranging faults.
-func newFaultyDB(t *testing.T) (viaProxy *pgxpool.Pool, proxy *faultnet.Proxy, direct *pgxpool.Pool) {
-	t.Helper()
-	dsn := pgtest.New(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy = faultnet.New(t, u.Host)
-	u.Host = proxy.Addr()
-	cfg, err := pgxpool.ParseConfig(u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A connection the proxy cut is found dead when acquired, not by the
-	// statement a test makes after Restore.
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
-	viaProxy, err = pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(viaProxy.Close)
-	direct, err = pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(direct.Close)
-	return viaProxy, proxy, direct
-}
-
-// waitFor polls cond until it holds, failing the test after 5 seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(5 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
-// flushLosingTheAnswer runs flush, over a pool behind proxy, so that the
-// statement applying a batch (the one inserting into applied_batches)
-// commits but its answer never comes back: a trigger makes the statement
-// wait on an advisory lock the test holds, the proxy is cut while it waits,
-// then the lock is released and the statement commits into a closed
-// connection. It returns flush's error once that commit is done; the proxy
-// stays cut.
-func flushLosingTheAnswer(t *testing.T, direct *pgxpool.Pool, proxy *faultnet.Proxy, flush func() error) error {
-	t.Helper()
-	ctx := context.Background()
-	const lock = 7_000_001
-	for _, sql := range []string{
-		`CREATE FUNCTION test_wait_for_lock() RETURNS trigger LANGUAGE plpgsql AS $$
-		 BEGIN PERFORM pg_advisory_xact_lock(7000001); RETURN NULL; END $$`,
-		`CREATE TRIGGER test_wait_for_lock AFTER INSERT ON applied_batches
-		 FOR EACH ROW EXECUTE FUNCTION test_wait_for_lock()`,
-	} {
-		if _, err := direct.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer func() {
-		if _, err := direct.Exec(ctx, "DROP TRIGGER test_wait_for_lock ON applied_batches; DROP FUNCTION test_wait_for_lock()"); err != nil {
-			t.Error(err)
-		}
-	}()
-	hold, err := direct.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Release()
-	if _, err := hold.Exec(ctx, "SELECT pg_advisory_lock($1)", lock); err != nil {
-		t.Fatal(err)
-	}
-
-	done := make(chan error, 1)
-	go func() { done <- flush() }()
-	waitFor(t, "the batch's statement to wait on the lock", func() bool {
-		var waiting bool
-		err := direct.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
-			WHERE locktype = 'advisory' AND objid = $1 AND NOT granted
-			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`, lock).Scan(&waiting)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return waiting
-	})
-	proxy.Cut()
-	if _, err := hold.Exec(ctx, "SELECT pg_advisory_unlock($1)", lock); err != nil {
-		t.Fatal(err)
-	}
-	flushErr := <-done
-	// The waiting statement was granted the lock on its release; taking it
-	// again waits for that statement's transaction to commit.
-	if _, err := hold.Exec(ctx, "SELECT pg_advisory_lock($1), pg_advisory_unlock($1)", lock); err != nil {
-		t.Fatal(err)
-	}
-	return flushErr
-}
-
 // checks is a count of live checks allowed in minute m (minutes after base).
 func checks(tenant string, m int) rowKey {
 	return rowKey{tenant, base.Add(time.Duration(m) * time.Minute), true, true, gate.OutcomeAllowed}
@@ -134,7 +23,7 @@ func checks(tenant string, m int) rowKey {
 
 func TestRecorderFailedFlushKeepsCounts(t *testing.T) {
 	t.Parallel()
-	pool, proxy, direct := newFaultyDB(t)
+	pool, proxy, direct := pgtest.NewBehindProxy(t)
 	tenant := newTenant(t, direct)
 	r := newRecorder(t, pool, usage.Config{})
 	ctx := context.Background()
@@ -166,14 +55,14 @@ func TestRecorderFailedFlushKeepsCounts(t *testing.T) {
 
 func TestRecorderFlushLostAfterCommitCountsOnce(t *testing.T) {
 	t.Parallel()
-	pool, proxy, direct := newFaultyDB(t)
+	pool, proxy, direct := pgtest.NewBehindProxy(t)
 	tenant := newTenant(t, direct)
 	r := newRecorder(t, pool, usage.Config{})
 	ctx := context.Background()
 	for range 10 {
 		r.Observe(ctx, gate.Event{At: base, TenantID: tenant, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
 	}
-	if err := flushLosingTheAnswer(t, direct, proxy, func() error { return r.Flush(ctx) }); err == nil {
+	if err := pgtest.FlushLosingTheAnswer(t, direct, proxy, func() error { return r.Flush(ctx) }); err == nil {
 		t.Fatal("Flush with the answer lost: got nil error")
 	}
 	// The batch is in the table all the same.
@@ -203,7 +92,7 @@ func TestRecorderFlushLostAfterCommitCountsOnce(t *testing.T) {
 
 func TestRecorderPendingStaysBounded(t *testing.T) {
 	t.Parallel()
-	pool, proxy, direct := newFaultyDB(t)
+	pool, proxy, direct := pgtest.NewBehindProxy(t)
 	tenants := []string{newTenant(t, direct), newTenant(t, direct), newTenant(t, direct)}
 	const maxPending = 50
 	r := newRecorder(t, pool, usage.Config{MaxPending: maxPending})
