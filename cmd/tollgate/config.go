@@ -150,7 +150,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("TOLLGATE_IPV6_PREFIX %q: want a prefix length from 32 to 128 (64 keys clients by /64)", v)
 		}
 	}
-	c.TenantInflight = 128
+	c.TenantInflight = 64
 	if v := getenv("TOLLGATE_TENANT_INFLIGHT"); v != "" {
 		if c.TenantInflight, err = strconv.ParseInt(v, 10, 64); err != nil || c.TenantInflight < 32 || c.TenantInflight > 1_000_000 {
 			return c, fmt.Errorf("TOLLGATE_TENANT_INFLIGHT %q: want check items in progress per tenant and instance, 32 to 1000000", v)

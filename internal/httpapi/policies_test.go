@@ -100,7 +100,7 @@ func (r answer) json(t *testing.T) map[string]any {
 // serveChecked sends a request to e as tenant (the bearer token, when not
 // empty), checks request and answer against the OpenAPI document with
 // checkOpenAPI, and returns the answer.
-func serveChecked(t *testing.T, e *echo.Echo, tenant, method, target, body string) answer {
+func serveChecked(t testing.TB, e *echo.Echo, tenant, method, target, body string) answer {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {

@@ -29,6 +29,7 @@ type entry struct {
 	// pattern; only patterns such as "*" and "*x*" are always tried.
 	byPrefix, bySuffix index
 	rest               []Override
+	wildcards          int // patterns filed in byPrefix, bySuffix and rest
 }
 
 // index files wildcard patterns by a literal part of a given length. Each
@@ -90,10 +91,13 @@ func NewSet(policies []Policy, overrides map[string][]Override) Set {
 				}
 				e.exact[o.Pattern] = o
 			case first > 0:
+				e.wildcards++
 				e.byPrefix.add(o.Pattern[:first], o)
 			case last < len(o.Pattern)-1:
+				e.wildcards++
 				e.bySuffix.add(o.Pattern[last+1:], o)
 			default:
+				e.wildcards++
 				e.rest = append(e.rest, o)
 			}
 		}
@@ -129,6 +133,16 @@ func boundWildcards(os []Override) []Override {
 	}
 	sortByPrecedence(wild)
 	return append(exact, wild[:MaxWildcards]...)
+}
+
+// Wildcards returns the number of wildcard patterns a check of the policy
+// called name may try: those it holds when its scope is subject, else 0.
+func (s Set) Wildcards(name string) int {
+	e, ok := s.m[name]
+	if !ok || e.p.Scope == ScopeGlobal {
+		return 0
+	}
+	return e.wildcards
 }
 
 // Overrides returns the number of overrides s holds.
