@@ -254,16 +254,57 @@ func maskStripeKey(k string) string {
 	return "set"
 }
 
-// maskURL hides a URL's password.
+// secretParams are the parts of a query parameter's name (compared without
+// case) that make maskURL hide its value: password, sslpassword, passfile,
+// pwd, client_secret, token, auth, sslkey, api_key, credentials. The rule is
+// wide on purpose: hiding a harmless value (a key file's path) costs a
+// reader little, showing a secret costs everyone.
+var secretParams = []string{"pass", "pwd", "secret", "token", "auth", "key", "cred"}
+
+// maskURL hides every password-like part of a connection URL: the
+// userinfo's password and the value of each query parameter whose name
+// contains one of secretParams. A value that is not a URL with a scheme (a
+// key=value DSN, say) is hidden whole, since its secrets cannot be told
+// apart; the empty string stays empty.
 func maskURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
+	if s == "" {
+		return ""
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" || u.Opaque != "" {
+		return "xxxxx"
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	if u.RawQuery != "" {
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			u.RawQuery = "xxxxx"
+		} else {
+			for name, vs := range q {
+				if isSecretParam(name) {
+					for i := range vs {
+						vs[i] = "xxxxx"
+					}
+				}
+			}
+			u.RawQuery = q.Encode()
+		}
 	}
 	return u.String()
+}
+
+func isSecretParam(name string) bool {
+	name = strings.ToLower(name)
+	for _, p := range secretParams {
+		if strings.Contains(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func or(v, def string) string {

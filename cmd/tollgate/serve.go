@@ -29,7 +29,6 @@ import (
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/usage"
-	"github.com/tollgate/tollgate/web"
 )
 
 // serve runs the HTTP server until ctx is cancelled, then shuts down in
@@ -135,7 +134,6 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	e := httpapi.New(httpapi.Config{
 		Logger:     log,
 		Ready:      pool.Ping,
-		Home:       web.HomeView{CounterStore: cfg.CounterStore, Database: maskURL(dsn)},
 		Gate:       g,
 		Policies:   policy.Service{Store: policies, Catalog: catalog, Audit: policyAudit(audit.NewLog(auditStore), log)},
 		Usage:      usageService{usageRec, dir},

@@ -25,8 +25,6 @@ type Config struct {
 	// Ready reports whether the system of record answers; /readyz is 200 only
 	// while it returns nil.
 	Ready func(ctx context.Context) error
-	// Home is what the landing page at "/" shows.
-	Home web.HomeView
 	// Gate admits tenant requests; with Policies and Usage it serves /v1.
 	// When nil, only the health routes are served.
 	Gate     Gate
@@ -82,7 +80,7 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/", func(c echo.Context) error {
 		c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
 		c.Response().WriteHeader(http.StatusOK)
-		return web.Home(cfg.Home).Render(c.Request().Context(), c.Response())
+		return web.Home().Render(c.Request().Context(), c.Response())
 	})
 	if cfg.Dashboard != nil {
 		cfg.Dashboard(e)
