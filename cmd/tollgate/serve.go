@@ -132,15 +132,17 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	running.Go(func() { logRun(log, "dashboard housekeeping", dash.Run(bg)) })
 
 	e := httpapi.New(httpapi.Config{
-		Logger:     log,
-		Ready:      pool.Ping,
-		Gate:       g,
-		Policies:   policy.Service{Store: policies, Catalog: catalog, Audit: policyAudit(audit.NewLog(auditStore), log)},
-		Usage:      usageService{usageRec, dir},
-		ClientIP:   httpapi.ClientIPConfig{TrustedProxies: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
-		Metrics:    met.Handler(),
-		PublicURL:  cfg.PublicURL,
-		BillingKey: billingKey(cfg.Pepper),
+		Logger:   log,
+		Ready:    pool.Ping,
+		Gate:     g,
+		Policies: policy.Service{Store: policies, Catalog: catalog, Audit: policyAudit(audit.NewLog(auditStore), log)},
+		Usage:    usageService{usageRec, dir},
+		ClientIP: httpapi.ClientIPConfig{TrustedProxies: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
+		// Behind a TLS-ending proxy: Strict-Transport-Security on every answer.
+		SecureTransport: cfg.SecureCookies,
+		Metrics:         met.Handler(),
+		PublicURL:       cfg.PublicURL,
+		BillingKey:      billingKey(cfg.Pepper),
 		// Billing with Stripe.
 		Billing:        bill,
 		StripeWebhooks: stripeWebhooks,

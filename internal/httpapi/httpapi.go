@@ -32,6 +32,10 @@ type Config struct {
 	Usage    UsageService
 	// ClientIP says whom to believe about client addresses.
 	ClientIP ClientIPConfig
+	// SecureTransport says that every request reached Tollgate over HTTPS,
+	// TLS being ended by a proxy in front (TOLLGATE_SECURE_COOKIES): answers
+	// carry Strict-Transport-Security as they do over TLS.
+	SecureTransport bool
 	// Metrics, when set, is served at /metrics.
 	Metrics http.Handler
 	// PublicURL is this service's address as tenants reach it, for links.
@@ -63,6 +67,7 @@ func New(cfg Config) *echo.Echo {
 	e.HTTPErrorHandler = errorHandler(cfg.Logger)
 	e.IPExtractor = ipExtractor(cfg.ClientIP)
 	e.Use(recoverBugs(cfg.Logger))
+	e.Use(strictTransport(cfg))
 	if cfg.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
 	}
