@@ -200,7 +200,7 @@ func (d *Dashboard) Register(e *echo.Echo) {
 		return nil
 	})
 
-	g := e.Group("/admin", securityHeaders, bodyLimit)
+	g := e.Group("/admin", securityHeaders, bodyLimit, d.validInput)
 	g.GET("/login", d.loginPage)
 	g.POST("/login", d.login)
 	g.POST("/logout", d.page(d.logout))

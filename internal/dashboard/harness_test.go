@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
 	"golang.org/x/net/html"
 
 	"github.com/tollgate/tollgate/internal/audit"
@@ -38,6 +39,7 @@ const password = "correct horse battery staple"
 type env struct {
 	t       *testing.T
 	srv     *httptest.Server
+	echo    *echo.Echo
 	pool    *pgxpool.Pool
 	tenants *pgstore.Tenants
 	admins  *pgstore.Admins
@@ -93,6 +95,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 		t.Fatal(err)
 	}
 	api := httpapi.New(httpapi.Config{Logger: cfg.Logger, Ready: pool.Ping, Dashboard: d.Register})
+	e.echo = api
 	e.srv = httptest.NewServer(api)
 	t.Cleanup(e.srv.Close)
 	return e
