@@ -30,6 +30,9 @@ type Config struct {
 	ClientIPHeader  string        // TOLLGATE_CLIENT_IP_HEADER
 	PublicURL       string        // TOLLGATE_PUBLIC_URL
 	SecureCookies   bool          // TOLLGATE_SECURE_COOKIES: dashboard cookies Secure behind a TLS-ending proxy
+	ReadTimeout     time.Duration // TOLLGATE_READ_TIMEOUT: a request's headers and body, from its first byte
+	WriteTimeout    time.Duration // TOLLGATE_WRITE_TIMEOUT: from the end of a request's headers to the end of its answer
+	IdleTimeout     time.Duration // TOLLGATE_IDLE_TIMEOUT: a kept-alive connection between requests
 
 	// Billing with Stripe (internal/billing).
 	StripeWebhookSecrets []string // STRIPE_WEBHOOK_SECRET: comma-separated whsec_… signing secrets
@@ -59,6 +62,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		DataDir:         or(getenv("TOLLGATE_DATA_DIR"), ".tollgate"),
 		CounterTimeout:  50 * time.Millisecond,
 		ShutdownTimeout: 15 * time.Second,
+		ReadTimeout:     30 * time.Second,
+		WriteTimeout:    60 * time.Second,
+		IdleTimeout:     60 * time.Second,
 	}
 	var err error
 	if c.Dev, err = parseBool("TOLLGATE_DEV", getenv("TOLLGATE_DEV")); err != nil {
@@ -100,6 +106,22 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		if c.ShutdownTimeout, err = time.ParseDuration(v); err != nil || c.ShutdownTimeout <= 0 {
 			return c, fmt.Errorf("TOLLGATE_SHUTDOWN_TIMEOUT %q: want a positive duration", v)
 		}
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+	}{{"TOLLGATE_READ_TIMEOUT", &c.ReadTimeout}, {"TOLLGATE_WRITE_TIMEOUT", &c.WriteTimeout}, {"TOLLGATE_IDLE_TIMEOUT", &c.IdleTimeout}} {
+		if v := getenv(d.name); v != "" {
+			if *d.v, err = time.ParseDuration(v); err != nil || *d.v < time.Second || *d.v > time.Hour {
+				return c, fmt.Errorf("%s %q: want a duration from 1s to 1h", d.name, v)
+			}
+		}
+	}
+	if c.WriteTimeout < c.ReadTimeout {
+		// The write deadline runs from the end of the headers, so it covers
+		// reading the body too: shorter than the read one, it would cut
+		// answers to bodies the read timeout allows.
+		return c, fmt.Errorf("TOLLGATE_WRITE_TIMEOUT %s: want at least TOLLGATE_READ_TIMEOUT (%s)", c.WriteTimeout, c.ReadTimeout)
 	}
 	switch p := getenv("TOLLGATE_PEPPER"); {
 	case p == "" && c.Dev:
@@ -195,6 +217,9 @@ func (c Config) LogValue() slog.Value {
 		slog.String("client_ip_header", c.ClientIPHeader),
 		slog.String("public_url", c.PublicURL),
 		slog.Bool("secure_cookies", c.SecureCookies),
+		slog.Duration("read_timeout", c.ReadTimeout),
+		slog.Duration("write_timeout", c.WriteTimeout),
+		slog.Duration("idle_timeout", c.IdleTimeout),
 		slog.String("log_format", c.LogFormat),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("stripe_webhook_secret", maskSecrets(c.StripeWebhookSecrets)),

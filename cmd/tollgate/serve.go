@@ -141,8 +141,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 		// Behind a TLS-ending proxy: Strict-Transport-Security on every answer.
 		SecureTransport: cfg.SecureCookies,
 		Metrics:         met.Handler(),
-		PublicURL:       cfg.PublicURL,
-		BillingKey:      billingKey(cfg.Pepper),
+		// The pages without an API key: per-IP buckets and the instance
+		// ceiling; bodies in flight bounded per client IP and in all.
+		Public:      g,
+		Instruments: met,
+		PublicURL:   cfg.PublicURL,
+		BillingKey:  billingKey(cfg.Pepper),
 		// Billing with Stripe.
 		Billing:        bill,
 		StripeWebhooks: stripeWebhooks,
@@ -153,7 +157,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	if err != nil {
 		return fmt.Errorf("TOLLGATE_ADDR: %w", err)
 	}
-	srv := &http.Server{Handler: e, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ReadHeaderTimeout: 10 * time.Second}
+	srv := httpServer(cfg, e, log)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.InfoContext(ctx, "tollgate serving", "addr", ln.Addr().String(), "counter_store", cfg.CounterStore)
@@ -186,6 +190,28 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	running.Wait()
 	log.Info("tollgate stopped")
 	return nil
+}
+
+// maxHeaderBytes bounds a request's headers: far above any browser's or
+// API client's, far below net/http's default of 1 MiB per connection.
+const maxHeaderBytes = 64 << 10
+
+// httpServer is the HTTP server of serve: every phase of a connection has a
+// deadline, so that a client that trickles or stalls is cut off instead of
+// holding a connection and its buffers for as long as it likes. Headers
+// get 10 s (or cfg.ReadTimeout, when shorter) and at most maxHeaderBytes; a whole request, body included,
+// cfg.ReadTimeout; an answer cfg.WriteTimeout from the end of the headers;
+// an idle kept-alive connection cfg.IdleTimeout.
+func httpServer(cfg Config, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout),
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
 }
 
 // policyAudit writes a tenant's policy and override changes to the audit

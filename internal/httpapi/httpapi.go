@@ -16,6 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/web"
 )
 
@@ -48,6 +49,19 @@ type Config struct {
 	// StripeWebhooks verifies Stripe webhook signatures; nil (no
 	// STRIPE_WEBHOOK_SECRET) answers webhooks 503.
 	StripeWebhooks WebhookVerifier
+	// Public, when set, is the ceiling of the pages that take no API key:
+	// "/", /admin, /billing/portal/…, /v1/openapi.json and unknown paths.
+	// Health, readiness, metrics and the Stripe webhook are exempt, as is
+	// /v1, which Gate admits.
+	Public PublicGate
+	// BodyBytesPerIP and BodyBytesTotal bound the request body bytes in
+	// flight from one client IP and in all (defaults DefaultBodyBytesPerIP
+	// and DefaultBodyBytesTotal); a request past either is refused, 429 or
+	// 503, before its body is read.
+	BodyBytesPerIP, BodyBytesTotal int64
+	// Instruments are the collectors the HTTP layer feeds; nil feeds a set
+	// of its own.
+	Instruments *metrics.Metrics
 	// Dashboard, when set, mounts the operators' dashboard (/admin) on the
 	// same Echo, so that it shares the client-IP rules and the recovery
 	// middleware; httpapi knows nothing else of it.
@@ -68,6 +82,10 @@ func New(cfg Config) *echo.Echo {
 	e.IPExtractor = ipExtractor(cfg.ClientIP)
 	e.Use(recoverBugs(cfg.Logger))
 	e.Use(strictTransport(cfg))
+	if cfg.Public != nil {
+		e.Use(publicCeiling(cfg))
+	}
+	e.Use(newBodyBudget(cfg.BodyBytesPerIP, cfg.BodyBytesTotal, cfg.Instruments).middleware)
 	if cfg.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
 	}
