@@ -18,8 +18,10 @@ const (
 	// thousands of ordinary checks, whose Content-Length is what they
 	// reserve.
 	DefaultBodyBytesPerIP = 2 << 20
-	// DefaultBodyBytesTotal is the instance's total.
-	DefaultBodyBytesTotal = 64 << 20
+	// DefaultBodyBytesTotal is the instance's total: 64 webhook-sized
+	// bodies at once. The memory they take may reach about twice that
+	// before the garbage collector returns it.
+	DefaultBodyBytesTotal = 32 << 20
 )
 
 // maxOtherBody is the most any route but the webhook reads of a body: a

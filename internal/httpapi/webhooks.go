@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -65,7 +66,7 @@ func stripeWebhook(cfg Config) echo.HandlerFunc {
 			closeUnread(c)
 			return echo.NewHTTPError(http.StatusRequestEntityTooLarge, fmt.Sprintf("A webhook body is at most %d bytes.", MaxWebhookBody))
 		}
-		body, err := io.ReadAll(io.LimitReader(c.Request().Body, MaxWebhookBody+1))
+		body, err := readWebhookBody(c.Request())
 		if err != nil {
 			return echo.NewHTTPError(http.StatusBadRequest, "The body could not be read.")
 		}
@@ -98,4 +99,26 @@ func stripeWebhook(cfg Config) echo.HandlerFunc {
 func closeUnread(c echo.Context) {
 	c.Response().Header().Set(echo.HeaderConnection, "close")
 	_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now())
+}
+
+// readWebhookBody reads a body of up to MaxWebhookBody bytes, and one byte
+// more to tell a larger one, into a buffer allocated once at its declared
+// length (or the bound, when none is declared): the memory a body takes is
+// what bodyBudget reserved for it, not the doubling of a growing buffer.
+func readWebhookBody(r *http.Request) ([]byte, error) {
+	n := r.ContentLength
+	if n < 0 || n > MaxWebhookBody {
+		n = MaxWebhookBody
+	}
+	buf := make([]byte, n+1)
+	got, err := io.ReadFull(r.Body, buf)
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return buf[:got], nil
+	case err != nil:
+		return nil, err
+	}
+	// Full: net/http ends a body at its Content-Length, so only a body of
+	// unknown length gets here, and it is longer than the bound.
+	return buf, nil
 }
