@@ -52,6 +52,10 @@ var adapters = []string{
 	mod + "internal/billing/stripeapi",
 }
 
+// clientDeps are the third-party modules the public client's sub-packages
+// may import: echomw adapts the client to Echo.
+var clientDeps = []string{"github.com/labstack/echo/v4"}
+
 // drivers may be imported by adapters only.
 var drivers = []string{"github.com/jackc/pgx", "github.com/redis/go-redis", "github.com/stripe/stripe-go", "github.com/golang-migrate"}
 
@@ -70,6 +74,7 @@ func TestImportArrows(t *testing.T) {
 	for _, p := range listPackages(t) {
 		rel := strings.TrimPrefix(p.ImportPath, mod)
 		isAdapter := hasPrefix(p.ImportPath, adapters)
+		isClient := rel == "client" || strings.HasPrefix(rel, "client/")
 		isTestInfra := hasPrefix(rel, []string{"internal/pgtest", "internal/redistest", "internal/pglocal", "internal/faultnet", "internal/counter/countertest", "internal/archtest", "blackbox"})
 		for _, imp := range p.Imports {
 			ours := strings.HasPrefix(imp, mod)
@@ -88,6 +93,12 @@ func TestImportArrows(t *testing.T) {
 				t.Errorf("%s imports the driver %s: drivers stay inside adapters", rel, imp)
 			case strings.HasPrefix(rel, "internal/") && strings.HasPrefix(imp, mod+"cmd/"):
 				t.Errorf("%s imports %s: nothing imports cmd", rel, imp)
+			case isClient && (strings.HasPrefix(imp, mod+"internal/") || strings.HasPrefix(imp, mod+"cmd/")):
+				t.Errorf("%s imports %s: the public client imports nothing internal of Tollgate's", rel, imp)
+			case rel == "client" && !isStd(imp):
+				t.Errorf("%s imports %s: the client imports the standard library only, so net/http apps pull in nothing else", rel, imp)
+			case isClient && !isStd(imp) && !ours && !hasPrefix(imp, clientDeps):
+				t.Errorf("%s imports %s: the client's sub-packages import only the standard library and %v", rel, imp, clientDeps)
 			}
 		}
 	}

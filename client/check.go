@@ -1,0 +1,144 @@
+package client
+
+import (
+	"context"
+	"net/url"
+	"time"
+)
+
+// Item is one question of a check: may Subject spend Cost of Policy now?
+type Item struct {
+	// Policy is the name of one of the tenant's policies.
+	Policy string
+	// Subject is whom the policy counts (a client address, an account, …);
+	// Tollgate stores only an HMAC digest of it. A global policy takes
+	// none. At most 512 bytes.
+	Subject string
+	// Cost is what the item spends; 0 means 1.
+	Cost int64
+}
+
+// Decision is Tollgate's answer to a check.
+type Decision struct {
+	// Allowed is true when every enforced item allowed; in a consume
+	// check, all of them were then counted, and none otherwise.
+	Allowed bool
+	// Degraded is true when the decision was made without an exact count:
+	// Tollgate's counter store was unreachable and a policy's fail_mode
+	// decided, or Tollgate itself could not give a decision and the
+	// client's FailMode did (Items is then empty).
+	Degraded bool
+	// Items holds one answer per item, in the order asked.
+	Items []ItemDecision
+}
+
+// ItemDecision is the answer for one Item.
+type ItemDecision struct {
+	Policy string
+	// Allowed is the item's verdict; for a shadow policy, what it would
+	// have decided (a shadow policy never refuses the check).
+	Allowed bool
+	// Limit is the limit applied, after overrides; Remaining what is left
+	// of it in the current window.
+	Limit, Remaining int64
+	// ResetAt is when the window resets, to the second (Tollgate's clock).
+	ResetAt time.Time
+	// RetryAfter is how long until the same check would be allowed; 0 when
+	// allowed.
+	RetryAfter time.Duration
+	// Shadow marks a policy in shadow mode.
+	Shadow bool
+	// Degraded marks an item decided by its policy's fail_mode.
+	Degraded bool
+}
+
+// RetryAfter is how long until a refused check would be allowed: the
+// longest RetryAfter among its refused enforced items; 0 when allowed.
+func (d Decision) RetryAfter() time.Duration {
+	var r time.Duration
+	for _, it := range d.Items {
+		if !it.Allowed && !it.Shadow {
+			r = max(r, it.RetryAfter)
+		}
+	}
+	return r
+}
+
+type checkItemIn struct {
+	Policy  string `json:"policy"`
+	Subject string `json:"subject,omitempty"`
+	Cost    int64  `json:"cost,omitempty"`
+}
+
+type checkIn struct {
+	Mode  string        `json:"mode"`
+	Items []checkItemIn `json:"items"`
+}
+
+type checkOut struct {
+	Allowed  bool `json:"allowed"`
+	Degraded bool `json:"degraded"`
+	Items    []struct {
+		Policy       string    `json:"policy"`
+		Allowed      bool      `json:"allowed"`
+		Limit        int64     `json:"limit"`
+		Remaining    int64     `json:"remaining"`
+		ResetAt      time.Time `json:"reset_at"`
+		RetryAfterMS int64     `json:"retry_after_ms"`
+		Shadow       bool      `json:"shadow"`
+		Degraded     bool      `json:"degraded"`
+	} `json:"items"`
+}
+
+// Check asks whether every item may act now and, when all allow, counts
+// them all (nothing is counted otherwise). A refusal of the tenant's own
+// policies is a Decision with Allowed false and a nil error.
+//
+// When Tollgate gives no decision, Check returns the FailMode's Decision
+// (Degraded, no Items) and an error: one wrapping ErrUnavailable, a
+// *RateLimitedError, a *PaymentRequiredError or an *APIError.
+func (c *Client) Check(ctx context.Context, items ...Item) (Decision, error) {
+	return c.check(ctx, "consume", items)
+}
+
+// Peek is Check without counting: it answers what a Check would, and
+// changes nothing of the tenant's policies (Tollgate's own ceilings count
+// it like any call). "Check before trying, count on failure" is a Peek,
+// then a Check when the attempt failed.
+func (c *Client) Peek(ctx context.Context, items ...Item) (Decision, error) {
+	return c.check(ctx, "peek", items)
+}
+
+func (c *Client) check(ctx context.Context, mode string, items []Item) (Decision, error) {
+	in := checkIn{Mode: mode, Items: make([]checkItemIn, len(items))}
+	for i, it := range items {
+		in.Items[i] = checkItemIn(it)
+	}
+	var out checkOut
+	if err := c.do(ctx, "POST", "/v1/check", in, &out); err != nil {
+		return c.failDecision(), err
+	}
+	d := Decision{Allowed: out.Allowed, Degraded: out.Degraded, Items: make([]ItemDecision, len(out.Items))}
+	for i, it := range out.Items {
+		d.Items[i] = ItemDecision{
+			Policy: it.Policy, Allowed: it.Allowed, Limit: it.Limit, Remaining: it.Remaining,
+			ResetAt: it.ResetAt, RetryAfter: time.Duration(it.RetryAfterMS) * time.Millisecond,
+			Shadow: it.Shadow, Degraded: it.Degraded,
+		}
+	}
+	return d, nil
+}
+
+// failDecision is the FailMode's answer.
+func (c *Client) failDecision() Decision {
+	return Decision{Allowed: c.failMode == FailOpen, Degraded: true}
+}
+
+// Reset forgets what a subject has spent of a policy: its next check starts
+// a fresh window (for a sign-in limit, after a successful sign-in). A test
+// key may not reset (an *APIError with Status 403); an unknown policy is an
+// *APIError with Status 404. Reset never answers with the FailMode: its
+// errors are the caller's to handle.
+func (c *Client) Reset(ctx context.Context, policy, subject string) error {
+	return c.do(ctx, "DELETE", "/v1/policies/"+url.PathEscape(policy)+"/subjects/"+url.PathEscape(subject), nil, nil)
+}

@@ -1,0 +1,290 @@
+package client
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultTimeout is how long one call to Tollgate may take unless
+// WithTimeout says otherwise: a check sits in the path of a request of the
+// app's own, so an outage should cost the app milliseconds, not seconds.
+const DefaultTimeout = 100 * time.Millisecond
+
+// maxAnswer bounds the bytes read of one answer of Tollgate's: the largest,
+// a check of 32 items, is a few kilobytes.
+const maxAnswer = 1 << 20
+
+// FailMode is what the decision-making calls (Check, Peek, Acquire) answer
+// when Tollgate cannot give a decision.
+type FailMode int
+
+const (
+	// FailOpen allows, marked Degraded: an outage of Tollgate does not
+	// become an outage of the app. It is the default.
+	FailOpen FailMode = iota
+	// FailClosed refuses, marked Degraded: for limits that protect
+	// something (sign-in attempts, paid resources) more than they
+	// inconvenience.
+	FailClosed
+)
+
+// String returns "open" or "closed".
+func (m FailMode) String() string {
+	if m == FailClosed {
+		return "closed"
+	}
+	return "open"
+}
+
+// Client calls one Tollgate service with one API key. It is safe for
+// concurrent use; make one and share it.
+type Client struct {
+	base     string // scheme://host[:port][/path], no trailing slash
+	key      string
+	hc       *http.Client
+	timeout  time.Duration
+	failMode FailMode
+	attempts int           // 1: no retry
+	maxWait  time.Duration // the longest Retry-After a retry waits for
+}
+
+// Option configures a Client in New.
+type Option func(*Client)
+
+// WithTimeout bounds each call to Tollgate (each attempt, when retrying) to
+// d; d <= 0 keeps DefaultTimeout. A call that runs out of time fails with
+// ErrUnavailable, and the decision-making calls answer with the FailMode.
+// The caller's context bounds the whole call too.
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
+
+// WithFailMode sets what Check, Peek and Acquire answer when Tollgate
+// cannot give a decision; the default is FailOpen.
+func WithFailMode(m FailMode) Option {
+	return func(c *Client) { c.failMode = m }
+}
+
+// WithRetry makes a call that Tollgate's own ceilings refuse (a 429, a
+// *RateLimitedError) try again after the Retry-After Tollgate names, up to
+// attempts tries in all, when that wait is at most maxWait and ends before
+// the caller's context does; otherwise the refusal is returned at once.
+// Nothing else is retried: a check refused by the ceilings has counted
+// nothing, so trying it again is safe, but an unreachable Tollgate is
+// answered by the FailMode, not by waiting. Retry is off by default.
+func WithRetry(attempts int, maxWait time.Duration) Option {
+	return func(c *Client) {
+		c.attempts, c.maxWait = max(1, attempts), max(0, maxWait)
+	}
+}
+
+// WithHTTPClient makes the Client send its requests through hc instead of
+// its own (whose transport keeps up to 64 idle connections to Tollgate).
+// The per-call timeout still applies; hc's own Timeout, if shorter, too.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) {
+		if hc != nil {
+			c.hc = hc
+		}
+	}
+}
+
+// New returns a Client of the Tollgate at baseURL (such as
+// "https://tollgate.internal:8080") using apiKey (tg_live_… or tg_test_…).
+// It fails when baseURL is not an absolute http or https URL or apiKey is
+// empty; it makes no call.
+func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("tollgate client: base URL %q: want an absolute http or https URL", baseURL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("tollgate client: base URL %q: want no user, query or fragment", baseURL)
+	}
+	if strings.TrimSpace(apiKey) == "" {
+		return nil, errors.New("tollgate client: empty API key")
+	}
+	c := &Client{
+		base:     strings.TrimRight(u.String(), "/"),
+		key:      apiKey,
+		timeout:  DefaultTimeout,
+		failMode: FailOpen,
+		attempts: 1,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		// An app server calls Tollgate once per request of its own: keep
+		// more than net/http's two idle connections, or bursts pay a TCP
+		// (and TLS) handshake each.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = 64
+		t.MaxIdleConnsPerHost = 64
+		c.hc = &http.Client{Transport: t}
+	}
+	return c, nil
+}
+
+// FailMode returns the client's fail mode.
+func (c *Client) FailMode() FailMode { return c.failMode }
+
+// do sends one call to Tollgate: in (if not nil) as the JSON body, out (if
+// not nil) filled from a 2xx answer. Each attempt runs under c.timeout;
+// Tollgate's own 429s are retried as WithRetry allows.
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body []byte
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%s %s: encode: %w", method, path, err)
+		}
+		body = b
+	}
+	for attempt := 1; ; attempt++ {
+		err := c.once(ctx, method, path, body, out)
+		var rl *RateLimitedError
+		if attempt >= c.attempts || !errors.As(err, &rl) || !c.mayWait(ctx, rl.RetryAfter) {
+			return err
+		}
+		t := time.NewTimer(rl.RetryAfter)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// mayWait reports whether a retry after d is allowed: within maxWait and
+// before ctx's deadline, leaving the next attempt a moment to run.
+func (c *Client) mayWait(ctx context.Context, d time.Duration) bool {
+	if d > c.maxWait || ctx.Err() != nil {
+		return false
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return false
+	}
+	return true
+}
+
+// once is one attempt of do.
+func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return unavailable(method, path, cause(err))
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		return unavailable(method, path, cause(err))
+	}
+	if len(b) > maxAnswer {
+		return unavailable(method, path, fmt.Errorf("answer larger than %d bytes", maxAnswer))
+	}
+	switch s := resp.StatusCode; {
+	case s >= 200 && s < 300:
+		if out == nil || s == http.StatusNoContent {
+			return nil
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			// Something answered that is not Tollgate (a captive proxy,
+			// a load balancer's page): no decision was had.
+			return unavailable(method, path, fmt.Errorf("answer %d is not Tollgate's JSON: %w", s, err))
+		}
+		return nil
+	case s == http.StatusTooManyRequests:
+		return fmt.Errorf("%s %s: %w", method, path, rateLimited(resp.Header, b))
+	case s == http.StatusPaymentRequired:
+		var p problemBody
+		_ = json.Unmarshal(b, &p)
+		return fmt.Errorf("%s %s: %w", method, path, &PaymentRequiredError{BillingURL: p.BillingURL, Detail: p.Detail})
+	case s >= 500:
+		return unavailable(method, path, fmt.Errorf("Tollgate answered %d", s))
+	default:
+		var p problemBody
+		_ = json.Unmarshal(b, &p)
+		return fmt.Errorf("%s %s: %w", method, path, &APIError{Status: s, Type: p.Type, Title: p.Title, Detail: p.Detail, Field: p.Field})
+	}
+}
+
+// cause unwraps the *url.Error of net/http, whose message repeats the
+// method and URL that the clause around it names already.
+func cause(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// unavailable is the error of a call that had no answer from Tollgate.
+func unavailable(method, path string, err error) error {
+	return fmt.Errorf("%s %s: %w: %w", method, path, ErrUnavailable, err)
+}
+
+// problemBody is an RFC 9457 problem as Tollgate writes it, with the
+// extension members of its refusals.
+type problemBody struct {
+	Type              string `json:"type"`
+	Title             string `json:"title"`
+	Detail            string `json:"detail"`
+	Field             string `json:"field"`
+	Code              string `json:"code"`
+	BillingURL        string `json:"billing_url"`
+	Layer             string `json:"layer"`
+	Scope             string `json:"scope"`
+	Limit             int64  `json:"limit"`
+	RetryAfterSeconds int64  `json:"retry_after_seconds"`
+	Degraded          bool   `json:"degraded"`
+}
+
+// rateLimited reads a 429 of Tollgate's: the headers first (they are on
+// every refusal, whatever the body), the problem for what they lack.
+func rateLimited(h http.Header, body []byte) *RateLimitedError {
+	var p problemBody
+	_ = json.Unmarshal(body, &p)
+	e := &RateLimitedError{
+		Layer: cmp.Or(h.Get("X-RateLimit-Layer"), p.Layer), Scope: cmp.Or(h.Get("X-RateLimit-Scope"), p.Scope),
+		Limit: p.Limit, Detail: p.Detail, Degraded: p.Degraded || h.Get("X-RateLimit-Degraded") == "true",
+	}
+	if n, err := strconv.ParseInt(h.Get("X-RateLimit-Limit"), 10, 64); err == nil {
+		e.Limit = n
+	}
+	secs := p.RetryAfterSeconds
+	if n, err := strconv.ParseInt(strings.TrimSpace(h.Get("Retry-After")), 10, 64); err == nil && n >= 0 {
+		secs = n
+	}
+	e.RetryAfter = time.Duration(min(secs, int64(365*24*3600))) * time.Second
+	return e
+}

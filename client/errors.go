@@ -1,0 +1,89 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// ErrUnavailable is wrapped by the error of every call that had no answer
+// from Tollgate: it could not be reached, it did not answer within the
+// per-call timeout or the caller's context, it answered 5xx, or what
+// answered was not Tollgate. The error also wraps the cause
+// (context.DeadlineExceeded for a timeout, the network error, …).
+var ErrUnavailable = errors.New("tollgate unavailable")
+
+// RateLimitedError is a refusal by one of Tollgate's own ceilings (HTTP
+// 429): the tenant (the app, not its user) asked Tollgate too much. It
+// counted nothing; the same call succeeds after RetryAfter.
+type RateLimitedError struct {
+	// Layer is the ceiling that refused: "instance", "ip", "quota",
+	// "allotment", "sandbox" or "inflight".
+	Layer string
+	// Scope is the quota's window that refused ("minute" or "hour") for
+	// the quota layer; empty otherwise.
+	Scope string
+	// Limit is the limit that refused, the one actually applied.
+	Limit int64
+	// RetryAfter is Tollgate's Retry-After, in whole seconds.
+	RetryAfter time.Duration
+	// Detail is Tollgate's explanation, for the app's logs.
+	Detail string
+	// Degraded is set when the ceiling decided without Tollgate's shared
+	// counter store.
+	Degraded bool
+}
+
+func (e *RateLimitedError) Error() string {
+	s := fmt.Sprintf("refused by Tollgate's %s ceiling (limit %d); retry after %s", e.Layer, e.Limit, e.RetryAfter)
+	if e.Scope != "" {
+		s = fmt.Sprintf("refused by Tollgate's %s ceiling per %s (limit %d); retry after %s", e.Layer, e.Scope, e.Limit, e.RetryAfter)
+	}
+	return s
+}
+
+// PaymentRequiredError is Tollgate's 402: a paid tenant whose billing
+// lapsed is held to the starter plan and has used its allotment. Waiting
+// does not help; paying does, at BillingURL.
+type PaymentRequiredError struct {
+	// BillingURL is where the tenant updates its payment method.
+	BillingURL string
+	// Detail is Tollgate's explanation, for the app's logs.
+	Detail string
+}
+
+func (e *PaymentRequiredError) Error() string {
+	return "Tollgate requires payment: update the payment method at " + e.BillingURL
+}
+
+// APIError is any other refusal of a call by Tollgate, a 4xx problem: 400
+// for an invalid call (Field names the member at fault), 401 for an API key
+// Tollgate does not know, 403 for a change made with a test key, 404 for a
+// policy or lease that does not exist.
+type APIError struct {
+	// Status is the HTTP status.
+	Status int
+	// Type is the problem's type URI, such as
+	// "https://tollgate.dev/problems/invalid-request".
+	Type string
+	// Title and Detail are Tollgate's explanation.
+	Title, Detail string
+	// Field names the JSON member or path parameter at fault in a 400;
+	// empty when the call as a whole is.
+	Field string
+}
+
+func (e *APIError) Error() string {
+	s := fmt.Sprintf("Tollgate answered %d %s", e.Status, http.StatusText(e.Status))
+	if e.Title != "" {
+		s += ": " + e.Title
+	}
+	if e.Field != "" {
+		s += ": " + e.Field
+	}
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}

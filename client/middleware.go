@@ -1,0 +1,155 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// KeyFunc returns the subject a request is counted as: a client address
+// (ByIP), a header's value (ByHeader), an account, an API key of the app's
+// own. The empty string means the request has none; the middleware counts
+// every such request under one subject, Unkeyed.
+type KeyFunc func(r *http.Request) string
+
+// Unkeyed is the subject of the one bucket the middleware counts every
+// request without a key in: requests that cannot be told apart share a
+// limit rather than escape it.
+const Unkeyed = "unkeyed"
+
+// ByHeader keys a request by the value of header name (such as
+// "X-API-Key"), trimmed; requests without it are Unkeyed. Use it only for
+// a header the app itself has checked or that its own proxy sets: a client
+// chooses its headers.
+func ByHeader(name string) KeyFunc {
+	name = http.CanonicalHeaderKey(name)
+	return func(r *http.Request) string { return strings.TrimSpace(r.Header.Get(name)) }
+}
+
+// MiddlewareConfig configures Middleware.
+type MiddlewareConfig struct {
+	// Policy is the Tollgate policy every request is checked against (a
+	// consume check). Required.
+	Policy string
+	// Key returns the subject a request is counted as; nil means
+	// ByIP(IPConfig{}), the TCP peer's address.
+	Key KeyFunc
+	// Cost is what each request spends; 0 means 1.
+	Cost int64
+	// Name is the policy's name in the RateLimit-Policy and RateLimit
+	// headers the app's clients see; empty means Policy.
+	Name string
+	// OnError, when set, hears every check that had no decision from
+	// Tollgate, with the error Check returned (to log: the error never
+	// reaches the app's clients), before the client's FailMode decides.
+	OnError func(r *http.Request, err error)
+}
+
+// Middleware returns net/http middleware that checks every request against
+// cfg.Policy with c, keyed by cfg.Key:
+//
+//   - allowed: the request goes on, with RateLimit-Policy and RateLimit
+//     headers (IETF draft-ietf-httpapi-ratelimit-headers) for the policy,
+//     and the Decision in its context (DecisionFromContext);
+//   - refused: the app answers 429 with those headers, Retry-After in
+//     seconds and a problem+json body;
+//   - no decision from Tollgate (unreachable, too slow, 5xx, or a refusal
+//     of the call itself): the client's FailMode decides. FailOpen lets the
+//     request on without rate-limit headers, its Decision marked Degraded
+//     in the context; FailClosed answers 503.
+//
+// Nothing of Tollgate (its address, API key, errors, ceilings) reaches the
+// app's clients; a shadow policy, and an answer Tollgate marks degraded,
+// set no rate-limit headers. Several middlewares
+// chained add one entry each to RateLimit-Policy and RateLimit. It fails
+// when c is nil, cfg.Policy is empty or cfg.Cost is negative.
+func Middleware(c *Client, cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
+	switch {
+	case c == nil:
+		return nil, errors.New("tollgate middleware: nil client")
+	case cfg.Policy == "":
+		return nil, errors.New("tollgate middleware: no policy")
+	case cfg.Cost < 0:
+		return nil, fmt.Errorf("tollgate middleware: cost %d: must be at least 0", cfg.Cost)
+	}
+	key := cfg.Key
+	if key == nil {
+		key = ByIP(IPConfig{})
+	}
+	name := strconv.Quote(cmp.Or(cfg.Name, cfg.Policy))
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			d, err := c.Check(r.Context(), Item{Policy: cfg.Policy, Subject: cmp.Or(key(r), Unkeyed), Cost: cfg.Cost})
+			if err != nil {
+				if cfg.OnError != nil {
+					cfg.OnError(r, err)
+				}
+				if !d.Allowed {
+					writeProblem(w, http.StatusServiceUnavailable, "The request cannot be admitted now; try again shortly.")
+					return
+				}
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
+				return
+			}
+			var retry time.Duration
+			if len(d.Items) == 1 {
+				retry = d.Items[0].RetryAfter
+			}
+			// A shadow policy limits nobody yet, and a degraded answer
+			// has no exact count: neither is published.
+			if len(d.Items) == 1 && !d.Items[0].Shadow && !d.Items[0].Degraded {
+				it := d.Items[0]
+				reset := time.Until(it.ResetAt)
+				if !d.Allowed {
+					reset = max(reset, retry)
+				}
+				h := w.Header()
+				h.Add("RateLimit-Policy", fmt.Sprintf("%s;q=%d", name, it.Limit))
+				h.Add("RateLimit", fmt.Sprintf("%s;r=%d;t=%d", name, it.Remaining, seconds(reset)))
+			}
+			if !d.Allowed {
+				secs := max(1, seconds(retry))
+				w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+				writeProblem(w, http.StatusTooManyRequests, fmt.Sprintf("Too many requests; retry in %d s.", secs))
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
+		})
+	}, nil
+}
+
+type decisionKey struct{}
+
+// DecisionFromContext returns the Decision the middleware made for the
+// request whose context ctx is, and whether there was one. Its Degraded
+// field tells a handler that Tollgate gave no exact answer.
+func DecisionFromContext(ctx context.Context) (Decision, bool) {
+	d, ok := ctx.Value(decisionKey{}).(Decision)
+	return d, ok
+}
+
+// seconds is d in whole seconds, rounded up, never negative.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// writeProblem answers an RFC 9457 problem of the app's: the status and a
+// sentence, nothing of Tollgate.
+func writeProblem(w http.ResponseWriter, status int, detail string) {
+	body, _ := json.Marshal(map[string]any{
+		"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail,
+	})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
