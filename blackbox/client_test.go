@@ -355,17 +355,21 @@ func hello() http.Handler {
 // middleware lets requests through (FailOpen) or answers 503 (FailClosed).
 func TestClientFailModes(t *testing.T) {
 	dsn := pgtest.New(t)
+	in := start(t, dsn, patientStore)
+	// Another instance reaches PostgreSQL through a link the test cuts.
+	// (After the cut, its first requests may answer 500 while its pool
+	// drops dead connections: the other subtests keep off it.)
 	u, _ := url.Parse(dsn)
 	pgProxy := faultnet.New(t, u.Host)
 	u.Host = pgProxy.Addr()
-	in := start(t, u.String(), patientStore)
+	cut := start(t, u.String(), patientStore)
 	nt := createTenant(t, dsn, "pro")
 	putPolicy(t, in, nt.LiveKey, "api", map[string]any{"limit": 1000, "window": "1h"})
 	ctx := context.Background()
 	item := client.Item{Policy: "api", Subject: "s"}
 
 	t.Run("5xx", func(t *testing.T) {
-		tg := newClient(t, in.base, nt.LiveKey)
+		tg := newClient(t, cut.base, nt.LiveKey)
 		if _, err := tg.Usage(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -387,10 +391,6 @@ func TestClientFailModes(t *testing.T) {
 		if err := pgProxy.Restore(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "exact answers again", func() bool {
-			d, err := tg.Check(ctx, item)
-			return err == nil && d.Allowed && !d.Degraded
-		})
 	})
 
 	t.Run("stalled", func(t *testing.T) {
