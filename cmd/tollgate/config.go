@@ -30,6 +30,7 @@ type Config struct {
 	ClientIPHeader  string        // TOLLGATE_CLIENT_IP_HEADER
 	PublicURL       string        // TOLLGATE_PUBLIC_URL
 	SecureCookies   bool          // TOLLGATE_SECURE_COOKIES: dashboard cookies Secure behind a TLS-ending proxy
+	AuditRetention  time.Duration // TOLLGATE_AUDIT_RETENTION_DAYS: audit entries older than this are deleted
 
 	// Billing with Stripe (internal/billing).
 	StripeWebhookSecrets []string // STRIPE_WEBHOOK_SECRET: comma-separated whsec_… signing secrets
@@ -59,6 +60,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		DataDir:         or(getenv("TOLLGATE_DATA_DIR"), ".tollgate"),
 		CounterTimeout:  50 * time.Millisecond,
 		ShutdownTimeout: 15 * time.Second,
+		AuditRetention:  90 * 24 * time.Hour,
 	}
 	var err error
 	if c.Dev, err = parseBool("TOLLGATE_DEV", getenv("TOLLGATE_DEV")); err != nil {
@@ -100,6 +102,13 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		if c.ShutdownTimeout, err = time.ParseDuration(v); err != nil || c.ShutdownTimeout <= 0 {
 			return c, fmt.Errorf("TOLLGATE_SHUTDOWN_TIMEOUT %q: want a positive duration", v)
 		}
+	}
+	if v := getenv("TOLLGATE_AUDIT_RETENTION_DAYS"); v != "" {
+		days, err := strconv.Atoi(v)
+		if err != nil || days < 1 || days > 36500 {
+			return c, fmt.Errorf("TOLLGATE_AUDIT_RETENTION_DAYS %q: want whole days, 1 to 36500", v)
+		}
+		c.AuditRetention = time.Duration(days) * 24 * time.Hour
 	}
 	switch p := getenv("TOLLGATE_PEPPER"); {
 	case p == "" && c.Dev:
@@ -195,6 +204,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("client_ip_header", c.ClientIPHeader),
 		slog.String("public_url", c.PublicURL),
 		slog.Bool("secure_cookies", c.SecureCookies),
+		slog.Duration("audit_retention", c.AuditRetention),
 		slog.String("log_format", c.LogFormat),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("stripe_webhook_secret", maskSecrets(c.StripeWebhookSecrets)),

@@ -30,6 +30,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"bad log level":                {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_LOG_LEVEL": "loud"}, "TOLLGATE_LOG_LEVEL"},
 		"bad dev flag":                 {map[string]string{"TOLLGATE_DEV": "yes please"}, "TOLLGATE_DEV"},
 		"counter timeout out of range": {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_COUNTER_TIMEOUT": "1h"}, "TOLLGATE_COUNTER_TIMEOUT"},
+		"audit retention not days":     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_AUDIT_RETENTION_DAYS": "90d"}, "TOLLGATE_AUDIT_RETENTION_DAYS"},
+		"audit retention zero":         {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_AUDIT_RETENTION_DAYS": "0"}, "TOLLGATE_AUDIT_RETENTION_DAYS"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -53,6 +55,13 @@ func TestConfigDefaultsAndValues(t *testing.T) {
 	}
 	if len(c.TrustedProxies) != 2 || c.TrustedProxies[1].String() != "192.0.2.1/32" {
 		t.Fatalf("trusted proxies: got %v", c.TrustedProxies)
+	}
+	if c.AuditRetention != 90*24*time.Hour {
+		t.Errorf("audit retention: got %v, want 90 days", c.AuditRetention)
+	}
+	c, err = loadConfig(envOf(map[string]string{"TOLLGATE_PEPPER": testPepper, "TOLLGATE_AUDIT_RETENTION_DAYS": "400"}))
+	if err != nil || c.AuditRetention != 400*24*time.Hour {
+		t.Errorf("TOLLGATE_AUDIT_RETENTION_DAYS=400: got %v, %v; want 400 days", c.AuditRetention, err)
 	}
 }
 

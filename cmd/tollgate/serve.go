@@ -77,7 +77,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	policies := pgstore.NewPolicies(pool)
 	catalog := policy.NewCatalog(policies, policy.CatalogConfig{})
 	auditStore := pgstore.NewAudit(pool)
-	auditRec, err := audit.NewRecorder(audit.RecorderConfig{Store: auditStore, Logger: log})
+	auditRec, err := audit.NewRecorder(audit.RecorderConfig{Store: auditStore, Logger: log, AuditRetention: cfg.AuditRetention})
 	if err != nil {
 		return err
 	}
