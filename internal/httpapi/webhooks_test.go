@@ -112,7 +112,7 @@ func (w *billingWorld) count(sql string, args ...any) int {
 
 // instance builds an instance on its own pool; stripe says whether it has a
 // Stripe API key (pointing at stripe-mock), secret whether a webhook secret.
-func (w *billingWorld) instance(stripe, secret bool) *billingInstance {
+func (w *billingWorld) instance(stripe, secret bool, opts ...func(*Config)) *billingInstance {
 	w.t.Helper()
 	pool := billingPool(w.t, w.dsn)
 	tenants := pgstore.NewTenants(pool)
@@ -132,6 +132,9 @@ func (w *billingWorld) instance(stripe, secret bool) *billingInstance {
 	}
 	if secret {
 		cfg.StripeWebhooks = stripeapi.NewVerifier([]string{"whsec_retired_000000", webhookSecret})
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	e := New(cfg)
 	auth := func(next echo.HandlerFunc) echo.HandlerFunc {
