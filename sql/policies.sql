@@ -44,11 +44,13 @@ DELETE FROM policies WHERE tenant_id = @tenant_id AND name = @name;
 SELECT scope FROM policies WHERE tenant_id = @tenant_id AND name = @policy FOR NO KEY UPDATE;
 
 -- name: CountOverrides :one
--- CountOverrides counts a policy's unexpired overrides and says whether one
--- has @pattern.
-SELECT count(*)::bigint AS overrides, coalesce(bool_or(pattern = @pattern), false)::boolean AS exists
+-- CountOverrides counts a tenant's unexpired overrides and those of @policy
+-- with a "*", and says whether @policy has one with @pattern.
+SELECT count(*)::bigint AS overrides,
+       count(*) FILTER (WHERE policy = @policy AND strpos(pattern, '*') > 0)::bigint AS wildcards,
+       coalesce(bool_or(policy = @policy AND pattern = @pattern), false)::boolean AS exists
 FROM policy_overrides
-WHERE tenant_id = @tenant_id AND policy = @policy AND (expires_at IS NULL OR expires_at > now());
+WHERE tenant_id = @tenant_id AND (expires_at IS NULL OR expires_at > now());
 
 -- name: PruneOverrides :exec
 DELETE FROM policy_overrides

@@ -30,6 +30,8 @@ type Config struct {
 	ClientIPHeader  string        // TOLLGATE_CLIENT_IP_HEADER
 	PublicURL       string        // TOLLGATE_PUBLIC_URL
 	SecureCookies   bool          // TOLLGATE_SECURE_COOKIES: dashboard cookies Secure behind a TLS-ending proxy
+	IPv6Prefix      int           // TOLLGATE_IPV6_PREFIX: the IPv6 network length clients are keyed by
+	TenantInflight  int64         // TOLLGATE_TENANT_INFLIGHT: check items one tenant may have in progress per instance
 	AuditRetention  time.Duration // TOLLGATE_AUDIT_RETENTION_DAYS: audit entries older than this are deleted
 
 	// Billing with Stripe (internal/billing).
@@ -151,6 +153,18 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		}
 		c.ClientIPHeader = v
 	}
+	c.IPv6Prefix = 64
+	if v := getenv("TOLLGATE_IPV6_PREFIX"); v != "" {
+		if c.IPv6Prefix, err = strconv.Atoi(strings.TrimPrefix(v, "/")); err != nil || c.IPv6Prefix < 32 || c.IPv6Prefix > 128 {
+			return c, fmt.Errorf("TOLLGATE_IPV6_PREFIX %q: want a prefix length from 32 to 128 (64 keys clients by /64)", v)
+		}
+	}
+	c.TenantInflight = 64
+	if v := getenv("TOLLGATE_TENANT_INFLIGHT"); v != "" {
+		if c.TenantInflight, err = strconv.ParseInt(v, 10, 64); err != nil || c.TenantInflight < 32 || c.TenantInflight > 1_000_000 {
+			return c, fmt.Errorf("TOLLGATE_TENANT_INFLIGHT %q: want check items in progress per tenant and instance, 32 to 1000000", v)
+		}
+	}
 	if strings.HasPrefix(c.Addr, ":") {
 		c.PublicURL = or(getenv("TOLLGATE_PUBLIC_URL"), "http://localhost"+c.Addr)
 	} else {
@@ -204,6 +218,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("client_ip_header", c.ClientIPHeader),
 		slog.String("public_url", c.PublicURL),
 		slog.Bool("secure_cookies", c.SecureCookies),
+		slog.Int("ipv6_prefix", c.IPv6Prefix),
+		slog.Int64("tenant_inflight", c.TenantInflight),
 		slog.Duration("audit_retention", c.AuditRetention),
 		slog.String("log_format", c.LogFormat),
 		slog.String("log_level", c.LogLevel.String()),

@@ -92,6 +92,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	g := gate.New(gate.Config{
 		Store: store, Tenants: dir, Policies: catalog, Observer: gate.Observers{usageRec, auditRec, degradedRec},
 		Metrics: met, Logger: log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
+		TenantInflight: cfg.TenantInflight,
 	})
 	defer g.Close()
 
@@ -140,7 +141,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 		Gate:       g,
 		Policies:   policy.Service{Store: policies, Catalog: catalog, Audit: policyAudit(audit.NewLog(auditStore), log)},
 		Usage:      usageService{usageRec, dir},
-		ClientIP:   httpapi.ClientIPConfig{TrustedProxies: cfg.TrustedProxies, Header: cfg.ClientIPHeader},
+		ClientIP:   httpapi.ClientIPConfig{TrustedProxies: cfg.TrustedProxies, Header: cfg.ClientIPHeader, IPv6Prefix: cfg.IPv6Prefix},
 		Metrics:    met.Handler(),
 		PublicURL:  cfg.PublicURL,
 		BillingKey: billingKey(cfg.Pepper),

@@ -7,58 +7,98 @@ import (
 	"github.com/tollgate/tollgate/internal/metrics"
 )
 
-// breaker keeps calls away from a counter store that keeps failing: after
-// `failures` consecutive failures it opens for `openFor`, then lets one call
-// through (half-open); a success closes it, a failure opens it again.
-type breaker struct {
+// breakers keeps calls away from a counter store that keeps failing, one
+// circuit per tenant: after `failures` consecutive failures of a tenant's
+// calls its circuit opens for `openFor`, then lets one call through
+// (half-open); a success closes it, a failure opens it again.
+//
+// The circuits are per tenant so that a store slow for one tenant's work
+// (its hot rows, its burst) opens that tenant's circuit and no other: the
+// other tenants keep exact answers for as long as the store answers them. A
+// store that is down for everyone opens every active tenant's circuit after
+// that tenant's own few failures, which costs each a few deadlines once.
+//
+// Only tenants with a failure streak have an entry, so the map holds the
+// tenants in trouble, not every tenant; beyond max of them a new failure is
+// not tracked (that tenant's calls still run under the store deadline).
+type breakers struct {
 	failures int
 	openFor  time.Duration
+	max      int
 	metrics  *metrics.Metrics
 
-	mu        sync.Mutex
+	mu   sync.Mutex
+	m    map[string]*circuit
+	open int // circuits with streak >= failures
+}
+
+// circuit is one tenant's breaker state.
+type circuit struct {
 	streak    int
 	openUntil time.Time
 	probing   bool
 }
 
-// allow reports whether a call may go to the store now.
-func (b *breaker) allow(now time.Time) bool {
+func newBreakers(failures int, openFor time.Duration, max int, m *metrics.Metrics) *breakers {
+	return &breakers{failures: failures, openFor: openFor, max: max, metrics: m, m: make(map[string]*circuit)}
+}
+
+// allow reports whether a call for tenant may go to the store now.
+func (b *breakers) allow(tenant string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.streak < b.failures {
+	c := b.m[tenant]
+	if c == nil || c.streak < b.failures {
 		return true
 	}
-	if now.Before(b.openUntil) || b.probing {
+	if now.Before(c.openUntil) || c.probing {
 		return false
 	}
-	b.probing = true
+	c.probing = true
 	return true
 }
 
-func (b *breaker) failure(now time.Time) {
+func (b *breakers) failure(tenant string, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.streak++
-	b.probing = false
-	if b.streak >= b.failures {
-		b.openUntil = now.Add(b.openFor)
-		b.metrics.BreakerOpen.Set(1)
+	c := b.m[tenant]
+	if c == nil {
+		if len(b.m) >= b.max {
+			return
+		}
+		c = &circuit{}
+		b.m[tenant] = c
+	}
+	c.streak++
+	c.probing = false
+	if c.streak == b.failures {
+		b.open++
+		b.metrics.BreakerOpen.Set(float64(b.open))
+	}
+	if c.streak >= b.failures {
+		c.openUntil = now.Add(b.openFor)
 	}
 }
 
 // release ends a call that says nothing about the store's health.
-func (b *breaker) release() {
+func (b *breakers) release(tenant string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.probing = false
+	if c := b.m[tenant]; c != nil {
+		c.probing = false
+	}
 }
 
-func (b *breaker) success() {
+func (b *breakers) success(tenant string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.streak >= b.failures {
-		b.metrics.BreakerOpen.Set(0)
+	c := b.m[tenant]
+	if c == nil {
+		return
 	}
-	b.streak = 0
-	b.probing = false
+	if c.streak >= b.failures {
+		b.open--
+		b.metrics.BreakerOpen.Set(float64(b.open))
+	}
+	delete(b.m, tenant)
 }

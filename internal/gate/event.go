@@ -21,6 +21,9 @@ const (
 	LayerAllotment = "allotment"
 	LayerSandbox   = "sandbox"
 	LayerPolicy    = "policy"
+	// LayerInflight refuses a request beyond its tenant's work in progress
+	// on the instance (gate.Config.TenantInflight).
+	LayerInflight = "inflight"
 )
 
 // OutcomeAllowed is Event.Outcome for an admitted request.

@@ -24,8 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/limit"
@@ -61,20 +59,40 @@ type Config struct {
 	InstanceCeiling int64
 	// L1MaxKeys bounds the in-memory per-IP layer (default 50,000).
 	L1MaxKeys int
-	// BreakerFailures consecutive store failures open the breaker for
-	// BreakerOpenFor (defaults 5 and 1 s).
+	// BreakerFailures consecutive store failures of one tenant's calls open
+	// that tenant's breaker for BreakerOpenFor (defaults 5 and 1 s).
 	BreakerFailures int
 	BreakerOpenFor  time.Duration
-	Now             func() time.Time
+	// TenantInflight is how many units of work one tenant may have in
+	// progress on this instance (a check weighs checkWeight, any other
+	// request 1; default DefaultTenantInflight), and InflightWait how
+	// long a request beyond it waits for its turn before it is refused
+	// (default 100 ms).
+	TenantInflight int64
+	InflightWait   time.Duration
+	// AuthFailuresPerMinute is how many requests with a key that does not
+	// authenticate one client network may send a minute (default 60);
+	// beyond it they are refused before the key is looked up.
+	AuthFailuresPerMinute int64
+	Now                   func() time.Time
 }
+
+// DefaultTenantInflight is Config.TenantInflight's default: 64 units let one
+// tenant keep 64 one-item checks in progress on an instance (tens of
+// thousands of checks a second at a store round trip of a few
+// milliseconds), two checks of 32 items, or one of the heaviest the API
+// allows; what the tenant sends beyond that waits its turn behind its own
+// work, not in front of other tenants'.
+const DefaultTenantInflight = 64
 
 // Gate runs the admission pipeline. It is safe for concurrent use.
 type Gate struct {
-	cfg     Config
-	l1      *memory.Store
-	breaker breaker
-	logMu   sync.Mutex
-	lastLog time.Time
+	cfg      Config
+	l1       *memory.Store
+	breakers *breakers
+	inflight *inflight
+	logMu    sync.Mutex
+	lastLog  time.Time
 }
 
 // New returns a Gate. Close it to stop its in-memory layers' pruning.
@@ -91,16 +109,34 @@ func New(cfg Config) *Gate {
 	if cfg.BreakerOpenFor == 0 {
 		cfg.BreakerOpenFor = time.Second
 	}
+	if cfg.TenantInflight <= 0 {
+		cfg.TenantInflight = DefaultTenantInflight
+	}
+	// One check may weigh up to MaxItems: a budget below that would refuse
+	// the largest checks for ever.
+	cfg.TenantInflight = max(cfg.TenantInflight, MaxItems)
+	if cfg.InflightWait <= 0 {
+		cfg.InflightWait = 100 * time.Millisecond
+	}
+	if cfg.AuthFailuresPerMinute <= 0 {
+		cfg.AuthFailuresPerMinute = 60
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	g := &Gate{cfg: cfg, l1: memory.New(memory.Config{MaxKeys: cfg.L1MaxKeys, Now: cfg.Now})}
-	g.breaker = breaker{failures: cfg.BreakerFailures, openFor: cfg.BreakerOpenFor, metrics: cfg.Metrics}
-	return g
+	return &Gate{
+		cfg:      cfg,
+		l1:       memory.New(memory.Config{MaxKeys: cfg.L1MaxKeys, Now: cfg.Now}),
+		breakers: newBreakers(cfg.BreakerFailures, cfg.BreakerOpenFor, maxBreakers, cfg.Metrics),
+		inflight: newInflight(cfg.TenantInflight, cfg.InflightWait),
+	}
 }
+
+// maxBreakers bounds how many tenants' failing circuits are tracked.
+const maxBreakers = 100_000
 
 // Close stops the in-memory layers' background pruning.
 func (g *Gate) Close() error { return g.l1.Close() }
@@ -110,8 +146,9 @@ type Request struct {
 	// Route names the endpoint ("check", "policies", "usage", …); per-IP
 	// counters are kept per route.
 	Route string
-	// ClientIP is the resolved client address; the zero Addr means it could
-	// not be resolved, and the request gets a bucket of its own.
+	// ClientIP is the resolved client address (for IPv6, the network the
+	// HTTP layer keys clients by); the zero Addr means it could not be
+	// resolved, and every such request of a route shares one bucket.
 	ClientIP netip.Addr
 	// Bearer is the API key from the Authorization header, without "Bearer ".
 	Bearer string
@@ -213,12 +250,38 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: maxIP, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
 	}
 
+	// A client network that keeps sending keys that do not authenticate is
+	// refused before its keys are looked up: guessing costs the guesser,
+	// not the database.
+	failKey := "authfail:" + ipHash
+	if d := g.l1Decide(ctx, "", failKey, limit.SlidingWindow, g.cfg.AuthFailuresPerMinute, limit.Every(time.Minute), counter.Peek); !d.Allowed {
+		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: g.cfg.AuthFailuresPerMinute, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
+	}
 	key, t, err := g.cfg.Tenants.Authenticate(ctx, req.Bearer)
 	if err != nil {
+		if errors.Is(err, tenant.ErrUnauthorized) {
+			g.l1Check(ctx, "", failKey, limit.SlidingWindow, g.cfg.AuthFailuresPerMinute, limit.Every(time.Minute))
+		}
 		g.cfg.Metrics.Checks.WithLabelValues("error", "auth").Inc()
 		return v, err
 	}
 	v.Tenant, v.Key = t, key
+
+	// The tenant's work in progress on this instance is bounded before any
+	// of it is done.
+	var set policy.Set
+	weight := int64(1)
+	if req.Check != nil {
+		if set, err = g.cfg.Policies.For(ctx, t.ID); err != nil {
+			return v, fmt.Errorf("policies of tenant %s: %w", t.ID, err)
+		}
+		weight = checkWeight(set, req.Check)
+	}
+	release, ok := g.inflight.acquire(ctx, t.ID, weight)
+	if !ok {
+		return g.refuse(ctx, req, v, Refusal{Layer: LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: time.Second, ResetAt: now.Add(time.Second), Key: LayerInflight}), nil
+	}
+	defer release()
 	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
 	if err != nil {
 		return v, fmt.Errorf("effective plan of tenant %s: %w", t.ID, err)
@@ -269,7 +332,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	// 5. The tenant's policies.
 	var pols []policyItem
 	if req.Check != nil {
-		if pols, err = g.policyItems(ctx, t.ID, req.Check, now); err != nil {
+		if pols, err = g.policyItems(t.ID, set, key.Test, req.Check, now); err != nil {
 			return v, err
 		}
 	}
@@ -290,7 +353,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		// ceiling is as good as none.
 		creq.Items[i].Limit = min(creq.Items[i].Limit, limit.MaxLimit)
 	}
-	res, err := g.storeCheck(ctx, creq)
+	res, err := g.storeCheck(ctx, t.ID, creq)
 	if errors.Is(err, counter.ErrInvalid) {
 		return v, fmt.Errorf("counter request of tenant %s: %w", t.ID, err)
 	}
@@ -344,16 +407,15 @@ type policyItem struct {
 	alertAfter int64
 }
 
-func (g *Gate) policyItems(ctx context.Context, tenantID string, c *Check, now time.Time) ([]policyItem, error) {
+// policyItems resolves a check's items. A test key's counters are the
+// sandbox's, apart from the live ones ("t:" in front of the key), so that
+// trying an integration out never moves what live traffic is answered.
+func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check, now time.Time) ([]policyItem, error) {
 	if len(c.Items) == 0 {
 		return nil, &policy.FieldError{Field: "items", Reason: "at least one item is required"}
 	}
 	if len(c.Items) > MaxItems {
 		return nil, &policy.FieldError{Field: "items", Reason: fmt.Sprintf("at most %d items per check", MaxItems)}
-	}
-	set, err := g.cfg.Policies.For(ctx, tenantID)
-	if err != nil {
-		return nil, fmt.Errorf("policies of tenant %s: %w", tenantID, err)
 	}
 	out := make([]policyItem, 0, len(c.Items))
 	for i, it := range c.Items {
@@ -368,17 +430,20 @@ func (g *Gate) policyItems(ctx context.Context, tenantID string, c *Check, now t
 		if cost < 1 || cost > MaxCost {
 			return nil, itemErr(i, "cost", fmt.Sprintf("must be 1 to %d", MaxCost))
 		}
-		var key string
+		key := "p:"
+		if test {
+			key = "t:p:"
+		}
 		switch {
 		case p.Scope == policy.ScopeGlobal:
 			// A keyless ceiling: nothing in the request picks the counter.
-			key = "p:" + p.Name + ":*"
+			key += p.Name + ":*"
 		case it.Subject == "":
 			return nil, itemErr(i, "subject", "required for a policy of scope subject")
 		case len(it.Subject) > MaxSubjectLen:
 			return nil, itemErr(i, "subject", fmt.Sprintf("at most %d bytes", MaxSubjectLen))
 		default:
-			key = "p:" + p.Name + ":" + g.digest("subject", tenantID+":"+p.Name+":"+it.Subject)
+			key += p.Name + ":" + g.digest("subject", tenantID+":"+p.Name+":"+it.Subject)
 		}
 		lim := p.Limit
 		if p.Scope != policy.ScopeGlobal {
@@ -397,9 +462,26 @@ func (g *Gate) policyItems(ctx context.Context, tenantID string, c *Check, now t
 	return out, nil
 }
 
-// storeCheck makes the one round trip, through the circuit breaker.
-func (g *Gate) storeCheck(ctx context.Context, req counter.Request) (counter.Result, error) {
-	if !g.breaker.allow(g.cfg.Now()) {
+// wildcardTries is how many wildcard patterns cost as much as one check
+// item (an HMAC, a counter in the store): BenchmarkLimitForWorstCase puts
+// a try of the worst pattern at about half a microsecond.
+const wildcardTries = 8
+
+// checkWeight is what a check weighs in its tenant's work in progress: one
+// unit an item, and one per wildcardTries wildcard patterns its items may
+// try, so that the heaviest check the API allows weighs more than the
+// budget holds and runs alone.
+func checkWeight(set policy.Set, c *Check) int64 {
+	tries := 0
+	for _, it := range c.Items {
+		tries += set.Wildcards(it.Policy)
+	}
+	return int64(max(len(c.Items), 1) + (tries+wildcardTries-1)/wildcardTries)
+}
+
+// storeCheck makes the one round trip, through the tenant's circuit breaker.
+func (g *Gate) storeCheck(ctx context.Context, tenantID string, req counter.Request) (counter.Result, error) {
+	if !g.breakers.allow(tenantID, g.cfg.Now()) {
 		g.cfg.Metrics.StoreLatency.WithLabelValues("skipped").Observe(0)
 		return counter.Result{}, fmt.Errorf("circuit open: %w", counter.ErrUnavailable)
 	}
@@ -408,14 +490,14 @@ func (g *Gate) storeCheck(ctx context.Context, req counter.Request) (counter.Res
 	took := time.Since(start).Seconds()
 	if err != nil {
 		if errors.Is(err, counter.ErrInvalid) {
-			g.breaker.release()
+			g.breakers.release(tenantID)
 			return res, err
 		}
-		g.breaker.failure(g.cfg.Now())
+		g.breakers.failure(tenantID, g.cfg.Now())
 		g.cfg.Metrics.StoreLatency.WithLabelValues("unavailable").Observe(took)
 		return res, err
 	}
-	g.breaker.success()
+	g.breakers.success(tenantID)
 	g.cfg.Metrics.StoreLatency.WithLabelValues("ok").Observe(took)
 	return res, nil
 }
@@ -488,7 +570,12 @@ func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome stri
 
 // l1Check consumes one from an in-memory counter of this instance.
 func (g *Gate) l1Check(ctx context.Context, group, key string, alg limit.Algorithm, lim int64, w limit.Window) limit.Decision {
-	res, err := g.l1.Check(ctx, counter.Request{Group: group, Items: []counter.Item{{Key: key, Algorithm: alg, Limit: lim, Window: w, Cost: 1}}})
+	return g.l1Decide(ctx, group, key, alg, lim, w, counter.Consume)
+}
+
+// l1Decide asks an in-memory counter of this instance for one unit, in mode.
+func (g *Gate) l1Decide(ctx context.Context, group, key string, alg limit.Algorithm, lim int64, w limit.Window, mode counter.Mode) limit.Decision {
+	res, err := g.l1.Check(ctx, counter.Request{Mode: mode, Group: group, Items: []counter.Item{{Key: key, Algorithm: alg, Limit: lim, Window: w, Cost: 1}}})
 	if err != nil {
 		// Only an invalid request fails in memory: a bug, so let the caller in
 		// and say so.
@@ -498,11 +585,13 @@ func (g *Gate) l1Check(ctx context.Context, group, key string, alg limit.Algorit
 	return res.Decisions[0]
 }
 
-// ipDigest is the client IP's key part: an HMAC, never the address; an
-// unresolvable client gets a bucket of its own.
+// ipDigest is the client IP's key part: an HMAC, never the address. Every
+// client whose address could not be resolved shares the one bucket
+// "unresolved": a bucket per request would let a malformed header escape
+// every per-IP limit.
 func (g *Gate) ipDigest(ip netip.Addr) string {
 	if !ip.IsValid() {
-		return "anon-" + uuid.NewString()
+		return "unresolved"
 	}
 	return g.digest("ip", ip.Unmap().String())
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http/httptest"
@@ -140,7 +141,10 @@ func newTestGate(t *testing.T, store counter.Store, dir directory, pols catalog,
 	if dir.maxIP == 0 {
 		dir.maxIP = 600000
 	}
-	cfg.Store, cfg.Tenants, cfg.Policies, cfg.Observer = rec, dir, pols, obs
+	cfg.Store, cfg.Policies, cfg.Observer = rec, pols, obs
+	if cfg.Tenants == nil {
+		cfg.Tenants = dir
+	}
 	if cfg.Pepper == nil {
 		cfg.Pepper = []byte(testPepper)
 	}
@@ -238,7 +242,7 @@ func TestAdmitReportsTheTightestQuota(t *testing.T) {
 
 // digestKey matches a counter key that holds a digest: "ip:<route>:" or
 // "p:<policy>:", then 32 hex digits.
-var digestKey = regexp.MustCompile(`^(ip:[a-z]+|p:[a-z0-9._-]+):[0-9a-f]{32}$`)
+var digestKey = regexp.MustCompile(`^(ip:[a-z]+|(t:)?p:[a-z0-9._-]+):[0-9a-f]{32}$`)
 
 func hmacHex(pepper, kind, s string) string {
 	m := hmac.New(sha256.New, []byte(pepper))
@@ -349,50 +353,241 @@ func TestDigestsHideSubjectsAndIPs(t *testing.T) {
 	}
 }
 
-// TestUnresolvableClientsGetBucketsOfTheirOwn: a request whose client
-// address is unknown is not lumped with other such requests, in the
-// pre-authentication bucket or the tenant's per-IP layer, and is never
-// keyed by a digest of an empty address.
-func TestUnresolvableClientsGetBucketsOfTheirOwn(t *testing.T) {
+// TestUnresolvableClientsShareOneBucket: requests whose client address is
+// unknown (a trusted proxy sent garbage, or nothing) share one bucket per
+// route, in the pre-authentication bucket and the tenant's per-IP layer
+// alike: a malformed header must never buy a fresh bucket.
+func TestUnresolvableClientsShareOneBucket(t *testing.T) {
 	t.Parallel()
 	dir := directory{
-		tenants: map[string]tenant.Tenant{"tenant-1": {ID: "tenant-1", Plan: tenant.PlanPro, RateLimitPerMinute: 1}},
-		maxIP:   1,
+		tenants: map[string]tenant.Tenant{"tenant-1": {ID: "tenant-1", Plan: tenant.PlanPro, RateLimitPerMinute: 2}},
+		maxIP:   600000,
 	}
 	cat := catalog{"tenant-1": policy.NewSet([]policy.Policy{mustPolicy(t, "open", `{"limit":1000,"window":"1h"}`)}, nil)}
 	g, rec, _ := newTestGate(t, nil, dir, cat, gate.Config{})
 	ctx := context.Background()
 	item := gate.Item{Policy: "open", Subject: "s"}
 
-	// One known address: the second request is refused (pre-authentication
-	// bucket of 1).
-	if v, err := g.Admit(ctx, checkReq("tenant-1", client, item)); err != nil || !v.Allowed {
-		t.Fatalf("first request of an address: %+v, %v", v, err)
-	}
-	if v, _ := g.Admit(ctx, checkReq("tenant-1", client, item)); v.Refusal == nil || v.Refusal.Layer != gate.LayerIP {
-		t.Fatalf("second request of an address at 1 a minute: %+v", v)
-	}
-	// Unknown addresses: each request passes both per-IP layers, in a bucket
-	// of its own.
-	before := len(rec.keys())
-	for i := range 3 {
-		v, err := g.Admit(ctx, checkReq("tenant-1", netip.Addr{}, item))
-		if err != nil || !v.Allowed || v.Refusal != nil {
+	for i := range 2 {
+		if v, err := g.Admit(ctx, checkReq("tenant-1", netip.Addr{}, item)); err != nil || !v.Allowed {
 			t.Fatalf("request %d of an unknown address: %+v, %v", i+1, v, err)
 		}
 	}
-	ipKeys := map[string]bool{}
-	for _, k := range rec.keys()[before:] {
-		if strings.HasPrefix(k, "ip:") {
-			if !strings.HasPrefix(k, "ip:check:anon-") || k == "ip:check:anon-" || k == "ip:check:"+hmacHex(testPepper, "ip", "invalid IP") {
-				t.Errorf("per-IP key of an unknown address: %q", k)
-			}
-			ipKeys[k] = true
+	v, err := g.Admit(ctx, checkReq("tenant-1", netip.Addr{}, item))
+	if err != nil || v.Refusal == nil || v.Refusal.Layer != gate.LayerIP {
+		t.Fatalf("third request of unknown addresses at 2 a minute: %+v, %v", v, err)
+	}
+	// A known address has a bucket of its own.
+	if v, err := g.Admit(ctx, checkReq("tenant-1", client, item)); err != nil || !v.Allowed {
+		t.Fatalf("a known address after the unknown ones: %+v, %v", v, err)
+	}
+	for _, k := range rec.keys() {
+		if strings.HasPrefix(k, "ip:") && k != "ip:check:unresolved" && !digestKey.MatchString(k) {
+			t.Errorf("per-IP key %q", k)
 		}
 	}
-	if len(ipKeys) != 3 {
-		t.Errorf("three unknown clients in %d per-IP buckets: %v", len(ipKeys), ipKeys)
+}
+
+// TestAuthFailuresAreBoundedPerClient: keys that do not authenticate cost
+// the client network that sends them: past AuthFailuresPerMinute, its
+// requests are refused before the key is looked up, while another network,
+// and a right key from elsewhere, go on.
+func TestAuthFailuresAreBoundedPerClient(t *testing.T) {
+	t.Parallel()
+	dir := &countingDirectory{directory: directory{tenants: map[string]tenant.Tenant{"tenant-1": {ID: "tenant-1", Plan: tenant.PlanPro}}, plans: defaultPlans(), maxIP: 600000}}
+	cat := catalog{"tenant-1": policy.NewSet([]policy.Policy{mustPolicy(t, "open", `{"limit":1000,"window":"1h"}`)}, nil)}
+	g, _, _ := newTestGate(t, nil, directory{}, cat, gate.Config{AuthFailuresPerMinute: 5, Tenants: dir})
+	ctx := context.Background()
+	item := gate.Item{Policy: "open", Subject: "s"}
+	guesser, other := netip.MustParseAddr("198.51.100.9"), netip.MustParseAddr("198.51.100.10")
+	for i := range 5 {
+		if _, err := g.Admit(ctx, checkReq(fmt.Sprintf("guess-%d", i), guesser, item)); !errors.Is(err, tenant.ErrUnauthorized) {
+			t.Fatalf("guess %d: %v, want ErrUnauthorized", i+1, err)
+		}
 	}
+	before := dir.calls.Load()
+	v, err := g.Admit(ctx, checkReq("guess-6", guesser, item))
+	if err != nil || v.Refusal == nil || v.Refusal.Layer != gate.LayerIP || v.Refusal.Limit != 5 {
+		t.Fatalf("sixth guess: %+v, %v; want a per-IP refusal at 5", v, err)
+	}
+	if dir.calls.Load() != before {
+		t.Error("the sixth guess was looked up")
+	}
+	if _, err := g.Admit(ctx, checkReq("guess", other, item)); !errors.Is(err, tenant.ErrUnauthorized) {
+		t.Errorf("another network's first guess: %v, want ErrUnauthorized", err)
+	}
+	if v, err := g.Admit(ctx, checkReq("tenant-1", other, item)); err != nil || !v.Allowed {
+		t.Errorf("a right key from another network: %+v, %v", v, err)
+	}
+}
+
+// countingDirectory counts Authenticate calls: what a lookup would cost the
+// database.
+type countingDirectory struct {
+	directory
+	calls atomic.Int64
+}
+
+func (d *countingDirectory) Authenticate(ctx context.Context, bearer string) (tenant.Key, tenant.Tenant, error) {
+	d.calls.Add(1)
+	return d.directory.Authenticate(ctx, bearer)
+}
+
+// TestTestKeysCountInTheSandbox: a test key's checks move counters of their
+// own, so that draining a policy with a test key leaves live traffic its
+// whole limit, and the other way round.
+func TestTestKeysCountInTheSandbox(t *testing.T) {
+	t.Parallel()
+	dir := directory{tenants: map[string]tenant.Tenant{"tenant-1": {ID: "tenant-1", Plan: tenant.PlanPro}}}
+	pols := []policy.Policy{mustPolicy(t, "login", `{"limit":2,"window":"1h"}`), mustPolicy(t, "errors", `{"limit":2,"window":"1h","scope":"global"}`)}
+	g, _, _ := newTestGate(t, nil, dir, catalog{"tenant-1": policy.NewSet(pols, nil)}, gate.Config{})
+	ctx := context.Background()
+	items := []gate.Item{{Policy: "login", Subject: "alice"}, {Policy: "errors"}}
+	admitted := func(bearer string) int {
+		n := 0
+		for range 5 {
+			v, err := g.Admit(ctx, checkReq(bearer, client, items...))
+			if err != nil || v.Refusal != nil {
+				t.Fatalf("%s: %+v, %v", bearer, v, err)
+			}
+			if v.Allowed {
+				n++
+			}
+		}
+		return n
+	}
+	if got := admitted("test:tenant-1"); got != 2 {
+		t.Errorf("test key: %d admitted, want 2", got)
+	}
+	if got := admitted("tenant-1"); got != 2 {
+		t.Errorf("live key after the test key drained the sandbox: %d admitted, want 2", got)
+	}
+}
+
+// failingFor is a fault injector, like faultnet for the network: it passes
+// every call to a real store except those of one group (tenant), which fail
+// as a store past its deadline does.
+type failingFor struct {
+	counter.Store
+	group string
+	calls atomic.Int64 // calls of that group that reached the injector
+}
+
+func (f *failingFor) Check(ctx context.Context, req counter.Request) (counter.Result, error) {
+	if req.Group == f.group {
+		f.calls.Add(1)
+		return counter.Result{}, fmt.Errorf("injected: %w", counter.ErrUnavailable)
+	}
+	return f.Store.Check(ctx, req)
+}
+
+// TestBreakerIsPerTenant: a store failing for one tenant's work (its shard
+// down, its rows locked) opens that tenant's circuit only; another tenant
+// keeps exact answers, never degraded, and its fail-open policy never
+// admits more than its limit.
+func TestBreakerIsPerTenant(t *testing.T) {
+	t.Parallel()
+	m := metrics.New()
+	store := &failingFor{Store: memory.New(memory.Config{}), group: "tenant-a"}
+	dir := directory{tenants: map[string]tenant.Tenant{
+		"tenant-a": {ID: "tenant-a", Plan: tenant.PlanPro},
+		"tenant-b": {ID: "tenant-b", Plan: tenant.PlanPro},
+	}}
+	two := []policy.Policy{mustPolicy(t, "two", `{"limit":2,"window":"1h","fail_mode":"open"}`)}
+	cat := catalog{"tenant-a": policy.NewSet(two, nil), "tenant-b": policy.NewSet(two, nil)}
+	g, _, _ := newTestGate(t, store, dir, cat, gate.Config{Metrics: m, BreakerFailures: 3, BreakerOpenFor: time.Minute})
+	ctx := context.Background()
+	item := gate.Item{Policy: "two", Subject: "s"}
+
+	for i := range 10 {
+		v, err := g.Admit(ctx, checkReq("tenant-a", client, item))
+		if err != nil || !v.Degraded {
+			t.Fatalf("tenant a, check %d: %+v, %v; want degraded", i+1, v, err)
+		}
+	}
+	if got := store.calls.Load(); got != 3 {
+		t.Errorf("tenant a reached the store %d times, want 3 (then its circuit opened)", got)
+	}
+	if got := metric(t, m, "tollgate_counter_breaker_open"); got != "1" {
+		t.Errorf("tollgate_counter_breaker_open %s, want 1", got)
+	}
+	allowed := 0
+	for i := range 10 {
+		v, err := g.Admit(ctx, checkReq("tenant-b", client, item))
+		if err != nil || v.Degraded {
+			t.Fatalf("tenant b, check %d: %+v, %v; want an exact answer", i+1, v, err)
+		}
+		if v.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 2 {
+		t.Errorf("tenant b: %d admitted at a limit of 2", allowed)
+	}
+}
+
+// TestTenantInflightIsBounded: one tenant's work in progress on an instance
+// is bounded in check items; beyond the bound its requests wait their turn
+// and then are refused by the inflight layer, while another tenant's
+// checks go straight through.
+func TestTenantInflightIsBounded(t *testing.T) {
+	t.Parallel()
+	store := &holding{Store: memory.New(memory.Config{}), group: "tenant-a", release: make(chan struct{}), entered: make(chan struct{}, 100)}
+	dir := directory{tenants: map[string]tenant.Tenant{
+		"tenant-a": {ID: "tenant-a", Plan: tenant.PlanEnterprise},
+		"tenant-b": {ID: "tenant-b", Plan: tenant.PlanEnterprise},
+	}}
+	open := []policy.Policy{mustPolicy(t, "open", `{"limit":1000000,"window":"1h"}`)}
+	cat := catalog{"tenant-a": policy.NewSet(open, nil), "tenant-b": policy.NewSet(open, nil)}
+	g, _, _ := newTestGate(t, store, dir, cat, gate.Config{TenantInflight: 64, InflightWait: 50 * time.Millisecond})
+	ctx := context.Background()
+	big := make([]gate.Item, gate.MaxItems)
+	for i := range big {
+		big[i] = gate.Item{Policy: "open", Subject: fmt.Sprint(i)}
+	}
+	// Two checks of 32 items fill tenant a's 64 units; they hold them in
+	// the store until released.
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if v, err := g.Admit(ctx, checkReq("tenant-a", client, big...)); err != nil || !v.Allowed {
+				t.Errorf("a held check: %+v, %v", v, err)
+			}
+		})
+	}
+	<-store.entered
+	<-store.entered
+	v, err := g.Admit(ctx, checkReq("tenant-a", client, gate.Item{Policy: "open", Subject: "x"}))
+	if err != nil || v.Refusal == nil || v.Refusal.Layer != gate.LayerInflight || v.Refusal.Limit != 64 {
+		t.Errorf("a third check of tenant a: %+v, %v; want an inflight refusal at 64", v, err)
+	}
+	if v, err := g.Admit(ctx, checkReq("tenant-b", client, big...)); err != nil || !v.Allowed {
+		t.Errorf("tenant b meanwhile: %+v, %v", v, err)
+	}
+	close(store.release)
+	wg.Wait()
+	// Given back: tenant a is served again.
+	if v, err := g.Admit(ctx, checkReq("tenant-a", client, big...)); err != nil || !v.Allowed {
+		t.Errorf("tenant a after its checks ended: %+v, %v", v, err)
+	}
+}
+
+// holding passes calls to a real store, holding those of one group until
+// release is closed (each reports on entered first): a store busy with one
+// tenant's work.
+type holding struct {
+	counter.Store
+	group   string
+	release chan struct{}
+	entered chan struct{}
+}
+
+func (h *holding) Check(ctx context.Context, req counter.Request) (counter.Result, error) {
+	if req.Group == h.group {
+		h.entered <- struct{}{}
+		<-h.release
+	}
+	return h.Store.Check(ctx, req)
 }
 
 // metric returns the value of the sample named (with its labels) name in

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
 )
 
 // Gate is the admission pipeline (gate.Gate).
@@ -168,10 +169,23 @@ func (a *api) admit(route string) echo.MiddlewareFunc {
 				return a.writeRefusal(c, v)
 			}
 			setRateLimit(c, v.Tightest)
+			if v.Key.Test && changes(route, c.Request().Method) {
+				return fmt.Errorf("%s %s: %w", c.Request().Method, c.Path(), tenant.ErrTestKey)
+			}
 			setTenantID(c, v.Tenant.ID)
 			return next(c)
 		}
 	}
+}
+
+// changes reports whether a request to route with method may change the
+// tenant's configuration or billing, which test keys may not
+// (tenant.ErrTestKey): every billing call, and every write elsewhere.
+func changes(route, method string) bool {
+	if route == "billing" {
+		return true
+	}
+	return method != http.MethodGet && method != http.MethodHead
 }
 
 // refusalProblem is the RFC 9457 body of a 429 or 402.
@@ -229,6 +243,8 @@ func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 		p.Detail = fmt.Sprintf("The %s plan's allotment of %d checks this month is used up. Upgrade the plan, or wait until %s.", r.Plan, r.Limit, r.ResetAt.UTC().Format(time.RFC3339))
 	case gate.LayerSandbox:
 		p.Detail = fmt.Sprintf("Test keys share %d checks per rolling 30 days and they are used up; use a live key or retry in %d s.", r.Limit, retry)
+	case gate.LayerInflight:
+		p.Detail = fmt.Sprintf("The tenant has as much work in progress on this Tollgate instance as it may (%d check items at once); retry in %d s, or send fewer items in parallel.", r.Limit, retry)
 	}
 	if r.PaymentRequired {
 		p.Type = "https://tollgate.dev/problems/payment-required"

@@ -30,7 +30,7 @@ import (
 // in-memory counter store), a real tenant.Directory, policy.Catalog and
 // usage.Recorder on a database of the test's own.
 type tenantAPI struct {
-	t       *testing.T
+	t       testing.TB
 	e       *echo.Echo
 	pool    *pgxpool.Pool
 	tenants *pgstore.Tenants
@@ -55,7 +55,7 @@ func (u usageOf) Plan(ctx context.Context, name string) (tenant.Plan, error) {
 
 // newTenantAPI builds the API on a database of its own; store is the
 // counter store, or nil for the in-memory one.
-func newTenantAPI(t *testing.T, dsn string, store counter.Store) *tenantAPI {
+func newTenantAPI(t testing.TB, dsn string, store counter.Store) *tenantAPI {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {

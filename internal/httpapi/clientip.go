@@ -18,12 +18,44 @@ type ClientIPConfig struct {
 	// fly-client-ip, x-real-ip, true-client-ip) that trusted proxies set;
 	// otherwise X-Forwarded-For is walked from the right past trusted hops.
 	Header string
+	// IPv6Prefix is the length of the IPv6 network a client is keyed by
+	// (default DefaultIPv6Prefix): one host holds a whole /64 and can
+	// rotate through it at will, so a per-address bucket would be no limit.
+	IPv6Prefix int
 }
 
-// ipExtractor returns Echo's IP extractor for cfg. Echo's defaults trust
-// loopback, link-local and private peers; Tollgate trusts only what is
-// configured, so a caller can never choose its own bucket.
+// DefaultIPv6Prefix is ClientIPConfig.IPv6Prefix's default: the /64 that
+// one subscriber line or one cloud instance is given.
+const DefaultIPv6Prefix = 64
+
+// ipExtractor returns Echo's IP extractor for cfg: the client's address as
+// every per-IP layer keys it (the gate's, the dashboard's sign-in limiter),
+// an IPv6 address cut to its network (cfg.IPv6Prefix), or "" when it cannot
+// be resolved.
 func ipExtractor(cfg ClientIPConfig) echo.IPExtractor {
+	bits := cfg.IPv6Prefix
+	if bits <= 0 || bits > 128 {
+		bits = DefaultIPv6Prefix
+	}
+	resolve := resolver(cfg)
+	return func(r *http.Request) string {
+		a, err := netip.ParseAddr(resolve(r))
+		if err != nil {
+			return ""
+		}
+		a = a.Unmap().WithZone("")
+		if a.Is6() {
+			a = netip.PrefixFrom(a, bits).Masked().Addr()
+		}
+		return a.String()
+	}
+}
+
+// resolver returns the function that finds a request's client address.
+// Echo's defaults trust loopback, link-local and private peers; Tollgate
+// trusts only what is configured, so a caller can never choose its own
+// bucket.
+func resolver(cfg ClientIPConfig) echo.IPExtractor {
 	if len(cfg.TrustedProxies) == 0 {
 		return echo.ExtractIPDirect()
 	}
@@ -44,8 +76,9 @@ func ipExtractor(cfg ClientIPConfig) echo.IPExtractor {
 		}
 		v := strings.TrimSpace(r.Header.Get(header))
 		if net.ParseIP(v) == nil {
-			// A trusted proxy that sent no usable address: the client is
-			// unknown, not the proxy.
+			// A trusted proxy that sent no usable address (none, garbage,
+			// a list): the client is unknown, not the proxy, and the gate
+			// puts every such request in one shared bucket.
 			return ""
 		}
 		return v

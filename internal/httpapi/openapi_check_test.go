@@ -25,7 +25,7 @@ var openAPI struct {
 }
 
 // openAPIRouter loads and validates openapi.json once per test binary.
-func openAPIRouter(t *testing.T) (*openapi3.T, routers.Router) {
+func openAPIRouter(t testing.TB) (*openapi3.T, routers.Router) {
 	t.Helper()
 	openAPI.once.Do(func() {
 		loader := openapi3.NewLoader()
@@ -61,7 +61,7 @@ func openAPIRouter(t *testing.T) (*openapi3.T, routers.Router) {
 //
 // reqBody and respBody are the bodies as sent and received (req.Body and
 // resp.Body are not read).
-func checkOpenAPI(t *testing.T, req *http.Request, reqBody []byte, resp *http.Response, respBody []byte) {
+func checkOpenAPI(t testing.TB, req *http.Request, reqBody []byte, resp *http.Response, respBody []byte) {
 	t.Helper()
 	_, router := openAPIRouter(t)
 	ctx := context.Background()

@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -99,7 +100,7 @@ func (r answer) json(t *testing.T) map[string]any {
 // serveChecked sends a request to e as tenant (the bearer token, when not
 // empty), checks request and answer against the OpenAPI document with
 // checkOpenAPI, and returns the answer.
-func serveChecked(t *testing.T, e *echo.Echo, tenant, method, target, body string) answer {
+func serveChecked(t testing.TB, e *echo.Echo, tenant, method, target, body string) answer {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -285,7 +286,7 @@ func TestPolicyRoutesRefuseBadInput(t *testing.T) {
 		{"override limit", "PUT", "/v1/policies/p/overrides/a", `{"limit":"5"}`, "limit", "integer"},
 		{"override expiry", "PUT", "/v1/policies/p/overrides/a", `{"limit":5,"expires_at":"2001-01-01T00:00:00Z"}`, "expires_at", "in the future"},
 		{"override expiry format", "PUT", "/v1/policies/p/overrides/a", `{"limit":5,"expires_at":"soon"}`, "expires_at", "RFC 3339"},
-		{"control character", "PUT", "/v1/policies/p/overrides/a%0Ab", `{"limit":5}`, "pattern", "control characters"},
+		{"control character", "PUT", "/v1/policies/p/overrides/a%0Ab", `{"limit":5}`, "pattern", "without control"},
 		{"double star", "GET", "/v1/policies/p/overrides/a**", "", "pattern", `write one "*"`},
 		{"global policy", "PUT", "/v1/policies/g/overrides/a*", `{"limit":5}`, "pattern", `scope "global"`},
 	}
@@ -361,4 +362,40 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 			t.Errorf("%s %s is not in openapi.json: %v", rt.Method, rt.Path, err)
 		}
 	}
+}
+
+// TestTestKeysAreReadOnly: a test key reads the tenant's policies and
+// overrides but changes nothing: every write and every billing call is a
+// 403 problem naming the reason, and what the live key stored is intact.
+func TestTestKeysAreReadOnly(t *testing.T) {
+	t.Parallel()
+	a := newTenantAPI(t, pgtest.New(t), nil)
+	live, test := a.tenant(tenant.PlanPro)
+	wantStatus(t, a.do(live, "PUT", "/v1/policies/login", `{"limit":5,"window":"1m"}`), http.StatusOK)
+	wantStatus(t, a.do(live, "PUT", "/v1/policies/login/overrides/vip", `{"limit":50}`), http.StatusOK)
+
+	wantStatus(t, a.do(test, "GET", "/v1/policies", ""), http.StatusOK)
+	wantStatus(t, a.do(test, "GET", "/v1/policies/login", ""), http.StatusOK)
+	wantStatus(t, a.do(test, "GET", "/v1/policies/login/overrides", ""), http.StatusOK)
+	for _, w := range []struct{ method, target, body string }{
+		{"PUT", "/v1/policies/login", `{"limit":1000000,"window":"1m"}`},
+		{"PUT", "/v1/policies/new", `{"limit":1,"window":"1m"}`},
+		{"DELETE", "/v1/policies/login", ""},
+		{"PUT", "/v1/policies/login/overrides/vip", `{"limit":1}`},
+		{"DELETE", "/v1/policies/login/overrides/vip", ""},
+		{"POST", "/v1/billing/checkout", `{"plan":"pro","success_url":"https://a.example/ok","cancel_url":"https://a.example/no"}`},
+		{"POST", "/v1/billing/portal", `{"return_url":"https://a.example/"}`},
+	} {
+		r := a.do(test, w.method, w.target, w.body)
+		wantStatus(t, r, http.StatusForbidden)
+		if got := r.json(t)["type"]; got != "https://tollgate.dev/problems/test-key-read-only" {
+			t.Errorf("%s %s: problem type %v", w.method, w.target, got)
+		}
+	}
+	got := a.do(live, "GET", "/v1/policies/login", "").json(t)
+	if got["limit"] != float64(5) {
+		t.Errorf("the live policy after the test key's writes: %v", got)
+	}
+	wantStatus(t, a.do(live, "GET", "/v1/policies/login/overrides/vip", ""), http.StatusOK)
+	wantStatus(t, a.do(live, "GET", "/v1/policies/new", ""), http.StatusNotFound)
 }

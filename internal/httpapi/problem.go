@@ -29,6 +29,7 @@ type problemKind struct {
 // never shown.
 var problemKinds = []problemKind{
 	{tenant.ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Invalid API key"},
+	{tenant.ErrTestKey, http.StatusForbidden, "test-key-read-only", "Test keys may read but not change the tenant's configuration: use a live key"},
 	{tenant.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	{policy.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	{policy.ErrNotFound, http.StatusNotFound, "not-found", "Not found"},

@@ -39,7 +39,7 @@ func New() *Metrics {
 		}, []string{"layer"}),
 		BreakerOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_counter_breaker_open",
-			Help: "1 while the circuit breaker keeps calls away from a failing counter store.",
+			Help: "Tenants whose circuit breaker keeps their calls away from a failing counter store (one circuit per tenant).",
 		}),
 	}
 	m.reg.MustRegister(m.Checks, m.StoreLatency, m.Degraded, m.BreakerOpen,

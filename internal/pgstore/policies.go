@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -125,9 +126,9 @@ func (s *Policies) DeletePolicy(ctx context.Context, tenantID, name string) erro
 	return nil
 }
 
-// PutOverride creates or replaces an override. The policy row stays locked
-// until the write commits, so that concurrent puts cannot pass MaxOverrides
-// together; the policy's expired overrides are deleted on the way, so that
+// PutOverride creates or replaces an override. The tenant and policy rows
+// stay locked until the write commits, so that concurrent puts cannot pass
+// MaxOverrides or MaxWildcards together; the policy's expired overrides are deleted on the way, so that
 // they do not pile up.
 func (s *Policies) PutOverride(ctx context.Context, tenantID, name string, o policy.Override) (policy.Override, error) {
 	tid, err := policyTenantUUID(tenantID)
@@ -137,6 +138,13 @@ func (s *Policies) PutOverride(ctx context.Context, tenantID, name string, o pol
 	var row sqlcgen.PolicyOverride
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
+		// The tenant row first (as PutPolicy takes it), so that puts on two
+		// of its policies cannot pass MaxOverrides together either.
+		if _, err := q.LockTenantPolicies(ctx, tid); errors.Is(err, pgx.ErrNoRows) {
+			return &policy.NotFoundError{Policy: name}
+		} else if err != nil {
+			return err
+		}
 		scope, err := q.LockPolicyOverrides(ctx, sqlcgen.LockPolicyOverridesParams{TenantID: tid, Policy: name})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &policy.NotFoundError{Policy: name}
@@ -152,6 +160,9 @@ func (s *Policies) PutOverride(ctx context.Context, tenantID, name string, o pol
 		}
 		if !n.Exists && n.Overrides >= policy.MaxOverrides {
 			return policy.ErrTooManyOverrides
+		}
+		if !n.Exists && strings.Contains(o.Pattern, "*") && n.Wildcards >= policy.MaxWildcards {
+			return policy.ErrTooManyWildcards
 		}
 		if err := q.PruneOverrides(ctx, sqlcgen.PruneOverridesParams{TenantID: tid, Policy: name}); err != nil {
 			return err

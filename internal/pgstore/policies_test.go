@@ -321,6 +321,42 @@ func TestPolicyCaps(t *testing.T) {
 	if _, err := s.PutOverride(ctx, tid, "p1", policy.Override{Pattern: "s1", Limit: 7}); err != nil {
 		t.Errorf("replacing an override at the cap: %v", err)
 	}
+	// The cap is the tenant's: another policy has no room either.
+	if _, err := s.PutOverride(ctx, tid, "p2", policy.Override{Pattern: "elsewhere", Limit: 1}); !errors.Is(err, policy.ErrTooManyOverrides) {
+		t.Errorf("an override of another policy beyond the tenant's cap: got %v, want ErrTooManyOverrides", err)
+	}
+}
+
+// TestPutOverrideBoundsWildcards: a policy holds at most MaxWildcards
+// patterns with a "*" (each may be tried on every check), while exact
+// subjects stay free up to the tenant's cap, and another policy has room of
+// its own.
+func TestPutOverrideBoundsWildcards(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _, tid := newPolicies(t)
+	for _, name := range []string{"p1", "p2"} {
+		if _, err := s.PutPolicy(ctx, tid, mustParse(t, name, `{"limit":1,"window":"1m"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range policy.MaxWildcards {
+		if _, err := s.PutOverride(ctx, tid, "p1", policy.Override{Pattern: fmt.Sprintf("*-%d", i), Limit: 1}); err != nil {
+			t.Fatalf("wildcard %d: %v", i, err)
+		}
+	}
+	if _, err := s.PutOverride(ctx, tid, "p1", policy.Override{Pattern: "one-more-*", Limit: 1}); !errors.Is(err, policy.ErrTooManyWildcards) {
+		t.Errorf("a wildcard beyond the cap: got %v, want ErrTooManyWildcards", err)
+	}
+	if _, err := s.PutOverride(ctx, tid, "p1", policy.Override{Pattern: "*-0", Limit: 9}); err != nil {
+		t.Errorf("replacing a wildcard at the cap: %v", err)
+	}
+	if _, err := s.PutOverride(ctx, tid, "p1", policy.Override{Pattern: "exact-subject", Limit: 1}); err != nil {
+		t.Errorf("an exact override at the wildcard cap: %v", err)
+	}
+	if _, err := s.PutOverride(ctx, tid, "p2", policy.Override{Pattern: "other-*", Limit: 1}); err != nil {
+		t.Errorf("a wildcard of another policy: %v", err)
+	}
 }
 
 func TestLoadSet(t *testing.T) {

@@ -16,6 +16,10 @@ type CatalogConfig struct {
 	// MaxTenants bounds how many tenants' Sets are kept; beyond it an
 	// arbitrary one is dropped. Default 10,000.
 	MaxTenants int
+	// MaxOverrides bounds how many overrides the kept Sets hold together
+	// (each is at most a few hundred bytes); beyond it arbitrary other
+	// tenants' Sets are dropped. Default 1,000,000.
+	MaxOverrides int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -26,13 +30,16 @@ type CatalogConfig struct {
 // "policy:<tenant_id>" notification); TTL is the safety net. A Catalog is
 // safe for concurrent use.
 type Catalog struct {
-	src Loader
-	ttl time.Duration
-	max int
-	now func() time.Time
+	src          Loader
+	ttl          time.Duration
+	max          int
+	maxOverrides int
+	now          func() time.Time
 
 	mu sync.Mutex
 	m  map[string]*slot
+	// overrides is the sum of the kept Sets' Overrides.
+	overrides int
 }
 
 // slot is one tenant's place in the cache. It is replaced, never reused, when
@@ -53,12 +60,15 @@ type load struct {
 
 // NewCatalog returns a Catalog over src.
 func NewCatalog(src Loader, cfg CatalogConfig) *Catalog {
-	c := &Catalog{src: src, ttl: cfg.TTL, max: cfg.MaxTenants, now: cfg.Now, m: make(map[string]*slot)}
+	c := &Catalog{src: src, ttl: cfg.TTL, max: cfg.MaxTenants, maxOverrides: cfg.MaxOverrides, now: cfg.Now, m: make(map[string]*slot)}
 	if c.ttl <= 0 {
 		c.ttl = 30 * time.Second
 	}
 	if c.max <= 0 {
 		c.max = 10_000
+	}
+	if c.maxOverrides <= 0 {
+		c.maxOverrides = 1_000_000
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -124,7 +134,9 @@ func (c *Catalog) run(ctx context.Context, tenantID string, s *slot, l *load) {
 			return
 		}
 		if l.err == nil {
+			c.overrides += l.set.Overrides() - s.set.Overrides()
 			s.set, s.expires = l.set, c.now().Add(c.ttl)
+			c.shed(s)
 		} else if s.expires.IsZero() {
 			delete(c.m, tenantID)
 		}
@@ -142,7 +154,7 @@ func (c *Catalog) run(ctx context.Context, tenantID string, s *slot, l *load) {
 func (c *Catalog) add(tenantID string) *slot {
 	if len(c.m) >= c.max {
 		for k := range c.m {
-			delete(c.m, k)
+			c.drop(k)
 			break
 		}
 	}
@@ -155,8 +167,30 @@ func (c *Catalog) add(tenantID string) *slot {
 // already in flight is not kept.
 func (c *Catalog) Invalidate(tenantID string) {
 	c.mu.Lock()
-	delete(c.m, tenantID)
+	c.drop(tenantID)
 	c.mu.Unlock()
+}
+
+// drop removes a tenant's slot and its weight; c.mu is held.
+func (c *Catalog) drop(tenantID string) {
+	if s, ok := c.m[tenantID]; ok {
+		c.overrides -= s.set.Overrides()
+		delete(c.m, tenantID)
+	}
+}
+
+// shed drops other tenants' Sets, arbitrary ones, while the kept Sets hold
+// more than MaxOverrides overrides; keep stays even when it alone is over.
+// c.mu is held.
+func (c *Catalog) shed(keep *slot) {
+	for k, s := range c.m {
+		if c.overrides <= c.maxOverrides {
+			return
+		}
+		if s != keep {
+			c.drop(k)
+		}
+	}
 }
 
 // InvalidateAll drops every tenant's Set, as after a lost connection to the
@@ -164,5 +198,6 @@ func (c *Catalog) Invalidate(tenantID string) {
 func (c *Catalog) InvalidateAll() {
 	c.mu.Lock()
 	c.m = make(map[string]*slot)
+	c.overrides = 0
 	c.mu.Unlock()
 }

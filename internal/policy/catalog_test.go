@@ -374,3 +374,47 @@ func TestCatalogIsBounded(t *testing.T) {
 		t.Error("the tenant just loaded was evicted")
 	}
 }
+
+func TestCatalogBoundsTheOverridesItHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newDB(t)
+	c := policy.NewCatalog(db.loader, policy.CatalogConfig{MaxOverrides: 25})
+	var ids []string
+	for _, name := range []string{"A", "B", "C", "D"} {
+		id := db.newTenant(t, name)
+		db.setLimit(t, id, 1)
+		for i := range 10 {
+			o := policy.Override{Pattern: fmt.Sprintf("user-%d", i), Limit: 5}
+			if _, err := db.policies.PutOverride(ctx, id, "p", o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, id)
+		if _, err := c.For(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.CachedOverrides(); n > 25 {
+			t.Fatalf("after %s: %d overrides cached, want at most 25", name, n)
+		}
+	}
+	if got := c.Cached(); got != 2 {
+		t.Errorf("%d tenants cached, want 2 (10 overrides each under a bound of 25)", got)
+	}
+	// The latest is always kept; invalidating it gives its weight back.
+	before := db.loader.loads.Load()
+	if _, err := c.For(ctx, ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	if db.loader.loads.Load() != before {
+		t.Error("the tenant just loaded was evicted")
+	}
+	c.Invalidate(ids[3])
+	if got, want := c.CachedOverrides(), 10*c.Cached(); got != want {
+		t.Errorf("%d overrides counted after an invalidation, want %d", got, want)
+	}
+	c.InvalidateAll()
+	if got := c.CachedOverrides(); got != 0 {
+		t.Errorf("%d overrides counted after InvalidateAll, want 0", got)
+	}
+}

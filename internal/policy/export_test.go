@@ -7,3 +7,10 @@ func (c *Catalog) Cached() int {
 	defer c.mu.Unlock()
 	return len(c.m)
 }
+
+// CachedOverrides is how many overrides the Sets c holds have together.
+func (c *Catalog) CachedOverrides() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.overrides
+}

@@ -77,8 +77,17 @@ func (e *NotFoundError) Unwrap() error { return ErrNotFound }
 const (
 	// MaxPolicies is the number of policies one tenant may hold.
 	MaxPolicies = 1000
-	// MaxOverrides is the number of unexpired overrides one policy may hold.
+	// MaxOverrides is the number of unexpired overrides one tenant may hold
+	// over all its policies: every instance keeps them in memory, so the
+	// bound is the tenant's, not each policy's.
 	MaxOverrides = 10_000
+	// MaxWildcards is the number of unexpired overrides with a "*" one policy
+	// may hold. Exact overrides cost one map lookup per check whatever their
+	// number; wildcard patterns may each be tried, so their number bounds a
+	// check's cost.
+	MaxWildcards = 32
+	// MaxStars is the number of "*" one pattern may hold.
+	MaxStars = 4
 	// MaxBody is the largest request body Parse and ParseOverride read, in
 	// bytes.
 	MaxBody = 16 << 10
@@ -93,7 +102,10 @@ const (
 var (
 	ErrTooManyPolicies  = &FieldError{Reason: fmt.Sprintf("a tenant may hold at most %d policies: delete one first", MaxPolicies)}
 	ErrTooManyOverrides = &FieldError{Field: "pattern",
-		Reason: fmt.Sprintf("a policy may hold at most %d overrides: delete one first", MaxOverrides)}
+		Reason: fmt.Sprintf("a tenant may hold at most %d overrides over all its policies: delete one first", MaxOverrides)}
+	// ErrTooManyWildcards refuses a wildcard override beyond MaxWildcards.
+	ErrTooManyWildcards = &FieldError{Field: "pattern",
+		Reason: fmt.Sprintf(`a policy may hold at most %d overrides with a "*": delete one first, or use exact subjects, which have no such bound`, MaxWildcards)}
 	// ErrGlobalOverride refuses an override of a policy whose scope is
 	// global: such a policy has one counter and no subject to match.
 	ErrGlobalOverride = &FieldError{Field: "pattern",
@@ -253,13 +265,18 @@ func ValidateName(name string) error {
 }
 
 // ValidatePattern reports, as a *FieldError for "pattern", whether pattern
-// can be an override's pattern: 1 to 256 bytes of UTF-8 without control
-// characters, and no "**" (which matches what "*" matches).
+// can be an override's pattern: 1 to 256 bytes of UTF-8 without control or
+// bidirectional formatting characters (which would make a pattern read
+// differently on the dashboard from what it matches), at most MaxStars "*",
+// and no "**" (which matches what "*" matches).
 func ValidatePattern(pattern string) error {
 	if len(pattern) < 1 || len(pattern) > maxPatternLen || !utf8.ValidString(pattern) ||
-		strings.ContainsFunc(pattern, unicode.IsControl) {
+		strings.ContainsFunc(pattern, hidden) {
 		return &FieldError{Field: "pattern",
-			Reason: "must be 1 to 256 bytes of UTF-8 without control characters: a subject, or a pattern in which * matches any run of characters"}
+			Reason: "must be 1 to 256 bytes of UTF-8 without control or bidirectional formatting characters: a subject, or a pattern in which * matches any run of characters"}
+	}
+	if strings.Count(pattern, "*") > MaxStars {
+		return &FieldError{Field: "pattern", Reason: fmt.Sprintf(`at most %d "*" per pattern`, MaxStars)}
 	}
 	if strings.Contains(pattern, "**") {
 		// Rejected rather than folded so that the longest-pattern rule
@@ -268,6 +285,13 @@ func ValidatePattern(pattern string) error {
 		return &FieldError{Field: "pattern", Reason: `"**" matches what "*" matches: write one "*"`}
 	}
 	return nil
+}
+
+// hidden reports whether r is a character a reader would not see as written:
+// a control character, or one that reorders text around it (U+202E and its
+// kin, U+2066 to U+2069, the marks U+200E, U+200F and U+061C).
+func hidden(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
 }
 
 // overrideFields are the members ParseOverride reads; pattern, if sent, must

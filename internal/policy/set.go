@@ -12,6 +12,9 @@ import (
 // no policy.
 type Set struct {
 	m map[string]*entry
+	// overrides is how many overrides the Set holds: its weight in a
+	// Catalog's memory.
+	overrides int
 }
 
 // entry is one policy with its overrides arranged for LimitFor.
@@ -26,6 +29,7 @@ type entry struct {
 	// pattern; only patterns such as "*" and "*x*" are always tried.
 	byPrefix, bySuffix index
 	rest               []Override
+	wildcards          int // patterns filed in byPrefix, bySuffix and rest
 }
 
 // index files wildcard patterns by a literal part of a given length. Each
@@ -65,12 +69,19 @@ func sortByPrecedence(os []Override) {
 
 // NewSet returns a Set of policies, each with the overrides listed under its
 // name in overrides (overrides of a name not in policies are dropped). It
-// copies what it keeps.
+// copies what it keeps. Of a policy's wildcard patterns it keeps the
+// MaxWildcards that take precedence, whatever the list holds, so that a
+// check's cost stays bounded even over rows stored before the bound.
 func NewSet(policies []Policy, overrides map[string][]Override) Set {
 	s := Set{m: make(map[string]*entry, len(policies))}
 	for _, p := range policies {
 		e := &entry{p: p}
-		for _, o := range overrides[p.Name] {
+		os := overrides[p.Name]
+		if wildcards(os) > MaxWildcards {
+			os = boundWildcards(os)
+		}
+		s.overrides += len(os)
+		for _, o := range os {
 			first := strings.IndexByte(o.Pattern, '*')
 			last := strings.LastIndexByte(o.Pattern, '*')
 			switch {
@@ -80,10 +91,13 @@ func NewSet(policies []Policy, overrides map[string][]Override) Set {
 				}
 				e.exact[o.Pattern] = o
 			case first > 0:
+				e.wildcards++
 				e.byPrefix.add(o.Pattern[:first], o)
 			case last < len(o.Pattern)-1:
+				e.wildcards++
 				e.bySuffix.add(o.Pattern[last+1:], o)
 			default:
+				e.wildcards++
 				e.rest = append(e.rest, o)
 			}
 		}
@@ -94,6 +108,45 @@ func NewSet(policies []Policy, overrides map[string][]Override) Set {
 	}
 	return s
 }
+
+// wildcards counts the patterns of os with a "*".
+func wildcards(os []Override) int {
+	n := 0
+	for _, o := range os {
+		if strings.IndexByte(o.Pattern, '*') >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// boundWildcards returns the exact overrides of os and its MaxWildcards
+// wildcard ones that take precedence.
+func boundWildcards(os []Override) []Override {
+	var exact, wild []Override
+	for _, o := range os {
+		if strings.IndexByte(o.Pattern, '*') >= 0 {
+			wild = append(wild, o)
+		} else {
+			exact = append(exact, o)
+		}
+	}
+	sortByPrecedence(wild)
+	return append(exact, wild[:MaxWildcards]...)
+}
+
+// Wildcards returns the number of wildcard patterns a check of the policy
+// called name may try: those it holds when its scope is subject, else 0.
+func (s Set) Wildcards(name string) int {
+	e, ok := s.m[name]
+	if !ok || e.p.Scope == ScopeGlobal {
+		return 0
+	}
+	return e.wildcards
+}
+
+// Overrides returns the number of overrides s holds.
+func (s Set) Overrides() int { return s.overrides }
 
 // Lookup returns the policy called name.
 func (s Set) Lookup(name string) (Policy, bool) {
@@ -164,31 +217,33 @@ func better(best *Override, os []Override, subject string, now time.Time) *Overr
 // for itself. (path.Match and filepath.Match stop "*" at "/" and give "?",
 // "[" and "\" meanings a subject may not intend.)
 //
-// It walks both strings once, backtracking only to the last "*" seen: a
-// later "*" can absorb whatever an earlier one would have, so earlier ones
-// never need revisiting. The cost is at most len(pattern)*len(subject) byte
-// comparisons, and patterns are at most 256 bytes.
+// The literal runs between the stars must appear in the subject in order:
+// the first at its start, the last at its end, and each one between at its
+// leftmost place after the one before, which leaves the most room for the
+// rest, so no choice is ever revisited. The cost is one strings.Index per run
+// over the subject, linear in its length, whatever the pattern: a tenant's
+// patterns cannot make a check quadratic.
 func Match(pattern, subject string) bool {
-	p, s := 0, 0
-	star, mark := -1, 0 // the last "*" seen, and where in subject it began
-	for s < len(subject) {
-		switch {
-		case p < len(pattern) && pattern[p] == '*':
-			star, mark = p, s
-			p++
-		case p < len(pattern) && pattern[p] == subject[s]:
-			p++
-			s++
-		case star >= 0:
-			// Let the last "*" absorb one more byte and retry after it.
-			mark++
-			p, s = star+1, mark
-		default:
+	first := strings.IndexByte(pattern, '*')
+	if first < 0 {
+		return pattern == subject
+	}
+	last := strings.LastIndexByte(pattern, '*')
+	prefix, suffix := pattern[:first], pattern[last+1:]
+	if len(prefix)+len(suffix) > len(subject) || !strings.HasPrefix(subject, prefix) || !strings.HasSuffix(subject, suffix) {
+		return false
+	}
+	rest := subject[len(prefix) : len(subject)-len(suffix)]
+	runs := pattern[first+1 : last+1] // each run ends with its "*"
+	for len(runs) > 0 {
+		end := strings.IndexByte(runs, '*')
+		run := runs[:end]
+		runs = runs[end+1:]
+		i := strings.Index(rest, run)
+		if i < 0 {
 			return false
 		}
+		rest = rest[i+len(run):]
 	}
-	for p < len(pattern) && pattern[p] == '*' {
-		p++
-	}
-	return p == len(pattern)
+	return true
 }

@@ -242,8 +242,8 @@ func TestSetLookup(t *testing.T) {
 }
 
 // BenchmarkLimitFor measures a subject that matches none of MaxOverrides
-// patterns: with literal prefixes (the index skips them) and with leading
-// wildcards (every one is tried).
+// patterns (of which NewSet keeps MaxWildcards): with literal prefixes (the
+// index skips them) and with leading wildcards (every one is tried).
 func BenchmarkLimitFor(b *testing.B) {
 	for _, bb := range []struct {
 		name    string
@@ -265,5 +265,74 @@ func BenchmarkLimitFor(b *testing.B) {
 				set.LimitFor(p, "198.51.100.7", now)
 			}
 		})
+	}
+}
+
+func TestMatchAgainstReference(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	word := func(alphabet string, max int) string {
+		b := make([]byte, rng.IntN(max+1))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	for range 20_000 {
+		pattern, subject := word("ab*", 9), word("ab", 12)
+		if got, want := Match(pattern, subject), matchRegexp(pattern, subject); got != want {
+			t.Fatalf("Match(%q, %q) = %v, want %v", pattern, subject, got, want)
+		}
+	}
+}
+
+func TestNewSetKeepsTheWildcardsThatTakePrecedence(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
+	p := Policy{Name: "p", Limit: 1, Scope: ScopeSubject}
+	// More wildcards than a policy may hold (rows stored before the bound):
+	// the longest MaxWildcards are kept, the shortest dropped, and exact
+	// overrides are all kept.
+	var ovs []Override
+	for i := range MaxWildcards + 10 {
+		ovs = append(ovs, Override{Pattern: "u" + strings.Repeat("x", i) + "*", Limit: int64(100 + i)})
+	}
+	ovs = append(ovs, Override{Pattern: "exact", Limit: 7})
+	set := NewSet([]Policy{p}, map[string][]Override{"p": ovs})
+	if got, want := set.Overrides(), MaxWildcards+1; got != want {
+		t.Errorf("set holds %d overrides, want %d", got, want)
+	}
+	if got := set.LimitFor(p, "exact", now); got != 7 {
+		t.Errorf("exact override: limit %d, want 7", got)
+	}
+	long := "u" + strings.Repeat("x", MaxWildcards+9)
+	if got, want := set.LimitFor(p, long, now), int64(100+MaxWildcards+9); got != want {
+		t.Errorf("longest pattern: limit %d, want %d", got, want)
+	}
+	// "u*" (the shortest) was dropped: a subject only it matches gets the
+	// policy's limit.
+	if got := set.LimitFor(p, "uy", now); got != 1 {
+		t.Errorf("dropped pattern still applies: limit %d, want 1", got)
+	}
+}
+
+// BenchmarkLimitForWorstCase is the most a tenant can make one check item
+// cost: MaxWildcards patterns of MaxStars stars that every subject nearly
+// matches, against a subject of the longest length a check allows.
+func BenchmarkLimitForWorstCase(b *testing.B) {
+	p := Policy{Name: "p", Limit: 1, Scope: ScopeSubject}
+	var ovs []Override
+	// Patterns that start and end with "*" are tried for every subject; the
+	// last run fails only at its last byte, wherever it is tried.
+	for i := range MaxWildcards {
+		seg := strings.Repeat("a", 60)
+		ovs = append(ovs, Override{Pattern: fmt.Sprintf("*%s*%s*%s%03d*", seg, seg, seg[:62-3], i), Limit: 5})
+	}
+	set := NewSet([]Policy{p}, map[string][]Override{"p": ovs})
+	subject := strings.Repeat("a", 512)
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		set.LimitFor(p, subject, now)
 	}
 }

@@ -22,6 +22,12 @@ var (
 	// ErrUnauthorized is a missing, malformed, unknown or revoked API key. It
 	// says no more than that, to anyone.
 	ErrUnauthorized = errors.New("invalid API key")
+	// ErrTestKey is a change asked for with a test key. Test keys live in
+	// the sandbox: their checks count on counters of their own, and they
+	// may read the tenant's configuration but not change its policies,
+	// overrides, billing or keys, so that a key handed to a test
+	// environment can never alter what live traffic is answered.
+	ErrTestKey = errors.New("test keys may read but not change the tenant's configuration: use a live key")
 )
 
 // Billing statuses, as Stripe names subscription statuses.

@@ -12,28 +12,31 @@ import (
 )
 
 const countOverrides = `-- name: CountOverrides :one
-SELECT count(*)::bigint AS overrides, coalesce(bool_or(pattern = $1), false)::boolean AS exists
+SELECT count(*)::bigint AS overrides,
+       count(*) FILTER (WHERE policy = $1 AND strpos(pattern, '*') > 0)::bigint AS wildcards,
+       coalesce(bool_or(policy = $1 AND pattern = $2), false)::boolean AS exists
 FROM policy_overrides
-WHERE tenant_id = $2 AND policy = $3 AND (expires_at IS NULL OR expires_at > now())
+WHERE tenant_id = $3 AND (expires_at IS NULL OR expires_at > now())
 `
 
 type CountOverridesParams struct {
+	Policy   string
 	Pattern  string
 	TenantID pgtype.UUID
-	Policy   string
 }
 
 type CountOverridesRow struct {
 	Overrides int64
+	Wildcards int64
 	Exists    bool
 }
 
-// CountOverrides counts a policy's unexpired overrides and says whether one
-// has @pattern.
+// CountOverrides counts a tenant's unexpired overrides and those of @policy
+// with a "*", and says whether @policy has one with @pattern.
 func (q *Queries) CountOverrides(ctx context.Context, arg CountOverridesParams) (CountOverridesRow, error) {
-	row := q.db.QueryRow(ctx, countOverrides, arg.Pattern, arg.TenantID, arg.Policy)
+	row := q.db.QueryRow(ctx, countOverrides, arg.Policy, arg.Pattern, arg.TenantID)
 	var i CountOverridesRow
-	err := row.Scan(&i.Overrides, &i.Exists)
+	err := row.Scan(&i.Overrides, &i.Wildcards, &i.Exists)
 	return i, err
 }
 
