@@ -100,7 +100,7 @@ func portalLink(cfg Config) echo.HandlerFunc {
 			return fmt.Errorf("billing link: %w", billing.ErrNotConfigured)
 		}
 		ctx := c.Request().Context()
-		wait, err := limits.admit(ctx, id, c.RealIP())
+		wait, err := limits.admit(ctx, id, clientIP(c))
 		if err != nil {
 			return err
 		}
@@ -139,16 +139,17 @@ func newLinkLimits(cfg Config) *linkLimits {
 	return &linkLimits{shared: cfg.Counter, local: memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1}), key: cfg.BillingKey, log: log}
 }
 
-// admit counts one open of tenantID's link from ip, on both counters or
-// neither, and returns zero, or how long to wait when a limit refuses.
-func (l *linkLimits) admit(ctx context.Context, tenantID, ip string) (time.Duration, error) {
-	if a, err := netip.ParseAddr(ip); err == nil {
-		ip = a.Unmap().String()
-	} else {
-		ip = "unknown"
+// admit counts one open of tenantID's link from ip (as the per-IP layers
+// key it: an IPv6 address cut to its network; every unresolved client in
+// one bucket), on both counters or neither, and returns zero, or how long
+// to wait when a limit refuses.
+func (l *linkLimits) admit(ctx context.Context, tenantID string, ip netip.Addr) (time.Duration, error) {
+	client := "unknown"
+	if ip.IsValid() {
+		client = ip.String()
 	}
 	m := hmac.New(sha256.New, l.key)
-	m.Write([]byte("tollgate billing link client\x00" + ip))
+	m.Write([]byte("tollgate billing link client\x00" + client))
 	w := limit.Every(billingLinkWindow)
 	req := counter.Request{Mode: counter.Consume, Group: billingLinkGroup, Items: []counter.Item{
 		{Key: "tenant:" + tenantID, Algorithm: limit.SlidingWindow, Limit: BillingLinksPerTenant, Window: w, Cost: 1},

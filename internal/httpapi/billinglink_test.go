@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -32,7 +33,7 @@ func (p *portalCounter) Portal(ctx context.Context, tenantID, returnURL string) 
 // get sends GET target from the client at ip.
 func (in *billingInstance) get(target, ip string) answer {
 	req := httptest.NewRequest(http.MethodGet, target, nil)
-	req.RemoteAddr = ip + ":41000"
+	req.RemoteAddr = net.JoinHostPort(ip, "41000")
 	rec := httptest.NewRecorder()
 	in.e.ServeHTTP(rec, req)
 	return answer{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
@@ -172,5 +173,33 @@ func TestRefusedBillingLinksAnswerAlike(t *testing.T) {
 	// The address was never counted: a valid link still opens from it.
 	if a := in.get(linkPath(paying), "192.0.2.50"); a.status != http.StatusSeeOther {
 		t.Errorf("a valid link after refused ones: %d %s", a.status, a.body)
+	}
+}
+
+// TestBillingLinkLimitKeysIPv6ByNetwork: a client rotating through the
+// addresses of its /64 is one client.
+func TestBillingLinkLimitKeysIPv6ByNetwork(t *testing.T) {
+	t.Parallel()
+	w := newBillingWorld(t)
+	in := w.instance(true, true)
+	var tenants []string
+	for i := range 3 {
+		tn := w.tenant()
+		id := "v6" + strconv.Itoa(i)
+		outcome(t, in.post(checkoutJSON("evt_"+id, time.Now(), tn, "cus_"+id, "sub_"+id), webhookSecret, time.Time{}))
+		tenants = append(tenants, tn)
+	}
+	opened := 0
+	for i := range BillingLinksPerIP + 5 {
+		if in.get(linkPath(tenants[i%3]), "2001:db8:7:9:"+strconv.FormatInt(int64(i+1), 16)+"::1").status == http.StatusSeeOther {
+			opened++
+		}
+	}
+	if opened != BillingLinksPerIP {
+		t.Errorf("one /64, rotating addresses: %d opened, want %d", opened, BillingLinksPerIP)
+	}
+	// Another network is another client.
+	if a := in.get(linkPath(tenants[0]), "2001:db8:7:a::1"); a.status != http.StatusSeeOther {
+		t.Errorf("from another /64: %d %s, want 303", a.status, a.body)
 	}
 }
