@@ -114,24 +114,29 @@ WITH input AS (
     ) AS n
     WHERE d.tenant_id = n.tenant_id AND d.day = n.day
 ), over AS (
-    SELECT tenant_id, policy, subject_key, day, at, total, alert_after, shadow
-    FROM ranked
-    WHERE NOT known AND rank > room
+    -- Subjects past the budget that no aggregate counts yet. The lock on
+    -- the day keeps other flushes from counting them meanwhile, so the
+    -- snapshot's answer holds; each is a probe of the primary key.
+    SELECT r.tenant_id, r.policy, r.subject_key, r.day, r.at, r.total, r.alert_after, r.shadow
+    FROM ranked AS r
+    WHERE NOT r.known AND r.rank > r.room
+      AND NOT EXISTS (
+          SELECT 1 FROM alert_overflow AS x
+          WHERE x.tenant_id = r.tenant_id AND x.policy = r.policy
+            AND x.subject_key = r.subject_key AND x.day = r.day
+      )
 ), counted AS (
     INSERT INTO alert_overflow (tenant_id, policy, subject_key, day)
     SELECT tenant_id, policy, subject_key, day FROM over
     ORDER BY tenant_id, policy, subject_key, day
     ON CONFLICT DO NOTHING
-    RETURNING tenant_id, policy, subject_key, day
 ), grouped AS (
     INSERT INTO alerts AS a (tenant_id, policy, subject_key, day, first_at, last_at, count, alert_after, shadow, subjects)
-    SELECT o.tenant_id, o.policy, '*', o.day, min(o.at), max(o.at), sum(o.total)::bigint,
-        max(o.alert_after), bool_and(o.shadow), count(*)
-    FROM counted AS c
-    JOIN over AS o
-      ON o.tenant_id = c.tenant_id AND o.policy = c.policy AND o.subject_key = c.subject_key AND o.day = c.day
-    GROUP BY o.tenant_id, o.policy, o.day
-    ORDER BY o.tenant_id, o.policy, o.day
+    SELECT tenant_id, policy, '*', day, min(at), max(at), sum(total)::bigint,
+        max(alert_after), bool_and(shadow), count(*)
+    FROM over
+    GROUP BY tenant_id, policy, day
+    ORDER BY tenant_id, policy, day
     ON CONFLICT (tenant_id, policy, subject_key, day) DO UPDATE SET
         first_at = least(a.first_at, EXCLUDED.first_at),
         last_at = greatest(a.last_at, EXCLUDED.last_at),

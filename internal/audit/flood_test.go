@@ -2,6 +2,8 @@ package audit_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -24,7 +26,9 @@ func flood(r *audit.Recorder, tenant, prefix string, checks, items int, at time.
 	for c := range checks {
 		refs := make([]gate.Refusal, items)
 		for i := range refs {
-			refs[i] = policyRefusal(fmt.Sprintf("%s-%d-%d", prefix, c, i), at.Truncate(time.Minute).Add(time.Minute), 1)
+			// Keys as long as the gate's: "p:<policy>:" and a 128-bit digest.
+			sum := sha256.Sum256(fmt.Appendf(nil, "%s-%d-%d", prefix, c, i))
+			refs[i] = policyRefusal("p:sign-in:"+hex.EncodeToString(sum[:16]), at.Truncate(time.Minute).Add(time.Minute), 1)
 		}
 		r.Observe(context.Background(), gate.Event{At: at, TenantID: tenant, Outcome: gate.LayerPolicy, Refusals: refs})
 	}
@@ -68,9 +72,14 @@ func TestRefusalFloodWritesBoundedRows(t *testing.T) {
 	tenant := newTenant(t, pool)
 	r := newRecorder(t, pool, audit.RecorderConfig{Now: func() time.Time { return t0 }})
 	ctx := context.Background()
+	// Each flush has the time Run gives it: a flood must not make the
+	// statements that bound it too slow to finish (a quadratic join once
+	// did, and its alerts were never raised).
 	flush := func() {
 		t.Helper()
-		if err := r.Flush(ctx); err != nil {
+		fctx, cancel := context.WithTimeout(ctx, audit.DefaultFlushTimeout)
+		defer cancel()
+		if err := r.Flush(fctx); err != nil {
 			t.Fatal(err)
 		}
 	}
