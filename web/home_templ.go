@@ -7,14 +7,10 @@ package web
 import "github.com/a-h/templ"
 import templruntime "github.com/a-h/templ/runtime"
 
-// HomeView is what the landing page shows.
-type HomeView struct {
-	CounterStore string
-	Database     string
-}
-
-// Home is the page at "/": what this server is and where to go next.
-func Home(v HomeView) templ.Component {
+// Home is the page at "/": what this server is and where to go next. It is
+// public, so it shows nothing of how the server is set up (no database, no
+// counter store, no version).
+func Home() templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {
@@ -31,33 +27,7 @@ func Home(v HomeView) templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>Tollgate</title><style>\n\t\t\t\tbody { font: 16px/1.5 system-ui, sans-serif; max-width: 40rem; margin: 3rem auto; padding: 0 1rem; color: #1a1a1a; }\n\t\t\t\tcode { background: #f0f0f0; padding: 0 .25rem; border-radius: 3px; }\n\t\t\t\tdt { font-weight: 600; }\n\t\t\t</style></head><body><h1>Tollgate</h1><p>Multi-tenant rate limits and quotas. This server is up.</p><dl data-testid=\"home-facts\"><dt>Counter store</dt><dd data-testid=\"counter-store\">")
-		if templ_7745c5c3_Err != nil {
-			return templ_7745c5c3_Err
-		}
-		var templ_7745c5c3_Var2 string
-		templ_7745c5c3_Var2, templ_7745c5c3_Err = templ.JoinStringErrs(v.CounterStore)
-		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/home.templ`, Line: 28, Col: 52}
-		}
-		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var2))
-		if templ_7745c5c3_Err != nil {
-			return templ_7745c5c3_Err
-		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "</dd><dt>Database</dt><dd data-testid=\"database\">")
-		if templ_7745c5c3_Err != nil {
-			return templ_7745c5c3_Err
-		}
-		var templ_7745c5c3_Var3 string
-		templ_7745c5c3_Var3, templ_7745c5c3_Err = templ.JoinStringErrs(v.Database)
-		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/home.templ`, Line: 30, Col: 43}
-		}
-		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var3))
-		if templ_7745c5c3_Err != nil {
-			return templ_7745c5c3_Err
-		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, "</dd></dl><p>Health: <a href=\"/healthz\"><code>/healthz</code></a> · readiness: <a href=\"/readyz\"><code>/readyz</code></a></p></body></html>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>Tollgate</title><style>\n\t\t\t\tbody { font: 16px/1.5 system-ui, sans-serif; max-width: 40rem; margin: 3rem auto; padding: 0 1rem; color: #1a1a1a; }\n\t\t\t\tcode { background: #f0f0f0; padding: 0 .25rem; border-radius: 3px; }\n\t\t\t\tdt { font-weight: 600; }\n\t\t\t</style></head><body><h1>Tollgate</h1><p>Multi-tenant rate limits and quotas. This server is up.</p><p>Operators: the <a href=\"/admin\">dashboard</a>. Developers: the <a href=\"/v1/openapi.json\">API reference</a> (OpenAPI 3).</p><p>Health: <a href=\"/healthz\"><code>/healthz</code></a> · readiness: <a href=\"/readyz\"><code>/readyz</code></a></p></body></html>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

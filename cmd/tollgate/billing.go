@@ -25,7 +25,7 @@ func billingWiring(cfg Config, pool *pgxpool.Pool, dir *tenant.Directory, log *s
 	store := pgstore.NewBilling(pool)
 	var verifier httpapi.WebhookVerifier
 	if len(cfg.StripeWebhookSecrets) > 0 {
-		verifier = stripeapi.NewVerifier(cfg.StripeWebhookSecrets)
+		verifier = stripeapi.NewVerifier(cfg.StripeWebhookSecrets, cfg.StripeAPIKey)
 	} else {
 		log.Warn("STRIPE_WEBHOOK_SECRET is not set: /webhooks/stripe answers 503 and billing changes from Stripe are not applied")
 	}

@@ -31,7 +31,10 @@ type Config struct {
 	PublicURL       string        // TOLLGATE_PUBLIC_URL
 	SecureCookies   bool          // TOLLGATE_SECURE_COOKIES: dashboard cookies Secure behind a TLS-ending proxy
 	IPv6Prefix      int           // TOLLGATE_IPV6_PREFIX: the IPv6 network length clients are keyed by
-	TenantInflight  int64         // TOLLGATE_TENANT_INFLIGHT: check items one tenant may have in progress per instance
+	TenantInflight  int64         // TOLLGATE_TENANT_INFLIGHT: work units one tenant may have in progress per instance
+	ReadTimeout     time.Duration // TOLLGATE_READ_TIMEOUT: a request's headers and body, from its first byte
+	WriteTimeout    time.Duration // TOLLGATE_WRITE_TIMEOUT: from the end of a request's headers to the end of its answer
+	IdleTimeout     time.Duration // TOLLGATE_IDLE_TIMEOUT: a kept-alive connection between requests
 	AuditRetention  time.Duration // TOLLGATE_AUDIT_RETENTION_DAYS: audit entries older than this are deleted
 
 	// Billing with Stripe (internal/billing).
@@ -62,6 +65,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		DataDir:         or(getenv("TOLLGATE_DATA_DIR"), ".tollgate"),
 		CounterTimeout:  50 * time.Millisecond,
 		ShutdownTimeout: 15 * time.Second,
+		ReadTimeout:     30 * time.Second,
+		WriteTimeout:    60 * time.Second,
+		IdleTimeout:     60 * time.Second,
 		AuditRetention:  90 * 24 * time.Hour,
 	}
 	var err error
@@ -104,6 +110,22 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		if c.ShutdownTimeout, err = time.ParseDuration(v); err != nil || c.ShutdownTimeout <= 0 {
 			return c, fmt.Errorf("TOLLGATE_SHUTDOWN_TIMEOUT %q: want a positive duration", v)
 		}
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+	}{{"TOLLGATE_READ_TIMEOUT", &c.ReadTimeout}, {"TOLLGATE_WRITE_TIMEOUT", &c.WriteTimeout}, {"TOLLGATE_IDLE_TIMEOUT", &c.IdleTimeout}} {
+		if v := getenv(d.name); v != "" {
+			if *d.v, err = time.ParseDuration(v); err != nil || *d.v < time.Second || *d.v > time.Hour {
+				return c, fmt.Errorf("%s %q: want a duration from 1s to 1h", d.name, v)
+			}
+		}
+	}
+	if c.WriteTimeout < c.ReadTimeout {
+		// The write deadline runs from the end of the headers, so it covers
+		// reading the body too: shorter than the read one, it would cut
+		// answers to bodies the read timeout allows.
+		return c, fmt.Errorf("TOLLGATE_WRITE_TIMEOUT %s: want at least TOLLGATE_READ_TIMEOUT (%s)", c.WriteTimeout, c.ReadTimeout)
 	}
 	if v := getenv("TOLLGATE_AUDIT_RETENTION_DAYS"); v != "" {
 		days, err := strconv.Atoi(v)
@@ -220,6 +242,9 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("secure_cookies", c.SecureCookies),
 		slog.Int("ipv6_prefix", c.IPv6Prefix),
 		slog.Int64("tenant_inflight", c.TenantInflight),
+		slog.Duration("read_timeout", c.ReadTimeout),
+		slog.Duration("write_timeout", c.WriteTimeout),
+		slog.Duration("idle_timeout", c.IdleTimeout),
 		slog.Duration("audit_retention", c.AuditRetention),
 		slog.String("log_format", c.LogFormat),
 		slog.String("log_level", c.LogLevel.String()),
@@ -280,16 +305,57 @@ func maskStripeKey(k string) string {
 	return "set"
 }
 
-// maskURL hides a URL's password.
+// secretParams are the parts of a query parameter's name (compared without
+// case) that make maskURL hide its value: password, sslpassword, passfile,
+// pwd, client_secret, token, auth, sslkey, api_key, credentials. The rule is
+// wide on purpose: hiding a harmless value (a key file's path) costs a
+// reader little, showing a secret costs everyone.
+var secretParams = []string{"pass", "pwd", "secret", "token", "auth", "key", "cred"}
+
+// maskURL hides every password-like part of a connection URL: the
+// userinfo's password and the value of each query parameter whose name
+// contains one of secretParams. A value that is not a URL with a scheme (a
+// key=value DSN, say) is hidden whole, since its secrets cannot be told
+// apart; the empty string stays empty.
 func maskURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
+	if s == "" {
+		return ""
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" || u.Opaque != "" {
+		return "xxxxx"
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	if u.RawQuery != "" {
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			u.RawQuery = "xxxxx"
+		} else {
+			for name, vs := range q {
+				if isSecretParam(name) {
+					for i := range vs {
+						vs[i] = "xxxxx"
+					}
+				}
+			}
+			u.RawQuery = q.Encode()
+		}
 	}
 	return u.String()
+}
+
+func isSecretParam(name string) bool {
+	name = strings.ToLower(name)
+	for _, p := range secretParams {
+		if strings.Contains(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func or(v, def string) string {

@@ -30,6 +30,9 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"bad log level":                {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_LOG_LEVEL": "loud"}, "TOLLGATE_LOG_LEVEL"},
 		"bad dev flag":                 {map[string]string{"TOLLGATE_DEV": "yes please"}, "TOLLGATE_DEV"},
 		"counter timeout out of range": {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_COUNTER_TIMEOUT": "1h"}, "TOLLGATE_COUNTER_TIMEOUT"},
+		"read timeout not a duration":  {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_READ_TIMEOUT": "soon"}, "TOLLGATE_READ_TIMEOUT"},
+		"idle timeout too short":       {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_IDLE_TIMEOUT": "10ms"}, "TOLLGATE_IDLE_TIMEOUT"},
+		"write timeout below read":     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_READ_TIMEOUT": "90s"}, "TOLLGATE_WRITE_TIMEOUT"},
 		"audit retention not days":     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_AUDIT_RETENTION_DAYS": "90d"}, "TOLLGATE_AUDIT_RETENTION_DAYS"},
 		"audit retention zero":         {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_AUDIT_RETENTION_DAYS": "0"}, "TOLLGATE_AUDIT_RETENTION_DAYS"},
 	}
@@ -50,7 +53,8 @@ func TestConfigDefaultsAndValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Addr != ":8080" || c.CounterStore != "redis" || c.CounterTimeout != 50*time.Millisecond || c.LogFormat != "json" {
+	if c.Addr != ":8080" || c.CounterStore != "redis" || c.CounterTimeout != 50*time.Millisecond || c.LogFormat != "json" ||
+		c.ReadTimeout != 30*time.Second || c.WriteTimeout != time.Minute || c.IdleTimeout != time.Minute {
 		t.Fatalf("defaults: got %+v", c)
 	}
 	if len(c.TrustedProxies) != 2 || c.TrustedProxies[1].String() != "192.0.2.1/32" {

@@ -55,7 +55,7 @@ func database(ctx context.Context, cfg Config, log *slog.Logger) (dsn string, st
 		stop()
 		return "", nil, fmt.Errorf("embedded postgres: %w", err)
 	}
-	log.InfoContext(ctx, "using the embedded PostgreSQL", "database_url", dsn, "data_dir", dir)
+	log.InfoContext(ctx, "using the embedded PostgreSQL", "database_url", maskURL(dsn), "data_dir", dir)
 	return dsn, stop, nil
 }
 

@@ -30,7 +30,6 @@ import (
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/usage"
-	"github.com/tollgate/tollgate/web"
 )
 
 // serve runs the HTTP server until ctx is cancelled, then shuts down in
@@ -135,17 +134,22 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	running.Go(func() { logRun(log, "dashboard housekeeping", dash.Run(bg)) })
 
 	e := httpapi.New(httpapi.Config{
-		Logger:     log,
-		Ready:      pool.Ping,
-		Home:       web.HomeView{CounterStore: cfg.CounterStore, Database: maskURL(dsn)},
-		Gate:       g,
-		Policies:   policy.Service{Store: policies, Catalog: catalog, Audit: policyAudit(audit.NewLog(auditStore), log)},
-		Usage:      usageService{usageRec, dir},
-		ClientIP:   httpapi.ClientIPConfig{TrustedProxies: cfg.TrustedProxies, Header: cfg.ClientIPHeader, IPv6Prefix: cfg.IPv6Prefix},
-		Metrics:    met.Handler(),
-		PublicURL:  cfg.PublicURL,
-		BillingKey: billingKey(cfg.Pepper),
-		Counter:    store,
+		Logger:   log,
+		Ready:    pool.Ping,
+		Gate:     g,
+		Policies: policy.Service{Store: policies, Catalog: catalog, Audit: policyAudit(audit.NewLog(auditStore), log)},
+		Usage:    usageService{usageRec, dir},
+		ClientIP: httpapi.ClientIPConfig{TrustedProxies: cfg.TrustedProxies, Header: cfg.ClientIPHeader, IPv6Prefix: cfg.IPv6Prefix},
+		// Behind a TLS-ending proxy: Strict-Transport-Security on every answer.
+		SecureTransport: cfg.SecureCookies,
+		Metrics:         met.Handler(),
+		// The pages without an API key: per-IP buckets and the instance
+		// ceiling; bodies in flight bounded per client IP and in all.
+		Public:      g,
+		Instruments: met,
+		PublicURL:   cfg.PublicURL,
+		BillingKey:  billingKey(cfg.Pepper),
+		Counter:     store,
 		// Billing with Stripe.
 		Billing:        bill,
 		StripeWebhooks: stripeWebhooks,
@@ -156,7 +160,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	if err != nil {
 		return fmt.Errorf("TOLLGATE_ADDR: %w", err)
 	}
-	srv := &http.Server{Handler: e, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ReadHeaderTimeout: 10 * time.Second}
+	srv := httpServer(cfg, e, log)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.InfoContext(ctx, "tollgate serving", "addr", ln.Addr().String(), "counter_store", cfg.CounterStore)
@@ -189,6 +193,28 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	running.Wait()
 	log.Info("tollgate stopped")
 	return nil
+}
+
+// maxHeaderBytes bounds a request's headers: far above any browser's or
+// API client's, far below net/http's default of 1 MiB per connection.
+const maxHeaderBytes = 64 << 10
+
+// httpServer is the HTTP server of serve: every phase of a connection has a
+// deadline, so that a client that trickles or stalls is cut off instead of
+// holding a connection and its buffers for as long as it likes. Headers
+// get 10 s (or cfg.ReadTimeout, when shorter) and at most maxHeaderBytes; a whole request, body included,
+// cfg.ReadTimeout; an answer cfg.WriteTimeout from the end of the headers;
+// an idle kept-alive connection cfg.IdleTimeout.
+func httpServer(cfg Config, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout),
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
 }
 
 // policyAudit writes a tenant's policy and override changes to the audit

@@ -156,8 +156,9 @@ func (d *Dashboard) renderLogin(c echo.Context, status int, v web.LoginView) err
 }
 
 // login checks a sign-in: the form token, the sign-in limiter (10 a
-// minute per IP; 8 failures per account per 15 minutes, checked before
-// trying and counted on failure), then the password.
+// minute per IP; 8 failures per account and client IP, and 100 per
+// account from everywhere, per 15 minutes, checked before trying and
+// counted on failure), then the password, within the Hasher's bound.
 func (d *Dashboard) login(c echo.Context) error {
 	ctx := c.Request().Context()
 	email := strings.TrimSpace(c.FormValue("email"))
@@ -192,17 +193,25 @@ func (d *Dashboard) login(c echo.Context) error {
 	ok := false
 	switch {
 	case errors.Is(err, account.ErrNotFound):
-		account.CheckDecoy(password)
+		err = d.cfg.Hasher.Decoy(ctx, password)
 	case err != nil:
 		return d.fail(c, nil, err)
 	default:
-		if ok, err = account.CheckPassword(a.PasswordHash, password); err != nil {
-			d.log.ErrorContext(ctx, "stored admin password hash unreadable", "admin_id", a.ID, "err", err)
-			ok = false
-		}
+		ok, err = d.cfg.Hasher.Check(ctx, a.PasswordHash, password)
+	}
+	switch {
+	case errors.Is(err, account.ErrBusy):
+		// Not a failure: the password was not tried.
+		c.Response().Header().Set("Retry-After", "1")
+		v.Error = "Tollgate is busy checking other sign-ins. Please try again in a moment."
+		d.log.WarnContext(ctx, "admin sign-in refused: password checks busy")
+		return d.renderLogin(c, http.StatusServiceUnavailable, v)
+	case err != nil:
+		d.log.ErrorContext(ctx, "stored admin password hash unreadable", "admin_id", a.ID, "err", err)
+		ok = false
 	}
 	if !ok {
-		if err := d.limiter.failed(ctx, norm); err != nil {
+		if err := d.limiter.failed(ctx, c.RealIP(), norm); err != nil {
 			return d.fail(c, nil, err)
 		}
 		v.Error = "Wrong email or password."

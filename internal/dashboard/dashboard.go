@@ -120,6 +120,11 @@ type Config struct {
 	// Argon2 is the cost of new password hashes (default
 	// account.DefaultArgon2).
 	Argon2 account.Argon2Params
+	// Hasher bounds the sign-in password checks running at once (default
+	// account.NewHasher(0, 0): account.DefaultMaxHashes, waiting up to
+	// account.DefaultHashWait); a sign-in that finds it busy is answered
+	// 503 with Retry-After.
+	Hasher *account.Hasher
 	Now    func() time.Time
 }
 
@@ -158,6 +163,9 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	if cfg.StripeDashboardURL == "" {
 		cfg.StripeDashboardURL = "https://dashboard.stripe.com"
+	}
+	if cfg.Hasher == nil {
+		cfg.Hasher = account.NewHasher(0, 0)
 	}
 	if cfg.Argon2 == (account.Argon2Params{}) {
 		cfg.Argon2 = account.DefaultArgon2
@@ -200,7 +208,7 @@ func (d *Dashboard) Register(e *echo.Echo) {
 		return nil
 	})
 
-	g := e.Group("/admin", securityHeaders, bodyLimit)
+	g := e.Group("/admin", securityHeaders, bodyLimit, d.validInput)
 	g.GET("/login", d.loginPage)
 	g.POST("/login", d.login)
 	g.POST("/logout", d.page(d.logout))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
 	"golang.org/x/net/html"
 
 	"github.com/tollgate/tollgate/internal/audit"
@@ -38,6 +40,7 @@ const password = "correct horse battery staple"
 type env struct {
 	t       *testing.T
 	srv     *httptest.Server
+	echo    *echo.Echo
 	pool    *pgxpool.Pool
 	tenants *pgstore.Tenants
 	admins  *pgstore.Admins
@@ -55,6 +58,20 @@ type env struct {
 type option func(*dashboard.Config)
 
 func newEnv(t *testing.T, opts ...option) *env {
+	t.Helper()
+	return newEnvWith(t, nil, opts...)
+}
+
+// newEnvBehindProxy is newEnv behind a trusted proxy on the loopback: a
+// browser's from address reaches the dashboard as its client IP.
+func newEnvBehindProxy(t *testing.T, opts ...option) *env {
+	t.Helper()
+	_, loopback, _ := net.ParseCIDR("127.0.0.1/32")
+	return newEnvWith(t, func(c *httpapi.Config) { c.ClientIP.TrustedProxies = []*net.IPNet{loopback} }, opts...)
+}
+
+// newEnvWith is newEnv with api changing the HTTP layer's configuration.
+func newEnvWith(t *testing.T, api func(*httpapi.Config), opts ...option) *env {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
 	if err != nil {
@@ -92,8 +109,12 @@ func newEnv(t *testing.T, opts ...option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := httpapi.New(httpapi.Config{Logger: cfg.Logger, Ready: pool.Ping, Dashboard: d.Register})
-	e.srv = httptest.NewServer(api)
+	acfg := httpapi.Config{Logger: cfg.Logger, Ready: pool.Ping, Dashboard: d.Register}
+	if api != nil {
+		api(&acfg)
+	}
+	e.echo = httpapi.New(acfg)
+	e.srv = httptest.NewServer(e.echo)
 	t.Cleanup(e.srv.Close)
 	return e
 }
@@ -123,6 +144,9 @@ type browser struct {
 	t    *testing.T
 	e    *env
 	http *http.Client
+	// from, when set, is sent as X-Forwarded-For: the client's address
+	// behind newEnvBehindProxy's proxy.
+	from string
 }
 
 func newJar() (http.CookieJar, error) { return cookiejar.New(nil) }
@@ -145,6 +169,9 @@ type page struct {
 
 func (b *browser) do(req *http.Request) page {
 	b.t.Helper()
+	if b.from != "" {
+		req.Header.Set("X-Forwarded-For", b.from)
+	}
 	resp, err := b.http.Do(req)
 	if err != nil {
 		b.t.Fatal(err)

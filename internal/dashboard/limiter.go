@@ -22,13 +22,23 @@ const (
 	// SignInsPerIP is the sign-in attempts one client IP may make per
 	// minute (sliding window), whatever their outcome.
 	SignInsPerIP = 10
-	// FailuresPerAccount is the failed sign-ins one email may have per 15
+	// FailuresPerAccount is the failed sign-ins one email may have from one
+	// client IP (for IPv6, the network the client IP stands for) per 15
 	// minutes (fixed window). It is peeked before the password is checked
 	// and consumed only when the check fails, so a right password is never
-	// refused for failures it did not cause, and the ninth failure within
-	// the window is refused before its password is tried.
+	// refused for failures it did not cause, and the ninth failure from an
+	// address within the window is refused before its password is tried.
+	// Failures from one address do not lock the account for another: a
+	// stranger's guesses cannot lock the operator out.
 	FailuresPerAccount = 8
-	failureWindow      = 15 * time.Minute
+	// FailuresPerAccountEverywhere is the failed sign-ins one email may have
+	// from all addresses together per 15 minutes, peeked and counted the
+	// same way. It stops a guess spread over many addresses, at the price of
+	// locking the account for everyone until the window ends: locking the
+	// operator out then takes failures from at least 13 addresses, where
+	// one used to do.
+	FailuresPerAccountEverywhere = 100
+	failureWindow                = 15 * time.Minute
 )
 
 // limiter counts sign-ins in Tollgate's own counter store. Keys are HMACs
@@ -56,25 +66,42 @@ func (l *limiter) key(kind, value string) string {
 	return "admin-signin:" + kind + ":" + hex.EncodeToString(m.Sum(nil)[:20])
 }
 
-func (l *limiter) ipItem(ip string) counter.Item {
-	if a, err := netip.ParseAddr(ip); err == nil {
-		ip = a.Unmap().String()
-	} else {
-		ip = "unknown"
+// clientKey is the client IP as a key part: an address (IPv4-mapped ones
+// as IPv4) or, when Echo's IP extractor keys a client by its network, that
+// network's first address; "unknown" for anything else.
+func clientKey(ip string) string {
+	if p, err := netip.ParsePrefix(ip); err == nil {
+		if p.Bits() == p.Addr().BitLen() {
+			return p.Addr().Unmap().String()
+		}
+		return p.Masked().Addr().Unmap().String()
 	}
-	return counter.Item{Key: l.key("ip", ip), Algorithm: limit.SlidingWindow, Limit: SignInsPerIP, Window: limit.Every(time.Minute), Cost: 1}
+	if a, err := netip.ParseAddr(ip); err == nil {
+		return a.Unmap().String()
+	}
+	return "unknown"
 }
 
-func (l *limiter) accountItem(email string) counter.Item {
-	return counter.Item{Key: l.key("account", email), Algorithm: limit.FixedWindow, Limit: FailuresPerAccount, Window: limit.Every(failureWindow), Cost: 1}
+func (l *limiter) ipItem(ip string) counter.Item {
+	return counter.Item{Key: l.key("ip", clientKey(ip)), Algorithm: limit.SlidingWindow, Limit: SignInsPerIP, Window: limit.Every(time.Minute), Cost: 1}
 }
 
-// admit counts a sign-in attempt from ip and peeks at email's failures, in
-// one round trip: the IP item is the request's ceiling, consumed when it
-// allows even in peek mode (counter.Request.Ceilings). It returns the
-// refusal, or nil to go on.
+// accountItem counts email's failures from ip.
+func (l *limiter) accountItem(ip, email string) counter.Item {
+	return counter.Item{Key: l.key("account-ip", email+"\x00"+clientKey(ip)), Algorithm: limit.FixedWindow, Limit: FailuresPerAccount, Window: limit.Every(failureWindow), Cost: 1}
+}
+
+// everywhereItem counts email's failures from every address.
+func (l *limiter) everywhereItem(email string) counter.Item {
+	return counter.Item{Key: l.key("account", email), Algorithm: limit.FixedWindow, Limit: FailuresPerAccountEverywhere, Window: limit.Every(failureWindow), Cost: 1}
+}
+
+// admit counts a sign-in attempt from ip and peeks at email's failures,
+// from ip and from everywhere, in one round trip: the IP item is the
+// request's ceiling, consumed when it allows even in peek mode
+// (counter.Request.Ceilings). It returns the refusal, or nil to go on.
 func (l *limiter) admit(ctx context.Context, ip, email string) (*signInRefusal, error) {
-	req := counter.Request{Mode: counter.Peek, Ceilings: 1, Items: []counter.Item{l.ipItem(ip), l.accountItem(email)}}
+	req := counter.Request{Mode: counter.Peek, Ceilings: 1, Items: []counter.Item{l.ipItem(ip), l.accountItem(ip, email), l.everywhereItem(email)}}
 	res, err := l.check(ctx, req)
 	if err != nil {
 		return nil, err
@@ -85,14 +112,18 @@ func (l *limiter) admit(ctx context.Context, ip, email string) (*signInRefusal, 
 	}
 	if d := res.Decisions[1]; !d.Allowed {
 		return &signInRefusal{by: "account", retryAfter: d.RetryAfter,
-			message: fmt.Sprintf("Too many failed sign-ins for this account: at most %d in %d minutes.", FailuresPerAccount, int(failureWindow/time.Minute))}, nil
+			message: fmt.Sprintf("Too many failed sign-ins for this account from your network address: at most %d in %d minutes.", FailuresPerAccount, int(failureWindow/time.Minute))}, nil
+	}
+	if d := res.Decisions[2]; !d.Allowed {
+		return &signInRefusal{by: "account_everywhere", retryAfter: d.RetryAfter,
+			message: fmt.Sprintf("Too many failed sign-ins for this account from everywhere: at most %d in %d minutes, after which it is locked for everyone until the time below.", FailuresPerAccountEverywhere, int(failureWindow/time.Minute))}, nil
 	}
 	return nil, nil
 }
 
-// failed counts a failed sign-in of email.
-func (l *limiter) failed(ctx context.Context, email string) error {
-	_, err := l.check(ctx, counter.Request{Mode: counter.Consume, Items: []counter.Item{l.accountItem(email)}})
+// failed counts a failed sign-in of email from ip.
+func (l *limiter) failed(ctx context.Context, ip, email string) error {
+	_, err := l.check(ctx, counter.Request{Mode: counter.Consume, Items: []counter.Item{l.accountItem(ip, email), l.everywhereItem(email)}})
 	return err
 }
 

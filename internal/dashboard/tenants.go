@@ -58,8 +58,10 @@ func (d *Dashboard) tenants(c echo.Context, s *signedIn) error {
 	if len(q) > 200 {
 		q = q[:200]
 	}
-	page, _ := strconv.Atoi(c.QueryParam("page"))
-	page = max(page, 1)
+	page, err := intParam(c, "page", 1, 1, maxPage)
+	if err != nil {
+		return err
+	}
 	now := d.now()
 	rows, total, err := d.cfg.Traffic.SearchTenants(ctx, traffic.Search{
 		Query: q, MonthStart: monthStart(now), Offset: (page - 1) * tenantsPerPage, Limit: tenantsPerPage,

@@ -98,8 +98,10 @@ func (d *Dashboard) webhooksView(c echo.Context, s *signedIn) (web.WebhooksView,
 	if !known {
 		return v, badRequest("Unknown outcome " + strconv.Quote(outcome) + ".")
 	}
-	offset, _ := strconv.Atoi(c.QueryParam("offset"))
-	offset = max(offset, 0)
+	offset, err := intParam(c, "offset", 0, 0, maxPage*webhooksPerPage)
+	if err != nil {
+		return v, err
+	}
 	evs, err := d.cfg.Webhooks.WebhookEvents(ctx, webhooklog.Filter{Outcome: outcome, Offset: offset, Limit: webhooksPerPage + 1})
 	if err != nil {
 		return v, err

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,14 +58,29 @@ type checkItemOut struct {
 // decodeJSON reads a bounded, strict JSON body into v; every fault is the
 // client's and says what it was.
 func decodeJSON(c echo.Context, limitBytes int64, v any) error {
+	body, err := readBounded(c, limitBytes)
+	if err != nil {
+		return err
+	}
+	return unmarshalStrict(body, v)
+}
+
+// readBounded reads a request body of at most limitBytes.
+func readBounded(c echo.Context, limitBytes int64) ([]byte, error) {
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, limitBytes+1))
 	if err != nil {
-		return &policy.FieldError{Field: "body", Reason: "could not be read"}
+		return nil, &policy.FieldError{Field: "body", Reason: "could not be read"}
 	}
 	if int64(len(body)) > limitBytes {
-		return &policy.FieldError{Field: "body", Reason: fmt.Sprintf("larger than %d bytes", limitBytes)}
+		return nil, &policy.FieldError{Field: "body", Reason: fmt.Sprintf("larger than %d bytes", limitBytes)}
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	return body, nil
+}
+
+// unmarshalStrict decodes one JSON value of body into v: no unknown
+// members, no trailing data, and every fault named.
+func unmarshalStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
@@ -120,12 +136,26 @@ func (a *api) check(c echo.Context) error {
 // parseCheck reads a /v1/check body; every fault is the client's and names
 // its field.
 func parseCheck(c echo.Context) (*gate.Check, error) {
-	var b checkBody
-	if err := decodeJSON(c, maxCheckBody, &b); err != nil {
+	body, err := readBounded(c, maxCheckBody)
+	if err != nil {
 		return nil, err
 	}
+	fast, ok := decodeCheckFast(body)
+	if !ok {
+		var b checkBody
+		if err := unmarshalStrict(body, &b); err != nil {
+			return nil, err
+		}
+		fast = fastCheck{mode: b.Mode, items: make([]fastItem, len(b.Items))}
+		for i, it := range b.Items {
+			fast.items[i] = fastItem{policy: it.Policy, subject: it.Subject}
+			if it.Cost != nil {
+				fast.items[i].cost, fast.items[i].hasCost = *it.Cost, true
+			}
+		}
+	}
 	chk := &gate.Check{}
-	switch b.Mode {
+	switch fast.mode {
 	case "", "consume":
 		chk.Mode = counter.Consume
 	case "peek":
@@ -133,15 +163,15 @@ func parseCheck(c echo.Context) (*gate.Check, error) {
 	default:
 		return nil, &policy.FieldError{Field: "mode", Reason: `want "consume" or "peek"`}
 	}
-	for i, it := range b.Items {
-		item := gate.Item{Policy: it.Policy, Subject: it.Subject, Cost: 1}
-		if it.Cost != nil {
-			if *it.Cost < 1 {
+	chk.Items = make([]gate.Item, len(fast.items))
+	for i, it := range fast.items {
+		chk.Items[i] = gate.Item{Policy: it.policy, Subject: it.subject, Cost: 1}
+		if it.hasCost {
+			if it.cost < 1 {
 				return nil, &policy.FieldError{Field: fmt.Sprintf("items[%d].cost", i), Reason: "must be at least 1"}
 			}
-			item.Cost = *it.Cost
+			chk.Items[i].Cost = it.cost
 		}
-		chk.Items = append(chk.Items, item)
 	}
 	return chk, nil
 }

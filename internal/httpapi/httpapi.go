@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/web"
 )
 
@@ -26,8 +27,6 @@ type Config struct {
 	// Ready reports whether the system of record answers; /readyz is 200 only
 	// while it returns nil.
 	Ready func(ctx context.Context) error
-	// Home is what the landing page at "/" shows.
-	Home web.HomeView
 	// Gate admits tenant requests; with Policies and Usage it serves /v1.
 	// When nil, only the health routes are served.
 	Gate     Gate
@@ -35,6 +34,10 @@ type Config struct {
 	Usage    UsageService
 	// ClientIP says whom to believe about client addresses.
 	ClientIP ClientIPConfig
+	// SecureTransport says that every request reached Tollgate over HTTPS,
+	// TLS being ended by a proxy in front (TOLLGATE_SECURE_COOKIES): answers
+	// carry Strict-Transport-Security as they do over TLS.
+	SecureTransport bool
 	// Metrics, when set, is served at /metrics.
 	Metrics http.Handler
 	// PublicURL is this service's address as tenants reach it, for links.
@@ -51,6 +54,19 @@ type Config struct {
 	// StripeWebhooks verifies Stripe webhook signatures; nil (no
 	// STRIPE_WEBHOOK_SECRET) answers webhooks 503.
 	StripeWebhooks WebhookVerifier
+	// Public, when set, is the ceiling of the pages that take no API key:
+	// "/", /admin, /billing/portal/…, /v1/openapi.json and unknown paths.
+	// Health, readiness, metrics and the Stripe webhook are exempt, as is
+	// /v1, which Gate admits.
+	Public PublicGate
+	// BodyBytesPerIP and BodyBytesTotal bound the request body bytes in
+	// flight from one client IP and in all (defaults DefaultBodyBytesPerIP
+	// and DefaultBodyBytesTotal); a request past either is refused, 429 or
+	// 503, before its body is read.
+	BodyBytesPerIP, BodyBytesTotal int64
+	// Instruments are the collectors the HTTP layer feeds; nil feeds a set
+	// of its own.
+	Instruments *metrics.Metrics
 	// Dashboard, when set, mounts the operators' dashboard (/admin) on the
 	// same Echo, so that it shares the client-IP rules and the recovery
 	// middleware; httpapi knows nothing else of it.
@@ -70,6 +86,11 @@ func New(cfg Config) *echo.Echo {
 	e.HTTPErrorHandler = errorHandler(cfg.Logger)
 	e.IPExtractor = ipExtractor(cfg.ClientIP)
 	e.Use(recoverBugs(cfg.Logger))
+	e.Use(strictTransport(cfg))
+	if cfg.Public != nil {
+		e.Use(publicCeiling(cfg))
+	}
+	e.Use(newBodyBudget(cfg.BodyBytesPerIP, cfg.BodyBytesTotal, cfg.Instruments).middleware)
 	if cfg.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
 	}
@@ -87,7 +108,7 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/", func(c echo.Context) error {
 		c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
 		c.Response().WriteHeader(http.StatusOK)
-		return web.Home(cfg.Home).Render(c.Request().Context(), c.Response())
+		return web.Home().Render(c.Request().Context(), c.Response())
 	})
 	if cfg.Dashboard != nil {
 		cfg.Dashboard(e)

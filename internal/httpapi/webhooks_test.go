@@ -112,7 +112,7 @@ func (w *billingWorld) count(sql string, args ...any) int {
 
 // instance builds an instance on its own pool; stripe says whether it has a
 // Stripe API key (pointing at stripe-mock), secret whether a webhook secret.
-func (w *billingWorld) instance(stripe, secret bool, opts ...func(*Config)) *billingInstance {
+func (w *billingWorld) instance(stripe, secret bool, mods ...func(*Config)) *billingInstance {
 	w.t.Helper()
 	pool := billingPool(w.t, w.dsn)
 	tenants := pgstore.NewTenants(pool)
@@ -131,10 +131,10 @@ func (w *billingWorld) instance(stripe, secret bool, opts ...func(*Config)) *bil
 		}),
 	}
 	if secret {
-		cfg.StripeWebhooks = stripeapi.NewVerifier([]string{"whsec_retired_000000", webhookSecret})
+		cfg.StripeWebhooks = stripeapi.NewVerifier([]string{"whsec_retired_000000", webhookSecret}, "sk_test_123")
 	}
-	for _, o := range opts {
-		o(&cfg)
+	for _, mod := range mods {
+		mod(&cfg)
 	}
 	e := New(cfg)
 	auth := func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -362,5 +362,32 @@ func TestWebhookProcessingErrorIs500(t *testing.T) {
 	w.exec("ALTER TABLE tenants DROP CONSTRAINT no_pro")
 	if got := outcome(t, in.post(payload, webhookSecret, time.Time{})); got != "applied" {
 		t.Errorf("retry: %s, want applied", got)
+	}
+}
+
+// TestWebhookOfTheOtherModeChangesNothing: the instance's STRIPE_API_KEY is
+// a test key, so a live-mode event, properly signed, is refused with 400
+// (Stripe shows the failing deliveries and retries them once the keys are
+// fixed) and neither recorded nor applied.
+func TestWebhookOfTheOtherModeChangesNothing(t *testing.T) {
+	t.Parallel()
+	w := newBillingWorld(t)
+	in := w.instance(false, true)
+	tenant := w.tenant()
+	live := strings.Replace(checkoutJSON("evt_live", time.Now(), tenant, "cus_1", "sub_1"), `"livemode":false`, `"livemode":true`, 1)
+	wantProblem(t, in.post(live, webhookSecret, time.Time{}), http.StatusBadRequest, "invalid-webhook")
+	if !strings.Contains(in.logs.String(), "STRIPE_API_KEY") {
+		t.Errorf("the log does not say why:\n%s", in.logs)
+	}
+	if n := w.count("SELECT count(*) FROM stripe_events"); n != 0 {
+		t.Errorf("%d events recorded", n)
+	}
+	if n := w.count("SELECT count(*) FROM tenants WHERE id = $1 AND stripe_customer_id IS NOT NULL", tenant); n != 0 {
+		t.Errorf("the tenant was linked to a customer by a live event on a test server")
+	}
+	// The same event in test mode is applied.
+	test := checkoutJSON("evt_test", time.Now(), tenant, "cus_1", "sub_1")
+	if got := outcome(t, in.post(test, webhookSecret, time.Time{})); got != "applied" {
+		t.Errorf("test-mode event: outcome %q", got)
 	}
 }

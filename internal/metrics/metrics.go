@@ -18,6 +18,12 @@ type Metrics struct {
 	StoreLatency *prometheus.HistogramVec
 	Degraded     *prometheus.CounterVec
 	BreakerOpen  prometheus.Gauge
+	// BodyBytes is the request body bytes the HTTP layer has let in and
+	// not yet finished with (httpapi's bound on bodies in flight).
+	BodyBytes prometheus.Gauge
+	// BodiesRefused counts requests refused for want of room for their
+	// body, by scope: "ip" (the client's share) or "instance" (the total).
+	BodiesRefused *prometheus.CounterVec
 }
 
 // New returns a fresh set of collectors with the Go runtime's.
@@ -41,8 +47,16 @@ func New() *Metrics {
 			Name: "tollgate_counter_breaker_open",
 			Help: "Tenants whose circuit breaker keeps their calls away from a failing counter store (one circuit per tenant).",
 		}),
+		BodyBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_http_body_bytes_in_flight",
+			Help: "Request body bytes admitted and not yet finished with: the most each body may hold, by its Content-Length or its route's bound.",
+		}),
+		BodiesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_http_bodies_refused_total",
+			Help: "Requests refused because their body would pass the client's share (ip) or the instance's total (instance) of body bytes in flight.",
+		}, []string{"scope"}),
 	}
-	m.reg.MustRegister(m.Checks, m.StoreLatency, m.Degraded, m.BreakerOpen,
+	m.reg.MustRegister(m.Checks, m.StoreLatency, m.Degraded, m.BreakerOpen, m.BodyBytes, m.BodiesRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

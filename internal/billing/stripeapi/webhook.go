@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	stripe "github.com/stripe/stripe-go/v76"
@@ -26,13 +27,29 @@ const Tolerance = 5 * time.Minute
 // the events. It is safe for concurrent use.
 type Verifier struct {
 	secrets []string
+	// mode is "live" or "test" when the API key says which; "" accepts
+	// events of either mode.
+	mode string
 }
 
 // NewVerifier returns a Verifier that accepts a signature made with any of
 // secrets (Stripe's whsec_… signing secrets): during a rotation both the old
-// and the new one are valid.
-func NewVerifier(secrets []string) *Verifier {
-	return &Verifier{secrets: secrets}
+// and the new one are valid. apiKey is STRIPE_API_KEY: when it names a mode
+// (sk_live_, rk_live_, sk_test_, rk_test_), events of the other mode are
+// refused; empty accepts both.
+func NewVerifier(secrets []string, apiKey string) *Verifier {
+	return &Verifier{secrets: secrets, mode: keyMode(apiKey)}
+}
+
+// keyMode is "live" or "test" for a secret or restricted key of that mode,
+// "" otherwise.
+func keyMode(key string) string {
+	for _, mode := range []string{"live", "test"} {
+		if strings.HasPrefix(key, "sk_"+mode+"_") || strings.HasPrefix(key, "rk_"+mode+"_") {
+			return mode
+		}
+	}
+	return ""
 }
 
 // Parse verifies that payload was signed by Stripe less than Tolerance ago
@@ -40,7 +57,12 @@ func NewVerifier(secrets []string) *Verifier {
 // any Stripe API version are accepted: only the fields Tollgate needs are
 // read, and each is read defensively (an expandable field may come as an id
 // or as an object). A missing, malformed, wrong or too old signature, or a
-// body that is not an event, is billing.ErrBadWebhook.
+// body that is not an event, is billing.ErrBadWebhook; so is a verified
+// event whose livemode disagrees with the API key's mode. That one is a
+// configuration mistake (the signing secret of the other mode's endpoint, or
+// the other mode's key), refused rather than answered 200 and dropped: Stripe
+// shows the failing deliveries to whoever set it up and delivers them again
+// once the configuration is fixed.
 func (v *Verifier) Parse(payload []byte, header string) (billing.Event, error) {
 	if len(v.secrets) == 0 {
 		return billing.Event{}, fmt.Errorf("verify webhook: no signing secret: %w", billing.ErrNotConfigured)
@@ -74,6 +96,9 @@ func (v *Verifier) Parse(payload []byte, header string) (billing.Event, error) {
 	}
 	if se.ID == "" || se.Type == "" || se.Created <= 0 {
 		return billing.Event{}, fmt.Errorf("signed event without id, type or created: %w", billing.ErrBadWebhook)
+	}
+	if eventMode := map[bool]string{true: "live", false: "test"}[se.Livemode]; v.mode != "" && eventMode != v.mode {
+		return billing.Event{}, fmt.Errorf("event %s is a %s-mode event but STRIPE_API_KEY is a %s-mode key: %w", se.ID, eventMode, v.mode, billing.ErrBadWebhook)
 	}
 	ev := billing.Event{
 		ID: se.ID, Type: string(se.Type), Created: time.Unix(se.Created, 0).UTC(), Livemode: se.Livemode,

@@ -36,7 +36,7 @@ const subscriptionEvent = `{
 
 func TestParseVerifiesSignatures(t *testing.T) {
 	t.Parallel()
-	v := NewVerifier([]string{oldSecret, newSecret})
+	v := NewVerifier([]string{oldSecret, newSecret}, "sk_test_123")
 	now := time.Now()
 	for _, tc := range []struct {
 		name, header string
@@ -71,7 +71,7 @@ func TestParseVerifiesSignatures(t *testing.T) {
 
 func TestParseWithoutSecret(t *testing.T) {
 	t.Parallel()
-	if _, err := NewVerifier(nil).Parse([]byte(subscriptionEvent), sign(subscriptionEvent, oldSecret, time.Now())); !errors.Is(err, billing.ErrNotConfigured) {
+	if _, err := NewVerifier(nil, "").Parse([]byte(subscriptionEvent), sign(subscriptionEvent, oldSecret, time.Now())); !errors.Is(err, billing.ErrNotConfigured) {
 		t.Errorf("no secret: %v", err)
 	}
 }
@@ -81,7 +81,7 @@ func TestParseWithoutSecret(t *testing.T) {
 // subscription where 2025's versions moved it, unknown fields ignored.
 func TestParseReadsEventsOfAnyVersion(t *testing.T) {
 	t.Parallel()
-	v := NewVerifier([]string{newSecret})
+	v := NewVerifier([]string{newSecret}, "")
 	parse := func(t *testing.T, payload string) billing.Event {
 		t.Helper()
 		ev, err := v.Parse([]byte(payload), sign(payload, newSecret, time.Now()))
@@ -152,4 +152,44 @@ func TestParseReadsEventsOfAnyVersion(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestParseRefusesTheOtherMode refuses an event whose livemode disagrees
+// with the mode of STRIPE_API_KEY: a live server never applies test
+// events, nor a test server live ones. Without a key there is no mode to
+// hold events to.
+func TestParseRefusesTheOtherMode(t *testing.T) {
+	t.Parallel()
+	live := strings.Replace(subscriptionEvent, `"livemode": false`, `"livemode": true`, 1)
+	for _, tc := range []struct {
+		key     string
+		payload string
+		ok      bool
+	}{
+		{"sk_test_123", subscriptionEvent, true},
+		{"rk_test_123", subscriptionEvent, true},
+		{"sk_live_123", live, true},
+		{"rk_live_123", live, true},
+		{"", subscriptionEvent, true},
+		{"", live, true},
+		{"sk_live_123", subscriptionEvent, false},
+		{"rk_live_123", subscriptionEvent, false},
+		{"sk_test_123", live, false},
+		{"rk_test_123", live, false},
+	} {
+		name := tc.key + " livemode=" + map[bool]string{true: "true", false: "false"}[tc.payload == live]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ev, err := NewVerifier([]string{newSecret}, tc.key).Parse([]byte(tc.payload), sign(tc.payload, newSecret, time.Now()))
+			if tc.ok {
+				if err != nil || ev.ID != "evt_1" {
+					t.Fatalf("Parse: %+v, %v", ev, err)
+				}
+				return
+			}
+			if !errors.Is(err, billing.ErrBadWebhook) || !strings.Contains(err.Error(), "STRIPE_API_KEY") {
+				t.Fatalf("Parse: %v, want ErrBadWebhook naming STRIPE_API_KEY", err)
+			}
+		})
+	}
 }

@@ -1,0 +1,40 @@
+package dashboard
+
+import "testing"
+
+// TestLimiterKeysAddressesAndNetworks: the client IP Echo resolves may be an
+// address or (IPv6 keyed by its /64) a network; each keys a bucket of its
+// own, the same for one client however it is written, and never the bucket
+// of unresolvable clients.
+func TestLimiterKeysAddressesAndNetworks(t *testing.T) {
+	t.Parallel()
+	l := &limiter{pepper: []byte("test pepper")}
+	key := func(ip string) string { return l.ipItem(ip).Key }
+	unknown := key("")
+	for _, tc := range []struct {
+		name string
+		a, b string
+		same bool
+	}{
+		{"IPv4-mapped is IPv4", "::ffff:192.0.2.1", "192.0.2.1", true},
+		{"a /64 written as a network or its first address", "2001:db8:1:2::/64", "2001:db8:1:2::", true},
+		{"a /64 with host bits", "2001:db8:1:2::7/64", "2001:db8:1:2::/64", true},
+		{"a /128 is its address", "2001:db8::1/128", "2001:db8::1", true},
+		{"two /64s", "2001:db8:1:2::/64", "2001:db8:1:3::/64", false},
+		{"two addresses", "192.0.2.1", "192.0.2.2", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ka, kb := key(tc.a), key(tc.b)
+			if ka == unknown || kb == unknown {
+				t.Fatalf("%q or %q keyed as an unresolvable client", tc.a, tc.b)
+			}
+			if (ka == kb) != tc.same {
+				t.Fatalf("same bucket for %q and %q: %t, want %t", tc.a, tc.b, ka == kb, tc.same)
+			}
+		})
+	}
+	if key("junk") != unknown {
+		t.Fatal("an unreadable address keyed apart from unresolvable clients")
+	}
+}

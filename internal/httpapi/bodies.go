@@ -1,0 +1,145 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgate/tollgate/internal/metrics"
+)
+
+// Bounds of the request bodies in flight, defaults of Config.BodyBytesPerIP
+// and Config.BodyBytesTotal.
+const (
+	// DefaultBodyBytesPerIP is one client's share: three webhook-sized
+	// bodies of unknown length at once (four of a declared 500 KB), or
+	// thousands of ordinary checks, whose Content-Length is what they
+	// reserve.
+	DefaultBodyBytesPerIP = 2 << 20
+	// DefaultBodyBytesTotal is the instance's total: 64 webhook-sized
+	// bodies at once. The memory they take may reach about twice that
+	// before the garbage collector returns it.
+	DefaultBodyBytesTotal = 32 << 20
+)
+
+// maxOtherBody is the most any route but the webhook reads of a body: a
+// check or a dashboard form is at most 64 KiB, and the readers read one
+// byte more to tell an oversized body.
+const maxOtherBody = 64<<10 + 1
+
+// bodyBound is the most the handlers of path read of a body.
+func bodyBound(path string) int64 {
+	if path == "/webhooks/stripe" {
+		return MaxWebhookBody + 1
+	}
+	return maxOtherBody
+}
+
+// bodyBudget bounds the request body bytes in flight, per client IP and in
+// total. A request with a body reserves, before anything reads it, the most
+// its handler can read: its Content-Length, or its route's bound when the
+// length is unknown or larger. A request that would pass either bound is
+// refused at once, without reading its body, and its connection closed; its
+// reservation is returned when its handler is done. So however many slow
+// clients trickle bodies, the bodies held in memory stay under the total,
+// and one client (one address, or one IPv6 network where the IP extractor
+// keys by network) cannot take more than its share. It is safe for
+// concurrent use.
+type bodyBudget struct {
+	perIP, total int64
+	metrics      *metrics.Metrics
+
+	mu   sync.Mutex
+	used int64
+	byIP map[string]int64 // only clients with bodies in flight
+}
+
+func newBodyBudget(perIP, total int64, m *metrics.Metrics) *bodyBudget {
+	if perIP <= 0 {
+		perIP = DefaultBodyBytesPerIP
+	}
+	if total <= 0 {
+		total = DefaultBodyBytesTotal
+	}
+	if m == nil {
+		m = metrics.New()
+	}
+	return &bodyBudget{perIP: perIP, total: total, metrics: m, byIP: map[string]int64{}}
+}
+
+// take reserves n bytes for ip; it returns "" when it did, else the scope
+// that has no room ("ip" or "instance").
+func (b *bodyBudget) take(ip string, n int64) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.byIP[ip]+n > b.perIP:
+		return "ip"
+	case b.used+n > b.total:
+		return "instance"
+	}
+	b.byIP[ip] += n
+	b.used += n
+	b.metrics.BodyBytes.Add(float64(n))
+	return ""
+}
+
+func (b *bodyBudget) give(ip string, n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byIP[ip] -= n; b.byIP[ip] <= 0 {
+		delete(b.byIP, ip)
+	}
+	b.used -= n
+	b.metrics.BodyBytes.Sub(float64(n))
+}
+
+// middleware applies the budget to every request that may have a body.
+func (b *bodyBudget) middleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+			return next(c)
+		}
+		n := bodyBound(r.URL.Path)
+		if r.ContentLength > 0 && r.ContentLength < n {
+			n = r.ContentLength
+		}
+		ip := c.RealIP()
+		if scope := b.take(ip, n); scope != "" {
+			b.metrics.BodiesRefused.WithLabelValues(scope).Inc()
+			return b.refuse(c, scope)
+		}
+		defer b.give(ip, n)
+		return next(c)
+	}
+}
+
+// refuse answers a request whose body has no room, without reading the
+// body: the connection closes after the answer instead of draining it.
+func (b *bodyBudget) refuse(c echo.Context, scope string) error {
+	closeUnread(c)
+	c.Response().Header().Set("Retry-After", "1")
+	p := problem{Problem: Problem{Type: problemBase + "too-many-requests", Title: "Too many requests", Status: http.StatusTooManyRequests,
+		Detail: fmt.Sprintf("Too many request bodies in flight from this address: at most %s at once; retry in 1 s.", byteSize(b.perIP))}}
+	c.Response().Header().Set("X-RateLimit-Layer", scope)
+	if scope == "instance" {
+		p.Type, p.Title, p.Status = problemBase+"busy", "Busy", http.StatusServiceUnavailable
+		p.Detail = "This Tollgate instance is reading as many request bodies as it holds at once; retry in 1 s."
+	}
+	sendProblem(c, p)
+	return nil
+}
+
+// byteSize says n bytes in KiB or MiB when it is a whole number of them.
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

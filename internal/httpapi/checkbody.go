@@ -1,0 +1,218 @@
+package httpapi
+
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// A /v1/check body is read on every check, so its common shape has a
+// decoder of its own: one pass over the bytes, no reflection, no
+// allocation but the item slice and the strings it keeps. It accepts only
+// what encoding/json would decode to the same checkBody (FuzzCheckBody holds
+// it to that); anything else, escapes and every error included, it leaves
+// to decodeJSON, whose messages name the field at fault.
+
+// fastCheck is the decoded body: mode as sent ("" when absent) and items
+// with cost 0 when absent.
+type fastCheck struct {
+	mode  string
+	items []fastItem
+}
+
+type fastItem struct {
+	policy, subject string
+	cost            int64
+	hasCost         bool
+}
+
+// decodeCheckFast decodes body, reporting ok false for anything outside the
+// plain shape {"mode":"…","items":[{"policy":"…","subject":"…","cost":N}]}
+// with members in any order, strings without escapes or control
+// characters, costs that are plain integers.
+func decodeCheckFast(body []byte) (c fastCheck, ok bool) {
+	d := fastDecoder{b: body}
+	if !d.byte('{') {
+		return c, false
+	}
+	var seenMode, seenItems bool
+	if !d.peek('}') {
+		for {
+			key, ok := d.str()
+			if !ok || !d.byte(':') {
+				return c, false
+			}
+			switch key {
+			case "mode":
+				if seenMode {
+					return c, false
+				}
+				seenMode = true
+				if c.mode, ok = d.str(); !ok {
+					return c, false
+				}
+			case "items":
+				if seenItems {
+					return c, false
+				}
+				seenItems = true
+				if c.items, ok = d.items(); !ok {
+					return c, false
+				}
+			default:
+				return c, false
+			}
+			if d.byte(',') {
+				continue
+			}
+			break
+		}
+	}
+	if !d.byte('}') {
+		return c, false
+	}
+	d.space()
+	return c, d.i == len(d.b)
+}
+
+type fastDecoder struct {
+	b []byte
+	i int
+}
+
+func (d *fastDecoder) space() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+// byte consumes c, after white space, if it is next.
+func (d *fastDecoder) byte(c byte) bool {
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == c {
+		d.i++
+		return true
+	}
+	return false
+}
+
+// peek consumes c, after white space, if it is next, like byte.
+func (d *fastDecoder) peek(c byte) bool { return d.byte(c) }
+
+// str reads a string without escapes: valid UTF-8, no control characters
+// (encoding/json would reject those, or replace bytes of invalid UTF-8).
+func (d *fastDecoder) str() (string, bool) {
+	if !d.byte('"') {
+		return "", false
+	}
+	start := d.i
+	ascii := true
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			s := d.b[start:d.i]
+			d.i++
+			if !ascii && !utf8.Valid(s) {
+				return "", false
+			}
+			return string(s), true
+		case c == '\\' || c < 0x20:
+			return "", false
+		case c >= 0x80:
+			ascii = false
+		}
+		d.i++
+	}
+	return "", false
+}
+
+// items reads the items array.
+func (d *fastDecoder) items() ([]fastItem, bool) {
+	if !d.byte('[') {
+		return nil, false
+	}
+	items := make([]fastItem, 0, 1)
+	if d.byte(']') {
+		return items, true
+	}
+	for {
+		it, ok := d.item()
+		if !ok {
+			return nil, false
+		}
+		items = append(items, it)
+		if d.byte(',') {
+			continue
+		}
+		return items, d.byte(']')
+	}
+}
+
+// item reads one item object.
+func (d *fastDecoder) item() (it fastItem, ok bool) {
+	if !d.byte('{') {
+		return it, false
+	}
+	if d.byte('}') {
+		return it, true
+	}
+	var seen [3]bool
+	for {
+		key, ok := d.str()
+		if !ok || !d.byte(':') {
+			return it, false
+		}
+		var n int
+		switch key {
+		case "policy":
+			it.policy, ok = d.str()
+		case "subject":
+			n = 1
+			it.subject, ok = d.str()
+		case "cost":
+			n = 2
+			it.cost, ok = d.integer()
+			it.hasCost = true
+		default:
+			return it, false
+		}
+		if !ok || seen[n] {
+			return it, false
+		}
+		seen[n] = true
+		if d.byte(',') {
+			continue
+		}
+		return it, d.byte('}')
+	}
+}
+
+// integer reads a JSON integer that fits an int64: an optional "-", then
+// "0" or a digit 1-9 and more digits, and no fraction or exponent.
+func (d *fastDecoder) integer() (int64, bool) {
+	d.space()
+	start := d.i
+	if d.i < len(d.b) && d.b[d.i] == '-' {
+		d.i++
+	}
+	digits := d.i
+	for d.i < len(d.b) && '0' <= d.b[d.i] && d.b[d.i] <= '9' {
+		d.i++
+	}
+	if d.i == digits || (d.b[digits] == '0' && d.i > digits+1) || d.i-start > 19 {
+		return 0, false
+	}
+	if d.i < len(d.b) {
+		switch d.b[d.i] {
+		case '.', 'e', 'E':
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(string(d.b[start:d.i]), 10, 64)
+	return n, err == nil
+}

@@ -1,0 +1,65 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// FuzzCheckBody holds decodeCheckFast to encoding/json: whatever the fast
+// decoder accepts, the strict encoding/json decode accepts too, to the same
+// values.
+func FuzzCheckBody(f *testing.F) {
+	for _, s := range []string{
+		`{"items":[{"policy":"login","subject":"alice"}]}`,
+		`{"mode":"peek","items":[{"policy":"a","subject":"b","cost":3},{"subject":"x","policy":"y"}]}`,
+		` { "items" : [ ] , "mode" : "consume" } `,
+		`{"items":[{"policy":"p","subject":"ü\u00e9","cost":-0}]}`,
+		`{"items":[{"policy":"p","subject":"a\"b"}]}`,
+		`{"items":[{"policy":"p","cost":1e3}]}`,
+		`{"Items":[]}`,
+		`{"items":[{"policy":"p","policy":"q"}]}`,
+		`{"items":[{}]}`,
+		`{}`,
+		`{"items":[{"policy":"p","cost":9223372036854775807}]}`,
+		`{"items":[{"policy":"p","cost":01}]}`,
+		"{\"items\":[{\"policy\":\"\xff\"}]}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fast, ok := decodeCheckFast(body)
+		if !ok {
+			return
+		}
+		var want checkBody
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&want); err != nil || dec.More() {
+			t.Fatalf("fast decoder accepted %q, encoding/json: %v", body, err)
+		}
+		if fast.mode != want.Mode || len(fast.items) != len(want.Items) {
+			t.Fatalf("%q: fast %+v, encoding/json %+v", body, fast, want)
+		}
+		for i, it := range want.Items {
+			got := fast.items[i]
+			if got.policy != it.Policy || got.subject != it.Subject || got.hasCost != (it.Cost != nil) || (it.Cost != nil && *it.Cost != got.cost) {
+				t.Fatalf("%q item %d: fast %+v, encoding/json %+v", body, i, got, it)
+			}
+		}
+	})
+}
+
+// TestCheckBodyFastPath: the plain shapes tenants send take the fast path.
+func TestCheckBodyFastPath(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{
+		`{"items":[{"policy":"login","subject":"alice"}]}`,
+		`{"mode":"peek","items":[{"policy":"a","subject":"203.0.113.7","cost":3},{"subject":"x","policy":"y"}]}`,
+		"{\n  \"items\": [\n    {\"policy\": \"sign-in\", \"subject\": \"ünïcode\"}\n  ]\n}\n",
+	} {
+		if _, ok := decodeCheckFast([]byte(s)); !ok {
+			t.Errorf("%s: not on the fast path", s)
+		}
+	}
+}
