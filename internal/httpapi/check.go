@@ -3,9 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -268,13 +265,12 @@ func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 	return c.Blob(p.Status, "application/problem+json", body)
 }
 
-// billingURL is the stable address that sends a tenant to a fresh Stripe
-// portal session. It carries an HMAC of the tenant id so that nobody can
-// open another tenant's portal by guessing.
+// billingURL is the address that sends a tenant to a fresh Stripe portal
+// session for BillingLinkLifetime (see portalLink). It carries an HMAC of
+// the tenant id and the expiry so that nobody can open another tenant's
+// portal by guessing, or keep a link open for ever.
 func (a *api) billingURL(tenantID string) string {
-	m := hmac.New(sha256.New, a.cfg.BillingKey)
-	m.Write([]byte("billing-portal:" + tenantID))
-	return strings.TrimRight(a.cfg.PublicURL, "/") + "/billing/portal/" + tenantID + "." + hex.EncodeToString(m.Sum(nil)[:16])
+	return strings.TrimRight(a.cfg.PublicURL, "/") + "/billing/portal/" + signPortalToken(a.cfg.BillingKey, tenantID, time.Now().Add(BillingLinkLifetime))
 }
 
 // ceilDiv is d/unit rounded up.
