@@ -97,7 +97,7 @@ func TestClientCheckPeekUsage(t *testing.T) {
 	dsn := pgtest.New(t)
 	in := start(t, dsn, patientStore)
 	nt := createTenant(t, dsn, "pro")
-	putPolicy(t, in, nt.LiveKey, "failed-sign-ins", map[string]any{"limit": 3, "window": "15m"})
+	putPolicy(t, in, nt.LiveKey, "failed-sign-ins", map[string]any{"limit": 3, "window": "15m", "alert_after": 1})
 	putPolicy(t, in, nt.LiveKey, "roomy", map[string]any{"limit": 100, "window": "1h"})
 	putPolicy(t, in, nt.LiveKey, "error-reports", map[string]any{"limit": 2, "window": "1h", "scope": "global"})
 	tg := newClient(t, in.base, nt.LiveKey)
@@ -173,10 +173,14 @@ func TestClientCheckPeekUsage(t *testing.T) {
 
 	// Usage is /v1/usage, typed.
 	var u client.Usage
-	eventually(t, 5*time.Second, "checks metered", func() bool {
+	eventually(t, 5*time.Second, "checks metered and the refusal alerted", func() bool {
 		u, err = tg.Usage(ctx)
-		return err == nil && u.ChecksUsed > 0
+		return err == nil && u.ChecksUsed > 0 && len(u.Alerts) > 0
 	})
+	if a := u.Alerts[0]; a.Policy != "failed-sign-ins" || a.Subjects != 1 || a.Count < 1 || a.AlertAfter != 1 ||
+		a.SubjectKey == "" || strings.Contains(a.SubjectKey, "account") || a.FirstAt.IsZero() || a.LastAt.Before(a.FirstAt) {
+		t.Errorf("alert %+v", a)
+	}
 	raw := apiUser{t: t, in: in, key: nt.LiveKey}.usage()
 	if u.TenantID != nt.TenantID || u.Plan != "pro" || u.EffectivePlan != "pro" || u.BillingStatus != raw.BillingStatus ||
 		u.ChecksAllotment == nil || *u.ChecksAllotment != *raw.ChecksAllotment || u.SandboxAllotment != 1000 ||

@@ -24,18 +24,22 @@ type Usage struct {
 	// RefusalsByLayer counts this period's refusals by the layer that
 	// refused ("ip", "quota", …, "policy" for the tenant's own policies).
 	RefusalsByLayer map[string]int64
-	// Alerts lists the policies whose alert_after one subject reached in
-	// the last 24 hours.
+	// Alerts lists the alerts of the last 7 days, latest first: a
+	// policy's alert_after reached by a subject.
 	Alerts []Alert
 }
 
 // Alert says that one subject of a policy was refused at least AlertAfter
-// times within 24 hours.
+// times within 24 hours, or, past Tollgate's budget of alerts per day,
+// counts the day's other subjects that were.
 type Alert struct {
 	Policy string `json:"policy"`
-	// SubjectKey is the subject's digest: Tollgate never stores subjects.
+	// SubjectKey is the subject's digest (Tollgate never stores subjects),
+	// or "*" for an aggregate of Subjects subjects.
 	SubjectKey string `json:"subject_key"`
-	// Count is the refusals in the 24 hours up to LastAt.
+	Subjects   int64  `json:"subjects"`
+	// Count is the refusals in the 24 hours up to LastAt; for an
+	// aggregate, the sum of its subjects' counts.
 	Count      int64     `json:"count"`
 	AlertAfter int64     `json:"alert_after"`
 	FirstAt    time.Time `json:"first_at"`
