@@ -35,6 +35,7 @@ type RateLimitedError struct {
 	Degraded bool
 }
 
+// Error names the ceiling, its limit and when to retry.
 func (e *RateLimitedError) Error() string {
 	s := fmt.Sprintf("refused by Tollgate's %s ceiling (limit %d); retry after %s", e.Layer, e.Limit, e.RetryAfter)
 	if e.Scope != "" {
@@ -53,6 +54,7 @@ type PaymentRequiredError struct {
 	Detail string
 }
 
+// Error says where to pay.
 func (e *PaymentRequiredError) Error() string {
 	return "Tollgate requires payment: update the payment method at " + e.BillingURL
 }
@@ -74,6 +76,8 @@ type APIError struct {
 	Field string
 }
 
+// Error gives the status, Tollgate's title, the field at fault and the
+// detail.
 func (e *APIError) Error() string {
 	s := fmt.Sprintf("Tollgate answered %d %s", e.Status, http.StatusText(e.Status))
 	if e.Title != "" {
