@@ -95,10 +95,15 @@ func TestDecisionRetryAfter(t *testing.T) {
 func TestTTLString(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[time.Duration]string{
-		0: "1s", -time.Second: "1s", time.Millisecond: "1s", 30 * time.Second: "30s", 1500 * time.Millisecond: "2s", 90 * time.Second: "1m30s",
+		time.Millisecond: "1s", 30 * time.Second: "30s", 1500 * time.Millisecond: "2s", 90 * time.Second: "1m30s",
 	} {
-		if got := ttlString(in); got != want {
-			t.Errorf("ttlString(%s) = %q, want %q", in, got, want)
+		if got := ttlString(in); got == nil || *got != want {
+			t.Errorf("ttlString(%s) = %v, want %q", in, got, want)
+		}
+	}
+	for _, in := range []time.Duration{0, -time.Second} {
+		if got := ttlString(in); got != nil {
+			t.Errorf("ttlString(%s) = %q, want none (Tollgate's default)", in, *got)
 		}
 	}
 }

@@ -1,8 +1,10 @@
 package client
 
 import (
-	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
 	"net/url"
 	"time"
 )
@@ -26,15 +28,16 @@ type Lease struct {
 	// RetryAfter is how long until a place frees at the latest, when not
 	// granted.
 	RetryAfter time.Duration
-	// Degraded is true when the client's FailMode decided because Tollgate
-	// gave no decision.
+	// Degraded is true when the decision was made without an exact count:
+	// Tollgate's counter store was unreachable and the policy's fail_mode
+	// decided, or Tollgate gave no decision and the client's FailMode did.
 	Degraded bool
 }
 
 type leaseIn struct {
-	Policy  string `json:"policy,omitempty"`
-	Subject string `json:"subject,omitempty"`
-	TTL     string `json:"ttl"`
+	Policy  string  `json:"policy,omitempty"`
+	Subject string  `json:"subject,omitempty"`
+	TTL     *string `json:"ttl,omitempty"`
 }
 
 type leaseOut struct {
@@ -44,18 +47,13 @@ type leaseOut struct {
 	InFlight     int64     `json:"in_flight"`
 	Limit        int64     `json:"limit"`
 	RetryAfterMS int64     `json:"retry_after_ms"`
-}
-
-func (o leaseOut) lease() Lease {
-	return Lease{
-		Allowed: o.Allowed, ID: o.LeaseID, ExpiresAt: o.ExpiresAt, InFlight: o.InFlight, Limit: o.Limit,
-		RetryAfter: time.Duration(o.RetryAfterMS) * time.Millisecond,
-	}
+	Degraded     bool      `json:"degraded"`
 }
 
 // Acquire asks for a lease of a concurrency policy for subject, held for
-// ttl unless released or renewed first. A subject at its limit is a Lease
-// with Allowed false and a nil error.
+// ttl (Tollgate's default when 0; whole seconds) unless released or renewed
+// first. A subject at its limit is a Lease with Allowed false and a nil
+// error.
 //
 // When Tollgate gives no decision, Acquire returns the FailMode's Lease
 // (Allowed under FailOpen, with no ID, Degraded) and an error, as Check
@@ -65,38 +63,60 @@ func (c *Client) Acquire(ctx context.Context, policy, subject string, ttl time.D
 	if err := c.do(ctx, "POST", "/v1/leases", leaseIn{Policy: policy, Subject: subject, TTL: ttlString(ttl)}, &out); err != nil {
 		return Lease{Allowed: c.failMode == FailOpen, Degraded: true}, err
 	}
-	return out.lease(), nil
+	return Lease{
+		Allowed: out.Allowed, ID: out.LeaseID, ExpiresAt: out.ExpiresAt, InFlight: out.InFlight, Limit: out.Limit,
+		RetryAfter: time.Duration(out.RetryAfterMS) * time.Millisecond, Degraded: out.Degraded,
+	}, nil
 }
 
-// Release gives a lease back, freeing its place at once. Releasing a
-// lease without an ID (not granted, or granted by the FailMode) does
-// nothing; releasing one that already lapsed or was released is an
-// *APIError with Status 404.
+// Release gives a lease back, freeing its place at once. It is idempotent:
+// a lease that is already gone (released, lapsed, dropped by Reset) holds
+// no place either, and releasing it returns nil, as does releasing a Lease
+// without an ID (not granted, or granted by the FailMode).
 func (c *Client) Release(ctx context.Context, l Lease) error {
 	if l.ID == "" {
 		return nil
 	}
-	return c.do(ctx, "DELETE", "/v1/leases/"+url.PathEscape(l.ID), nil, nil)
+	err := c.do(ctx, "DELETE", "/v1/leases/"+url.PathEscape(l.ID), nil, nil)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return nil
+	}
+	return err
 }
 
-// Renew extends a held lease to ttl from now and returns it renewed. A
-// lease that already lapsed is an *APIError with Status 404: acquire a new
-// one. Renewing a lease without an ID returns it as it is.
+// ErrLeaseGone is wrapped by Renew's error when the lease no longer holds
+// a place: it lapsed, was released, or was dropped by Reset. Acquire a new
+// one.
+var ErrLeaseGone = errors.New("lease gone")
+
+// Renew extends a held lease to ttl from now (Tollgate's default when 0)
+// and returns it with its new ExpiresAt. A lease that is gone is an error
+// wrapping ErrLeaseGone (and an *APIError with Status 404). Renewing a
+// Lease without an ID returns it as it is.
 func (c *Client) Renew(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
 	if l.ID == "" {
 		return l, nil
 	}
 	var out leaseOut
-	if err := c.do(ctx, "POST", "/v1/leases/"+url.PathEscape(l.ID)+"/renew", leaseIn{TTL: ttlString(ttl)}, &out); err != nil {
+	err := c.do(ctx, "POST", "/v1/leases/"+url.PathEscape(l.ID)+"/renew", leaseIn{TTL: ttlString(ttl)}, &out)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return l, fmt.Errorf("%w: %w", ErrLeaseGone, err)
+	}
+	if err != nil {
 		return l, err
 	}
-	r := out.lease()
-	r.ID, r.Allowed = cmp.Or(r.ID, l.ID), true
-	return r, nil
+	l.ExpiresAt = out.ExpiresAt
+	return l, nil
 }
 
-// ttlString is ttl as Tollgate reads durations: whole seconds, at least 1.
-func ttlString(ttl time.Duration) string {
-	s := max(1, int64((ttl+time.Second-1)/time.Second))
-	return (time.Duration(s) * time.Second).String()
+// ttlString is ttl as Tollgate reads durations, in whole seconds rounded
+// up; nil (Tollgate's default) for 0 or less.
+func ttlString(ttl time.Duration) *string {
+	if ttl <= 0 {
+		return nil
+	}
+	s := (time.Duration(int64((ttl+time.Second-1)/time.Second)) * time.Second).String()
+	return &s
 }
