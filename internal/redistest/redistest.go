@@ -51,6 +51,18 @@ func server() (string, error) {
 	return baseURL, initErr
 }
 
+// StartServer starts a throwaway redis-server of this test's own, whatever
+// REDIS_URL says, and returns its URL; it stops when the test ends.
+func StartServer(t testing.TB) string {
+	t.Helper()
+	u, stop, err := startThrowaway()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(stop)
+	return u
+}
+
 // New returns the URL of the Redis tests use and a key prefix that belongs to
 // this test alone; keys under the prefix are deleted when the test ends.
 func New(t testing.TB) (url, prefix string) {
