@@ -69,6 +69,27 @@ start_cluster() {
   cluster_url="redis+cluster://${addrs[0]}?addr=${addrs[1]}&addr=${addrs[2]}"
 }
 
+# cpu_ticks sums utime and stime (fields 14 and 15 of /proc/PID/stat, in
+# clock ticks) of the processes given.
+cpu_ticks() {
+  local t=0 pid f
+  for pid in "$@"; do
+    f=$(sed -E 's/^[0-9]+ \(.*\) //' "/proc/$pid/stat" 2>/dev/null) || continue
+    set -- $f
+    t=$((t + ${12} + ${13}))
+  done
+  echo "$t"
+}
+
+# store_pids names the Redis processes of a store on this machine (none for
+# PostgreSQL, whose backends serve other clients too).
+store_pids() {
+  case "$1" in
+    cluster) cat "$cluster_dir"/*/pid ;;
+    redis) redis-cli -u "$REDIS_URL" info server 2>/dev/null | awk -F: '/^process_id/ { print $2 }' | tr -d '\r' ;;
+  esac
+}
+
 go build -o bin/tollgate ./cmd/tollgate
 ./bin/tollgate migrate up >/dev/null
 # Ceilings far above what one box can send, so the policy is what is measured.
@@ -84,6 +105,18 @@ local n = 0
 request = function()
   n = n + 1
   return wrk.format(nil, "/v1/check", nil, '{"items":[{"policy":"bench","subject":"user-' .. (n % 10000) .. '"}]}')
+end
+-- Answers given without the store (its deadline passed) are counted apart.
+local threads = {}
+setup = function(thread) table.insert(threads, thread) end
+degraded = 0
+response = function(status, headers, body)
+  if string.find(body, '"degraded":true', 1, true) then degraded = degraded + 1 end
+end
+done = function(summary, latency, requests)
+  local d = 0
+  for _, t in ipairs(threads) do d = d + t:get("degraded") end
+  io.write(string.format("  degraded answers: %d of %d\n", d, summary.requests))
 end
 LUA
 
@@ -108,10 +141,16 @@ for store in "$@"; do
   label=$store
   [ "$TOLLGATE_COUNTER_STORE" != redis ] || label="$store, ${REDIS_URL%%\?*}"
   echo "== POST /v1/check, counter store $label, $conns connections, $duration"
-  wrk -t2 -c"$conns" -d"$duration" --latency -s "$script" "http://$addr/" | grep -E "Requests/sec|Latency|99%|Non-2xx"
-  # Answers given without the store (its deadline passed) count as served
-  # above; say how many there were.
-  curl -sf "http://$addr/metrics" | awk '/^tollgate_degraded_answers_total/ { n += $2 } END { printf "  degraded items: %d\n", n }'
+  store_pids=$(store_pids "$store")
+  before=$(cpu_ticks "$server") store_before=$(cpu_ticks $store_pids)
+  out=$(wrk -t2 -c"$conns" -d"$duration" --latency -s "$script" "http://$addr/")
+  after=$(cpu_ticks "$server") store_after=$(cpu_ticks $store_pids)
+  echo "$out" | grep -E "Requests/sec|Latency|99%|Non-2xx|degraded"
+  # CPU per check is steadier than checks per second on a shared box.
+  requests=$(echo "$out" | awk '/requests in/ { print $1 }')
+  tick_us=$((1000000 / $(getconf CLK_TCK)))
+  echo "  service CPU per check: $(((after - before) * tick_us / requests)) µs"
+  [ -z "$store_pids" ] || echo "  store CPU per check: $(((store_after - store_before) * tick_us / requests)) µs"
   kill "$server"
   wait "$server" 2>/dev/null || true
   server=""
