@@ -542,3 +542,48 @@ func poll(t *testing.T, d time.Duration, what string, f func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestClusterDownSlot unassigns a tenant's slot: Redis refuses its checks
+// with CLUSTERDOWN, which the store returns as ErrUnavailable at once rather
+// than waiting out its deadline; once the slot is served again, its checks
+// are answered without a restart.
+func TestClusterDownSlot(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	const timeout = 2 * time.Second
+	s := open(t, tgredis.Config{URL: c.URL(), Prefix: "down-slot:", Timeout: timeout, Logger: testLogger(t)})
+	defer s.Close()
+	ctx := context.Background()
+	it := counter.Item{Key: "k", Algorithm: limit.FixedWindow, Limit: limit.MaxLimit, Window: limit.Every(time.Hour), Cost: 1}
+	req := counter.Request{Group: "unserved", Items: []counter.Item{it}}
+	if _, err := s.Check(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	slot := c.Slot(t, "{unserved}")
+	owner := c.MasterOf(t, slot)
+	masters := c.Masters(t)
+	for _, m := range masters {
+		mc := goredis.NewClient(&goredis.Options{Addr: m})
+		err := mc.ClusterDelSlots(ctx, slot).Err()
+		mc.Close()
+		if err != nil && m == owner {
+			t.Fatalf("CLUSTER DELSLOTS %d on %s: %v", slot, m, err)
+		}
+	}
+	for i := range 5 {
+		start := time.Now()
+		_, err := s.Check(ctx, req)
+		if took := time.Since(start); !errors.Is(err, counter.ErrUnavailable) || !strings.Contains(err.Error(), "CLUSTERDOWN") || took > timeout/4 {
+			t.Fatalf("check %d of an unserved slot: %v after %s; want CLUSTERDOWN as ErrUnavailable at once", i, err, took)
+		}
+	}
+	oc := goredis.NewClient(&goredis.Options{Addr: owner})
+	defer oc.Close()
+	if err := oc.ClusterAddSlots(ctx, slot).Err(); err != nil {
+		t.Fatalf("CLUSTER ADDSLOTS: %v", err)
+	}
+	poll(t, 10*time.Second, "checks answered once the slot is served again", func() bool {
+		_, err := s.Check(ctx, req)
+		return err == nil
+	})
+}
