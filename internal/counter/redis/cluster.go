@@ -31,6 +31,7 @@ import (
 // says NoRetry (onceCmd), which turns those resends off while go-redis still
 // follows MOVED and ASK; and the store itself resends only what a refusal
 // proves did not run (resendable), within the check's deadline.
+// (TestClusterReshardExact counts checks twice with NoRetry off.)
 //
 // What is left is the single server's case, and counter.ErrUnavailable's
 // contract: a script applied whose answer was lost reaches the caller as
@@ -47,6 +48,9 @@ import (
 // coalesces) when a check fails on the connection or with CLUSTERDOWN, so a
 // promoted replica serves within moments of its promotion, not at the next
 // periodic reload.
+//
+// Checks wait for a sending slot in a queue per master (lane, batch.go), so
+// that a master that stops answering holds up only its own tenants.
 
 // Schemes of cluster URLs, and the go-redis schemes they stand for.
 var clusterSchemes = map[string]string{"redis+cluster": "redis", "rediss+cluster": "rediss"}
