@@ -94,6 +94,13 @@ func TestStartCluster(t *testing.T) {
 		t.Errorf("GET after the move: %q, %v", v, err)
 	}
 
+	// Replication is asynchronous: wait until a replica holds the moved
+	// keys, or the failover below would rightly lose them.
+	nc := redis.NewClient(&redis.Options{Addr: to})
+	defer nc.Close()
+	if n, err := nc.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n < 1 {
+		t.Fatalf("WAIT for a replica of %s: %d, %v", to, n, err)
+	}
 	c.Kill(t, to)
 	failedAt := time.Now()
 	for c.MasterOf(t, slot) == to {
