@@ -1,0 +1,227 @@
+package gate
+
+import (
+	"hash/maphash"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/limit"
+)
+
+// Tollgate's own ceilings (per-IP L2, the tenant's quotas, the allotment,
+// the sandbox) are large numbers that need not cost a shared write per
+// check. An instance takes a lease of units from a ceiling's shared counter:
+// the units are consumed in the store when they are taken, in the same
+// round trip as a check that needs the store anyway, so that all instances
+// together never admit more than the limit. The instance then spends them
+// locally, one per request, and lets what it did not spend lapse when the
+// counter's window (for a sliding window, its current bucket) ends or the
+// process stops. Units taken early only make the shared counter
+// conservative: a unit is counted no later than it is used.
+//
+// A lease's size adapts: about leaseTraffic of this instance's recent
+// traffic on the counter, never more than a leaseShare of what the counter
+// had left at the last grant, nor than the traffic expected before the
+// window ends; and 1 (an exact round trip per request, as without leases)
+// when traffic is slow or the counter is near its limit. So one instance
+// alone stays exact (the 61st request at 60 a minute is refused: every unit
+// it took, it spent), and several instances under-admit only by what the
+// others hold when the counter runs out, which the share keeps small.
+//
+// In a counter request a lease is two items on the ceiling's key: the
+// ceiling itself at cost 1, which decides the request exactly as it would
+// without leases, then an advisory top-up for the rest of the lease, which
+// is granted only when the counter has room for all of it and never refuses
+// anything (counter.Item.Advisory).
+const (
+	// leaseTraffic is how much of an instance's traffic one lease covers.
+	leaseTraffic = 200 * time.Millisecond
+	// leaseShare bounds a lease by what the counter had left.
+	leaseShare = 8
+	// maxLease bounds a lease in units whatever the traffic.
+	maxLease = 1_000_000
+	// leaseShards and leasesPerShard bound the leases an instance holds.
+	leaseShards    = 16
+	leasesPerShard = 1024
+)
+
+// leases are this instance's leases, by tenant and counter key. Safe for
+// concurrent use; bounded (leaseShards × leasesPerShard entries), an entry
+// evicted when room is needed letting its units lapse.
+type leases struct {
+	seed   maphash.Seed
+	shards [leaseShards]leaseShard
+}
+
+type leaseShard struct {
+	mu sync.Mutex
+	m  map[string]*lease
+}
+
+// lease is one counter's lease. Times are this instance's clock.
+type lease struct {
+	end   time.Time // the units lapse then
+	left  int64     // units taken and not yet spent
+	limit int64
+	// remaining is what the counter had left after the last grant, as the
+	// store said: the share of it other instances may still take.
+	remaining int64
+	// rate is the units a second this instance spent, estimated at each
+	// grant from how fast the previous lease went.
+	rate    float64
+	takenAt time.Time
+	granted int64
+	// renewing is set while a request renews the lease with a top-up, so
+	// that requests meanwhile ask for one unit each rather than a lease each;
+	// it lapses at renewing's time in case that request never comes back.
+	renewing time.Time
+}
+
+func newLeases() *leases {
+	l := &leases{seed: maphash.MakeSeed()}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]*lease)
+	}
+	return l
+}
+
+func (l *leases) shard(k string) *leaseShard {
+	return &l.shards[maphash.String(l.seed, k)%leaseShards]
+}
+
+// leaseKey names a counter of a tenant.
+func leaseKey(group, key string) string { return group + "\x00" + key }
+
+// take spends one unit of the lease on k, if there is one with units left
+// at now, and reports it with what the counter has left as far as this
+// instance knows (what it holds and what the store had after the last
+// grant) and when the lease lapses.
+func (l *leases) take(k string, now time.Time) (ok bool, remaining int64, resetIn time.Duration) {
+	sh := l.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls := sh.m[k]
+	if ls == nil || ls.left <= 0 || !now.Before(ls.end) {
+		return false, 0, 0
+	}
+	ls.left--
+	return true, ls.remaining + ls.left, ls.end.Sub(now)
+}
+
+// giveBack returns a unit take spent, for a request another ceiling
+// refused: its ceilings are all counted or none is.
+func (l *leases) giveBack(k string) {
+	sh := l.shard(k)
+	sh.mu.Lock()
+	if ls := sh.m[k]; ls != nil {
+		ls.left++
+	}
+	sh.mu.Unlock()
+}
+
+// size is how many units to ask for on k at now, to lapse at end: 1 when
+// nothing is known of the traffic on it, or another request is renewing
+// the lease already.
+func (l *leases) size(k string, now, end time.Time) int64 {
+	sh := l.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls := sh.m[k]
+	if ls == nil || now.Before(ls.renewing) {
+		return 1
+	}
+	want := ls.nextRate(now) * min(leaseTraffic, end.Sub(now)).Seconds()
+	n := min(want, float64(ls.remaining)/leaseShare, maxLease)
+	if math.IsNaN(n) || n < 2 {
+		return 1
+	}
+	ls.renewing = now.Add(time.Second)
+	return int64(n)
+}
+
+// grant records granted units on k, one of which the request at now spent,
+// lapsing at end; remaining is what the store said the counter had left
+// after them. Units of a lease that has not lapsed are kept: requests that
+// renewed it at once add up.
+func (l *leases) grant(k string, now, end time.Time, lim, granted, remaining int64) {
+	sh := l.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls := sh.m[k]
+	if ls == nil {
+		if len(sh.m) >= leasesPerShard {
+			sh.evict(now)
+		}
+		ls = &lease{}
+		sh.m[k] = ls
+	}
+	if granted > 1 {
+		ls.renewing = time.Time{}
+	}
+	if granted == 1 && ls.left > 0 && now.Before(ls.end) {
+		// One unit asked for and spent while the lease still holds units:
+		// the lease is as it was, but for what the store says is left.
+		ls.remaining = remaining
+		return
+	}
+	ls.rate = ls.nextRate(now)
+	left := granted - 1
+	if now.Before(ls.end) && ls.end.Sub(end).Abs() < time.Second/2 {
+		// The same window (its end as two requests' clocks put it).
+		left += max(ls.left, 0)
+	}
+	ls.end, ls.left, ls.limit, ls.remaining = end, left, lim, remaining
+	ls.takenAt, ls.granted = now, granted
+}
+
+// nextRate is the rate estimate once the lease is renewed at now: the
+// previous estimate averaged with how fast the lease's spent units went.
+func (ls *lease) nextRate(now time.Time) float64 {
+	spent := ls.granted - max(ls.left, 0)
+	dt := now.Sub(ls.takenAt).Seconds()
+	if spent <= 0 || dt <= 0 {
+		return ls.rate / 2
+	}
+	return (ls.rate + float64(spent)/dt) / 2
+}
+
+// evict drops one lease to make room: a lapsed or spent one if the first
+// few looked at hold one, else any. Its units lapse.
+func (sh *leaseShard) evict(now time.Time) {
+	seen := 0
+	var any string
+	for k, ls := range sh.m {
+		if ls.left <= 0 || !now.Before(ls.end) {
+			delete(sh.m, k)
+			return
+		}
+		any = k
+		if seen++; seen == 8 {
+			break
+		}
+	}
+	delete(sh.m, any)
+}
+
+// leaseEnd is when units taken at storeNow on a counter of window w lapse,
+// on this instance's clock at now: the end of the window, or of a sliding
+// window's current bucket.
+func leaseEnd(w limit.Window, now, storeNow time.Time) time.Time {
+	_, end := w.Bounds(storeNow.UnixMicro())
+	return now.Add(time.Duration(end-storeNow.UnixMicro()) * time.Microsecond)
+}
+
+// leasedItems are the counter items of a ceiling whose lease has run out:
+// the ceiling at cost 1 and, when the lease is to be larger, an advisory
+// top-up for the rest on the same key.
+func leasedItems(c counter.Item, size int64) []counter.Item {
+	if size <= 1 {
+		return []counter.Item{c}
+	}
+	top := c
+	top.Cost = min(size-1, c.Limit)
+	top.Advisory = true
+	return []counter.Item{c, top}
+}
