@@ -302,11 +302,11 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		}
 		weight = checkWeight(set, req.Check)
 	}
-	release, ok := g.inflight.acquire(ctx, t.ID, weight)
+	work, ok := g.inflight.acquire(ctx, t.ID, weight)
 	if !ok {
 		return g.refuse(ctx, req, v, Refusal{Layer: LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: time.Second, ResetAt: now.Add(time.Second), Key: LayerInflight}), nil
 	}
-	defer release()
+	defer work.release()
 	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
 	if err != nil {
 		return v, fmt.Errorf("effective plan of tenant %s: %w", t.ID, err)
