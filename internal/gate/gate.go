@@ -75,6 +75,21 @@ type Config struct {
 	Now                   func() time.Time
 }
 
+// The matching budget of each tenant on each instance (matchBudget): 5 % of
+// one processor's time, in bursts of up to 20 ms. The heaviest check the
+// API allows spends about 0.6 ms matching, so a tenant sending nothing else
+// gets some 80 of them a second per instance; a tenant with a few wildcard
+// patterns spends microseconds a check and never waits.
+const (
+	matchShare = 0.05
+	matchBurst = 20 * time.Millisecond
+	// matchWait is the longest a check waits for its tenant's matching
+	// budget before it is refused.
+	matchWait = time.Second
+	// tryCost estimates a wildcard try before it is measured.
+	tryCost = 500 * time.Nanosecond
+)
+
 // DefaultTenantInflight is Config.TenantInflight's default: 64 units let one
 // tenant keep 64 one-item checks in progress on an instance (tens of
 // thousands of checks a second at a store round trip of a few
@@ -95,6 +110,7 @@ type Gate struct {
 	l1       *memory.Store
 	breakers *breakers
 	inflight *inflight
+	matching *matchBudget
 	logMu    sync.Mutex
 	lastLog  time.Time
 }
@@ -140,6 +156,7 @@ func New(cfg Config) *Gate {
 		l1:       memory.New(memory.Config{MaxKeys: cfg.L1MaxKeys, Now: cfg.Now}),
 		breakers: newBreakers(cfg.BreakerFailures, cfg.BreakerOpenFor, maxBreakers, cfg.Metrics),
 		inflight: newInflight(cfg.TenantInflight, cfg.InflightWait),
+		matching: newMatchBudget(matchShare, matchBurst),
 	}
 }
 
@@ -302,6 +319,38 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		}
 		weight = checkWeight(set, req.Check)
 	}
+	// A check that may try wildcards reserves its matching time from the
+	// tenant's budget (matchBudget), waiting its turn while the budget is
+	// spent; past matchWait it is refused.
+	var matchEstimate time.Duration
+	if req.Check != nil && weight > int64(len(req.Check.Items)) {
+		matchEstimate = time.Duration(weight-int64(len(req.Check.Items))) * wildcardTries * tryCost
+		// A refusal comes only after the whole wait too, so that a client
+		// that does not back off sends one such check a second per
+		// connection, not as many as it can.
+		waitUntil := time.Now().Add(matchWait)
+		for {
+			wait := g.matching.reserve(t.ID, g.cfg.Now(), matchEstimate)
+			if wait == 0 {
+				break
+			}
+			last := false
+			if left := time.Until(waitUntil); wait >= left {
+				wait, last = max(left, 0), true
+			}
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return v, ctx.Err()
+			}
+			if last {
+				retry := g.matching.reserve(t.ID, g.cfg.Now(), 0)
+				return g.refuse(ctx, req, v, Refusal{Layer: LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: retry, ResetAt: now.Add(retry), Key: LayerInflight}), nil
+			}
+		}
+	}
 	work, ok := g.inflight.acquire(ctx, t.ID, weight)
 	if !ok {
 		return g.refuse(ctx, req, v, Refusal{Layer: LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: time.Second, ResetAt: now.Add(time.Second), Key: LayerInflight}), nil
@@ -358,7 +407,12 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	// 5. The tenant's policies.
 	var pols []policyItem
 	if req.Check != nil {
-		if pols, err = g.policyItems(t.ID, set, key.Test, req.Check, now); err != nil {
+		var matching time.Duration
+		pols, matching, err = g.policyItems(t.ID, set, key.Test, req.Check, now)
+		if matchEstimate > 0 {
+			g.matching.settle(t.ID, g.cfg.Now(), matching, matchEstimate)
+		}
+		if err != nil {
 			return v, err
 		}
 	}
@@ -478,25 +532,28 @@ type policyItem struct {
 // policyItems resolves a check's items. A test key's counters are the
 // sandbox's, apart from the live ones ("t:" in front of the key), so that
 // trying an integration out never moves what live traffic is answered.
-func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check, now time.Time) ([]policyItem, error) {
+//
+// It also returns the time spent matching wildcard overrides, for the
+// tenant's matching budget.
+func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check, now time.Time) (_ []policyItem, matching time.Duration, _ error) {
 	if len(c.Items) == 0 {
-		return nil, &policy.FieldError{Field: "items", Reason: "at least one item is required"}
+		return nil, 0, &policy.FieldError{Field: "items", Reason: "at least one item is required"}
 	}
 	if len(c.Items) > MaxItems {
-		return nil, &policy.FieldError{Field: "items", Reason: fmt.Sprintf("at most %d items per check", MaxItems)}
+		return nil, 0, &policy.FieldError{Field: "items", Reason: fmt.Sprintf("at most %d items per check", MaxItems)}
 	}
 	out := make([]policyItem, 0, len(c.Items))
 	for i, it := range c.Items {
 		p, ok := set.Lookup(it.Policy)
 		if !ok {
-			return nil, itemErr(i, "policy", fmt.Sprintf("no policy named %q", truncate(it.Policy, 64)))
+			return nil, 0, itemErr(i, "policy", fmt.Sprintf("no policy named %q", truncate(it.Policy, 64)))
 		}
 		cost := it.Cost
 		if cost == 0 {
 			cost = 1
 		}
 		if cost < 1 || cost > MaxCost {
-			return nil, itemErr(i, "cost", fmt.Sprintf("must be 1 to %d", MaxCost))
+			return nil, 0, itemErr(i, "cost", fmt.Sprintf("must be 1 to %d", MaxCost))
 		}
 		var buf [80]byte
 		key := buf[:0]
@@ -509,15 +566,21 @@ func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check,
 			// A keyless ceiling: nothing in the request picks the counter.
 			key = append(key, '*')
 		case it.Subject == "":
-			return nil, itemErr(i, "subject", "required for a policy of scope subject")
+			return nil, 0, itemErr(i, "subject", "required for a policy of scope subject")
 		case len(it.Subject) > MaxSubjectLen:
-			return nil, itemErr(i, "subject", fmt.Sprintf("at most %d bytes", MaxSubjectLen))
+			return nil, 0, itemErr(i, "subject", fmt.Sprintf("at most %d bytes", MaxSubjectLen))
 		default:
 			key = g.digest.AppendHex(key, digestLen, "subject", tenantID, ":", p.Name, ":", it.Subject)
 		}
 		lim := p.Limit
 		if p.Scope != policy.ScopeGlobal {
-			lim = set.LimitFor(p, it.Subject, now)
+			if set.Wildcards(p.Name) == 0 {
+				lim = set.LimitFor(p, it.Subject, now)
+			} else {
+				began := time.Now()
+				lim = set.LimitFor(p, it.Subject, now)
+				matching += time.Since(began)
+			}
 		}
 		out = append(out, policyItem{
 			// Shadow policies are advisory: counted when they would admit,
@@ -529,7 +592,7 @@ func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check,
 			alertAfter: p.AlertAfter,
 		})
 	}
-	return out, nil
+	return out, matching, nil
 }
 
 // wildcardTries is how many wildcard patterns cost as much as one check
