@@ -147,7 +147,6 @@ func TestNoisyNeighbour(t *testing.T) {
 	}
 }
 
-
 // attackerEnv makes the test binary a load generator (TestMain): it posts
 // ATTACK_BODY to ATTACK_URL with ATTACK_KEY from 32 connections until its
 // standard input closes, then prints how many answers of each status it
