@@ -118,6 +118,26 @@ type Request struct {
 }
 
 // Result is the answer to a Request: Decisions[i] answers Items[i].
+//
+// A decision's Allowed and RetryAfter are its item's own verdict, against
+// the state the item saw (after the earlier admitted items of the request on
+// its key, see Request); whether anything was counted is Result.Allowed's
+// business. Its Remaining and ResetAt tell the truth about the counter
+// afterwards: they are what the item's key holds once the request is done
+// (limit.Left of that state, with the item's own algorithm, limit and
+// window), that is
+//
+//   - after the request, when the request counted the key: every admitted
+//     item of a kept request, a ceiling kept beside a policy that refused,
+//     an item on a key that another counted item shares;
+//   - untouched by the request otherwise: a peek's policies, every item of
+//     a refused request (each item on a key that several share reports the
+//     same, whatever the earlier ones took tentatively), a refused advisory
+//     item.
+//
+// So Remaining is how many units a consume of the item's counter would be
+// admitted for next, and a peek of cost c is allowed exactly when c is at
+// most its Remaining.
 type Result struct {
 	// Allowed is true when every item that is not advisory allowed (so it
 	// is true when every item is advisory); an advisory item's refusal shows
@@ -195,20 +215,71 @@ type Seen struct {
 }
 
 // Answer turns the states a store saw at instant now into a Result, deriving
-// each decision with limit.Decide, and Result.Allowed from the verdicts of
-// the items that are not advisory. A store whose arithmetic disagrees with
-// limit.Admit is a bug; the store's own verdict stands, since it is what was
-// written.
+// each decision with limit.Decide, Result.Allowed from the verdicts of the
+// items that are not advisory, and each Remaining and ResetAt from the state
+// its key keeps once the request is done (see Result), which it works out
+// from the verdicts as the stores write: the state after the last admitted
+// item on the key of a kept tier, else the state the key's first item saw.
+// A store whose arithmetic disagrees with limit.Admit is a bug; the store's
+// own verdict stands, since it is what was written.
 func Answer(req Request, seen []Seen, now time.Time) Result {
 	res := Result{Allowed: true, Decisions: make([]limit.Decision, len(req.Items)), Now: now}
+	ceilingsOK, policiesOK := true, true
+	var nextBuf [8]limit.State
+	next := nextBuf[:0]
 	for i, it := range req.Items {
-		d, _ := limit.Decide(it.Algorithm, seen[i].State, now, it.Cost, it.Limit, it.Window)
+		d, st := limit.Decide(it.Algorithm, seen[i].State, now, it.Cost, it.Limit, it.Window)
 		d.Allowed = seen[i].Allowed
 		if d.Allowed {
 			d.RetryAfter = 0
+		} else if !it.Advisory {
+			if i < req.Ceilings {
+				ceilingsOK = false
+			} else {
+				policiesOK = false
+			}
 		}
 		res.Decisions[i] = d
-		res.Allowed = res.Allowed && (d.Allowed || it.Advisory)
+		next = append(next, st)
+	}
+	res.Allowed = ceilingsOK && policiesOK
+	// kept reports whether item j's consumption was written.
+	kept := func(j int) bool {
+		if !seen[j].Allowed || !ceilingsOK {
+			return false
+		}
+		return j < req.Ceilings || (policiesOK && req.Mode == Consume)
+	}
+	for i, it := range req.Items {
+		// The state the key keeps: the last kept item's on it, else what its
+		// first item saw. An item alone on its key that was kept already has
+		// it in its decision: Decide's Remaining and ResetAt are Left of the
+		// state it leaves.
+		last, first, alone := -1, i, true
+		for j, other := range req.Items {
+			if j == i || other.Key != it.Key {
+				continue
+			}
+			alone = false
+			if j < first {
+				first = j
+			}
+		}
+		if alone && kept(i) {
+			continue
+		}
+		for j := len(req.Items) - 1; j >= 0; j-- {
+			if req.Items[j].Key == it.Key && kept(j) {
+				last = j
+				break
+			}
+		}
+		st := seen[first].State
+		if last >= 0 {
+			st = next[last]
+		}
+		d := &res.Decisions[i]
+		d.Remaining, d.ResetAt = limit.Left(it.Algorithm, st, now, it.Limit, it.Window)
 	}
 	return res
 }
