@@ -157,6 +157,12 @@ type Result struct {
 // Checks may share one). Errors wrap ErrUnavailable or ErrInvalid.
 type Store interface {
 	Check(ctx context.Context, req Request) (Result, error)
+	// Reset forgets the counter named key in group, and, in a store that
+	// also holds leases (Leaser), every lease held under key: what follows
+	// counts as on a counter never used. A key that holds nothing is no
+	// error. Errors wrap ErrUnavailable or ErrInvalid (a group or key that
+	// Validate would refuse).
+	Reset(ctx context.Context, group, key string) error
 	// Close releases the store's connections and background work.
 	Close() error
 }
@@ -186,6 +192,18 @@ func Validate(req Request) error {
 		if err := limit.Validate(it.Algorithm, it.Limit, it.Cost, it.Window); err != nil {
 			return fmt.Errorf("item %d: %w: %w", i, ErrInvalid, err)
 		}
+	}
+	return nil
+}
+
+// ValidateReset checks the arguments of Store.Reset. Its errors wrap
+// ErrInvalid.
+func ValidateReset(group, key string) error {
+	if !validGroup(group) {
+		return fmt.Errorf("group of %d bytes: must be at most %d bytes of A-Z, a-z, 0-9, _ and -: %w", len(group), MaxGroupLen, ErrInvalid)
+	}
+	if key == "" || len(key) > MaxKeyLen {
+		return fmt.Errorf("key of %d bytes: must be 1 to %d: %w", len(key), MaxKeyLen, ErrInvalid)
 	}
 	return nil
 }

@@ -43,6 +43,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("ThreeInstancesOneStore", func(t *testing.T) { t.Parallel(); threeInstances(t, b) })
 	t.Run("ThreeInstancesCeilingAndPolicy", func(t *testing.T) { t.Parallel(); threeInstancesCeilings(t, b) })
 	t.Run("ThreeInstancesAdvisory", func(t *testing.T) { t.Parallel(); threeInstancesAdvisory(t, b) })
+	runLeases(t, b)
 	if b.Breakable != nil {
 		t.Run("Unavailable", func(t *testing.T) { unavailable(t, b) })
 	}
@@ -995,8 +996,23 @@ func unavailable(t *testing.T, b Backend) {
 		}
 	}
 
+	// Leases fail alike.
+	l := leaser(t, s)
+	leaseDown := func(what string) {
+		t.Helper()
+		start := time.Now()
+		_, err := l.Acquire(context.Background(), counter.Acquire{Key: "outage", ID: what, Limit: 1, TTL: time.Second})
+		if took := time.Since(start); !errors.Is(err, counter.ErrUnavailable) || took > deadline+slack {
+			t.Fatalf("%s: acquire got %v after %s, want ErrUnavailable within %s", what, err, took, deadline+slack)
+		}
+		if err := l.Release(context.Background(), counter.LeaseRef{ID: what}); !errors.Is(err, counter.ErrUnavailable) {
+			t.Fatalf("%s: release got %v, want ErrUnavailable", what, err)
+		}
+	}
+
 	p.Stall()
 	expectDown("stalled link")
+	leaseDown("stalled")
 	if err := p.Restore(); err != nil {
 		t.Fatal(err)
 	}
@@ -1004,6 +1020,7 @@ func unavailable(t *testing.T, b Backend) {
 
 	p.Cut()
 	expectDown("cut link")
+	leaseDown("cut")
 	if err := p.Restore(); err != nil {
 		t.Fatal(err)
 	}
