@@ -183,6 +183,9 @@ type OverrideRow struct {
 type AlertRow struct {
 	Policy, Subject, Count, AlertAfter, First, Last string
 	Shadow                                          bool
+	// Aggregate marks the row that counts a day's subjects past the
+	// tenant's alert budget; Subject then says how many.
+	Aggregate bool
 }
 
 // BillingView is a tenant's billing state.
@@ -289,6 +292,9 @@ type PlansView struct {
 type AuditRow struct {
 	ID, At, Actor, Kind, Detail string
 	Tenant, TenantHref          string
+	// Flood marks an entry that stands for many first refusals past the
+	// tenant's budget; Detail then says so in a sentence.
+	Flood bool
 }
 
 // AuditView is the audit log.

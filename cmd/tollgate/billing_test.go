@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"log/slog"
 	"strings"
 	"testing"
@@ -64,5 +66,22 @@ func TestStripeSecretsMaskedInLog(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("start-up log lacks %s: %s", want, out)
 		}
+	}
+}
+
+// TestBillingKeyUnderTheDevPepperIsSecret: the development pepper is in the
+// source, so billing links signed with a key derived from it could be forged
+// for any tenant; under it the key is random, per process.
+func TestBillingKeyUnderTheDevPepperIsSecret(t *testing.T) {
+	t.Parallel()
+	m := hmac.New(sha256.New, []byte(devPepper))
+	m.Write([]byte("tollgate billing links"))
+	public := m.Sum(nil)
+	a, b := billingKey([]byte(devPepper)), billingKey([]byte(devPepper))
+	if bytes.Equal(a, public) || bytes.Equal(a, b) || len(a) < 32 {
+		t.Errorf("billing key under the dev pepper: %x, then %x; want 32 random bytes each time", a, b)
+	}
+	if k1, k2 := billingKey([]byte(testPepper)), billingKey([]byte(testPepper)); !bytes.Equal(k1, k2) || bytes.Equal(k1, []byte(testPepper)) {
+		t.Errorf("billing key under a real pepper: %x then %x; want one key, derived", k1, k2)
 	}
 }

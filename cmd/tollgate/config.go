@@ -35,6 +35,7 @@ type Config struct {
 	ReadTimeout     time.Duration // TOLLGATE_READ_TIMEOUT: a request's headers and body, from its first byte
 	WriteTimeout    time.Duration // TOLLGATE_WRITE_TIMEOUT: from the end of a request's headers to the end of its answer
 	IdleTimeout     time.Duration // TOLLGATE_IDLE_TIMEOUT: a kept-alive connection between requests
+	AuditRetention  time.Duration // TOLLGATE_AUDIT_RETENTION_DAYS: audit entries older than this are deleted
 
 	// Billing with Stripe (internal/billing).
 	StripeWebhookSecrets []string // STRIPE_WEBHOOK_SECRET: comma-separated whsec_… signing secrets
@@ -67,6 +68,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		ReadTimeout:     30 * time.Second,
 		WriteTimeout:    60 * time.Second,
 		IdleTimeout:     60 * time.Second,
+		AuditRetention:  90 * 24 * time.Hour,
 	}
 	var err error
 	if c.Dev, err = parseBool("TOLLGATE_DEV", getenv("TOLLGATE_DEV")); err != nil {
@@ -124,6 +126,13 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		// reading the body too: shorter than the read one, it would cut
 		// answers to bodies the read timeout allows.
 		return c, fmt.Errorf("TOLLGATE_WRITE_TIMEOUT %s: want at least TOLLGATE_READ_TIMEOUT (%s)", c.WriteTimeout, c.ReadTimeout)
+	}
+	if v := getenv("TOLLGATE_AUDIT_RETENTION_DAYS"); v != "" {
+		days, err := strconv.Atoi(v)
+		if err != nil || days < 1 || days > 36500 {
+			return c, fmt.Errorf("TOLLGATE_AUDIT_RETENTION_DAYS %q: want whole days, 1 to 36500", v)
+		}
+		c.AuditRetention = time.Duration(days) * 24 * time.Hour
 	}
 	switch p := getenv("TOLLGATE_PEPPER"); {
 	case p == "" && c.Dev:
@@ -236,6 +245,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("read_timeout", c.ReadTimeout),
 		slog.Duration("write_timeout", c.WriteTimeout),
 		slog.Duration("idle_timeout", c.IdleTimeout),
+		slog.Duration("audit_retention", c.AuditRetention),
 		slog.String("log_format", c.LogFormat),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("stripe_webhook_secret", maskSecrets(c.StripeWebhookSecrets)),

@@ -33,6 +33,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"read timeout not a duration":  {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_READ_TIMEOUT": "soon"}, "TOLLGATE_READ_TIMEOUT"},
 		"idle timeout too short":       {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_IDLE_TIMEOUT": "10ms"}, "TOLLGATE_IDLE_TIMEOUT"},
 		"write timeout below read":     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_READ_TIMEOUT": "90s"}, "TOLLGATE_WRITE_TIMEOUT"},
+		"audit retention not days":     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_AUDIT_RETENTION_DAYS": "90d"}, "TOLLGATE_AUDIT_RETENTION_DAYS"},
+		"audit retention zero":         {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_AUDIT_RETENTION_DAYS": "0"}, "TOLLGATE_AUDIT_RETENTION_DAYS"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -57,6 +59,13 @@ func TestConfigDefaultsAndValues(t *testing.T) {
 	}
 	if len(c.TrustedProxies) != 2 || c.TrustedProxies[1].String() != "192.0.2.1/32" {
 		t.Fatalf("trusted proxies: got %v", c.TrustedProxies)
+	}
+	if c.AuditRetention != 90*24*time.Hour {
+		t.Errorf("audit retention: got %v, want 90 days", c.AuditRetention)
+	}
+	c, err = loadConfig(envOf(map[string]string{"TOLLGATE_PEPPER": testPepper, "TOLLGATE_AUDIT_RETENTION_DAYS": "400"}))
+	if err != nil || c.AuditRetention != 400*24*time.Hour {
+		t.Errorf("TOLLGATE_AUDIT_RETENTION_DAYS=400: got %v, %v; want 400 days", c.AuditRetention, err)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -76,7 +77,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	policies := pgstore.NewPolicies(pool)
 	catalog := policy.NewCatalog(policies, policy.CatalogConfig{})
 	auditStore := pgstore.NewAudit(pool)
-	auditRec, err := audit.NewRecorder(audit.RecorderConfig{Store: auditStore, Logger: log})
+	auditRec, err := audit.NewRecorder(audit.RecorderConfig{Store: auditStore, Logger: log, AuditRetention: cfg.AuditRetention})
 	if err != nil {
 		return err
 	}
@@ -148,6 +149,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 		Instruments: met,
 		PublicURL:   cfg.PublicURL,
 		BillingKey:  billingKey(cfg.Pepper),
+		Counter:     store,
 		// Billing with Stripe.
 		Billing:        bill,
 		StripeWebhooks: stripeWebhooks,
@@ -237,8 +239,16 @@ func (u usageService) Usage(ctx context.Context, tenantID string, now time.Time)
 	return u.Recorder.Usage(ctx, tenantID, now)
 }
 
-// billingKey derives the key that signs billing links from the pepper.
+// billingKey derives the key that signs billing links from the pepper. The
+// development pepper is public, so under it the key is random instead:
+// links then open only on this process, until it stops, and nobody can
+// forge one.
 func billingKey(pepper []byte) []byte {
+	if string(pepper) == devPepper {
+		k := make([]byte, 32)
+		_, _ = rand.Read(k) // crypto/rand.Read never fails
+		return k
+	}
 	m := hmac.New(sha256.New, pepper)
 	m.Write([]byte("tollgate billing links"))
 	return m.Sum(nil)

@@ -7,6 +7,13 @@
 // alert_after and raises an alert when one subject is refused that many
 // times within 24 hours.
 //
+// One tenant can never flood the log or crowd out another: each tenant has
+// an audit budget per UTC minute and an alert budget per UTC day, shared by
+// every instance, past which one aggregate entry (KindRefusalFlood) or
+// alert (AggregateSubject) counts the rest exactly; each tenant has its own
+// share of the Recorder's queue; and entries older than the retention are
+// pruned.
+//
 // audit imports gate (the Event it observes) and no driver: pgstore
 // implements its Store and LogStore.
 package audit
@@ -30,6 +37,13 @@ const (
 	// detail holds layer, scope, policy, limit, key (the counter key, a
 	// digest), window_end (RFC 3339), degraded and shadow.
 	KindRefusal = "refusal"
+	// KindRefusalFlood stands for the first refusals of one tenant in one
+	// UTC minute past the Recorder's audit budget, which get no entry of
+	// their own. Its detail holds window_start and window_end (RFC 3339,
+	// the minute), refusals (their exact number, which grows while the
+	// minute's refusals are flushed) and budget (the entries of that minute
+	// written one by one).
+	KindRefusalFlood = "refusal_flood"
 )
 
 // Limits of Filter.Limit.

@@ -26,6 +26,22 @@ const (
 	// DefaultAlertRetention is how long an alert is kept after its latest
 	// refusal.
 	DefaultAlertRetention = 90 * 24 * time.Hour
+	// DefaultAuditRetention is how long an audit entry is kept.
+	DefaultAuditRetention = 90 * 24 * time.Hour
+	// DefaultAuditBudget is the refusal entries written one by one per
+	// tenant and UTC minute: one page of the dashboard's audit log. An
+	// operator reads refusals to see who is refused and by which layer; past
+	// a page a minute, more rows of digests say nothing more, and a flood of
+	// new subjects (200 checks of 32 items wrote 6,400 rows in 0.4 s) would
+	// fill the table. The rest of the minute is one refusal_flood entry with
+	// their exact number.
+	DefaultAuditBudget = 50
+	// DefaultAlertBudget is the alerts of their own that a tenant's
+	// subjects get per UTC day: what the usage report lists at most. Alerts
+	// are one row per subject and day, so the day is the window that bounds
+	// them; past the budget, each subject is counted once in its policy's
+	// aggregate alert of the day.
+	DefaultAlertBudget = 100
 	// DefaultAlertLimit is the number of alerts Alerts returns for a limit
 	// of zero.
 	DefaultAlertLimit = 100
@@ -45,6 +61,32 @@ const (
 	// longer than any batch waits to be sent again.
 	batchRetention = 24 * time.Hour
 )
+
+// FirstRefusalBatch is one flush's first refusals. Its minute of a refusal is
+// the UTC minute of its At.
+type FirstRefusalBatch struct {
+	// ID is a UUID: a batch applied before is not applied again, so that a
+	// batch whose fate an error left unknown can be sent again.
+	ID       string
+	Refusals []FirstRefusal
+	// Overflow counts first refusals this instance had no room to queue:
+	// each is counted in its minute's refusal_flood entry.
+	Overflow []RefusalOverflow
+	// Budget is the most refusal entries written one by one per tenant and
+	// minute, over every batch of every instance.
+	Budget int
+}
+
+// RefusalOverflow counts first refusals of one tenant in one UTC minute that
+// were not queued one by one.
+type RefusalOverflow struct {
+	TenantID string
+	// Minute is the start of the minute, UTC.
+	Minute time.Time
+	// At is the first of them.
+	At    time.Time
+	Count int64
+}
 
 // FirstRefusal is a refusal that this instance saw first in its window; the
 // store writes its audit entry unless another instance was first.
@@ -83,15 +125,25 @@ type AlertCheck struct {
 	Shadow bool
 }
 
+// AggregateSubject is the SubjectKey of an aggregate alert: the subjects
+// that reached a policy's alert_after in a day once their tenant's alert
+// budget of the day was spent.
+const AggregateSubject = "*"
+
 // Alert says that one subject of a policy was refused at least AlertAfter
 // times within 24 hours. There is one alert per tenant, policy, subject and
-// UTC day.
+// UTC day, up to the tenant's alert budget of the day; past it, one
+// aggregate alert per policy and day (SubjectKey AggregateSubject) counts
+// the other subjects.
 type Alert struct {
 	Policy string `json:"policy"`
 	// SubjectKey is the subject's counter key, an HMAC digest: the raw
-	// subject is never stored.
+	// subject is never stored. It is AggregateSubject for an aggregate.
 	SubjectKey string `json:"subject_key"`
-	// Count is the refusals in the 24 hours up to LastAt.
+	// Subjects is 1, or for an aggregate the number of subjects it counts.
+	Subjects int64 `json:"subjects"`
+	// Count is the refusals in the 24 hours up to LastAt; for an aggregate,
+	// the sum of its subjects' counts when each was counted.
 	Count      int64 `json:"count"`
 	AlertAfter int64 `json:"alert_after"`
 	// FirstAt is when the threshold was reached that day; LastAt is the
@@ -107,10 +159,14 @@ type Alert struct {
 // are safe for concurrent use; the rows of tenants that do not exist are
 // dropped without error.
 type Store interface {
-	// RecordFirstRefusals writes an audit entry for each refusal that no
-	// instance has recorded for its (tenant, key, window end), in one
-	// statement, and returns how many it wrote. Keys are distinct.
-	RecordFirstRefusals(ctx context.Context, rs []FirstRefusal) (int64, error)
+	// RecordFirstRefusals applies b once per b.ID, all or nothing. Of the
+	// refusals that no instance has recorded for their (tenant, key, window
+	// end), those of each tenant and minute get an audit entry of kind
+	// KindRefusal, in order of time, while the minute's b.Budget lasts
+	// (over every batch of every instance); the rest, and b.Overflow, are
+	// added to the minute's one KindRefusalFlood entry. It returns the
+	// entries written one by one. Keys are distinct.
+	RecordFirstRefusals(ctx context.Context, b FirstRefusalBatch) (int64, error)
 	// CountRefusals adds counts, all or none, once per batchID (a UUID): a
 	// call with the id of a batch applied before adds nothing, so that a
 	// batch whose fate an error left unknown can be sent again. Rows are
@@ -118,18 +174,26 @@ type Store interface {
 	CountRefusals(ctx context.Context, batchID string, cs []RefusalCount) error
 	// RaiseAlerts raises or updates the alert of each check whose count
 	// reaches its AlertAfter, from the counts committed before it starts,
-	// and returns how many it raised or updated. Subjects are distinct.
-	RaiseAlerts(ctx context.Context, cs []AlertCheck) (int64, error)
+	// and returns how many it raised or updated. A subject without an
+	// alert that day gets one while its tenant has raised fewer than budget
+	// that UTC day (over every call of every instance); past it, the
+	// subject is counted once in its policy's aggregate alert of the day.
+	// Subjects are distinct.
+	RaiseAlerts(ctx context.Context, budget int, cs []AlertCheck) (int64, error)
 	// ListAlerts lists a tenant's alerts whose LastAt is at or after since,
 	// latest first, at most limit of them.
 	ListAlerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]Alert, error)
-	// PruneRefusals deletes the windows that ended before windowsBefore,
-	// the hourly counts of hours before hoursBefore, and the ids of batches
-	// applied before batchesBefore.
+	// PruneRefusals deletes the windows that ended before windowsBefore
+	// and the audit budgets of minutes before it, the hourly counts of
+	// hours before hoursBefore and the alert budgets of days before its
+	// day, and the ids of batches applied before batchesBefore.
 	PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, batchesBefore time.Time) error
 	// PruneAlerts deletes the alerts whose LastAt is before before and
 	// returns how many it deleted.
 	PruneAlerts(ctx context.Context, before time.Time) (int64, error)
+	// PruneAudit deletes the audit entries dated before before, of every
+	// kind, and returns how many it deleted.
+	PruneAudit(ctx context.Context, before time.Time) (int64, error)
 }
 
 // RecorderConfig configures a Recorder.
@@ -148,15 +212,31 @@ type RecorderConfig struct {
 	// one costs a row in a batch, never a second audit entry.
 	MaxSeen int
 	// MaxPending bounds each kind of pending write (first refusals,
-	// hourly counts, alert checks); beyond it new ones are dropped and
-	// logged. Zero means DefaultMaxPending.
-	MaxPending int
+	// hourly counts, alert checks); zero means DefaultMaxPending.
+	// MaxPendingPerTenant bounds one tenant's share of each; zero means a
+	// tenth of MaxPending. A tenant holding fewer than a hundredth of its
+	// share (at least one) finds room even in a full queue, so that one
+	// tenant's flood never keeps another's writes out: the queue may then
+	// exceed MaxPending by that much per tenant. A first refusal that finds
+	// no room is counted in its minute's refusal_flood entry; a count or
+	// check that finds none is dropped and logged.
+	MaxPending          int
+	MaxPendingPerTenant int
+	// AuditBudget is the refusal entries written one by one per tenant and
+	// UTC minute, over every instance; zero means DefaultAuditBudget.
+	AuditBudget int
+	// AlertBudget is the alerts of their own a tenant's subjects get per
+	// UTC day, over every instance; zero means DefaultAlertBudget.
+	AlertBudget int
 	// PruneEvery is how often Run deletes expired windows, counts and
 	// alerts from the Store; zero means DefaultPruneEvery, negative never.
 	PruneEvery time.Duration
 	// AlertRetention is how long Prune keeps an alert after its LastAt;
 	// zero means DefaultAlertRetention.
 	AlertRetention time.Duration
+	// AuditRetention is how long Prune keeps an audit entry, of any kind,
+	// after its At; zero means DefaultAuditRetention.
+	AuditRetention time.Duration
 	// Now is the clock for events without At and for expiry; nil means
 	// time.Now.
 	Now func() time.Time
@@ -177,6 +257,25 @@ type subjectKey struct {
 	tenantID, policy, key string
 }
 
+type overflowKey struct {
+	tenantID string
+	minute   int64 // Unix seconds
+}
+
+type overflowCount struct {
+	at    time.Time // the first
+	count int64
+}
+
+// held is one tenant's share of the pending writes.
+type held struct {
+	firsts, counts, checks int
+}
+
+// minShareDivisor sets the floor below which a tenant finds room in a full
+// queue: a hundredth of its share.
+const minShareDivisor = 100
+
 // countBatch is one flush's counts and the id that makes them count once.
 type countBatch struct {
 	id   string
@@ -193,28 +292,37 @@ type pendingFirst struct {
 // Observe only updates maps under a mutex; Run writes them in batches. It is
 // safe for concurrent use.
 type Recorder struct {
-	store      Store
-	log        *slog.Logger
-	every      time.Duration
-	timeout    time.Duration
-	maxSeen    int
-	maxPending int
-	pruneEvery time.Duration
-	alertKeep  time.Duration
-	now        func() time.Time
+	store       Store
+	log         *slog.Logger
+	every       time.Duration
+	timeout     time.Duration
+	maxSeen     int
+	maxPending  int
+	perTenant   int
+	minShare    int
+	auditBudget int
+	alertBudget int
+	pruneEvery  time.Duration
+	alertKeep   time.Duration
+	auditKeep   time.Duration
+	now         func() time.Time
 
 	// flushMu keeps flushes one at a time, so that a failed batch is put
 	// back before the next is taken.
 	flushMu sync.Mutex
 	// retry is the batch of counts whose write failed, sent again, as it is
-	// and under its id, before any other; guarded by flushMu.
-	retry *countBatch
+	// and under its id, before any other; retryFirsts the same for first
+	// refusals. Guarded by flushMu.
+	retry       *countBatch
+	retryFirsts *FirstRefusalBatch
 
 	mu        sync.Mutex
 	seen      map[windowKey]time.Time // window end, for expiry
 	firsts    map[windowKey]pendingFirst
+	overflow  map[overflowKey]overflowCount
 	counts    map[hourKey]int64
 	checks    map[subjectKey]AlertCheck
+	held      map[string]*held
 	dropped   int64
 	lastSweep time.Time
 }
@@ -227,36 +335,45 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		return nil, errors.New("audit recorder: no store")
 	}
 	r := &Recorder{
-		store:      cfg.Store,
-		log:        cfg.Logger,
-		every:      cmp.Or(cfg.FlushEvery, DefaultFlushEvery),
-		timeout:    cmp.Or(cfg.FlushTimeout, DefaultFlushTimeout),
-		maxSeen:    cmp.Or(cfg.MaxSeen, DefaultMaxSeen),
-		maxPending: cmp.Or(cfg.MaxPending, DefaultMaxPending),
-		pruneEvery: cmp.Or(cfg.PruneEvery, DefaultPruneEvery),
-		alertKeep:  cmp.Or(cfg.AlertRetention, DefaultAlertRetention),
-		now:        cfg.Now,
-		seen:       map[windowKey]time.Time{},
-		firsts:     map[windowKey]pendingFirst{},
-		counts:     map[hourKey]int64{},
-		checks:     map[subjectKey]AlertCheck{},
+		store:       cfg.Store,
+		log:         cfg.Logger,
+		every:       cmp.Or(cfg.FlushEvery, DefaultFlushEvery),
+		timeout:     cmp.Or(cfg.FlushTimeout, DefaultFlushTimeout),
+		maxSeen:     cmp.Or(cfg.MaxSeen, DefaultMaxSeen),
+		maxPending:  cmp.Or(cfg.MaxPending, DefaultMaxPending),
+		auditBudget: cmp.Or(cfg.AuditBudget, DefaultAuditBudget),
+		alertBudget: cmp.Or(cfg.AlertBudget, DefaultAlertBudget),
+		pruneEvery:  cmp.Or(cfg.PruneEvery, DefaultPruneEvery),
+		alertKeep:   cmp.Or(cfg.AlertRetention, DefaultAlertRetention),
+		auditKeep:   cmp.Or(cfg.AuditRetention, DefaultAuditRetention),
+		now:         cfg.Now,
+		seen:        map[windowKey]time.Time{},
+		firsts:      map[windowKey]pendingFirst{},
+		overflow:    map[overflowKey]overflowCount{},
+		counts:      map[hourKey]int64{},
+		checks:      map[subjectKey]AlertCheck{},
+		held:        map[string]*held{},
 	}
+	r.perTenant = cmp.Or(cfg.MaxPendingPerTenant, max(r.maxPending/10, 1))
+	r.minShare = max(r.perTenant/minShareDivisor, 1)
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	if r.now == nil {
 		r.now = time.Now
 	}
-	if r.every < 0 || r.timeout < 0 || r.maxSeen < 0 || r.maxPending < 0 || r.alertKeep < 0 {
-		return nil, errors.New("audit recorder: negative period or bound")
+	if r.every < 0 || r.timeout < 0 || r.maxSeen < 0 || r.maxPending < 0 || r.perTenant < 0 ||
+		r.auditBudget < 0 || r.alertBudget < 0 || r.alertKeep < 0 || r.auditKeep < 0 {
+		return nil, errors.New("audit recorder: negative period, bound or budget")
 	}
 	return r, nil
 }
 
 // Observe notes e's refusals: the first of each (tenant, key, window end)
-// this instance sees is queued for the audit log, and refusals by a policy
-// with alert_after are counted. It never blocks on I/O. Events without a
-// tenant are ignored.
+// this instance sees is queued for the audit log (or, when its tenant's
+// share of the queue is full, counted for its minute's refusal_flood entry),
+// and refusals by a policy with alert_after are counted. It never blocks on
+// I/O. Events without a tenant are ignored.
 func (r *Recorder) Observe(_ context.Context, e gate.Event) {
 	if e.TenantID == "" || len(e.Refusals) == 0 {
 		return
@@ -280,12 +397,8 @@ func (r *Recorder) Observe(_ context.Context, e gate.Event) {
 		}
 		wk := windowKey{tenantID: e.TenantID, key: key, end: end.UnixNano()}
 		if _, ok := r.seen[wk]; !ok {
-			if len(r.firsts) >= r.maxPending {
-				r.dropped++
-			} else {
-				r.rememberLocked(wk, end)
-				r.firsts[wk] = pendingFirst{at: at, end: end, ref: f}
-			}
+			r.rememberLocked(wk, end)
+			r.queueFirstLocked(wk, pendingFirst{at: at, end: end, ref: f})
 		}
 		if f.AlertAfter > 0 && f.Layer == gate.LayerPolicy && f.Policy != "" && f.Key != "" {
 			r.countLocked(e.TenantID, f, at)
@@ -293,19 +406,72 @@ func (r *Recorder) Observe(_ context.Context, e gate.Event) {
 	}
 }
 
+// heldLocked returns tenantID's share of the pending writes.
+func (r *Recorder) heldLocked(tenantID string) *held {
+	h := r.held[tenantID]
+	if h == nil {
+		h = &held{}
+		r.held[tenantID] = h
+	}
+	return h
+}
+
+// roomLocked reports whether a tenant holding n writes of a kind, of which
+// total are pending, may queue one more: never past its share, and in a
+// full queue only below the floor of its share.
+func (r *Recorder) roomLocked(n, total int) bool {
+	return n < r.perTenant && (total < r.maxPending || n < r.minShare)
+}
+
+// queueFirstLocked queues a first refusal, or counts it for its minute's
+// refusal_flood entry when its tenant has no room.
+func (r *Recorder) queueFirstLocked(wk windowKey, p pendingFirst) {
+	h := r.heldLocked(wk.tenantID)
+	if r.roomLocked(h.firsts, len(r.firsts)) {
+		r.firsts[wk] = p
+		h.firsts++
+		return
+	}
+	r.overflowLocked(wk.tenantID, p.at, 1)
+}
+
+// overflowLocked counts n first refusals of tenantID at at that are not
+// queued one by one. The counts are few (one per tenant and minute), but
+// bounded all the same.
+func (r *Recorder) overflowLocked(tenantID string, at time.Time, n int64) {
+	ok := overflowKey{tenantID: tenantID, minute: at.Truncate(time.Minute).Unix()}
+	o, exists := r.overflow[ok]
+	if !exists && len(r.overflow) >= r.maxPending {
+		r.dropped += n
+		return
+	}
+	if !exists || at.Before(o.at) {
+		o.at = at
+	}
+	o.count += n
+	r.overflow[ok] = o
+}
+
 // countLocked counts a refusal toward its subject's alert.
 func (r *Recorder) countLocked(tenantID string, f gate.Refusal, at time.Time) {
+	h := r.heldLocked(tenantID)
 	hk := hourKey{tenantID: tenantID, policy: f.Policy, key: f.Key, hour: at.Truncate(time.Hour).Unix()}
-	if _, ok := r.counts[hk]; !ok && len(r.counts) >= r.maxPending {
-		r.dropped++
-		return
+	if _, ok := r.counts[hk]; !ok {
+		if !r.roomLocked(h.counts, len(r.counts)) {
+			r.dropped++
+			return
+		}
+		h.counts++
 	}
 	r.counts[hk]++
 	sk := subjectKey{tenantID: tenantID, policy: f.Policy, key: f.Key}
 	c, ok := r.checks[sk]
-	if !ok && len(r.checks) >= r.maxPending {
-		r.dropped++
-		return
+	if !ok {
+		if !r.roomLocked(h.checks, len(r.checks)) {
+			r.dropped++
+			return
+		}
+		h.checks++
 	}
 	if !ok || !at.Before(c.At) {
 		r.checks[sk] = AlertCheck{TenantID: tenantID, Policy: f.Policy, Key: f.Key, AlertAfter: f.AlertAfter, At: at, Shadow: f.Shadow}
@@ -385,9 +551,11 @@ func (r *Recorder) Run(ctx context.Context) error {
 	}
 }
 
-// Prune deletes from the Store the windows that ended over an hour ago, the
-// hourly counts older than two days, the batch ids older than a day and the
-// alerts whose LastAt is older than AlertRetention.
+// Prune deletes from the Store the windows (and audit budgets) that ended
+// over an hour ago, the hourly counts (and alert budgets) older than two
+// days, the batch ids older than a day, the alerts whose LastAt is older
+// than AlertRetention and the audit entries older than AuditRetention. Every
+// instance prunes; the Store's deletes skip rows another is deleting.
 func (r *Recorder) Prune(ctx context.Context) error {
 	now := r.now()
 	if err := r.store.PruneRefusals(ctx, now.Add(-windowGrace), now.Add(-hourRetention), now.Add(-batchRetention)); err != nil {
@@ -395,6 +563,9 @@ func (r *Recorder) Prune(ctx context.Context) error {
 	}
 	if _, err := r.store.PruneAlerts(ctx, now.Add(-r.alertKeep)); err != nil {
 		return fmt.Errorf("prune alerts: %w", err)
+	}
+	if _, err := r.store.PruneAudit(ctx, now.Add(-r.auditKeep)); err != nil {
+		return fmt.Errorf("prune audit entries: %w", err)
 	}
 	return nil
 }
@@ -405,40 +576,27 @@ func (r *Recorder) logDropped(ctx context.Context) {
 	r.dropped = 0
 	r.mu.Unlock()
 	if n > 0 {
-		r.log.ErrorContext(ctx, "audit refusals dropped: too many waiting for the database", "refusals", n, "max_pending", r.maxPending)
+		r.log.ErrorContext(ctx, "audit refusals dropped: too many waiting for the database", "refusals", n, "max_pending", r.maxPending, "max_pending_per_tenant", r.perTenant)
 	}
 }
 
 // Flush writes the pending first refusals, then the refusal counts, then
 // (once the counts are committed) the alert checks. What fails stays
-// pending for the next flush (counts as a batch sent again under its id, so
-// that they count once); the errors are returned joined.
+// pending for the next flush (first refusals and counts as batches sent
+// again under their ids, so that they count once); the errors are returned
+// joined.
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
 	r.mu.Lock()
-	firsts, counts, checks := r.firsts, r.counts, r.checks
-	r.firsts, r.counts, r.checks = map[windowKey]pendingFirst{}, map[hourKey]int64{}, map[subjectKey]AlertCheck{}
+	firsts, overflow, counts, checks := r.firsts, r.overflow, r.counts, r.checks
+	r.firsts, r.overflow, r.counts, r.checks = map[windowKey]pendingFirst{}, map[overflowKey]overflowCount{}, map[hourKey]int64{}, map[subjectKey]AlertCheck{}
+	r.held = map[string]*held{}
 	r.mu.Unlock()
 
 	var errs []error
-	if len(firsts) > 0 {
-		if _, err := r.store.RecordFirstRefusals(ctx, firstRefusals(firsts)); err != nil {
-			errs = append(errs, fmt.Errorf("record first refusals: %w", err))
-			r.mu.Lock()
-			for k, p := range firsts {
-				if _, ok := r.firsts[k]; ok {
-					continue
-				}
-				if len(r.firsts) >= r.maxPending {
-					r.dropped++
-					delete(r.seen, k) // a later refusal may try again
-					continue
-				}
-				r.firsts[k] = p
-			}
-			r.mu.Unlock()
-		}
+	if err := r.flushFirsts(ctx, firsts, overflow); err != nil {
+		errs = append(errs, err)
 	}
 	if b := r.retry; b != nil {
 		if err := r.store.CountRefusals(ctx, b.id, b.rows); err != nil {
@@ -458,7 +616,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		}
 	}
 	if len(checks) > 0 {
-		if _, err := r.store.RaiseAlerts(ctx, alertChecks(checks)); err != nil {
+		if _, err := r.store.RaiseAlerts(ctx, r.alertBudget, alertChecks(checks)); err != nil {
 			errs = append(errs, fmt.Errorf("raise alerts: %w", err))
 			r.putBack(nil, checks)
 		}
@@ -466,23 +624,70 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// flushFirsts sends the batch of first refusals that failed before, if any,
+// then a new one of firsts and overflow. While the old batch still fails,
+// firsts and overflow go back to the pending maps.
+func (r *Recorder) flushFirsts(ctx context.Context, firsts map[windowKey]pendingFirst, overflow map[overflowKey]overflowCount) error {
+	if b := r.retryFirsts; b != nil {
+		if _, err := r.store.RecordFirstRefusals(ctx, *b); err != nil {
+			r.putBackFirsts(firsts, overflow)
+			return fmt.Errorf("record first refusals: batch %s again: %w", b.ID, err)
+		}
+		r.retryFirsts = nil
+	}
+	if len(firsts) == 0 && len(overflow) == 0 {
+		return nil
+	}
+	b := &FirstRefusalBatch{ID: newBatchID(), Refusals: firstRefusals(firsts), Overflow: overflows(overflow), Budget: r.auditBudget}
+	if _, err := r.store.RecordFirstRefusals(ctx, *b); err != nil {
+		r.retryFirsts = b
+		return fmt.Errorf("record first refusals: %w", err)
+	}
+	return nil
+}
+
+// putBackFirsts returns unsent first refusals and overflow counts to the
+// pending maps; a refusal that no longer finds room is counted instead.
+func (r *Recorder) putBackFirsts(firsts map[windowKey]pendingFirst, overflow map[overflowKey]overflowCount) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, p := range firsts {
+		if _, ok := r.firsts[k]; ok {
+			continue
+		}
+		r.queueFirstLocked(k, p)
+	}
+	for k, o := range overflow {
+		r.overflowLocked(k.tenantID, o.at, o.count)
+	}
+}
+
 // putBack returns unwritten counts and checks to the pending maps.
 func (r *Recorder) putBack(counts map[hourKey]int64, checks map[subjectKey]AlertCheck) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, n := range counts {
-		if _, ok := r.counts[k]; !ok && len(r.counts) >= r.maxPending {
-			r.dropped += n
-			continue
+		if _, ok := r.counts[k]; !ok {
+			h := r.heldLocked(k.tenantID)
+			if !r.roomLocked(h.counts, len(r.counts)) {
+				r.dropped += n
+				continue
+			}
+			h.counts++
 		}
 		r.counts[k] += n
 	}
 	for k, c := range checks {
 		old, ok := r.checks[k]
-		switch {
-		case !ok && len(r.checks) >= r.maxPending:
-			r.dropped++
-		case !ok || c.At.After(old.At):
+		if !ok {
+			h := r.heldLocked(k.tenantID)
+			if !r.roomLocked(h.checks, len(r.checks)) {
+				r.dropped++
+				continue
+			}
+			h.checks++
+		}
+		if !ok || c.At.After(old.At) {
 			r.checks[k] = c
 		}
 	}
@@ -502,19 +707,23 @@ func (r *Recorder) Alerts(ctx context.Context, tenantID string, since time.Time,
 }
 
 // Pending returns the number of first refusals, hourly counts and alert
-// checks waiting to be written, and the windows remembered locally. Counts
-// include those of a failed batch: up to MaxPending more.
+// checks waiting to be written, and the windows remembered locally. First
+// refusals and counts include those of a failed batch: up to the bounds of
+// the queue more.
 func (r *Recorder) Pending() (firsts, counts, checks, seen int) {
 	r.flushMu.Lock()
-	retry := r.retry
+	retry, retryFirsts := r.retry, r.retryFirsts
 	r.flushMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	counts = len(r.counts)
+	firsts, counts = len(r.firsts), len(r.counts)
 	if retry != nil {
 		counts += len(retry.rows)
 	}
-	return len(r.firsts), counts, len(r.checks), len(r.seen)
+	if retryFirsts != nil {
+		firsts += len(retryFirsts.Refusals)
+	}
+	return firsts, counts, len(r.checks), len(r.seen)
 }
 
 // RefusalDetail returns the detail of a refusal's audit entry.
@@ -540,6 +749,19 @@ func firstRefusals(m map[windowKey]pendingFirst) []FirstRefusal {
 	for _, k := range keys {
 		p := m[k]
 		out = append(out, FirstRefusal{TenantID: k.tenantID, Key: k.key, WindowEnd: p.end, At: p.at, Detail: RefusalDetail(p.ref, p.end)})
+	}
+	return out
+}
+
+// overflows lists pending overflow counts in key order.
+func overflows(m map[overflowKey]overflowCount) []RefusalOverflow {
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b overflowKey) int {
+		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.minute, b.minute))
+	})
+	out := make([]RefusalOverflow, 0, len(keys))
+	for _, k := range keys {
+		o := m[k]
+		out = append(out, RefusalOverflow{TenantID: k.tenantID, Minute: time.Unix(k.minute, 0).UTC(), At: o.at, Count: o.count})
 	}
 	return out
 }

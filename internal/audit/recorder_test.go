@@ -33,11 +33,11 @@ type countingStore struct {
 	raiseCalls int
 }
 
-func (s *countingStore) RecordFirstRefusals(ctx context.Context, rs []audit.FirstRefusal) (int64, error) {
+func (s *countingStore) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBatch) (int64, error) {
 	s.mu.Lock()
-	s.firsts += len(rs)
+	s.firsts += len(b.Refusals)
 	s.mu.Unlock()
-	return s.Audit.RecordFirstRefusals(ctx, rs)
+	return s.Audit.RecordFirstRefusals(ctx, b)
 }
 
 func (s *countingStore) CountRefusals(ctx context.Context, batchID string, cs []audit.RefusalCount) error {
@@ -47,12 +47,12 @@ func (s *countingStore) CountRefusals(ctx context.Context, batchID string, cs []
 	return s.Audit.CountRefusals(ctx, batchID, cs)
 }
 
-func (s *countingStore) RaiseAlerts(ctx context.Context, cs []audit.AlertCheck) (int64, error) {
+func (s *countingStore) RaiseAlerts(ctx context.Context, budget int, cs []audit.AlertCheck) (int64, error) {
 	s.mu.Lock()
 	s.checks += len(cs)
 	s.raiseCalls++
 	s.mu.Unlock()
-	return s.Audit.RaiseAlerts(ctx, cs)
+	return s.Audit.RaiseAlerts(ctx, budget, cs)
 }
 
 // sent returns the first refusals, counts and checks sent so far, and the
@@ -264,7 +264,7 @@ func TestRecorderCountsOnlyPolicyRefusalsWithAlertAfter(t *testing.T) {
 				t.Errorf("refusal_hours = %v, want %v", got, wantHours)
 			}
 			// The check is the latest refusal's.
-			wantAlert := audit.Alert{Policy: "sign-in", SubjectKey: tt.ref.Key, Count: 3, AlertAfter: 3,
+			wantAlert := audit.Alert{Policy: "sign-in", Subjects: 1, SubjectKey: tt.ref.Key, Count: 3, AlertAfter: 3,
 				FirstAt: t0.Add(2 * time.Second), LastAt: t0.Add(2 * time.Second), Shadow: tt.ref.Shadow}
 			if got := alertsOf(t, pool, tenant); len(got) != 1 || got[0] != wantAlert {
 				t.Errorf("alerts = %+v, want [%+v]", got, wantAlert)
@@ -309,8 +309,8 @@ func TestRecorderFailedFlushKeepsEverything(t *testing.T) {
 	}
 	// k0's check is at its latest refusal.
 	wantAlerts := []audit.Alert{
-		{Policy: "sign-in", SubjectKey: "k0", Count: 3, AlertAfter: 2, FirstAt: t0.Add(time.Second), LastAt: t0.Add(time.Second)},
-		{Policy: "sign-in", SubjectKey: "k1", Count: 2, AlertAfter: 2, FirstAt: t0, LastAt: t0},
+		{Policy: "sign-in", Subjects: 1, SubjectKey: "k0", Count: 3, AlertAfter: 2, FirstAt: t0.Add(time.Second), LastAt: t0.Add(time.Second)},
+		{Policy: "sign-in", Subjects: 1, SubjectKey: "k1", Count: 2, AlertAfter: 2, FirstAt: t0, LastAt: t0},
 	}
 	if got := alertsOf(t, direct, tenant); !slices.Equal(got, wantAlerts) {
 		t.Errorf("alerts = %+v, want %+v", got, wantAlerts)
@@ -323,34 +323,43 @@ func TestRecorderCountsLostAfterCommitCountOnce(t *testing.T) {
 	tenant := newTenant(t, direct)
 	r, st := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
+	// The key's first refusal is written first, so that the flush below
+	// sends counts alone: its batch is the one whose answer is lost.
+	refuse := func() {
+		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k", t0.Add(time.Minute), 5)}})
+	}
+	refuse()
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for range 3 {
-		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k", t0.Add(time.Minute), 3)}})
+		refuse()
 	}
 	if err := pgtest.FlushLosingTheAnswer(t, direct, proxy, func() error { return r.Flush(ctx) }); err == nil {
 		t.Fatal("Flush with the answer lost: got nil error")
 	}
-	if _, _, _, calls := st.sent(); calls != 0 {
-		t.Errorf("RaiseAlerts called %d times before the counts were known to be written, want 0", calls)
+	if _, _, _, calls := st.sent(); calls != 1 {
+		t.Errorf("RaiseAlerts called %d times, want only the first flush's: not before the counts were known to be written", calls)
 	}
-	want := map[hourRow]int64{{tenant, "sign-in", "k", t0}: 3}
+	want := map[hourRow]int64{{tenant, "sign-in", "k", t0}: 4}
 	if got := hours(t, direct); !maps.Equal(got, want) {
 		t.Fatalf("refusal_hours after the lost answer = %v, want %v", got, want)
 	}
 	if err := proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k", t0.Add(time.Minute), 3)}})
+	refuse()
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want = map[hourRow]int64{{tenant, "sign-in", "k", t0}: 4}
+	want = map[hourRow]int64{{tenant, "sign-in", "k", t0}: 5}
 	if got := hours(t, direct); !maps.Equal(got, want) {
 		t.Errorf("refusal_hours = %v, want %v", got, want)
 	}
-	if _, _, checks, _ := st.sent(); checks != 1 {
-		t.Errorf("checks sent = %d, want one", checks)
+	if _, _, checks, _ := st.sent(); checks != 2 {
+		t.Errorf("checks sent = %d, want two: the first flush's and the last's", checks)
 	}
-	wantAlert := audit.Alert{Policy: "sign-in", SubjectKey: "k", Count: 4, AlertAfter: 3, FirstAt: t0, LastAt: t0}
+	wantAlert := audit.Alert{Policy: "sign-in", Subjects: 1, SubjectKey: "k", Count: 5, AlertAfter: 5, FirstAt: t0, LastAt: t0}
 	if got := alertsOf(t, direct, tenant); len(got) != 1 || got[0] != wantAlert {
 		t.Errorf("alerts = %+v, want [%+v]", got, wantAlert)
 	}
@@ -382,14 +391,10 @@ func TestRecorderSeenMapStaysBounded(t *testing.T) {
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Forgetting windows never loses a first refusal: every key is written.
-	var entries int
-	err := pool.QueryRow(ctx, "SELECT count(*) FROM audit WHERE tenant_id = $1 AND kind = $2", tenant, audit.KindRefusal).Scan(&entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if entries != 10_000 {
-		t.Errorf("refusal entries = %d, want 10000", entries)
+	// Forgetting windows never loses a first refusal: every key is written,
+	// one by one or in the minute's flood entry.
+	if entries, flood := refusalTotals(t, pool, tenant); entries+flood != 10_000 || entries != audit.DefaultAuditBudget {
+		t.Errorf("refusal entries %d and flood refusals %d, want %d and the rest of 10000", entries, flood, audit.DefaultAuditBudget)
 	}
 	// Once their windows end, Run's sweep forgets them.
 	now.Store(t0.Add(time.Minute).UnixNano())
@@ -423,17 +428,21 @@ func TestRecorderPendingStaysBoundedWhileTheStoreIsDown(t *testing.T) {
 			t.Fatalf("Pending() = %d, %d, %d after %d keys, want at most %d, %d, %d", f, c, k, i+1, maxPending, 2*maxPending, maxPending)
 		}
 	}
-	// A key dropped for want of room is not remembered as seen: its next
-	// refusal, once there is room, is queued.
+	// A first refusal that found no room was counted: once the database is
+	// back, every one of the 2,000 is in the log, one by one or in the
+	// minute's flood entry, and none twice.
 	if err := proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if entries, flood := refusalTotals(t, direct, tenant); entries+flood != 2000 {
+		t.Errorf("refusal entries %d and flood refusals %d, want 2000 in all", entries, flood)
+	}
 	r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k1999", t0.Add(time.Minute), 3)}})
-	if f, _, _, _ := r.Pending(); f != 1 {
-		t.Errorf("pending first refusals = %d, want 1", f)
+	if f, _, _, _ := r.Pending(); f != 0 {
+		t.Errorf("pending first refusals = %d, want 0: k1999 was counted before", f)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/audit"
@@ -70,6 +71,20 @@ func refusalEntries(t *testing.T, pool *pgxpool.Pool, tenantID string) []audit.E
 	return es
 }
 
+// refusalTotals returns a tenant's refusal entries and the refusals its
+// flood entries count.
+func refusalTotals(t *testing.T, pool *pgxpool.Pool, tenantID string) (entries, flood int64) {
+	t.Helper()
+	err := pool.QueryRow(context.Background(), `SELECT
+		count(*) FILTER (WHERE kind = 'refusal'),
+		coalesce(sum((detail->>'refusals')::bigint) FILTER (WHERE kind = 'refusal_flood'), 0)::bigint
+		FROM audit WHERE tenant_id = $1`, tenantID).Scan(&entries, &flood)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries, flood
+}
+
 var t0 = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 
 func TestFirstRefusalOncePerWindowAcrossInstances(t *testing.T) {
@@ -104,9 +119,12 @@ func TestFirstRefusalOncePerWindowAcrossInstances(t *testing.T) {
 	var written sync.Map
 	for g := range 20 {
 		wg.Go(func() {
-			n, err := st.RecordFirstRefusals(context.Background(), []audit.FirstRefusal{{
-				TenantID: tenant, Key: "digest-2", WindowEnd: end, At: t0, Detail: map[string]any{"key": "digest-2", "g": g},
-			}})
+			n, err := st.RecordFirstRefusals(context.Background(), audit.FirstRefusalBatch{
+				ID: uuid.NewString(), Budget: audit.DefaultAuditBudget,
+				Refusals: []audit.FirstRefusal{{
+					TenantID: tenant, Key: "digest-2", WindowEnd: end, At: t0, Detail: map[string]any{"key": "digest-2", "g": g},
+				}},
+			})
 			if err != nil {
 				t.Error(err)
 			}
@@ -216,7 +234,7 @@ func TestAlertsAfterNRefusalsIn24Hours(t *testing.T) {
 	refuse(b, t0, "subject-1")
 	flush(b)
 	as := alerts()
-	want := audit.Alert{Policy: "failed-sign-in", SubjectKey: "subject-1", Count: 5, AlertAfter: 5, FirstAt: t0, LastAt: t0}
+	want := audit.Alert{Policy: "failed-sign-in", Subjects: 1, SubjectKey: "subject-1", Count: 5, AlertAfter: 5, FirstAt: t0, LastAt: t0}
 	if len(as) != 1 || as[0] != want {
 		t.Fatalf("alerts after 5 refusals = %+v, want [%+v]", as, want)
 	}

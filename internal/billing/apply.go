@@ -35,7 +35,10 @@ import (
 // What each type does:
 //
 //   - checkout.session.completed (subscription mode) links the tenant to
-//     its customer and subscription, and says nothing of status or plan;
+//     its customer and subscription, and says nothing of status or plan. A
+//     tenant that has another customer keeps it (OutcomeCustomerConflict):
+//     a second session made for the tenant, or one that names it falsely,
+//     never takes its billing over;
 //   - customer.subscription.created, .updated and .deleted carry the whole
 //     subscription: status (deleted: canceled), plan (the first item whose
 //     price a plan has; an unknown price leaves the plan and says so), and
@@ -56,6 +59,10 @@ func Apply(a Account, ev Event, prices Prices) (Account, Outcome, string) {
 		c := ev.Checkout
 		if c == nil || c.Mode != checkoutModeSubscription {
 			return a, OutcomeIgnored, "not a subscription checkout"
+		}
+		if a.CustomerID != "" && ev.CustomerID != "" && ev.CustomerID != a.CustomerID {
+			return a, OutcomeCustomerConflict, note(fmt.Sprintf("tenant has customer %s: kept it, and did not link customer %s and subscription %s",
+				a.CustomerID, ev.CustomerID, or(c.SubscriptionID, "-")))
 		}
 		if a.CustomerID != "" && ev.Created.Before(later(a.UpdatedAt, a.PlanUpdatedAt)) {
 			return a, OutcomeStale, staleNote(later(a.UpdatedAt, a.PlanUpdatedAt))

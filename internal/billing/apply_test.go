@@ -107,6 +107,14 @@ func TestApply(t *testing.T) {
 			outcome: OutcomeStale,
 		},
 		{
+			name: "checkout of another customer keeps the tenant's, even when newer",
+			a:    activePro,
+			ev: Event{ID: "e", Type: EventCheckoutCompleted, Created: at(9), CustomerID: "cus_other",
+				Checkout: &Checkout{Mode: "subscription", ClientReferenceID: "t1", SubscriptionID: "sub_other"}},
+			want:    activePro,
+			outcome: OutcomeCustomerConflict, note: "tenant has customer cus_1: kept it, and did not link customer cus_other and subscription sub_other",
+		},
+		{
 			name:    "subscription sets plan, status, metered item, updated at",
 			a:       linked,
 			ev:      subEvent("e", EventSubscriptionCreated, at(1), "sub_1", tenant.StatusTrialing, Item{ID: "si_use", PriceID: "price_use", Metered: true}, proItem),

@@ -154,6 +154,10 @@ const (
 	// OutcomeIgnored: a type Tollgate does not act on, or an object that is
 	// not the tenant's current subscription.
 	OutcomeIgnored Outcome = "ignored"
+	// OutcomeCustomerConflict: a completed checkout named a tenant that
+	// already has another Stripe customer. The tenant keeps its customer
+	// and subscription; the event is kept for an operator, and logged.
+	OutcomeCustomerConflict Outcome = "customer_conflict"
 	// OutcomeFailed: processing failed; the webhook answered 500 and
 	// Stripe will deliver the event again.
 	OutcomeFailed Outcome = "failed"

@@ -218,6 +218,10 @@ func (s *Service) process(ctx context.Context, tx Tx, ev Event) (Result, error) 
 	before := a
 	a, outcome, why := Apply(a, ev, prices)
 	r := Result{Outcome: outcome, TenantID: a.TenantID, Note: why}
+	if outcome == OutcomeCustomerConflict {
+		s.log.WarnContext(ctx, "stripe checkout for a tenant that has another customer: kept the tenant's",
+			"event_id", ev.ID, "tenant_id", a.TenantID, "customer_id", ev.CustomerID, "tenant_customer_id", a.CustomerID)
+	}
 	if outcome != OutcomeApplied || a == before {
 		return r, nil
 	}

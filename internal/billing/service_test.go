@@ -1,9 +1,11 @@
 package billing_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -507,4 +509,38 @@ func TestOperatorLinksCustomer(t *testing.T) {
 	if err := w.svc.LinkCustomer(ctx, "00000000-0000-0000-0000-000000000000", "cus_Y", "admin@example.com"); !errors.Is(err, billing.ErrNotFound) {
 		t.Errorf("linking to no tenant: %v, want ErrNotFound", err)
 	}
+}
+
+// TestCheckoutNeverReplacesATenantsCustomer: a completed checkout that
+// names a tenant which already has another Stripe customer (a second
+// Checkout Session made for it, or a forged client_reference_id) keeps the
+// tenant's customer and subscription, and is recorded with an outcome an
+// operator sees, and logged.
+func TestCheckoutNeverReplacesATenantsCustomer(t *testing.T) {
+	t.Parallel()
+	logs := &bytes.Buffer{}
+	w := newWorld(t, nil)
+	w.svc = billing.NewService(billing.Config{Store: w.store, Tenants: w.tenants, PublicURL: "https://tollgate.example",
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	tn := w.tenant(tenant.PlanStarter)
+	w.deliver(checkout("evt_first", sec(1), tn.ID, "cus_first", "sub_first"))
+	w.deliver(subscription("evt_sub", billing.EventSubscriptionCreated, sec(2), "cus_first", "sub_first", tenant.StatusActive, "price_pro"))
+
+	r := w.deliver(checkout("evt_second", sec(3), tn.ID, "cus_second", "sub_second"))
+	if r.Outcome == billing.OutcomeApplied || r.TenantID != tn.ID {
+		t.Errorf("checkout of another customer for the tenant: %+v, want a conflict recorded for tenant %s", r, tn.ID)
+	}
+	wantTenant(t, w.get(tn.ID), tenant.PlanPro, tenant.StatusActive, "cus_first", "sub_first")
+	rec := w.event("evt_second")
+	if rec.Outcome != r.Outcome || rec.CustomerID != "cus_second" || !strings.Contains(rec.Note, "cus_first") || !strings.Contains(rec.Note, "cus_second") {
+		t.Errorf("recorded %+v, want the outcome and a note naming both customers", rec)
+	}
+	if !strings.Contains(logs.String(), "evt_second") || !strings.Contains(logs.String(), "cus_second") {
+		t.Errorf("the conflict is not logged: %s", logs)
+	}
+	// The other customer's later events do not reach the tenant either.
+	if r := w.deliver(subscription("evt_sub2", billing.EventSubscriptionUpdated, sec(4), "cus_second", "sub_second", tenant.StatusCanceled, "price_pro")); r.TenantID == tn.ID {
+		t.Errorf("the other customer's subscription event: %+v, want it kept from the tenant", r)
+	}
+	wantTenant(t, w.get(tn.ID), tenant.PlanPro, tenant.StatusActive, "cus_first", "sub_first")
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -22,7 +24,7 @@ const auditPerPage = 50
 
 // auditKinds are the kinds the filter suggests: those written by the
 // dashboard, billing and the refusal recorder.
-var auditKinds = []string{KindLimitsChanged, KindKeyCreated, KindKeyRevoked, KindPlanChanged, "billing_changed", audit.KindRefusal, KindSignedIn}
+var auditKinds = []string{KindLimitsChanged, KindKeyCreated, KindKeyRevoked, KindPlanChanged, "billing_changed", audit.KindRefusal, audit.KindRefusalFlood, KindSignedIn}
 
 // auditPage lists audit entries, newest first, by tenant and kind.
 func (d *Dashboard) auditPage(c echo.Context, s *signedIn) error {
@@ -47,6 +49,11 @@ func (d *Dashboard) auditPage(c echo.Context, s *signedIn) error {
 	names := d.tenantNames(ctx, es)
 	for _, e := range es {
 		r := web.AuditRow{ID: strconv.FormatInt(e.ID, 10), At: when(e.At), Actor: e.Actor, Kind: e.Kind, Detail: detailText(e.Detail)}
+		if e.Kind == audit.KindRefusalFlood {
+			if text, ok := floodText(e.Detail); ok {
+				r.Detail, r.Flood = text, true
+			}
+		}
 		switch name := names[e.TenantID]; {
 		case e.TenantID == "":
 			r.Tenant = "service"
@@ -77,6 +84,28 @@ func (d *Dashboard) auditPage(c echo.Context, s *signedIn) error {
 		v.Empty = "The audit log is empty. Entries appear when an operator changes limits, keys or plans, when billing changes a tenant, and at the first refusal of each counter in each window."
 	}
 	return render(c, http.StatusOK, web.Audit(v))
+}
+
+// floodText says what a refusal_flood entry stands for, in a sentence; false
+// when its detail is not what the audit package writes.
+func floodText(d map[string]any) (string, bool) {
+	start, err1 := time.Parse(time.RFC3339, fmt.Sprint(d["window_start"]))
+	end, err2 := time.Parse(time.RFC3339, fmt.Sprint(d["window_end"]))
+	n, err3 := strconv.ParseInt(fmt.Sprint(d["refusals"]), 10, 64)
+	budget, err4 := strconv.ParseInt(fmt.Sprint(d["budget"]), 10, 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return "", false
+	}
+	what := "first refusals"
+	if n == 1 {
+		what = "first refusal"
+	}
+	are := "are"
+	if n == 1 {
+		are = "is"
+	}
+	return fmt.Sprintf("%s more %s from %s to %s UTC, past the budget of %s entries a minute, %s not listed one by one.",
+		count(n), what, start.UTC().Format("15:04"), end.UTC().Format("15:04"), count(budget), are), true
 }
 
 // detailText writes an entry's detail for reading: "key: value" pairs in

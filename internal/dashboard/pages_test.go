@@ -425,3 +425,48 @@ func assertAxes(t *testing.T, chart *html.Node, y, x string) {
 		t.Error("chart has fewer than four tick labels")
 	}
 }
+
+// TestFloodsReadAsOneRow: a tenant's flood of new subjects shows on the
+// audit page as its budget of refusal entries and one row that says in words
+// how many more there were, and on the tenant's page as its budget of alerts
+// and one row counting the other subjects.
+func TestFloodsReadAsOneRow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.admin("ops@example.com")
+	ctx := context.Background()
+	acme, _ := e.tenantWith("Acme Rockets", tenant.PlanStarter)
+	rec, err := audit.NewRecorder(audit.RecorderConfig{Store: pgstore.NewAudit(e.pool), AuditBudget: 2, AlertBudget: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().UTC().Truncate(time.Minute).Add(-5 * time.Minute)
+	var refs []gate.Refusal
+	for i := range 10 {
+		refs = append(refs, gate.Refusal{Layer: gate.LayerPolicy, Policy: "sign-in", Limit: 1, ResetAt: at.Add(time.Minute), Key: fmt.Sprintf("%032x", i), AlertAfter: 1})
+	}
+	rec.Observe(ctx, gate.Event{At: at.Add(10 * time.Second), TenantID: acme.ID, Outcome: gate.LayerPolicy, Refusals: refs})
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	b := e.browser()
+	b.signIn("ops@example.com")
+	au := b.get("/admin/audit?tenant=" + acme.ID).mustStatus(http.StatusOK)
+	if n := len(find(au.one("audit"), func(n *html.Node) bool { return attr(n, "data-kind") == audit.KindRefusal })); n != 2 {
+		t.Errorf("%d refusal rows, want the budget's 2", n)
+	}
+	want := fmt.Sprintf("flood 8 more first refusals from %s to %s UTC, past the budget of 2 entries a minute, are not listed one by one.",
+		at.Format("15:04"), at.Add(time.Minute).Format("15:04"))
+	if got := au.text("audit-flood"); got != want {
+		t.Errorf("flood row says %q, want %q", got, want)
+	}
+
+	tp := b.get("/admin/tenants/" + acme.ID).mustStatus(http.StatusOK)
+	if n := len(tp.all("alert-row")); n != 4 {
+		t.Errorf("%d alert rows, want 3 subjects' and one aggregate", n)
+	}
+	if got := tp.text("alert-aggregate"); got != "7 more subjects, past the day's alert budget" {
+		t.Errorf("aggregate alert says %q", got)
+	}
+}

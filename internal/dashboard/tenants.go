@@ -257,10 +257,15 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 	}
 
 	for _, a := range report.Alerts {
-		v.Alerts = append(v.Alerts, web.AlertRow{
+		row := web.AlertRow{
 			Policy: a.Policy, Subject: shortDigest(a.SubjectKey), Count: count(a.Count), AlertAfter: count(a.AlertAfter),
 			First: when(a.FirstAt), Last: when(a.LastAt), Shadow: a.Shadow,
-		})
+		}
+		if a.SubjectKey == audit.AggregateSubject {
+			row.Aggregate = true
+			row.Subject = count(a.Subjects) + " more subjects, past the day's alert budget"
+		}
+		v.Alerts = append(v.Alerts, row)
 	}
 
 	if d.cfg.Webhooks == nil {

@@ -29,6 +29,7 @@ var outcomeLabels = []struct{ value, label, class string }{
 	{webhooklog.OutcomeReplay, "replayed", "b-muted"},
 	{webhooklog.OutcomeStale, "stale", "b-muted"},
 	{webhooklog.OutcomeUnknownCustomer, "unknown customer", "b-warn"},
+	{webhooklog.OutcomeCustomerConflict, "customer conflict", "b-bad"},
 	{webhooklog.OutcomeIgnored, "ignored", "b-muted"},
 	{webhooklog.OutcomeFailed, "failed", "b-bad"},
 }

@@ -35,15 +35,16 @@ func TestWebhookLog(t *testing.T) {
 	e.stripeEvent("evt_replayed", "invoice.paid", "applied", acme.ID, 3, `{"id":"evt_replayed"}`)
 	e.stripeEvent("evt_unknown", "customer.subscription.created", "unknown_customer", "", 1, `not json <script>alert(1)</script>`)
 	e.stripeEvent("evt_busy", "invoice.paid", "processing", acme.ID, 1, `{}`)
+	e.stripeEvent("evt_conflict", "checkout.session.completed", "customer_conflict", acme.ID, 1, `{}`)
 	b := e.browser()
 	b.signIn("ops@example.com")
 
 	p := b.get("/admin/webhooks").mustStatus(http.StatusOK)
-	if n := len(p.all("webhook-row")); n != 3 {
-		t.Fatalf("%d events listed, want 3 (not the one being processed)", n)
+	if n := len(p.all("webhook-row")); n != 4 {
+		t.Fatalf("%d events listed, want 4 (not the one being processed)", n)
 	}
 	assertLabelled(t, p)
-	for outcome, want := range map[string]int{"applied": 2, "replay": 1, "unknown_customer": 1, "failed": 0} {
+	for outcome, want := range map[string]int{"applied": 2, "replay": 1, "unknown_customer": 1, "customer_conflict": 1, "failed": 0} {
 		got := len(b.get("/admin/webhooks?outcome=" + outcome).mustStatus(http.StatusOK).all("webhook-row"))
 		if got != want {
 			t.Errorf("outcome %s: %d rows, want %d", outcome, got, want)
@@ -59,6 +60,9 @@ func TestWebhookLog(t *testing.T) {
 	if got := textOf(d.one("webhook-payload")); !strings.Contains(got, `"status": "active"`) {
 		t.Errorf("payload %q", got)
 	}
+	if got := b.get("/admin/webhooks/evt_conflict").mustStatus(http.StatusOK).text("webhook-outcome"); got != "customer conflict" {
+		t.Errorf("a checkout that named a tenant with another customer: outcome %q, want \"customer conflict\"", got)
+	}
 	raw := b.get("/admin/webhooks/evt_unknown").mustStatus(http.StatusOK)
 	if strings.Contains(raw.body, "<script>") || !strings.Contains(textOf(raw.one("webhook-payload")), "<script>alert(1)</script>") {
 		t.Error("a payload that is not JSON is not shown escaped")
@@ -67,8 +71,8 @@ func TestWebhookLog(t *testing.T) {
 
 	// The tenant's page lists its events.
 	tp := b.get("/admin/tenants/" + acme.ID).mustStatus(http.StatusOK)
-	if n := len(within(tp.one("tenant-events"), "webhook-row")); n != 2 {
-		t.Errorf("tenant page: %d events, want 2", n)
+	if n := len(within(tp.one("tenant-events"), "webhook-row")); n != 3 {
+		t.Errorf("tenant page: %d events, want 3", n)
 	}
 }
 

@@ -13,9 +13,6 @@ package gate
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +23,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/policy"
@@ -87,7 +85,11 @@ const DefaultTenantInflight = 64
 
 // Gate runs the admission pipeline. It is safe for concurrent use.
 type Gate struct {
-	cfg      Config
+	cfg Config
+	met instruments
+	// digest is HMAC-SHA-256 under the pepper, domain-separated by kind
+	// ("subject", "ip").
+	digest   *digest.Digester
 	l1       *memory.Store
 	breakers *breakers
 	inflight *inflight
@@ -129,6 +131,8 @@ func New(cfg Config) *Gate {
 	}
 	return &Gate{
 		cfg:      cfg,
+		met:      newInstruments(cfg.Metrics),
+		digest:   digest.New(cfg.Pepper),
 		l1:       memory.New(memory.Config{MaxKeys: cfg.L1MaxKeys, Now: cfg.Now}),
 		breakers: newBreakers(cfg.BreakerFailures, cfg.BreakerOpenFor, maxBreakers, cfg.Metrics),
 		inflight: newInflight(cfg.TenantInflight, cfg.InflightWait),
@@ -236,33 +240,44 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 
 	// 1. Instance ceiling: keyless, in memory, nothing in the request moves it.
 	if n := g.cfg.InstanceCeiling; n > 0 {
-		d := g.l1Check(ctx, "", "instance", limit.TokenBucket, n, limit.Every(time.Second))
+		d := g.l1Check(ctx, now, "", "instance", limit.TokenBucket, n, limit.Every(time.Second))
 		if !d.Allowed {
 			return g.refuse(ctx, req, v, Refusal{Layer: LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
 		}
 	}
 
 	// 2a. Pre-authentication bucket per IP, at the highest per-IP limit of any
-	// plan, so that guessing keys costs the guesser.
+	// plan, so that a tenant is never held below its plan before its key is
+	// known; and, in the same in-memory call, a peek at the client
+	// network's keys that failed to authenticate: past
+	// AuthFailuresPerMinute it is refused before its key is looked up, so
+	// that guessing costs the guesser, not the database.
 	ipHash := g.ipDigest(req.ClientIP)
 	maxIP := g.cfg.Tenants.MaxIPPerMinute(ctx)
-	if d := g.l1Check(ctx, "", "pre:"+ipHash, limit.SlidingWindow, maxIP, limit.Every(time.Minute)); !d.Allowed {
+	perMinute := limit.Every(time.Minute)
+	failItem := counter.Item{Key: "authfail:" + ipHash, Algorithm: limit.SlidingWindow, Limit: g.cfg.AuthFailuresPerMinute, Window: perMinute, Cost: 1}
+	pre, err := g.l1.Check(ctx, counter.Request{Mode: counter.Peek, Ceilings: 1, Now: now, Items: []counter.Item{
+		{Key: "pre:" + ipHash, Algorithm: limit.SlidingWindow, Limit: maxIP, Window: perMinute, Cost: 1},
+		failItem,
+	}})
+	switch {
+	case err != nil:
+		g.l1Bug(ctx, err)
+	case !pre.Decisions[0].Allowed:
+		d := pre.Decisions[0]
 		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: maxIP, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
-	}
-
-	// A client network that keeps sending keys that do not authenticate is
-	// refused before its keys are looked up: guessing costs the guesser,
-	// not the database.
-	failKey := "authfail:" + ipHash
-	if d := g.l1Decide(ctx, "", failKey, limit.SlidingWindow, g.cfg.AuthFailuresPerMinute, limit.Every(time.Minute), counter.Peek); !d.Allowed {
-		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: g.cfg.AuthFailuresPerMinute, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
+	case !pre.Decisions[1].Allowed:
+		d := pre.Decisions[1]
+		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: failItem.Limit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
 	}
 	key, t, err := g.cfg.Tenants.Authenticate(ctx, req.Bearer)
 	if err != nil {
 		if errors.Is(err, tenant.ErrUnauthorized) {
-			g.l1Check(ctx, "", failKey, limit.SlidingWindow, g.cfg.AuthFailuresPerMinute, limit.Every(time.Minute))
+			if _, err := g.l1.Check(ctx, counter.Request{Now: now, Items: []counter.Item{failItem}}); err != nil {
+				g.l1Bug(ctx, err)
+			}
 		}
-		g.cfg.Metrics.Checks.WithLabelValues("error", "auth").Inc()
+		g.met.authFail.Inc()
 		return v, err
 	}
 	v.Tenant, v.Key = t, key
@@ -296,7 +311,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		ipLimit = tenant.DefaultIPPerMinute
 	}
 	ipKey := "ip:" + req.Route + ":" + ipHash
-	if d := g.l1Check(ctx, t.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute)); !d.Allowed {
+	if d := g.l1Check(ctx, now, t.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute)); !d.Allowed {
 		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: ipLimit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: ipKey}), nil
 	}
 
@@ -393,7 +408,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	if !v.Allowed {
 		outcome = LayerPolicy
 	}
-	g.cfg.Metrics.Checks.WithLabelValues(resultOf(v.Allowed), outcomeLayer(outcome)).Inc()
+	g.met.answered(v.Allowed, outcome)
 	g.observe(ctx, req, v, outcome, false, refusals)
 	return v, nil
 }
@@ -430,20 +445,22 @@ func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check,
 		if cost < 1 || cost > MaxCost {
 			return nil, itemErr(i, "cost", fmt.Sprintf("must be 1 to %d", MaxCost))
 		}
-		key := "p:"
+		var buf [80]byte
+		key := buf[:0]
 		if test {
-			key = "t:p:"
+			key = append(key, "t:"...)
 		}
+		key = append(append(append(key, "p:"...), p.Name...), ':')
 		switch {
 		case p.Scope == policy.ScopeGlobal:
 			// A keyless ceiling: nothing in the request picks the counter.
-			key += p.Name + ":*"
+			key = append(key, '*')
 		case it.Subject == "":
 			return nil, itemErr(i, "subject", "required for a policy of scope subject")
 		case len(it.Subject) > MaxSubjectLen:
 			return nil, itemErr(i, "subject", fmt.Sprintf("at most %d bytes", MaxSubjectLen))
 		default:
-			key += p.Name + ":" + g.digest("subject", tenantID+":"+p.Name+":"+it.Subject)
+			key = g.digest.AppendHex(key, digestLen, "subject", tenantID, ":", p.Name, ":", it.Subject)
 		}
 		lim := p.Limit
 		if p.Scope != policy.ScopeGlobal {
@@ -452,7 +469,7 @@ func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check,
 		out = append(out, policyItem{
 			// Shadow policies are advisory: counted when they would admit,
 			// never failing the check.
-			Item:       counter.Item{Key: key, Algorithm: p.Algorithm, Limit: lim, Window: p.Window, Cost: cost, Advisory: p.Shadow},
+			Item:       counter.Item{Key: string(key), Algorithm: p.Algorithm, Limit: lim, Window: p.Window, Cost: cost, Advisory: p.Shadow},
 			name:       p.Name,
 			shadow:     p.Shadow,
 			failOpen:   p.FailMode == policy.FailOpen,
@@ -482,7 +499,7 @@ func checkWeight(set policy.Set, c *Check) int64 {
 // storeCheck makes the one round trip, through the tenant's circuit breaker.
 func (g *Gate) storeCheck(ctx context.Context, tenantID string, req counter.Request) (counter.Result, error) {
 	if !g.breakers.allow(tenantID, g.cfg.Now()) {
-		g.cfg.Metrics.StoreLatency.WithLabelValues("skipped").Observe(0)
+		g.met.storeSkipped.Observe(0)
 		return counter.Result{}, fmt.Errorf("circuit open: %w", counter.ErrUnavailable)
 	}
 	start := time.Now()
@@ -494,11 +511,11 @@ func (g *Gate) storeCheck(ctx context.Context, tenantID string, req counter.Requ
 			return res, err
 		}
 		g.breakers.failure(tenantID, g.cfg.Now())
-		g.cfg.Metrics.StoreLatency.WithLabelValues("unavailable").Observe(took)
+		g.met.storeDown.Observe(took)
 		return res, err
 	}
 	g.breakers.success(tenantID)
-	g.cfg.Metrics.StoreLatency.WithLabelValues("ok").Observe(took)
+	g.met.storeOK.Observe(took)
 	return res, nil
 }
 
@@ -510,7 +527,7 @@ func (g *Gate) degraded(ctx context.Context, req Request, v Verdict, ceilings []
 	v.Degraded = true
 	v.Allowed = true
 	for _, c := range ceilings {
-		g.cfg.Metrics.Degraded.WithLabelValues(c.layer).Inc()
+		g.met.degraded[c.layer].Inc()
 	}
 	for _, p := range pols {
 		d := limit.Decision{Allowed: p.failOpen, Limit: p.Limit, ResetAt: now.Add(time.Second)}
@@ -521,14 +538,14 @@ func (g *Gate) degraded(ctx context.Context, req Request, v Verdict, ceilings []
 				v.Allowed = false
 			}
 		}
-		g.cfg.Metrics.Degraded.WithLabelValues(LayerPolicy).Inc()
+		g.met.degraded[LayerPolicy].Inc()
 		v.Items = append(v.Items, ItemVerdict{Policy: p.name, Decision: d, Shadow: p.shadow, Degraded: true})
 	}
 	outcome := OutcomeAllowed
 	if !v.Allowed {
 		outcome = LayerPolicy
 	}
-	g.cfg.Metrics.Checks.WithLabelValues(resultOf(v.Allowed), outcomeLayer(outcome)).Inc()
+	g.met.answered(v.Allowed, outcome)
 	g.observe(ctx, req, v, outcome, true, nil)
 	return v
 }
@@ -551,7 +568,7 @@ func (g *Gate) logDegraded(ctx context.Context, tenantID string, cause error) {
 func (g *Gate) refuse(ctx context.Context, req Request, v Verdict, r Refusal) Verdict {
 	v.Refusal = &r
 	v.Allowed = false
-	g.cfg.Metrics.Checks.WithLabelValues("refused", r.Layer).Inc()
+	g.met.refused[r.Layer].Inc()
 	if v.Tenant.ID != "" {
 		g.observe(ctx, req, v, r.Layer, r.Degraded, []Refusal{r})
 	}
@@ -568,21 +585,21 @@ func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome stri
 	})
 }
 
-// l1Check consumes one from an in-memory counter of this instance.
-func (g *Gate) l1Check(ctx context.Context, group, key string, alg limit.Algorithm, lim int64, w limit.Window) limit.Decision {
-	return g.l1Decide(ctx, group, key, alg, lim, w, counter.Consume)
-}
-
-// l1Decide asks an in-memory counter of this instance for one unit, in mode.
-func (g *Gate) l1Decide(ctx context.Context, group, key string, alg limit.Algorithm, lim int64, w limit.Window, mode counter.Mode) limit.Decision {
-	res, err := g.l1.Check(ctx, counter.Request{Mode: mode, Group: group, Items: []counter.Item{{Key: key, Algorithm: alg, Limit: lim, Window: w, Cost: 1}}})
+// l1Check consumes one from an in-memory counter of this instance at now.
+func (g *Gate) l1Check(ctx context.Context, now time.Time, group, key string, alg limit.Algorithm, lim int64, w limit.Window) limit.Decision {
+	res, err := g.l1.Check(ctx, counter.Request{Now: now, Group: group, Items: []counter.Item{{Key: key, Algorithm: alg, Limit: lim, Window: w, Cost: 1}}})
 	if err != nil {
-		// Only an invalid request fails in memory: a bug, so let the caller in
-		// and say so.
-		g.cfg.Logger.ErrorContext(ctx, "bug: in-memory layer refused its own request", "err", err)
+		g.l1Bug(ctx, err)
 		return limit.Decision{Allowed: true}
 	}
 	return res.Decisions[0]
+}
+
+// l1Bug logs an in-memory layer's refusal of its own request. Only an
+// invalid request fails in memory: a bug, so the caller lets the request in
+// and says so.
+func (g *Gate) l1Bug(ctx context.Context, err error) {
+	g.cfg.Logger.ErrorContext(ctx, "bug: in-memory layer refused its own request", "err", err)
 }
 
 // ipDigest is the client IP's key part: an HMAC, never the address. Every
@@ -593,18 +610,13 @@ func (g *Gate) ipDigest(ip netip.Addr) string {
 	if !ip.IsValid() {
 		return "unresolved"
 	}
-	return g.digest("ip", ip.Unmap().String())
+	var buf [2 * digestLen]byte
+	return string(g.digest.AppendHex(buf[:0], digestLen, "ip", ip.Unmap().String()))
 }
 
-// digest is HMAC-SHA-256 under the pepper, domain-separated by kind,
-// truncated to 128 bits (hex): collisions stay out of reach and keys short.
-func (g *Gate) digest(kind, s string) string {
-	m := hmac.New(sha256.New, g.cfg.Pepper)
-	m.Write([]byte(kind))
-	m.Write([]byte{0})
-	m.Write([]byte(s))
-	return hex.EncodeToString(m.Sum(nil)[:16])
-}
+// digestLen is how much of an HMAC-SHA-256 a counter key keeps: 128 bits,
+// hex-encoded, keep collisions out of reach and keys short.
+const digestLen = 16
 
 // windowLength is a window's length at instant now (a calendar month's
 // varies).
@@ -628,20 +640,6 @@ func tighter(a, b Quota) Quota {
 		return b
 	}
 	return a
-}
-
-func resultOf(allowed bool) string {
-	if allowed {
-		return "allowed"
-	}
-	return "refused"
-}
-
-func outcomeLayer(outcome string) string {
-	if outcome == "allowed" {
-		return "none"
-	}
-	return outcome
 }
 
 func truncate(s string, n int) string {

@@ -17,16 +17,16 @@ import (
 //
 // The per-IP bucket comes first, unlike in Admit: a flood from one address
 // is stopped by its own bucket before it spends the instance ceiling that
-// every tenant shares. An unresolvable client (the zero ip) gets a bucket of
-// its own, as in Admit. It is safe for concurrent use.
+// every tenant shares. Unresolvable clients (the zero ip) share one bucket,
+// as in Admit. It is safe for concurrent use.
 func (g *Gate) Public(ctx context.Context, route string, ip netip.Addr, perMinute int64) Verdict {
 	var v Verdict
 	key := "public:" + route + ":" + g.ipDigest(ip)
-	if d := g.l1Check(ctx, "", key, limit.SlidingWindow, perMinute, limit.Every(time.Minute)); !d.Allowed {
+	if d := g.l1Check(ctx, g.cfg.Now(), "", key, limit.SlidingWindow, perMinute, limit.Every(time.Minute)); !d.Allowed {
 		return g.refuse(ctx, Request{Route: route, ClientIP: ip}, v, Refusal{Layer: LayerIP, Limit: perMinute, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: key})
 	}
 	if n := g.cfg.InstanceCeiling; n > 0 {
-		if d := g.l1Check(ctx, "", "instance", limit.TokenBucket, n, limit.Every(time.Second)); !d.Allowed {
+		if d := g.l1Check(ctx, g.cfg.Now(), "", "instance", limit.TokenBucket, n, limit.Every(time.Second)); !d.Allowed {
 			return g.refuse(ctx, Request{Route: route, ClientIP: ip}, v, Refusal{Layer: LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt})
 		}
 	}

@@ -2,12 +2,8 @@ package httpapi
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -80,48 +76,4 @@ func (a *api) portal(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, urlAnswer{URL: u})
-}
-
-// portalLink serves GET /billing/portal/{token}, the billing_url of 402
-// answers: a stable address, signed for one tenant, that sends whoever
-// follows it to a fresh Customer Portal session (303). A token that is not
-// one billingURL made is 404, whatever is wrong with it, and costs no call
-// to Stripe.
-func portalLink(cfg Config) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		id, ok := verifyPortalToken(cfg.BillingKey, c.Param("token"))
-		if !ok {
-			return echo.NewHTTPError(http.StatusNotFound, "No such billing link.")
-		}
-		if cfg.Billing == nil {
-			return fmt.Errorf("billing link: %w", billing.ErrNotConfigured)
-		}
-		u, err := cfg.Billing.Portal(c.Request().Context(), id, "")
-		if err != nil {
-			return err
-		}
-		c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
-		return c.Redirect(http.StatusSeeOther, u)
-	}
-}
-
-// verifyPortalToken returns the tenant id of a token "<tenant id>.<hex of
-// the first 16 bytes of HMAC-SHA-256(key, "billing-portal:" + tenant id)>",
-// as api.billingURL makes them, comparing the MAC in constant time. An empty
-// key verifies nothing.
-func verifyPortalToken(key []byte, token string) (string, bool) {
-	id, sig, ok := strings.Cut(token, ".")
-	if !ok || id == "" || len(key) == 0 {
-		return "", false
-	}
-	got, err := hex.DecodeString(sig)
-	if err != nil {
-		return "", false
-	}
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte("billing-portal:" + id))
-	if !hmac.Equal(got, m.Sum(nil)[:16]) {
-		return "", false
-	}
-	return id, true
 }

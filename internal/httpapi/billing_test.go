@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -102,18 +103,25 @@ func TestBillingLinkRedirectsToPortal(t *testing.T) {
 	}
 
 	token := strings.TrimPrefix(u.Path, "/billing/portal/")
-	mac := token[strings.IndexByte(token, '.')+1:]
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || parts[0] != tenant {
+		t.Fatalf("token %q, want tenant.expiry.mac", token)
+	}
+	exp, mac := parts[1], parts[2]
 	flipped := []byte(mac)
 	flipped[0] ^= 1
 	if flipped[0] > 'f' || (flipped[0] > '9' && flipped[0] < 'a') {
 		flipped[0] = '0'
 	}
+	later := strconv.FormatInt(time.Now().Add(30*24*time.Hour).Unix(), 10)
 	for name, bad := range map[string]string{
-		"another tenant's id with this MAC": other + "." + mac,
-		"a changed MAC":                     tenant + "." + string(flipped),
-		"a short MAC":                       tenant + "." + mac[:8],
+		"another tenant's id with this MAC": other + "." + exp + "." + mac,
+		"a changed MAC":                     tenant + "." + exp + "." + string(flipped),
+		"a later expiry with this MAC":      tenant + "." + later + "." + mac,
+		"a short MAC":                       tenant + "." + exp + "." + mac[:8],
+		"no expiry":                         tenant + "." + mac,
 		"no MAC":                            tenant,
-		"not hex":                           tenant + ".zz",
+		"not hex":                           tenant + "." + exp + ".zz",
 	} {
 		t.Run(name, func(t *testing.T) {
 			a := in.serve(http.MethodGet, "/billing/portal/"+bad, "", "")
@@ -126,7 +134,37 @@ func TestVerifyPortalTokenNeedsAKey(t *testing.T) {
 	t.Parallel()
 	link := (&api{cfg: Config{}}).billingURL("t1")
 	token := link[strings.LastIndex(link, "/")+1:]
-	if _, ok := verifyPortalToken(nil, token); ok {
+	if _, ok := verifyPortalToken(nil, token, time.Now()); ok {
 		t.Error("a token verified without a key")
+	}
+}
+
+// TestVerifyPortalTokenExpires: a token opens until its expiry, and not
+// from that instant on; billingURL's links last BillingLinkLifetime.
+func TestVerifyPortalTokenExpires(t *testing.T) {
+	t.Parallel()
+	key := []byte("billing-key-for-tests")
+	now := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+	token := signPortalToken(key, "t1", now.Add(BillingLinkLifetime))
+	for _, tc := range []struct {
+		at   time.Time
+		want bool
+	}{
+		{now, true},
+		{now.Add(BillingLinkLifetime - time.Second), true},
+		{now.Add(BillingLinkLifetime), false},
+		{now.Add(BillingLinkLifetime + time.Hour), false},
+	} {
+		if id, ok := verifyPortalToken(key, token, tc.at); ok != tc.want || (ok && id != "t1") {
+			t.Errorf("at %v: %q, %v; want %v", tc.at, id, ok, tc.want)
+		}
+	}
+	link := (&api{cfg: Config{BillingKey: key}}).billingURL("t1")
+	token = link[strings.LastIndex(link, "/")+1:]
+	if _, ok := verifyPortalToken(key, token, time.Now().Add(BillingLinkLifetime-time.Minute)); !ok {
+		t.Error("billingURL's link does not open a little before its lifetime ends")
+	}
+	if _, ok := verifyPortalToken(key, token, time.Now().Add(BillingLinkLifetime+time.Minute)); ok {
+		t.Error("billingURL's link still opens after its lifetime")
 	}
 }

@@ -3,9 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,23 +36,6 @@ type checkBody struct {
 		Subject string `json:"subject"`
 		Cost    *int64 `json:"cost"`
 	} `json:"items"`
-}
-
-type checkAnswer struct {
-	Allowed  bool           `json:"allowed"`
-	Degraded bool           `json:"degraded"`
-	Items    []checkItemOut `json:"items"`
-}
-
-type checkItemOut struct {
-	Policy       string `json:"policy"`
-	Allowed      bool   `json:"allowed"`
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	ResetAt      string `json:"reset_at"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-	Shadow       bool   `json:"shadow"`
-	Degraded     bool   `json:"degraded,omitempty"`
 }
 
 // decodeJSON reads a bounded, strict JSON body into v; every fault is the
@@ -120,20 +100,11 @@ func (a *api) check(c echo.Context) error {
 	if v.Refusal != nil {
 		return a.writeRefusal(c, v)
 	}
-	out := checkAnswer{Allowed: v.Allowed, Degraded: v.Degraded, Items: make([]checkItemOut, len(v.Items))}
-	for i, it := range v.Items {
-		out.Items[i] = checkItemOut{
-			Policy: it.Policy, Allowed: it.Allowed, Limit: it.Limit, Remaining: it.Remaining,
-			ResetAt:      ceilSecond(it.ResetAt).Format(time.RFC3339),
-			RetryAfterMS: ceilDiv(it.RetryAfter, time.Millisecond),
-			Shadow:       it.Shadow, Degraded: it.Degraded,
-		}
-	}
 	setRateLimit(c, v.Tightest)
 	if v.Degraded {
 		c.Response().Header().Set("X-RateLimit-Degraded", "true")
 	}
-	return c.JSON(http.StatusOK, out)
+	return writeCheckAnswer(c, v)
 }
 
 // parseCheck reads a /v1/check body; every fault is the client's and names
@@ -294,23 +265,12 @@ func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 	return c.Blob(p.Status, "application/problem+json", body)
 }
 
-// billingURL is the stable address that sends a tenant to a fresh Stripe
-// portal session. It carries an HMAC of the tenant id so that nobody can
-// open another tenant's portal by guessing.
+// billingURL is the address that sends a tenant to a fresh Stripe portal
+// session for BillingLinkLifetime (see portalLink). It carries an HMAC of
+// the tenant id and the expiry so that nobody can open another tenant's
+// portal by guessing, or keep a link open for ever.
 func (a *api) billingURL(tenantID string) string {
-	m := hmac.New(sha256.New, a.cfg.BillingKey)
-	m.Write([]byte("billing-portal:" + tenantID))
-	return strings.TrimRight(a.cfg.PublicURL, "/") + "/billing/portal/" + tenantID + "." + hex.EncodeToString(m.Sum(nil)[:16])
-}
-
-// setRateLimit writes the IETF RateLimit fields for the tightest quota.
-func setRateLimit(c echo.Context, q gate.Quota) {
-	if q.Limit == 0 {
-		return
-	}
-	h := c.Response().Header()
-	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", q.Name, q.Limit, int64(math.Ceil(q.Window.Seconds()))))
-	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", q.Name, q.Remaining, max(0, ceilDiv(q.ResetIn, time.Second))))
+	return strings.TrimRight(a.cfg.PublicURL, "/") + "/billing/portal/" + signPortalToken(a.cfg.BillingKey, tenantID, time.Now().Add(BillingLinkLifetime))
 }
 
 // ceilDiv is d/unit rounded up.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/web"
 )
@@ -43,6 +44,10 @@ type Config struct {
 	PublicURL string
 	// BillingKey signs the billing links of 402 answers.
 	BillingKey []byte
+	// Counter is the shared counter store, where opens of billing links are
+	// counted against their limits across instances; nil counts them in
+	// this instance's memory.
+	Counter counter.Store
 	// Billing serves /v1/billing, the billing links and Stripe webhooks;
 	// nil answers them 503.
 	Billing BillingService

@@ -1,8 +1,12 @@
 package pgstore
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -42,10 +46,19 @@ func (s *Audit) CountRefusals(ctx context.Context, batchID string, cs []audit.Re
 	return nil
 }
 
-// RaiseAlerts implements audit.Store in one statement, which must run after
-// the CountRefusals it depends on has committed: the pool runs each in a
-// transaction of its own.
-func (s *Audit) RaiseAlerts(ctx context.Context, cs []audit.AlertCheck) (int64, error) {
+// dayKey names a tenant's UTC day.
+type dayKey struct {
+	tenant pgtype.UUID
+	day    int64 // Unix seconds of its midnight
+}
+
+// RaiseAlerts implements audit.Store in one transaction, which must start
+// after the CountRefusals it depends on has committed (the pool runs each in
+// a transaction of its own): lock the (tenant, day) rows that hold the
+// budgets, then raise, update and aggregate in one statement (see
+// sql/alerts.sql), whose snapshot, taken once the locks are held, sees the
+// alerts of every flush that spent the budget before.
+func (s *Audit) RaiseAlerts(ctx context.Context, budget int, cs []audit.AlertCheck) (int64, error) {
 	p := sqlcgen.RaiseAlertsParams{
 		TenantIds:   make([]pgtype.UUID, 0, len(cs)),
 		Policies:    make([]string, 0, len(cs)),
@@ -55,25 +68,54 @@ func (s *Audit) RaiseAlerts(ctx context.Context, cs []audit.AlertCheck) (int64, 
 		Days:        make([]pgtype.Date, 0, len(cs)),
 		Shadow:      make([]bool, 0, len(cs)),
 	}
+	days := map[dayKey]time.Time{}
 	for _, c := range cs {
 		id, ok := auditUUID(c.TenantID)
-		if !ok || c.AlertAfter <= 0 {
+		if !ok || c.AlertAfter <= 0 || c.Key == audit.AggregateSubject {
 			continue
 		}
 		at := c.At.UTC()
+		day := time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC)
+		days[dayKey{id, day.Unix()}] = day
 		p.TenantIds = append(p.TenantIds, id)
 		p.Policies = append(p.Policies, c.Policy)
 		p.SubjectKeys = append(p.SubjectKeys, c.Key)
 		p.AlertAfter = append(p.AlertAfter, c.AlertAfter)
 		p.Ats = append(p.Ats, pgtype.Timestamptz{Time: at, Valid: true})
-		p.Days = append(p.Days, pgtype.Date{Time: time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC), Valid: true})
+		p.Days = append(p.Days, pgtype.Date{Time: day, Valid: true})
 		p.Shadow = append(p.Shadow, c.Shadow)
 	}
 	if len(p.TenantIds) == 0 {
 		return 0, nil
 	}
-	n, err := s.q.RaiseAlerts(ctx, p)
+	keys := slices.SortedFunc(maps.Keys(days), func(a, b dayKey) int {
+		return cmp.Or(bytes.Compare(a.tenant.Bytes[:], b.tenant.Bytes[:]), cmp.Compare(a.day, b.day))
+	})
+	lock := sqlcgen.LockAlertDaysParams{TenantIds: make([]pgtype.UUID, len(keys)), Days: make([]pgtype.Date, len(keys))}
+	for i, k := range keys {
+		lock.TenantIds[i], lock.Days[i] = k.tenant, pgtype.Date{Time: days[k], Valid: true}
+	}
+
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
+		return 0, auditErr(err)
+	}
+	defer tx.Rollback(ctx)
+	q := s.q.WithTx(tx)
+	locked, err := q.LockAlertDays(ctx, lock)
+	if err != nil {
+		return 0, auditErr(err)
+	}
+	for _, l := range locked {
+		p.RoomTenantIds = append(p.RoomTenantIds, l.TenantID)
+		p.RoomDays = append(p.RoomDays, l.Day)
+		p.Rooms = append(p.Rooms, max(int64(budget)-int64(l.Raised), 0))
+	}
+	n, err := q.RaiseAlerts(ctx, p)
+	if err != nil {
+		return 0, auditErr(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return 0, auditErr(err)
 	}
 	return n, nil
@@ -104,6 +146,7 @@ func (s *Audit) ListAlerts(ctx context.Context, tenantID string, since time.Time
 			FirstAt:    r.FirstAt.Time.UTC(),
 			LastAt:     r.LastAt.Time.UTC(),
 			Shadow:     r.Shadow,
+			Subjects:   r.Subjects,
 		}
 	}
 	return out, nil

@@ -21,6 +21,9 @@ const (
 	OutcomeUnknownCustomer = "unknown_customer"
 	OutcomeIgnored         = "ignored"
 	OutcomeFailed          = "failed"
+	// OutcomeCustomerConflict is a checkout that named a tenant with another
+	// Stripe customer; the tenant kept its own.
+	OutcomeCustomerConflict = "customer_conflict"
 	// OutcomeReplay selects events delivered more than once, whatever their
 	// stored outcome.
 	OutcomeReplay = "replay"

@@ -59,7 +59,7 @@ func (q *Queries) CountRefusals(ctx context.Context, arg CountRefusalsParams) er
 }
 
 const listAlerts = `-- name: ListAlerts :many
-SELECT policy, subject_key, day, first_at, last_at, count, alert_after, shadow
+SELECT policy, subject_key, day, first_at, last_at, count, alert_after, shadow, subjects
 FROM alerts
 WHERE tenant_id = $1 AND last_at >= $2
 ORDER BY last_at DESC, policy, subject_key
@@ -81,6 +81,7 @@ type ListAlertsRow struct {
 	Count      int64
 	AlertAfter int64
 	Shadow     bool
+	Subjects   int64
 }
 
 // ListAlerts returns a tenant's alerts whose last refusal is at or after
@@ -103,6 +104,7 @@ func (q *Queries) ListAlerts(ctx context.Context, arg ListAlertsParams) ([]ListA
 			&i.Count,
 			&i.AlertAfter,
 			&i.Shadow,
+			&i.Subjects,
 		); err != nil {
 			return nil, err
 		}
@@ -112,6 +114,104 @@ func (q *Queries) ListAlerts(ctx context.Context, arg ListAlertsParams) ([]ListA
 		return nil, err
 	}
 	return items, nil
+}
+
+const lockAlertDays = `-- name: LockAlertDays :many
+INSERT INTO alert_days AS d (tenant_id, day)
+SELECT i.tenant_id, i.day
+FROM (SELECT
+    unnest($1::uuid[]) AS tenant_id,
+    unnest($2::date[]) AS day
+) AS i
+WHERE EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = i.tenant_id)
+ORDER BY i.tenant_id, i.day
+ON CONFLICT (tenant_id, day) DO UPDATE SET raised = d.raised
+RETURNING d.tenant_id, d.day, d.raised
+`
+
+type LockAlertDaysParams struct {
+	TenantIds []pgtype.UUID
+	Days      []pgtype.Date
+}
+
+// LockAlertDays makes the row of each (tenant, day) and locks it until the
+// transaction ends, in key order, so that one tenant's alert budget of a day
+// is spent by one flush at a time whatever the number of instances; it
+// returns the alerts raised so far. The pairs must be distinct; tenants that
+// no longer exist are left out.
+func (q *Queries) LockAlertDays(ctx context.Context, arg LockAlertDaysParams) ([]AlertDay, error) {
+	rows, err := q.db.Query(ctx, lockAlertDays, arg.TenantIds, arg.Days)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AlertDay
+	for rows.Next() {
+		var i AlertDay
+		if err := rows.Scan(&i.TenantID, &i.Day, &i.Raised); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const pruneAlertDays = `-- name: PruneAlertDays :execrows
+DELETE FROM alert_days AS d
+USING (
+    SELECT tenant_id, day FROM alert_days
+    WHERE alert_days.day < $1::date
+    ORDER BY day
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+) AS old
+WHERE d.tenant_id = old.tenant_id AND d.day = old.day
+`
+
+type PruneAlertDaysParams struct {
+	Before  pgtype.Date
+	MaxRows int32
+}
+
+// PruneAlertDays deletes up to max_rows alert budget rows of days before
+// before.
+func (q *Queries) PruneAlertDays(ctx context.Context, arg PruneAlertDaysParams) (int64, error) {
+	result, err := q.db.Exec(ctx, pruneAlertDays, arg.Before, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const pruneAlertOverflow = `-- name: PruneAlertOverflow :execrows
+DELETE FROM alert_overflow AS o
+USING (
+    SELECT tenant_id, policy, subject_key, day FROM alert_overflow
+    WHERE alert_overflow.day < $1::date
+    ORDER BY day
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+) AS old
+WHERE o.tenant_id = old.tenant_id AND o.policy = old.policy
+  AND o.subject_key = old.subject_key AND o.day = old.day
+`
+
+type PruneAlertOverflowParams struct {
+	Before  pgtype.Date
+	MaxRows int32
+}
+
+// PruneAlertOverflow deletes up to max_rows subjects counted in aggregate
+// alerts of days before before.
+func (q *Queries) PruneAlertOverflow(ctx context.Context, arg PruneAlertOverflowParams) (int64, error) {
+	result, err := q.db.Exec(ctx, pruneAlertOverflow, arg.Before, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const pruneAlerts = `-- name: PruneAlerts :execrows
@@ -169,53 +269,130 @@ func (q *Queries) PruneRefusalHours(ctx context.Context, arg PruneRefusalHoursPa
 	return result.RowsAffected(), nil
 }
 
-const raiseAlerts = `-- name: RaiseAlerts :execrows
-INSERT INTO alerts AS a (tenant_id, policy, subject_key, day, first_at, last_at, count, alert_after, shadow)
-SELECT i.tenant_id, i.policy, i.subject_key, i.day, i.at, i.at, s.total, i.alert_after, i.shadow
-FROM (SELECT
-    unnest($1::uuid[]) AS tenant_id,
-    unnest($2::text[]) AS policy,
-    unnest($3::text[]) AS subject_key,
-    unnest($4::bigint[]) AS alert_after,
-    unnest($5::timestamptz[]) AS at,
-    unnest($6::date[]) AS day,
-    unnest($7::boolean[]) AS shadow
-) AS i
-CROSS JOIN LATERAL (
-    SELECT coalesce(sum(h.refusals), 0)::bigint AS total
-    FROM refusal_hours AS h
-    WHERE h.tenant_id = i.tenant_id AND h.policy = i.policy AND h.subject_key = i.subject_key
-      AND h.hour > i.at - interval '24 hours' AND h.hour <= i.at
-) AS s
-WHERE i.alert_after > 0 AND s.total >= i.alert_after
-  AND EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = i.tenant_id)
-ORDER BY i.tenant_id, i.policy, i.subject_key, i.day
-ON CONFLICT (tenant_id, policy, subject_key, day) DO UPDATE SET
-    first_at = least(a.first_at, EXCLUDED.first_at),
-    last_at = greatest(a.last_at, EXCLUDED.last_at),
-    count = CASE WHEN EXCLUDED.last_at >= a.last_at THEN EXCLUDED.count ELSE a.count END,
-    alert_after = EXCLUDED.alert_after,
-    shadow = EXCLUDED.shadow
+const raiseAlerts = `-- name: RaiseAlerts :one
+WITH input AS (
+    SELECT i.tenant_id, i.policy, i.subject_key, i.alert_after, i.at, i.day, i.shadow
+    FROM (SELECT
+        unnest($1::uuid[]) AS tenant_id,
+        unnest($2::text[]) AS policy,
+        unnest($3::text[]) AS subject_key,
+        unnest($4::bigint[]) AS alert_after,
+        unnest($5::timestamptz[]) AS at,
+        unnest($6::date[]) AS day,
+        unnest($7::boolean[]) AS shadow
+    ) AS i
+    WHERE i.alert_after > 0
+      AND EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = i.tenant_id)
+), room AS (
+    SELECT
+        unnest($8::uuid[]) AS tenant_id,
+        unnest($9::date[]) AS day,
+        unnest($10::bigint[]) AS room
+), reached AS (
+    SELECT i.tenant_id, i.policy, i.subject_key, i.alert_after, i.at, i.day, i.shadow, s.total, r.room,
+        EXISTS (
+            SELECT 1 FROM alerts AS a
+            WHERE a.tenant_id = i.tenant_id AND a.policy = i.policy
+              AND a.subject_key = i.subject_key AND a.day = i.day
+        ) AS known
+    FROM input AS i
+    JOIN room AS r ON r.tenant_id = i.tenant_id AND r.day = i.day
+    CROSS JOIN LATERAL (
+        SELECT coalesce(sum(h.refusals), 0)::bigint AS total
+        FROM refusal_hours AS h
+        WHERE h.tenant_id = i.tenant_id AND h.policy = i.policy AND h.subject_key = i.subject_key
+          AND h.hour > i.at - interval '24 hours' AND h.hour <= i.at
+    ) AS s
+    WHERE s.total >= i.alert_after
+), ranked AS (
+    SELECT reached.tenant_id, reached.policy, reached.subject_key, reached.alert_after, reached.at, reached.day, reached.shadow, reached.total, reached.room, reached.known,
+        row_number() OVER (PARTITION BY tenant_id, day, known ORDER BY at, policy, subject_key) AS rank
+    FROM reached
+), listed AS (
+    INSERT INTO alerts AS a (tenant_id, policy, subject_key, day, first_at, last_at, count, alert_after, shadow)
+    SELECT tenant_id, policy, subject_key, day, at, at, total, alert_after, shadow
+    FROM ranked
+    WHERE known OR rank <= room
+    ORDER BY tenant_id, policy, subject_key, day
+    ON CONFLICT (tenant_id, policy, subject_key, day) DO UPDATE SET
+        first_at = least(a.first_at, EXCLUDED.first_at),
+        last_at = greatest(a.last_at, EXCLUDED.last_at),
+        count = CASE WHEN EXCLUDED.last_at >= a.last_at THEN EXCLUDED.count ELSE a.count END,
+        alert_after = EXCLUDED.alert_after,
+        shadow = EXCLUDED.shadow
+    RETURNING 1
+), spent AS (
+    UPDATE alert_days AS d
+    SET raised = d.raised + n.raised
+    FROM (
+        SELECT tenant_id, day, count(*)::integer AS raised
+        FROM ranked
+        WHERE NOT known AND rank <= room
+        GROUP BY tenant_id, day
+    ) AS n
+    WHERE d.tenant_id = n.tenant_id AND d.day = n.day
+), over AS (
+    -- Subjects past the budget that no aggregate counts yet. The lock on
+    -- the day keeps other flushes from counting them meanwhile, so the
+    -- snapshot's answer holds; each is a probe of the primary key.
+    SELECT r.tenant_id, r.policy, r.subject_key, r.day, r.at, r.total, r.alert_after, r.shadow
+    FROM ranked AS r
+    WHERE NOT r.known AND r.rank > r.room
+      AND NOT EXISTS (
+          SELECT 1 FROM alert_overflow AS x
+          WHERE x.tenant_id = r.tenant_id AND x.policy = r.policy
+            AND x.subject_key = r.subject_key AND x.day = r.day
+      )
+), counted AS (
+    INSERT INTO alert_overflow (tenant_id, policy, subject_key, day)
+    SELECT tenant_id, policy, subject_key, day FROM over
+    ORDER BY tenant_id, policy, subject_key, day
+    ON CONFLICT DO NOTHING
+), grouped AS (
+    INSERT INTO alerts AS a (tenant_id, policy, subject_key, day, first_at, last_at, count, alert_after, shadow, subjects)
+    SELECT tenant_id, policy, '*', day, min(at), max(at), sum(total)::bigint,
+        max(alert_after), bool_and(shadow), count(*)
+    FROM over
+    GROUP BY tenant_id, policy, day
+    ORDER BY tenant_id, policy, day
+    ON CONFLICT (tenant_id, policy, subject_key, day) DO UPDATE SET
+        first_at = least(a.first_at, EXCLUDED.first_at),
+        last_at = greatest(a.last_at, EXCLUDED.last_at),
+        count = a.count + EXCLUDED.count,
+        subjects = a.subjects + EXCLUDED.subjects,
+        alert_after = EXCLUDED.alert_after,
+        shadow = EXCLUDED.shadow
+    RETURNING 1
+)
+SELECT ((SELECT count(*) FROM listed) + (SELECT count(*) FROM grouped))::bigint AS alerts
 `
 
 type RaiseAlertsParams struct {
-	TenantIds   []pgtype.UUID
-	Policies    []string
-	SubjectKeys []string
-	AlertAfter  []int64
-	Ats         []pgtype.Timestamptz
-	Days        []pgtype.Date
-	Shadow      []bool
+	TenantIds     []pgtype.UUID
+	Policies      []string
+	SubjectKeys   []string
+	AlertAfter    []int64
+	Ats           []pgtype.Timestamptz
+	Days          []pgtype.Date
+	Shadow        []bool
+	RoomTenantIds []pgtype.UUID
+	RoomDays      []pgtype.Date
+	Rooms         []int64
 }
 
 // RaiseAlerts raises or updates the alert of each (tenant, policy, subject
 // key) whose refusals in the 24 hourly buckets up to at (the bucket of at and
-// the 23 before it) reach alert_after: one row per UTC day of at. Run it
-// after CountRefusals has committed, in a statement of its own, so that it
-// sees the counts of every instance committed before it. Returns the number
-// of alerts raised or updated.
+// the 23 before it) reach alert_after: one row per UTC day of at. A subject
+// that has no alert that day gets one only while its tenant's day has room
+// (as given per tenant and day, taken in order of time); past that, it is
+// counted once in its policy's aggregate alert of the day (subject_key '*',
+// subjects the number of them). Run it in the transaction that locked the
+// days (LockAlertDays), after CountRefusals has committed, so that it sees
+// the counts of every instance committed before it and the alerts of every
+// flush that spent the day's budget before. Returns the number of alerts
+// raised or updated, aggregates included.
 func (q *Queries) RaiseAlerts(ctx context.Context, arg RaiseAlertsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, raiseAlerts,
+	row := q.db.QueryRow(ctx, raiseAlerts,
 		arg.TenantIds,
 		arg.Policies,
 		arg.SubjectKeys,
@@ -223,9 +400,11 @@ func (q *Queries) RaiseAlerts(ctx context.Context, arg RaiseAlertsParams) (int64
 		arg.Ats,
 		arg.Days,
 		arg.Shadow,
+		arg.RoomTenantIds,
+		arg.RoomDays,
+		arg.Rooms,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	var alerts int64
+	err := row.Scan(&alerts)
+	return alerts, err
 }

@@ -11,6 +11,39 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const addToRefusalFlood = `-- name: AddToRefusalFlood :exec
+UPDATE audit
+SET detail = jsonb_set(detail, '{refusals}', to_jsonb((detail->>'refusals')::bigint + $1::bigint))
+WHERE id = $2 AND kind = 'refusal_flood'
+`
+
+type AddToRefusalFloodParams struct {
+	Refusals int64
+	ID       int64
+}
+
+// AddToRefusalFlood adds refusals to the count of a refusal_flood entry.
+func (q *Queries) AddToRefusalFlood(ctx context.Context, arg AddToRefusalFloodParams) error {
+	_, err := q.db.Exec(ctx, addToRefusalFlood, arg.Refusals, arg.ID)
+	return err
+}
+
+const claimBatch = `-- name: ClaimBatch :execrows
+INSERT INTO applied_batches (id) VALUES ($1::uuid)
+ON CONFLICT DO NOTHING
+`
+
+// ClaimBatch records a batch id as applied, in the transaction that applies
+// the batch, and returns 1; it returns 0 when the batch was applied before,
+// and the transaction should then apply nothing.
+func (q *Queries) ClaimBatch(ctx context.Context, batchID pgtype.UUID) (int64, error) {
+	result, err := q.db.Exec(ctx, claimBatch, batchID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const insertAudit = `-- name: InsertAudit :one
 INSERT INTO audit (at, tenant_id, actor, kind, detail)
 VALUES (coalesce($1::timestamptz, now()), $2::uuid, $3, $4, $5::jsonb)
@@ -95,6 +128,115 @@ func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]Audit, 
 	return items, nil
 }
 
+const lockRefusalMinutes = `-- name: LockRefusalMinutes :many
+INSERT INTO refusal_minutes AS m (tenant_id, minute)
+SELECT i.tenant_id, i.minute
+FROM (SELECT
+    unnest($1::uuid[]) AS tenant_id,
+    unnest($2::timestamptz[]) AS minute
+) AS i
+WHERE EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = i.tenant_id)
+ORDER BY i.tenant_id, i.minute
+ON CONFLICT (tenant_id, minute) DO UPDATE SET entries = m.entries
+RETURNING m.tenant_id, m.minute, m.entries, coalesce(m.flood_id, 0)::bigint AS flood_id
+`
+
+type LockRefusalMinutesParams struct {
+	TenantIds []pgtype.UUID
+	Minutes   []pgtype.Timestamptz
+}
+
+type LockRefusalMinutesRow struct {
+	TenantID pgtype.UUID
+	Minute   pgtype.Timestamptz
+	Entries  int32
+	FloodID  int64
+}
+
+// LockRefusalMinutes makes the row of each (tenant, minute) and locks it
+// until the transaction ends, in key order, so that the budget of one
+// tenant's minute is spent by one flush at a time whatever the number of
+// instances; it returns each row's entries written so far and its flood
+// entry's id (0 when it has none). The pairs must be distinct; tenants that
+// no longer exist are left out.
+func (q *Queries) LockRefusalMinutes(ctx context.Context, arg LockRefusalMinutesParams) ([]LockRefusalMinutesRow, error) {
+	rows, err := q.db.Query(ctx, lockRefusalMinutes, arg.TenantIds, arg.Minutes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LockRefusalMinutesRow
+	for rows.Next() {
+		var i LockRefusalMinutesRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.Minute,
+			&i.Entries,
+			&i.FloodID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const pruneAudit = `-- name: PruneAudit :execrows
+DELETE FROM audit AS a
+USING (
+    SELECT audit.id FROM audit
+    WHERE audit.at < $1
+    ORDER BY audit.at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+) AS old
+WHERE a.id = old.id
+`
+
+type PruneAuditParams struct {
+	Before  pgtype.Timestamptz
+	MaxRows int32
+}
+
+// PruneAudit deletes up to max_rows audit entries, oldest first, dated
+// before before.
+func (q *Queries) PruneAudit(ctx context.Context, arg PruneAuditParams) (int64, error) {
+	result, err := q.db.Exec(ctx, pruneAudit, arg.Before, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const pruneRefusalMinutes = `-- name: PruneRefusalMinutes :execrows
+DELETE FROM refusal_minutes AS m
+USING (
+    SELECT tenant_id, minute FROM refusal_minutes
+    WHERE refusal_minutes.minute < $1
+    ORDER BY minute
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+) AS old
+WHERE m.tenant_id = old.tenant_id AND m.minute = old.minute
+`
+
+type PruneRefusalMinutesParams struct {
+	Before  pgtype.Timestamptz
+	MaxRows int32
+}
+
+// PruneRefusalMinutes deletes up to max_rows minute rows before before.
+func (q *Queries) PruneRefusalMinutes(ctx context.Context, arg PruneRefusalMinutesParams) (int64, error) {
+	result, err := q.db.Exec(ctx, pruneRefusalMinutes, arg.Before, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const pruneRefusalWindows = `-- name: PruneRefusalWindows :execrows
 DELETE FROM refusal_windows AS w
 USING (
@@ -122,57 +264,146 @@ func (q *Queries) PruneRefusalWindows(ctx context.Context, arg PruneRefusalWindo
 	return result.RowsAffected(), nil
 }
 
-const recordFirstRefusals = `-- name: RecordFirstRefusals :execrows
+const recordFirstRefusals = `-- name: RecordFirstRefusals :many
 WITH input AS (
-    SELECT i.tenant_id, i.counter_key, i.window_end, i.at, i.detail
+    SELECT i.tenant_id, i.counter_key, i.window_end, i.at, i.minute, i.detail
     FROM (SELECT
         unnest($1::uuid[]) AS tenant_id,
         unnest($2::text[]) AS counter_key,
         unnest($3::timestamptz[]) AS window_end,
         unnest($4::timestamptz[]) AS at,
-        unnest($5::text[]) AS detail
+        unnest($5::timestamptz[]) AS minute,
+        unnest($6::text[]) AS detail
     ) AS i
     WHERE EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = i.tenant_id)
+), room AS (
+    SELECT
+        unnest($7::uuid[]) AS tenant_id,
+        unnest($8::timestamptz[]) AS minute,
+        unnest($9::bigint[]) AS room
 ), first AS (
     INSERT INTO refusal_windows (tenant_id, counter_key, window_end)
     SELECT tenant_id, counter_key, window_end FROM input
     ORDER BY tenant_id, counter_key, window_end
     ON CONFLICT DO NOTHING
     RETURNING tenant_id, counter_key, window_end
+), fresh AS (
+    SELECT i.tenant_id, i.minute, i.at, i.detail, r.room,
+        row_number() OVER (PARTITION BY i.tenant_id, i.minute ORDER BY i.at, i.counter_key, i.window_end) AS rank
+    FROM first AS f
+    JOIN input AS i
+      ON i.tenant_id = f.tenant_id AND i.counter_key = f.counter_key AND i.window_end = f.window_end
+    JOIN room AS r ON r.tenant_id = i.tenant_id AND r.minute = i.minute
+), written AS (
+    INSERT INTO audit (at, tenant_id, actor, kind, detail)
+    SELECT at, tenant_id, 'tollgate', 'refusal', detail::jsonb
+    FROM fresh
+    WHERE rank <= room
+    ORDER BY at
 )
-INSERT INTO audit (at, tenant_id, actor, kind, detail)
-SELECT i.at, i.tenant_id, 'tollgate', 'refusal', i.detail::jsonb
-FROM first AS f
-JOIN input AS i
-  ON i.tenant_id = f.tenant_id AND i.counter_key = f.counter_key AND i.window_end = f.window_end
-ORDER BY i.at
+SELECT tenant_id::uuid AS tenant_id, minute::timestamptz AS minute,
+    count(*) FILTER (WHERE rank <= room)::bigint AS written,
+    count(*) FILTER (WHERE rank > room)::bigint AS past_budget,
+    coalesce(min(at) FILTER (WHERE rank > room), minute)::timestamptz AS first_past_at
+FROM fresh
+GROUP BY tenant_id, minute
 `
 
 type RecordFirstRefusalsParams struct {
-	TenantIds   []pgtype.UUID
-	CounterKeys []string
-	WindowEnds  []pgtype.Timestamptz
-	Ats         []pgtype.Timestamptz
-	Details     []string
+	TenantIds     []pgtype.UUID
+	CounterKeys   []string
+	WindowEnds    []pgtype.Timestamptz
+	Ats           []pgtype.Timestamptz
+	Minutes       []pgtype.Timestamptz
+	Details       []string
+	RoomTenantIds []pgtype.UUID
+	RoomMinutes   []pgtype.Timestamptz
+	Rooms         []int64
 }
 
-// RecordFirstRefusals writes an audit entry for each refusal that is the
-// first of its (tenant, counter key, window end), in one statement: the
-// window row is inserted if absent, and the entry written only when this
-// statement inserted it, so that any number of instances write one entry per
-// window. Keys must be distinct within a call; rows are inserted in key order
-// so that concurrent calls cannot deadlock. Refusals of tenants that no
-// longer exist are dropped. Returns the number of entries written.
-func (q *Queries) RecordFirstRefusals(ctx context.Context, arg RecordFirstRefusalsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, recordFirstRefusals,
+type RecordFirstRefusalsRow struct {
+	TenantID    pgtype.UUID
+	Minute      pgtype.Timestamptz
+	Written     int64
+	PastBudget  int64
+	FirstPastAt pgtype.Timestamptz
+}
+
+// RecordFirstRefusals finds, among the refusals given, those that are the
+// first of their (tenant, counter key, window end) of any instance: the
+// window row is inserted if absent, and a refusal is first only when this
+// statement inserted it. Of the first refusals of each (tenant, minute), in
+// order of time, the first room ones (room as given per tenant and minute)
+// get an audit entry; the statement returns, per (tenant, minute), how many
+// got one and how many did not (past_budget), and when the first of those
+// happened. Run it in the transaction that locked the minutes
+// (LockRefusalMinutes). Keys must be distinct within a call; window rows are
+// inserted in key order so that concurrent calls cannot deadlock. Refusals
+// of tenants that no longer exist are dropped.
+func (q *Queries) RecordFirstRefusals(ctx context.Context, arg RecordFirstRefusalsParams) ([]RecordFirstRefusalsRow, error) {
+	rows, err := q.db.Query(ctx, recordFirstRefusals,
 		arg.TenantIds,
 		arg.CounterKeys,
 		arg.WindowEnds,
 		arg.Ats,
+		arg.Minutes,
 		arg.Details,
+		arg.RoomTenantIds,
+		arg.RoomMinutes,
+		arg.Rooms,
 	)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	var items []RecordFirstRefusalsRow
+	for rows.Next() {
+		var i RecordFirstRefusalsRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.Minute,
+			&i.Written,
+			&i.PastBudget,
+			&i.FirstPastAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const settleRefusalMinutes = `-- name: SettleRefusalMinutes :exec
+UPDATE refusal_minutes AS m
+SET entries = m.entries + i.entries,
+    flood_id = coalesce(m.flood_id, nullif(i.flood_id, 0))
+FROM (SELECT
+    unnest($1::uuid[]) AS tenant_id,
+    unnest($2::timestamptz[]) AS minute,
+    unnest($3::integer[]) AS entries,
+    unnest($4::bigint[]) AS flood_id
+) AS i
+WHERE m.tenant_id = i.tenant_id AND m.minute = i.minute
+`
+
+type SettleRefusalMinutesParams struct {
+	TenantIds []pgtype.UUID
+	Minutes   []pgtype.Timestamptz
+	Entries   []int32
+	FloodIds  []int64
+}
+
+// SettleRefusalMinutes adds the entries a flush wrote to each (tenant,
+// minute) and names its flood entry when it had none (flood_id 0 leaves it).
+func (q *Queries) SettleRefusalMinutes(ctx context.Context, arg SettleRefusalMinutesParams) error {
+	_, err := q.db.Exec(ctx, settleRefusalMinutes,
+		arg.TenantIds,
+		arg.Minutes,
+		arg.Entries,
+		arg.FloodIds,
+	)
+	return err
 }

@@ -34,6 +34,20 @@ type Alert struct {
 	Count      int64
 	AlertAfter int64
 	Shadow     bool
+	Subjects   int64
+}
+
+type AlertDay struct {
+	TenantID pgtype.UUID
+	Day      pgtype.Date
+	Raised   int32
+}
+
+type AlertOverflow struct {
+	TenantID   pgtype.UUID
+	Policy     string
+	SubjectKey string
+	Day        pgtype.Date
 }
 
 type ApiKey struct {
@@ -142,6 +156,13 @@ type RefusalHour struct {
 	SubjectKey string
 	Hour       pgtype.Timestamptz
 	Refusals   int64
+}
+
+type RefusalMinute struct {
+	TenantID pgtype.UUID
+	Minute   pgtype.Timestamptz
+	Entries  int32
+	FloodID  *int64
 }
 
 type RefusalWindow struct {

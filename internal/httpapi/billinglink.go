@@ -1,0 +1,182 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/limit"
+)
+
+// BillingLinkLifetime is how long the billing_url of a 402 answer opens the
+// portal: a week, so that a developer who finds the answer in a log or a
+// ticket days later can still follow it, while a link leaked long ago no
+// longer opens anything. The next 402 answer carries a fresh one.
+const BillingLinkLifetime = 7 * 24 * time.Hour
+
+// Each open of a billing link asks Stripe for a portal session, and Stripe's
+// request budget is shared by every tenant, so opens are limited per tenant
+// and per client IP (sliding windows of an hour, across instances when the
+// shared counter store answers): a person fixing a card opens the link a
+// few times, a script cannot turn it into a stream of Stripe calls.
+const (
+	BillingLinksPerTenant = 10
+	BillingLinksPerIP     = 20
+	billingLinkWindow     = time.Hour
+)
+
+// billingLinkGroup is the counter group of the billing links' limits.
+const billingLinkGroup = "billing-links"
+
+// portalMAC is the MAC of a billing link's tenant id and expiry (Unix
+// seconds, as written in the token): the first 16 bytes of HMAC-SHA-256
+// under key, domain-separated from everything else the key signs.
+func portalMAC(key []byte, tenantID, expires string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("tollgate billing portal link\x00" + tenantID + "\x00" + expires))
+	return m.Sum(nil)[:16]
+}
+
+// signPortalToken returns the token of a billing link for tenantID that
+// opens until expires: "<tenant id>.<expiry, Unix seconds>.<hex MAC>".
+func signPortalToken(key []byte, tenantID string, expires time.Time) string {
+	exp := strconv.FormatInt(expires.Unix(), 10)
+	return tenantID + "." + exp + "." + hex.EncodeToString(portalMAC(key, tenantID, exp))
+}
+
+// verifyPortalToken returns the tenant id of a token signPortalToken made
+// with key that has not expired at now. It looks nothing up, so that every
+// token it refuses (forged, altered, of the old form without an expiry, or
+// expired) is refused alike, whatever the tenant it names. The MAC is
+// compared in constant time; an empty key verifies nothing.
+func verifyPortalToken(key []byte, token string, now time.Time) (string, bool) {
+	id, rest, ok := strings.Cut(token, ".")
+	if !ok || id == "" || len(key) == 0 {
+		return "", false
+	}
+	exp, sig, ok := strings.Cut(rest, ".")
+	if !ok || exp == "" || len(exp) > 12 {
+		return "", false
+	}
+	got, err := hex.DecodeString(sig)
+	if err != nil || !hmac.Equal(got, portalMAC(key, id, exp)) {
+		return "", false
+	}
+	secs, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil || !now.Before(time.Unix(secs, 0)) {
+		return "", false
+	}
+	return id, true
+}
+
+// portalLink serves GET /billing/portal/{token}, the billing_url of 402
+// answers: signed for one tenant and good for BillingLinkLifetime, it sends
+// whoever follows it to a fresh Customer Portal session (303). A token that
+// is not one billingURL made, or has expired, is 404, the same answer
+// whatever is wrong with it, and costs no lookup and no call to Stripe.
+// Opens past the limits are 429 with Retry-After, and cost no call either.
+func portalLink(cfg Config) echo.HandlerFunc {
+	limits := newLinkLimits(cfg)
+	return func(c echo.Context) error {
+		id, ok := verifyPortalToken(cfg.BillingKey, c.Param("token"), time.Now())
+		if !ok {
+			return echo.NewHTTPError(http.StatusNotFound, "No such billing link, or it has expired; the next 402 answer carries a fresh one.")
+		}
+		if cfg.Billing == nil {
+			return fmt.Errorf("billing link: %w", billing.ErrNotConfigured)
+		}
+		ctx := c.Request().Context()
+		wait, err := limits.admit(ctx, id, clientIP(c))
+		if err != nil {
+			return err
+		}
+		if wait > 0 {
+			c.Response().Header().Set("Retry-After", strconv.FormatInt(max(1, ceilDiv(wait, time.Second)), 10))
+			return echo.NewHTTPError(http.StatusTooManyRequests, fmt.Sprintf(
+				"This billing link was opened too often: at most %d times an hour per tenant and %d per client address. Try again later.",
+				BillingLinksPerTenant, BillingLinksPerIP))
+		}
+		u, err := cfg.Billing.Portal(ctx, id, "")
+		if err != nil {
+			return err
+		}
+		c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
+		return c.Redirect(http.StatusSeeOther, u)
+	}
+}
+
+// linkLimits counts billing link opens, per tenant and per client IP, in
+// the shared counter store, and in this instance's memory while that store
+// is unavailable (the limits then hold per instance, which still bounds the
+// calls to Stripe). Client IPs are counted as HMACs under the billing key.
+type linkLimits struct {
+	shared counter.Store // nil: memory only
+	local  *memory.Store
+	key    []byte
+	log    *slog.Logger
+}
+
+func newLinkLimits(cfg Config) *linkLimits {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// No pruning loop: the bound on keys evicts the least recently used.
+	return &linkLimits{shared: cfg.Counter, local: memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1}), key: cfg.BillingKey, log: log}
+}
+
+// admit counts one open of tenantID's link from ip (as the per-IP layers
+// key it: an IPv6 address cut to its network; every unresolved client in
+// one bucket), on both counters or neither, and returns zero, or how long
+// to wait when a limit refuses.
+func (l *linkLimits) admit(ctx context.Context, tenantID string, ip netip.Addr) (time.Duration, error) {
+	client := "unknown"
+	if ip.IsValid() {
+		client = ip.String()
+	}
+	m := hmac.New(sha256.New, l.key)
+	m.Write([]byte("tollgate billing link client\x00" + client))
+	w := limit.Every(billingLinkWindow)
+	req := counter.Request{Mode: counter.Consume, Group: billingLinkGroup, Items: []counter.Item{
+		{Key: "tenant:" + tenantID, Algorithm: limit.SlidingWindow, Limit: BillingLinksPerTenant, Window: w, Cost: 1},
+		{Key: "ip:" + hex.EncodeToString(m.Sum(nil)[:16]), Algorithm: limit.SlidingWindow, Limit: BillingLinksPerIP, Window: w, Cost: 1},
+	}}
+	var res counter.Result
+	err := counter.ErrUnavailable
+	if l.shared != nil {
+		res, err = l.shared.Check(ctx, req)
+		if errors.Is(err, counter.ErrUnavailable) {
+			l.log.WarnContext(ctx, "billing link limits: counter store unavailable, counting in this instance's memory", "err", err)
+		}
+	}
+	if errors.Is(err, counter.ErrUnavailable) {
+		res, err = l.local.Check(ctx, req)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("billing link limits: %w", err)
+	}
+	if res.Allowed {
+		return 0, nil
+	}
+	var wait time.Duration
+	for _, d := range res.Decisions {
+		if !d.Allowed {
+			wait = max(wait, d.RetryAfter, time.Second)
+		}
+	}
+	return wait, nil
+}
