@@ -25,10 +25,15 @@ type Algorithm uint8
 
 // The algorithms. Their numeric values are part of the store protocols
 // (SQL function and Lua script arguments) and must not change.
+//
+// Concurrency is no counting rule, and Validate refuses it: it names the
+// policies whose limit bounds how many holders are in flight at once, which
+// the counter stores keep as leases (counter.Leaser), not as counters.
 const (
 	FixedWindow   Algorithm = 1
 	SlidingWindow Algorithm = 2
 	TokenBucket   Algorithm = 3
+	Concurrency   Algorithm = 4
 )
 
 // ErrInvalid is returned (wrapped) for an unknown algorithm, a window out of
@@ -44,14 +49,16 @@ func (a Algorithm) String() string {
 		return "sliding_window"
 	case TokenBucket:
 		return "token_bucket"
+	case Concurrency:
+		return "concurrency"
 	}
 	return "algorithm(" + strconv.Itoa(int(a)) + ")"
 }
 
 // ParseAlgorithm reads an API name ("fixed_window", "sliding_window",
-// "token_bucket"); anything else wraps ErrInvalid.
+// "token_bucket", "concurrency"); anything else wraps ErrInvalid.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for _, a := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, a := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, Concurrency} {
 		if a.String() == s {
 			return a, nil
 		}
