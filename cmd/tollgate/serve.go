@@ -125,7 +125,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	dash, err := dashboard.New(dashboard.Config{
 		Logger: log, Accounts: pgstore.NewAdmins(pool), Tenants: pgstore.NewTenants(pool), Policies: policies,
 		Usage: usageRec, Audit: audit.NewLog(auditStore), Traffic: pgstore.NewDashboard(pool),
-		Webhooks: pgstore.NewDashboard(pool), Billing: bill, Counter: store, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
+		Webhooks: pgstore.NewDashboard(pool), Billing: bill, Counter: store, Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
 		Changed: invalidate,
 	})
 	if err != nil {

@@ -294,19 +294,25 @@ func (g *Gate) Renew(ctx context.Context, tenantID string, test bool, id string,
 
 // InFlight returns the live leases of each named policy of a tenant, live
 // keys' (not the sandbox's), across its subjects, in order; 0 for a name
-// that holds none. Errors wrap counter.ErrUnavailable or counter.ErrInvalid
-// (more than counter.MaxItems names).
+// that holds none. It asks the store once per counter.MaxItems names.
+// Errors wrap counter.ErrUnavailable.
 func (g *Gate) InFlight(ctx context.Context, tenantID string, policies []string) ([]int64, error) {
 	if g.cfg.Leases == nil {
 		return nil, errNoLeaser
 	}
-	tallies := make([]string, len(policies))
-	for i, name := range policies {
-		tallies[i] = leaseTally(name, false)
+	out := make([]int64, 0, len(policies))
+	for len(policies) > 0 {
+		chunk := policies[:min(len(policies), counter.MaxItems)]
+		policies = policies[len(chunk):]
+		tallies := make([]string, len(chunk))
+		for i, name := range chunk {
+			tallies[i] = leaseTally(name, false)
+		}
+		n, err := g.cfg.Leases.Held(ctx, tenantID, tallies, time.Time{})
+		if err != nil {
+			return nil, fmt.Errorf("leases in flight of tenant %s: %w", tenantID, err)
+		}
+		out = append(out, n...)
 	}
-	n, err := g.cfg.Leases.Held(ctx, tenantID, tallies, time.Time{})
-	if err != nil {
-		return nil, fmt.Errorf("leases in flight of tenant %s: %w", tenantID, err)
-	}
-	return n, nil
+	return out, nil
 }
