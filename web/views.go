@@ -177,8 +177,8 @@ type PolicyRow struct {
 	AlertAfter                                      string
 	Overrides                                       []OverrideRow
 	// Concurrency marks a policy of algorithm concurrency: InFlight says
-	// its leases in flight ("unavailable" when the store did not say), and
-	// Meter, for scope global, how full it is, from 0 to 1.
+	// its leases in flight (or that the store did not say), and Meter, for
+	// scope global, how full it is, from 0 to 1.
 	Concurrency bool
 	InFlight    string
 	Meter       *float64

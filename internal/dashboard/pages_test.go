@@ -165,7 +165,7 @@ func TestPagesShowTheData(t *testing.T) {
 		t.Errorf("%d key rows, want %d", got, len(keys))
 	}
 	pol := tp.one("policy-row")
-	if got := textOf(pol); !strings.Contains(got, "sign-in-ip shadow 10 no leases 1m fixed_window subject open 5 vip-*: 100 (no expiry)") {
+	if got := textOf(pol); !strings.Contains(got, "sign-in-ip shadow 10 1m fixed_window subject open 5 vip-*: 100 (no expiry)") {
 		t.Errorf("policy row %q", got)
 	}
 	if got := tp.text("stripe-customer-none"); got == "" {

@@ -240,11 +240,11 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 			Scope: string(p.Scope), FailMode: string(p.FailMode), Shadow: p.Shadow, AlertAfter: "never",
 		}
 		if p.Algorithm == limit.Concurrency {
-			row.Concurrency, row.Window, row.InFlight = true, "none", "unavailable"
+			row.Concurrency, row.Window, row.InFlight = true, "none", "in flight: unavailable"
 			if n, ok := inFlight[p.Name]; ok {
-				row.InFlight = count(n) + " across subjects"
+				row.InFlight = count(n) + " in flight across subjects"
 				if p.Scope == policy.ScopeGlobal {
-					row.InFlight = count(n) + " of " + count(p.Limit)
+					row.InFlight = count(n) + " of " + count(p.Limit) + " in flight"
 					m := min(1, float64(n)/float64(p.Limit))
 					row.Meter = &m
 				}
