@@ -93,7 +93,9 @@ func TestTenantPageShowsLeasesInFlight(t *testing.T) {
 	if got := attr(tp.one("policies-card"), "tabindex"); got != "0" {
 		t.Errorf("policies card tabindex %q, want 0", got)
 	}
-	meters := find(tp.root, func(n *html.Node) bool { return n.Data == "svg" && attr(n, "aria-label") == "exports: 3 of 4 in flight" })
+	meters := find(tp.root, func(n *html.Node) bool {
+		return n.Data == "svg" && attr(n, "aria-label") == "exports: 3 of 4 in flight"
+	})
 	if len(meters) != 1 {
 		t.Fatalf("%d meters labelled for exports, want one", len(meters))
 	}
