@@ -8,14 +8,16 @@ set -euo pipefail
 have_postgres() {
   command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
 }
-have_redis() { command -v redis-server >/dev/null 2>&1; }
+# The Redis Cluster tests need redis-cli too (Debian's redis-tools, which
+# redis-server brings).
+have_redis() { command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; }
 have_chromium() { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; }
 
 missing=()
 for want in "$@"; do
   case "$want" in
     postgres) have_postgres || missing+=(postgresql) ;;
-    redis) have_redis || missing+=(redis-server) ;;
+    redis) have_redis || missing+=(redis-server redis-tools) ;;
     chromium) have_chromium || missing+=(chromium) ;;
     *) echo "deps.sh: unknown dependency $want" >&2; exit 2 ;;
   esac

@@ -15,7 +15,7 @@ import (
 // start. Nothing below cmd/tollgate reads the environment.
 type Config struct {
 	DatabaseURL     string        // DATABASE_URL; empty: the embedded PostgreSQL
-	RedisURL        string        // REDIS_URL
+	RedisURL        string        // REDIS_URL: redis:// (one server) or redis+cluster:// (a cluster)
 	Addr            string        // TOLLGATE_ADDR
 	CounterStore    string        // TOLLGATE_COUNTER_STORE: postgres, redis or memory
 	CounterTimeout  time.Duration // TOLLGATE_COUNTER_TIMEOUT
@@ -84,9 +84,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		}
 	}
 	if c.RedisURL != "" {
+		// One server, or a Redis Cluster named by seed nodes; the counter
+		// store parses the rest and checks the server's mode at start.
 		u, err := url.Parse(c.RedisURL)
-		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-			return c, fmt.Errorf("REDIS_URL: want redis://[:password@]host:port[/db]")
+		if err != nil || !slices.Contains([]string{"redis", "rediss", "redis+cluster", "rediss+cluster"}, u.Scheme) || u.Host == "" {
+			return c, fmt.Errorf("REDIS_URL: want redis://[:password@]host:port[/db] for one server or redis+cluster://[:password@]host:port[?addr=host:port&addr=host:port] for a cluster")
 		}
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {

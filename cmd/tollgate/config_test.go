@@ -85,3 +85,25 @@ func TestConfigLogMasksSecrets(t *testing.T) {
 		t.Fatalf("database URL not shown masked: %s", shown)
 	}
 }
+
+func TestConfigRedisURLForms(t *testing.T) {
+	t.Parallel()
+	for url, ok := range map[string]bool{
+		"redis://127.0.0.1:6379/0":                                 true,
+		"rediss://:secret@cache:6380":                              true,
+		"redis+cluster://10.0.0.1:7000":                            true,
+		"redis+cluster://:secret@10.0.0.1:7000?addr=10.0.0.2:7000": true,
+		"rediss+cluster://10.0.0.1:7000?addr=10.0.0.2:7000":        true,
+		"cluster://10.0.0.1:7000":                                  false,
+		"redis+sentinel://10.0.0.1:26379":                          false,
+		"redis+cluster://":                                         false,
+	} {
+		_, err := loadConfig(envOf(map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_COUNTER_STORE": "redis", "REDIS_URL": url}))
+		if ok && err != nil {
+			t.Errorf("REDIS_URL=%s: %v", url, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "REDIS_URL") || !strings.Contains(err.Error(), "redis+cluster://")) {
+			t.Errorf("REDIS_URL=%s: got %v, want an error naming REDIS_URL and both forms", url, err)
+		}
+	}
+}

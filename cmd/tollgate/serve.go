@@ -273,6 +273,20 @@ func counterStore(ctx context.Context, cfg Config, dsn string, log *slog.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
+		// A URL of the wrong mode (one server at a cluster node, a cluster
+		// at a plain server) stops start-up. A Redis that does not answer
+		// does not: degraded mode is the answer to an outage, and the mode
+		// is checked again at the next start.
+		vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = s.Verify(vctx)
+		cancel()
+		switch {
+		case errors.Is(err, counter.ErrUnavailable):
+			log.WarnContext(ctx, "redis not answering at start; its mode is unchecked and checks are degraded until it answers", "err", err)
+		case err != nil:
+			s.Close()
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
 		return s, nil
 	default:
 		s, err := pgcounter.New(ctx, pgcounter.Config{DSN: dsn, Timeout: cfg.CounterTimeout, Logger: log})

@@ -88,8 +88,9 @@ const DefaultTenantInflight = 64
 
 // Gate runs the admission pipeline. It is safe for concurrent use.
 type Gate struct {
-	cfg Config
-	met instruments
+	cfg    Config
+	leases *leases
+	met    instruments
 	// digest is HMAC-SHA-256 under the pepper, domain-separated by kind
 	// ("subject", "ip").
 	digest   *digest.Digester
@@ -138,6 +139,7 @@ func New(cfg Config) *Gate {
 	return &Gate{
 		cfg:      cfg,
 		met:      newInstruments(cfg.Metrics),
+		leases:   newLeases(),
 		digest:   digest.New(cfg.Pepper),
 		l1:       memory.New(memory.Config{MaxKeys: cfg.L1MaxKeys, Now: cfg.Now}),
 		breakers: newBreakers(cfg.BreakerFailures, cfg.BreakerOpenFor, maxBreakers, cfg.Metrics),
@@ -240,6 +242,12 @@ type layerItem struct {
 	layer, scope string
 	payment      bool
 	plan         string
+	// lease names the ceiling's lease; at is the index of its items in the
+	// counter request, -1 when its lease served it, and size the units its
+	// items asked for.
+	lease string
+	at    int
+	size  int64
 }
 
 // Admit runs the pipeline. Errors: tenant.ErrUnauthorized for a bad key,
@@ -367,22 +375,44 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		}
 	}
 
-	creq := counter.Request{Group: t.ID, Ceilings: len(ceilings)}
+	// Each ceiling spends a unit of this instance's lease on its counter
+	// when it has one (lease.go), or goes to the store in this request,
+	// renewing the lease on the way. The policies always go to the store,
+	// exact per check.
+	creq := counter.Request{Group: t.ID}
 	if req.Check != nil {
 		creq.Mode = req.Check.Mode
 	}
-	for _, c := range ceilings {
-		creq.Items = append(creq.Items, c.Item)
+	var spent []string // leases spent here, given back if a ceiling refuses
+	for i := range ceilings {
+		c := &ceilings[i]
+		// A plan may allow more than a counter holds; beyond MaxLimit a
+		// ceiling is as good as none.
+		c.Limit = min(c.Limit, limit.MaxLimit)
+		c.lease = leaseKey(t.ID, c.Key)
+		if ok, remaining, resetIn := g.leases.take(c.lease, now); ok {
+			spent = append(spent, c.lease)
+			c.at = -1
+			v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining, Window: windowLength(c.Window, now), ResetIn: resetIn})
+			continue
+		}
+		c.at = len(creq.Items)
+		c.size = g.leases.size(c.lease, now, leaseEnd(c.Window, now, now))
+		creq.Items = append(creq.Items, leasedItems(c.Item, c.size)...)
 	}
+	creq.Ceilings = len(creq.Items)
 	for _, p := range pols {
 		creq.Items = append(creq.Items, p.Item)
 	}
-
-	for i := range creq.Items {
-		// A plan may allow more than a counter holds; beyond MaxLimit a
-		// ceiling is as good as none.
-		creq.Items[i].Limit = min(creq.Items[i].Limit, limit.MaxLimit)
+	if len(creq.Items) == 0 {
+		// Every ceiling was served from its lease and there is no policy:
+		// nothing for the store to decide.
+		v.Allowed = true
+		g.met.answered(true, OutcomeAllowed)
+		g.observe(ctx, req, v, OutcomeAllowed, false, nil)
+		return v, nil
 	}
+
 	res, err := g.storeCheck(ctx, t.ID, creq)
 	if errors.Is(err, counter.ErrInvalid) {
 		return v, fmt.Errorf("counter request of tenant %s: %w", t.ID, err)
@@ -391,20 +421,38 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		return g.degraded(ctx, req, v, ceilings, pols, err), nil
 	}
 
-	for i, c := range ceilings {
-		d := res.Decisions[i]
-		if !d.Allowed {
+	for _, c := range ceilings {
+		if c.at < 0 {
+			continue
+		}
+		if d := res.Decisions[c.at]; !d.Allowed {
+			// The store counted none of the ceilings: give back what the
+			// leases spent.
+			for _, k := range spent {
+				g.leases.giveBack(k)
+			}
 			return g.refuse(ctx, req, v, Refusal{
 				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
 				RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, PaymentRequired: c.payment, Plan: c.plan, Key: c.Key,
 			}), nil
 		}
-		v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: d.Remaining, Window: windowLength(c.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
+	}
+	for _, c := range ceilings {
+		if c.at < 0 {
+			continue
+		}
+		d := res.Decisions[c.at]
+		granted, remaining := int64(1), d.Remaining
+		if top := c.at + 1; c.size > 1 && res.Decisions[top].Allowed {
+			granted, remaining = 1+creq.Items[top].Cost, res.Decisions[top].Remaining
+		}
+		g.leases.grant(c.lease, now, leaseEnd(c.Window, now, res.Now), c.Limit, granted, remaining)
+		v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining + granted - 1, Window: windowLength(c.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
 	}
 	v.Allowed = true
 	var refusals []Refusal
 	for i, p := range pols {
-		d := res.Decisions[len(ceilings)+i]
+		d := res.Decisions[creq.Ceilings+i]
 		iv := ItemVerdict{Policy: p.name, Decision: d, Shadow: p.shadow}
 		if !d.Allowed {
 			refusals = append(refusals, Refusal{Layer: LayerPolicy, Policy: p.name, Limit: p.Limit, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: p.Key, Shadow: p.shadow, AlertAfter: p.alertAfter})

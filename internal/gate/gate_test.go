@@ -740,3 +740,146 @@ func TestBreaker(t *testing.T) {
 	want("closed", false, true, "0")
 	want("closed, again", false, true, "0")
 }
+
+// stepClock is a clock that moves on by step each time it is read: traffic
+// at a steady rate, in virtual time.
+type stepClock struct {
+	mu   sync.Mutex
+	now  time.Time
+	step time.Duration
+}
+
+func (c *stepClock) read() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(c.step)
+	return c.now
+}
+
+// quotaRun sends n checks alternately through gates sharing one store, on a
+// clock that moves step per reading, and returns how many the tenant's
+// per-minute quota admitted and how many counter items the ceilings sent
+// to the store.
+func quotaRun(t *testing.T, gates int, quota int64, n int, step time.Duration) (admitted, ceilingItems int) {
+	t.Helper()
+	store := memory.New(memory.Config{MaxKeys: 1 << 20})
+	clk := &stepClock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), step: step}
+	dir := directory{tenants: map[string]tenant.Tenant{"tenant-1": {ID: "tenant-1", Plan: tenant.PlanEnterprise, QuotaPerMinute: &quota}}}
+	cat := catalog{"tenant-1": policy.NewSet([]policy.Policy{mustPolicy(t, "open", `{"limit":1000000000,"window":"1h"}`)}, nil)}
+	var gs []*gate.Gate
+	var recs []*recorder
+	for range gates {
+		g, rec, _ := newTestGate(t, store, dir, cat, gate.Config{Now: clk.read})
+		gs = append(gs, g)
+		recs = append(recs, rec)
+	}
+	ctx := context.Background()
+	for i := range n {
+		req := checkReq("tenant-1", client, gate.Item{Policy: "open", Subject: "s"})
+		req.Check.Mode = counter.Peek
+		v, err := gs[i%gates].Admit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case v.Refusal == nil:
+			admitted++
+		case v.Refusal.Layer != gate.LayerQuota || v.Refusal.Scope != "minute":
+			t.Fatalf("check %d refused by %+v", i, v.Refusal)
+		}
+	}
+	for _, rec := range recs {
+		rec.mu.Lock()
+		for _, r := range rec.reqs {
+			ceilingItems += r.Ceilings
+		}
+		rec.mu.Unlock()
+	}
+	return admitted, ceilingItems
+}
+
+// TestLeasedCeilingsOnOneInstanceAreExact: an instance alone spends every
+// unit it leases, so its quota admits exactly its limit however fast the
+// traffic (the 61st request at 60 a minute is refused).
+func TestLeasedCeilingsOnOneInstanceAreExact(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		quota int64
+		n     int
+		step  time.Duration
+	}{
+		{60, 100, time.Millisecond},
+		{60, 100, 100 * time.Microsecond},
+		{5000, 6000, 100 * time.Microsecond},
+	} {
+		if got, _ := quotaRun(t, 1, tt.quota, tt.n, tt.step); got != int(tt.quota) {
+			t.Errorf("one instance, %d checks at %d a minute: %d admitted", tt.n, tt.quota, got)
+		}
+	}
+}
+
+// TestLeasedCeilingsAcrossInstances: instances under-admit only by what
+// the others hold when the counter runs out, and never over-admit: at 300
+// a minute, two instances alternating admit at least 294; at 120,000 a
+// minute, at least 99 %. And the ceilings cost the store a small fraction
+// of an item per check.
+func TestLeasedCeilingsAcrossInstances(t *testing.T) {
+	t.Parallel()
+	admitted, _ := quotaRun(t, 2, 300, 1000, time.Millisecond)
+	if admitted < 294 || admitted > 300 {
+		t.Errorf("two instances at 300 a minute: %d admitted, want 294 to 300", admitted)
+	}
+	admitted, items := quotaRun(t, 2, 120_000, 130_000, 200*time.Microsecond)
+	if admitted < 118_800 || admitted > 120_000 {
+		t.Errorf("two instances at 120,000 a minute: %d admitted, want 118,800 to 120,000", admitted)
+	}
+	// Three ceilings (per-IP, quota minute and hour), each of which would
+	// cost an item per check without leases.
+	if perCheck := float64(items) / 130_000; perCheck > 0.2 {
+		t.Errorf("%.2f ceiling items per check sent to the store", perCheck)
+	}
+	t.Logf("120,000 a minute over two instances: %d admitted, %.3f ceiling items per check", admitted, float64(items)/130_000)
+}
+
+// TestLeasedCeilingsUnderConcurrency: many requests at once on instances
+// sharing a store: one instance admits exactly its quota, two never more
+// and nearly all of it.
+func TestLeasedCeilingsUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	run := func(gates int, quota int64, n int) int64 {
+		store := memory.New(memory.Config{})
+		// Virtual time within one minute: 1 µs a reading.
+		clk := &stepClock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), step: time.Microsecond}
+		dir := directory{tenants: map[string]tenant.Tenant{"tenant-1": {ID: "tenant-1", Plan: tenant.PlanEnterprise, QuotaPerMinute: &quota}}}
+		cat := catalog{"tenant-1": policy.NewSet([]policy.Policy{mustPolicy(t, "open", `{"limit":1000000000,"window":"1h"}`)}, nil)}
+		var gs []*gate.Gate
+		for range gates {
+			g, _, _ := newTestGate(t, store, dir, cat, gate.Config{Now: clk.read})
+			gs = append(gs, g)
+		}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 32 {
+			wg.Go(func() {
+				for i := w; i < n; i += 32 {
+					v, err := gs[i%gates].Admit(context.Background(), checkReq("tenant-1", client, gate.Item{Policy: "open", Subject: "s"}))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if v.Refusal == nil {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return admitted.Load()
+	}
+	if got := run(1, 500, 5000); got != 500 {
+		t.Errorf("one instance, 32 at once, quota 500: %d admitted", got)
+	}
+	if got := run(2, 3000, 20000); got > 3000 || got < 2940 {
+		t.Errorf("two instances, 32 at once, quota 3000: %d admitted, want 2940 to 3000", got)
+	}
+}

@@ -1,318 +1,227 @@
 package gate
 
-// Leases: concurrency limits. A policy of algorithm "concurrency" admits at
-// most its limit of holders in flight per subject (or in all, scope
-// global). Acquiring a lease is admitted like a check: Admit runs the
-// pipeline with the Request's Lease, the ceilings count it (the allotment
-// included), and the lease is taken in the same round trip as the ceilings
-// (counter.Leaser.Acquire). Releasing and renewing take no new slot: their
-// routes pass Admit without a Lease, as the policy routes do, and then call
-// Release and Renew.
-
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
-	"fmt"
+	"hash/maphash"
+	"math"
+	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/limit"
-	"github.com/tollgate/tollgate/internal/policy"
 )
 
-// Bounds of a lease's time to live, and the default when a request names
-// none.
+// Tollgate's own ceilings (per-IP L2, the tenant's quotas, the allotment,
+// the sandbox) are large numbers that need not cost a shared write per
+// check. An instance takes a lease of units from a ceiling's shared counter:
+// the units are consumed in the store when they are taken, in the same
+// round trip as a check that needs the store anyway, so that all instances
+// together never admit more than the limit. The instance then spends them
+// locally, one per request, and lets what it did not spend lapse when the
+// counter's window (for a sliding window, its current bucket) ends or the
+// process stops. Units taken early only make the shared counter
+// conservative: a unit is counted no later than it is used.
+//
+// A lease's size adapts: about leaseTraffic of this instance's recent
+// traffic on the counter, never more than a leaseShare of what the counter
+// had left at the last grant, nor than the traffic expected before the
+// window ends; and 1 (an exact round trip per request, as without leases)
+// when traffic is slow or the counter is near its limit. So one instance
+// alone stays exact (the 61st request at 60 a minute is refused: every unit
+// it took, it spent), and several instances under-admit only by what the
+// others hold when the counter runs out, which the share keeps small.
+//
+// In a counter request a lease is two items on the ceiling's key: the
+// ceiling itself at cost 1, which decides the request exactly as it would
+// without leases, then an advisory top-up for the rest of the lease, which
+// is granted only when the counter has room for all of it and never refuses
+// anything (counter.Item.Advisory).
 const (
-	MinLeaseTTL     = time.Second
-	MaxLeaseTTL     = time.Hour
-	DefaultLeaseTTL = time.Minute
+	// leaseTraffic is how much of an instance's traffic one lease covers.
+	leaseTraffic = 200 * time.Millisecond
+	// leaseShare bounds a lease by what the counter had left.
+	leaseShare = 8
+	// maxLease bounds a lease in units whatever the traffic.
+	maxLease = 1_000_000
+	// leaseShards and leasesPerShard bound the leases an instance holds.
+	leaseShards    = 16
+	leasesPerShard = 1024
 )
 
-// Lease is the body of a POST /v1/leases call.
-type Lease struct {
-	Policy  string
-	Subject string
-	// TTL is how long the lease lives unless renewed or released,
-	// MinLeaseTTL to MaxLeaseTTL.
-	TTL time.Duration
+// leases are this instance's leases, by tenant and counter key. Safe for
+// concurrent use; bounded (leaseShards × leasesPerShard entries), an entry
+// evicted when room is needed letting its units lapse.
+type leases struct {
+	seed   maphash.Seed
+	shards [leaseShards]leaseShard
 }
 
-// LeaseVerdict answers a Lease.
-type LeaseVerdict struct {
-	Policy string
-	// Allowed says a slot was taken: ID names the lease, and ExpiresAt is
-	// when it ends unless renewed or released.
-	Allowed   bool
-	ID        string
-	ExpiresAt time.Time
-	// InFlight is the subject's (or the policy's, scope global) leases in
-	// flight after this request, this one included when Allowed; Limit is
-	// how many it may hold, after overrides.
-	InFlight, Limit int64
-	// RetryAfter is zero when Allowed; otherwise the wait until the earliest
-	// lease in flight expires, when a slot is free unless it is renewed
-	// (one may be released sooner).
-	RetryAfter time.Duration
-	// Degraded says the counter store could not be asked, and the policy's
-	// fail_mode decided: a lease allowed so holds no slot, and its ID is
-	// known to no store.
-	Degraded bool
+type leaseShard struct {
+	mu sync.Mutex
+	m  map[string]*lease
 }
 
-// Lease ids are "ls_" and 32 hex digits of a random 128-bit number: not to
-// be guessed, and holding nothing of the tenant, policy or subject.
-const (
-	leaseIDPrefix = "ls_"
-	leaseIDLen    = len(leaseIDPrefix) + 32
-)
+// lease is one counter's lease. Times are this instance's clock.
+type lease struct {
+	end   time.Time // the units lapse then
+	left  int64     // units taken and not yet spent
+	limit int64
+	// remaining is what the counter had left after the last grant, as the
+	// store said: the share of it other instances may still take.
+	remaining int64
+	// rate is the units a second this instance spent, estimated at each
+	// grant from how fast the previous lease went.
+	rate    float64
+	takenAt time.Time
+	granted int64
+	// renewing is set while a request renews the lease with a top-up, so
+	// that requests meanwhile ask for one unit each rather than a lease each;
+	// it lapses at renewing's time in case that request never comes back.
+	renewing time.Time
+}
 
-// ValidLeaseID reports whether id has the form of a lease id.
-func ValidLeaseID(id string) bool {
-	if len(id) != leaseIDLen || id[:len(leaseIDPrefix)] != leaseIDPrefix {
-		return false
+func newLeases() *leases {
+	l := &leases{seed: maphash.MakeSeed()}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]*lease)
 	}
-	for i := len(leaseIDPrefix); i < len(id); i++ {
-		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
+	return l
+}
+
+func (l *leases) shard(k string) *leaseShard {
+	return &l.shards[maphash.String(l.seed, k)%leaseShards]
+}
+
+// leaseKey names a counter of a tenant.
+func leaseKey(group, key string) string { return group + "\x00" + key }
+
+// take spends one unit of the lease on k, if there is one with units left
+// at now, and reports it with what the counter has left as far as this
+// instance knows (what it holds and what the store had after the last
+// grant) and when the lease lapses.
+func (l *leases) take(k string, now time.Time) (ok bool, remaining int64, resetIn time.Duration) {
+	sh := l.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls := sh.m[k]
+	if ls == nil || ls.left <= 0 || !now.Before(ls.end) {
+		return false, 0, 0
+	}
+	ls.left--
+	return true, ls.remaining + ls.left, ls.end.Sub(now)
+}
+
+// giveBack returns a unit take spent, for a request another ceiling
+// refused: its ceilings are all counted or none is.
+func (l *leases) giveBack(k string) {
+	sh := l.shard(k)
+	sh.mu.Lock()
+	if ls := sh.m[k]; ls != nil {
+		ls.left++
+	}
+	sh.mu.Unlock()
+}
+
+// size is how many units to ask for on k at now, to lapse at end: 1 when
+// nothing is known of the traffic on it, or another request is renewing
+// the lease already.
+func (l *leases) size(k string, now, end time.Time) int64 {
+	sh := l.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls := sh.m[k]
+	if ls == nil || now.Before(ls.renewing) {
+		return 1
+	}
+	want := ls.nextRate(now) * min(leaseTraffic, end.Sub(now)).Seconds()
+	n := min(want, float64(ls.remaining)/leaseShare, maxLease)
+	if math.IsNaN(n) || n < 2 {
+		return 1
+	}
+	ls.renewing = now.Add(time.Second)
+	return int64(n)
+}
+
+// grant records granted units on k, one of which the request at now spent,
+// lapsing at end; remaining is what the store said the counter had left
+// after them. Units of a lease that has not lapsed are kept: requests that
+// renewed it at once add up.
+func (l *leases) grant(k string, now, end time.Time, lim, granted, remaining int64) {
+	sh := l.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls := sh.m[k]
+	if ls == nil {
+		if len(sh.m) >= leasesPerShard {
+			sh.evict(now)
+		}
+		ls = &lease{}
+		sh.m[k] = ls
+	}
+	if granted > 1 {
+		ls.renewing = time.Time{}
+	}
+	if granted == 1 && ls.left > 0 && now.Before(ls.end) {
+		// One unit asked for and spent while the lease still holds units:
+		// the lease is as it was, but for what the store says is left.
+		ls.remaining = remaining
+		return
+	}
+	ls.rate = ls.nextRate(now)
+	left := granted - 1
+	if now.Before(ls.end) && ls.end.Sub(end).Abs() < time.Second/2 {
+		// The same window (its end as two requests' clocks put it).
+		left += max(ls.left, 0)
+	}
+	ls.end, ls.left, ls.limit, ls.remaining = end, left, lim, remaining
+	ls.takenAt, ls.granted = now, granted
+}
+
+// nextRate is the rate estimate once the lease is renewed at now: the
+// previous estimate averaged with how fast the lease's spent units went.
+func (ls *lease) nextRate(now time.Time) float64 {
+	spent := ls.granted - max(ls.left, 0)
+	dt := now.Sub(ls.takenAt).Seconds()
+	if spent <= 0 || dt <= 0 {
+		return ls.rate / 2
+	}
+	return (ls.rate + float64(spent)/dt) / 2
+}
+
+// evict drops one lease to make room: a lapsed or spent one if the first
+// few looked at hold one, else any. Its units lapse.
+func (sh *leaseShard) evict(now time.Time) {
+	seen := 0
+	var any string
+	for k, ls := range sh.m {
+		if ls.left <= 0 || !now.Before(ls.end) {
+			delete(sh.m, k)
+			return
+		}
+		any = k
+		if seen++; seen == 8 {
+			break
 		}
 	}
-	return true
+	delete(sh.m, any)
 }
 
-func newLeaseID() string {
-	var b [16]byte
-	rand.Read(b[:]) // never fails (crypto/rand)
-	return leaseIDPrefix + hex.EncodeToString(b[:])
+// leaseEnd is when units taken at storeNow on a counter of window w lapse,
+// on this instance's clock at now: the end of the window, or of a sliding
+// window's current bucket.
+func leaseEnd(w limit.Window, now, storeNow time.Time) time.Time {
+	_, end := w.Bounds(storeNow.UnixMicro())
+	return now.Add(time.Duration(end-storeNow.UnixMicro()) * time.Microsecond)
 }
 
-// storeLeaseID is the id a lease is kept under: a test key's leases are
-// the sandbox's, "t:" in front, so that a live key cannot renew or release
-// a test key's lease or the other way round, as their counters are apart.
-func storeLeaseID(id string, test bool) string {
-	if test {
-		return "t:" + id
+// leasedItems are the counter items of a ceiling whose lease has run out:
+// the ceiling at cost 1 and, when the lease is to be larger, an advisory
+// top-up for the rest on the same key.
+func leasedItems(c counter.Item, size int64) []counter.Item {
+	if size <= 1 {
+		return []counter.Item{c}
 	}
-	return id
-}
-
-// leaseTally is what a policy's leases are counted in, across subjects.
-func leaseTally(name string, test bool) string {
-	if test {
-		return "t:p:" + name
-	}
-	return "p:" + name
-}
-
-// errNoLeaser is a Gate configured without a lease store: a bug of the
-// wiring, which the client sees as an internal error.
-var errNoLeaser = errors.New("gate: no lease store configured")
-
-// leasePolicy resolves a lease request's policy: one of the tenant's, of
-// algorithm concurrency. Errors are *policy.FieldError.
-func leasePolicy(set policy.Set, name string) (policy.Policy, error) {
-	p, ok := set.Lookup(name)
-	if !ok {
-		return policy.Policy{}, &policy.FieldError{Field: "policy", Reason: fmt.Sprintf("no policy named %q", truncate(name, 64))}
-	}
-	if p.Algorithm != limit.Concurrency {
-		return policy.Policy{}, &policy.FieldError{Field: "policy",
-			Reason: fmt.Sprintf(`policy %q has algorithm %q: leases are for policies of algorithm "concurrency"; ask POST /v1/check for it`, p.Name, p.Algorithm)}
-	}
-	return p, nil
-}
-
-// acquire is Admit's last step for a Request with a Lease, once the
-// ceilings that run in memory have passed: the shared ceilings and the
-// lease in one round trip.
-func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []layerItem, now time.Time) (Verdict, error) {
-	t, test, l := v.Tenant, v.Key.Test, req.Lease
-	if g.cfg.Leases == nil {
-		return v, errNoLeaser
-	}
-	set, err := g.cfg.Policies.For(ctx, t.ID)
-	if err != nil {
-		return v, fmt.Errorf("policies of tenant %s: %w", t.ID, err)
-	}
-	p, err := leasePolicy(set, l.Policy)
-	if err != nil {
-		return v, err
-	}
-	if reason := subjectFault(p, l.Subject); reason != "" {
-		return v, &policy.FieldError{Field: "subject", Reason: reason}
-	}
-	if l.TTL < MinLeaseTTL || l.TTL > MaxLeaseTTL {
-		return v, &policy.FieldError{Field: "ttl", Reason: fmt.Sprintf("must be %s to %s", MinLeaseTTL, MaxLeaseTTL)}
-	}
-	lim := p.Limit
-	if p.Scope != policy.ScopeGlobal {
-		lim = set.LimitFor(p, l.Subject, now)
-	}
-	lim = min(lim, limit.MaxLimit)
-	var buf [80]byte
-	key := string(g.appendPolicyKey(buf[:0], t.ID, test, p, l.Subject))
-	id := newLeaseID()
-	a := counter.Acquire{
-		Group: t.ID, Key: key, Tally: leaseTally(p.Name, test), ID: storeLeaseID(id, test), Limit: lim, TTL: l.TTL,
-		Ceilings: make([]counter.Item, len(ceilings)),
-	}
-	for i, c := range ceilings {
-		a.Ceilings[i] = c.Item
-		// As in Admit: beyond MaxLimit a ceiling is as good as none.
-		a.Ceilings[i].Limit = min(c.Limit, limit.MaxLimit)
-	}
-
-	res, err := g.storeAcquire(ctx, t.ID, a)
-	if errors.Is(err, counter.ErrInvalid) {
-		return v, fmt.Errorf("lease request of tenant %s: %w", t.ID, err)
-	}
-	if err != nil {
-		return g.leaseDegraded(ctx, req, v, ceilings, p, id, lim, err), nil
-	}
-	for i, c := range ceilings {
-		d := res.Ceilings.Decisions[i]
-		if !d.Allowed {
-			return g.refuse(ctx, req, v, Refusal{
-				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
-				RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, PaymentRequired: c.payment, Plan: c.plan, Key: c.Key,
-			}), nil
-		}
-		v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: d.Remaining, Window: windowLength(c.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
-	}
-	lv := &LeaseVerdict{Policy: p.Name, Allowed: res.Allowed, InFlight: res.InFlight, Limit: lim}
-	v.Lease, v.Allowed = lv, res.Allowed
-	var refusals []Refusal
-	outcome := OutcomeAllowed
-	if res.Allowed {
-		lv.ID, lv.ExpiresAt = id, res.ExpiresAt
-	} else {
-		lv.RetryAfter = max(0, res.ExpiresAt.Sub(res.Now))
-		outcome = LayerPolicy
-		refusals = []Refusal{{Layer: LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.ExpiresAt, Key: key, AlertAfter: p.AlertAfter}}
-	}
-	g.met.answered(v.Allowed, outcome)
-	g.observe(ctx, req, v, outcome, false, refusals)
-	return v, nil
-}
-
-// storeAcquire makes the acquire's one round trip, through the tenant's
-// circuit breaker, as storeCheck does for a check.
-func (g *Gate) storeAcquire(ctx context.Context, tenantID string, a counter.Acquire) (counter.Acquired, error) {
-	if !g.breakers.allow(tenantID, g.cfg.Now()) {
-		g.met.storeSkipped.Observe(0)
-		return counter.Acquired{}, fmt.Errorf("circuit open: %w", counter.ErrUnavailable)
-	}
-	start := time.Now()
-	res, err := g.cfg.Leases.Acquire(ctx, a)
-	took := time.Since(start).Seconds()
-	switch {
-	case errors.Is(err, counter.ErrInvalid):
-		g.breakers.release(tenantID)
-	case err != nil:
-		g.breakers.failure(tenantID, g.cfg.Now())
-		g.met.storeDown.Observe(took)
-	default:
-		g.breakers.success(tenantID)
-		g.met.storeOK.Observe(took)
-	}
-	return res, err
-}
-
-// leaseDegraded answers without the shared store: the ceilings have passed
-// L1 and allow; the policy's fail mode decides. An open policy hands out a
-// lease that holds no slot, under an id no store knows (releasing it
-// answers that it is gone); a closed one refuses for a second.
-func (g *Gate) leaseDegraded(ctx context.Context, req Request, v Verdict, ceilings []layerItem, p policy.Policy, id string, lim int64, cause error) Verdict {
-	g.logDegraded(ctx, v.Tenant.ID, cause)
-	now := g.cfg.Now()
-	v.Degraded = true
-	for _, c := range ceilings {
-		g.met.degraded[c.layer].Inc()
-	}
-	g.met.degraded[LayerPolicy].Inc()
-	lv := &LeaseVerdict{Policy: p.Name, Limit: lim, Degraded: true}
-	if p.FailMode == policy.FailOpen {
-		lv.Allowed, lv.ID, lv.ExpiresAt = true, id, now.Add(req.Lease.TTL)
-	} else {
-		lv.RetryAfter = time.Second
-	}
-	v.Lease, v.Allowed = lv, lv.Allowed
-	outcome := OutcomeAllowed
-	if !v.Allowed {
-		outcome = LayerPolicy
-	}
-	g.met.answered(v.Allowed, outcome)
-	g.observe(ctx, req, v, outcome, true, nil)
-	return v
-}
-
-// leaseRef returns the store's reference to the tenant's lease id, or a
-// *policy.FieldError for an id of the wrong form.
-func (g *Gate) leaseRef(tenantID string, test bool, id string, ttl time.Duration) (counter.LeaseRef, error) {
-	if g.cfg.Leases == nil {
-		return counter.LeaseRef{}, errNoLeaser
-	}
-	if !ValidLeaseID(id) {
-		return counter.LeaseRef{}, &policy.FieldError{Field: "id", Reason: `not a lease id: "ls_" and 32 hex digits, as POST /v1/leases answered`}
-	}
-	return counter.LeaseRef{Group: tenantID, ID: storeLeaseID(id, test), TTL: ttl}, nil
-}
-
-// Release ends a tenant's lease at once, freeing its slot: the tenant's
-// alone, and one taken with a key of the same kind (live or test). Errors:
-// a *policy.FieldError for an id of the wrong form, counter.ErrNoLease
-// (wrapped) when no such lease is live (never taken, released, expired, or
-// dropped by a reset), counter.ErrUnavailable.
-func (g *Gate) Release(ctx context.Context, tenantID string, test bool, id string) error {
-	ref, err := g.leaseRef(tenantID, test, id, 0)
-	if err != nil {
-		return err
-	}
-	if err := g.cfg.Leases.Release(ctx, ref); err != nil {
-		return fmt.Errorf("release lease of tenant %s: %w", tenantID, err)
-	}
-	return nil
-}
-
-// Renew gives a tenant's live lease the expiry now + ttl and returns it.
-// Errors as Release's, and a *policy.FieldError for a ttl out of bounds.
-func (g *Gate) Renew(ctx context.Context, tenantID string, test bool, id string, ttl time.Duration) (time.Time, error) {
-	ref, err := g.leaseRef(tenantID, test, id, ttl)
-	if err != nil {
-		return time.Time{}, err
-	}
-	if ttl < MinLeaseTTL || ttl > MaxLeaseTTL {
-		return time.Time{}, &policy.FieldError{Field: "ttl", Reason: fmt.Sprintf("must be %s to %s", MinLeaseTTL, MaxLeaseTTL)}
-	}
-	exp, err := g.cfg.Leases.Renew(ctx, ref)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("renew lease of tenant %s: %w", tenantID, err)
-	}
-	return exp, nil
-}
-
-// InFlight returns the live leases of each named policy of a tenant, live
-// keys' (not the sandbox's), across its subjects, in order; 0 for a name
-// that holds none. It asks the store once per counter.MaxItems names.
-// Errors wrap counter.ErrUnavailable.
-func (g *Gate) InFlight(ctx context.Context, tenantID string, policies []string) ([]int64, error) {
-	if g.cfg.Leases == nil {
-		return nil, errNoLeaser
-	}
-	out := make([]int64, 0, len(policies))
-	for len(policies) > 0 {
-		chunk := policies[:min(len(policies), counter.MaxItems)]
-		policies = policies[len(chunk):]
-		tallies := make([]string, len(chunk))
-		for i, name := range chunk {
-			tallies[i] = leaseTally(name, false)
-		}
-		n, err := g.cfg.Leases.Held(ctx, tenantID, tallies, time.Time{})
-		if err != nil {
-			return nil, fmt.Errorf("leases in flight of tenant %s: %w", tenantID, err)
-		}
-		out = append(out, n...)
-	}
-	return out, nil
+	top := c
+	top.Cost = min(size-1, c.Limit)
+	top.Advisory = true
+	return []counter.Item{c, top}
 }

@@ -1,7 +1,9 @@
 // Package redistest gives tests a real Redis: the server at REDIS_URL, or,
 // when that is unset, a throwaway redis-server started from the machine's
-// binary. Each test gets a key prefix of its own, deleted when it ends. A
-// test that cannot get a Redis fails; it never skips.
+// binary. Each test gets a key prefix of its own, deleted when it ends. It
+// also starts throwaway Redis Clusters (NewCluster, StartCluster) from the
+// machine's redis-server and redis-cli. A test that cannot get a Redis
+// fails; it never skips.
 //
 // Only tests import redistest.
 package redistest
@@ -25,12 +27,15 @@ var (
 	stop    func()
 )
 
-// Main runs a package's tests and then stops any server redistest started.
-// Call it from TestMain.
+// Main runs a package's tests and then stops any server or shared cluster
+// redistest started. Call it from TestMain.
 func Main(m *testing.M) {
 	code := m.Run()
 	if stop != nil {
 		stop()
+	}
+	if shared != nil {
+		shared.stop()
 	}
 	os.Exit(code)
 }
@@ -44,6 +49,18 @@ func server() (string, error) {
 		baseURL, stop, initErr = startThrowaway()
 	})
 	return baseURL, initErr
+}
+
+// StartServer starts a throwaway redis-server of this test's own, whatever
+// REDIS_URL says, and returns its URL; it stops when the test ends.
+func StartServer(t testing.TB) string {
+	t.Helper()
+	u, stop, err := startThrowaway()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(stop)
+	return u
 }
 
 // New returns the URL of the Redis tests use and a key prefix that belongs to

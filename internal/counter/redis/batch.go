@@ -34,6 +34,19 @@ const (
 
 var errOverloaded = errors.New("too many checks waiting for the server")
 
+// lane is the queue of the checks bound for one server: the single server's,
+// or one cluster master's. A cluster has a lane per master so that a master
+// that stops answering holds up only the checks of its own slots: one
+// pipeline to several nodes returns when the slowest node does, and a
+// stalled node would otherwise make every tenant's check wait out its
+// deadline. Which master a check's slot is on is go-redis's answer
+// (MasterForKey), and go-redis still routes the pipeline; a lane only groups
+// the waiting. Lanes are kept per master address ever seen, a handful.
+type lane struct {
+	queue  []*job // checks waiting for a slot
+	active int    // slots taken, by callers sending alone and by drains
+}
+
 // job is one queued Check on its way to the server.
 type job struct {
 	keys     []string
@@ -50,30 +63,45 @@ type job struct {
 // call runs one script and waits for its reply, its context or Close,
 // whichever comes first.
 func (s *Store) call(ctx context.Context, keys []string, args []any) ([]any, error) {
+	addr := ""
+	if s.cluster != nil {
+		node, err := s.cluster.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		addr = node.Options().Addr
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, errClosed
 	}
-	if s.active < senders && len(s.queue) == 0 {
-		s.active++
+	l := s.one
+	if s.cluster != nil {
+		if l = s.lanes[addr]; l == nil {
+			l = &lane{}
+			s.lanes[addr] = l
+		}
+	}
+	if l.active < senders && len(l.queue) == 0 {
+		l.active++
 		s.inflight.Add(1)
 		s.mu.Unlock()
 		reply, err := s.runOne(ctx, keys, args)
-		s.release()
+		s.release(l)
 		return reply, err
 	}
-	if len(s.queue) >= maxQueue {
+	if len(l.queue) >= maxQueue {
 		s.mu.Unlock()
 		return nil, errOverloaded
 	}
 	deadline, _ := ctx.Deadline()
 	j := &job{keys: keys, args: args, deadline: deadline, done: make(chan struct{})}
-	s.queue = append(s.queue, j)
-	if s.active < senders {
-		s.active++
+	l.queue = append(l.queue, j)
+	if l.active < senders {
+		l.active++
 		s.inflight.Add(1)
-		go s.drain()
+		go s.drain(l)
 	}
 	s.mu.Unlock()
 	select {
@@ -88,37 +116,63 @@ func (s *Store) call(ctx context.Context, keys []string, args []any) ([]any, err
 	}
 }
 
-// runOne sends one script on the caller's goroutine and context.
+// runOne sends one script on the caller's goroutine and context, again
+// after each refusal that proves it did not run (cluster.go).
 func (s *Store) runOne(ctx context.Context, keys []string, args []any) ([]any, error) {
-	reply, err := s.c.EvalSha(ctx, checkSHA, keys, args...).Slice()
-	if goredis.HasErrorPrefix(err, "NOSCRIPT") {
-		// A restart or SCRIPT FLUSH: EVAL sends the body and caches it again.
-		reply, err = s.c.Eval(ctx, checkLua, keys, args...).Slice()
+	for n := 0; ; n++ {
+		cmd := script(ctx, false, keys, args)
+		err := s.c.Process(ctx, onceCmd{cmd})
+		if goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			// A restart, a failover or SCRIPT FLUSH: EVAL sends the body and
+			// caches it again.
+			cmd = script(ctx, true, keys, args)
+			err = s.c.Process(ctx, onceCmd{cmd})
+		}
+		if s.cluster == nil || !resendable(err) {
+			s.afterFailure(err)
+			return cmd.Slice()
+		}
+		if !pause(ctx, n) {
+			return nil, err
+		}
+		s.resent.Add(1)
 	}
-	return reply, err
+}
+
+// pause waits resendPause(n), or returns false when ctx ends first.
+func pause(ctx context.Context, n int) bool {
+	t := time.NewTimer(resendPause(n))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // release gives back a caller's slot, or hands it to a drain when checks
 // queued meanwhile: a queued check always has a slot holder who will see it.
-func (s *Store) release() {
+func (s *Store) release(l *lane) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.queue) > 0 && !s.closed {
-		go s.drain()
+	if len(l.queue) > 0 && !s.closed {
+		go s.drain(l)
 		return
 	}
-	s.active--
+	l.active--
 	s.inflight.Done()
 }
 
-// drain holds a slot and sends the queue in pipelines until it is empty.
-func (s *Store) drain() {
+// drain holds a slot of l and sends its queue in pipelines until it is
+// empty.
+func (s *Store) drain(l *lane) {
 	batch := make([]*job, 0, maxBatch)
 	cmds := make([]*goredis.Cmd, 0, maxBatch)
 	for {
 		s.mu.Lock()
-		if len(s.queue) == 0 || s.closed {
-			s.active--
+		if len(l.queue) == 0 || s.closed {
+			l.active--
 			s.inflight.Done()
 			s.mu.Unlock()
 			return
@@ -128,17 +182,17 @@ func (s *Store) drain() {
 		now := time.Now()
 		n := 0
 		batch = batch[:0]
-		for ; n < len(s.queue) && len(batch) < maxBatch; n++ {
-			if j := s.queue[n]; j.gone.Load() || !now.Before(j.deadline) {
+		for ; n < len(l.queue) && len(batch) < maxBatch; n++ {
+			if j := l.queue[n]; j.gone.Load() || !now.Before(j.deadline) {
 				j.err = context.DeadlineExceeded
 				close(j.done)
 			} else {
 				batch = append(batch, j)
 			}
 		}
-		rest := copy(s.queue, s.queue[n:])
-		clear(s.queue[rest:])
-		s.queue = s.queue[:rest]
+		rest := copy(l.queue, l.queue[n:])
+		clear(l.queue[rest:])
+		l.queue = l.queue[:rest]
 		s.mu.Unlock()
 		cmds = s.flush(batch, cmds[:0])
 		clear(batch)
@@ -147,7 +201,8 @@ func (s *Store) drain() {
 }
 
 // flush sends the live jobs of batch in one pipeline, falling back to EVAL
-// for those the server has no script for, and hands every job its reply.
+// for those the server has no script for, sends again those a cluster
+// refused before running them (cluster.go), and hands every job its reply.
 func (s *Store) flush(batch []*job, cmds []*goredis.Cmd) []*goredis.Cmd {
 	now := time.Now()
 	live := batch[:0]
@@ -163,16 +218,47 @@ func (s *Store) flush(batch []*job, cmds []*goredis.Cmd) []*goredis.Cmd {
 			deadline = j.deadline
 		}
 	}
-	if len(live) == 0 {
-		return cmds
-	}
 	// The latest deadline of the batch bounds the pipeline; each caller stops
 	// waiting at its own.
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	for n := 0; len(live) > 0; n++ {
+		cmds = s.exec(ctx, live, cmds[:0])
+		again := live[:0]
+		for i, j := range live {
+			err := cmds[i].Err()
+			if s.cluster != nil && resendable(err) && !j.gone.Load() && time.Now().Before(j.deadline) {
+				again = append(again, j)
+				continue
+			}
+			s.afterFailure(err)
+			j.reply, j.err = cmds[i].Slice()
+			close(j.done)
+		}
+		if len(again) == 0 {
+			break
+		}
+		if !pause(ctx, n) {
+			for _, j := range again {
+				j.err = ctx.Err()
+				close(j.done)
+			}
+			break
+		}
+		s.resent.Add(int64(len(again)))
+		live = again
+	}
+	return cmds
+}
+
+// exec sends the scripts of jobs in one pipeline, and again by body those
+// the server had no script for; cmds[i] answers jobs[i].
+func (s *Store) exec(ctx context.Context, jobs []*job, cmds []*goredis.Cmd) []*goredis.Cmd {
 	pipe := s.c.Pipeline()
-	for _, j := range live {
-		cmds = append(cmds, pipe.EvalSha(ctx, checkSHA, j.keys, j.args...))
+	for _, j := range jobs {
+		c := script(ctx, false, j.keys, j.args)
+		cmds = append(cmds, c)
+		_ = pipe.Process(ctx, onceCmd{c})
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	missing := false
@@ -183,14 +269,11 @@ func (s *Store) flush(batch []*job, cmds []*goredis.Cmd) []*goredis.Cmd {
 		pipe = s.c.Pipeline()
 		for i, c := range cmds {
 			if goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-				cmds[i] = pipe.Eval(ctx, checkLua, live[i].keys, live[i].args...)
+				cmds[i] = script(ctx, true, jobs[i].keys, jobs[i].args)
+				_ = pipe.Process(ctx, onceCmd{cmds[i]})
 			}
 		}
 		_, _ = pipe.Exec(ctx)
-	}
-	for i, j := range live {
-		j.reply, j.err = cmds[i].Slice()
-		close(j.done)
 	}
 	return cmds
 }

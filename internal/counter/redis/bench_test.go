@@ -17,9 +17,23 @@ import (
 // a server handles many requests at once, far more than it has cores.
 const benchParallelism = 32
 
+// opener opens a store on a fresh prefix: of one server or of a cluster.
+type opener func(b *testing.B) *tgredis.Store
+
 func benchStore(b *testing.B) *tgredis.Store {
 	b.Helper()
 	u, prefix := redistest.New(b)
+	return benchOpen(b, u, prefix)
+}
+
+func benchClusterStore(b *testing.B) *tgredis.Store {
+	b.Helper()
+	u, prefix := redistest.NewCluster(b)
+	return benchOpen(b, u, prefix)
+}
+
+func benchOpen(b *testing.B, u, prefix string) *tgredis.Store {
+	b.Helper()
 	// A deadline that load on the benchmark's own machine cannot hit.
 	s := open(b, tgredis.Config{URL: u, Prefix: prefix, Timeout: 5 * time.Second})
 	b.Cleanup(func() { s.Close() })
@@ -51,10 +65,15 @@ func reportRate(b *testing.B) {
 }
 
 // BenchmarkCheck is one caller at a time: the round-trip latency.
-func BenchmarkCheck(b *testing.B) {
+func BenchmarkCheck(b *testing.B) { benchCheck(b, benchStore) }
+
+// BenchmarkClusterCheck is BenchmarkCheck on a Redis Cluster.
+func BenchmarkClusterCheck(b *testing.B) { benchCheck(b, benchClusterStore) }
+
+func benchCheck(b *testing.B, mk opener) {
 	for _, n := range []int{1, 4} {
 		b.Run("items="+strconv.Itoa(n), func(b *testing.B) {
-			s := benchStore(b)
+			s := mk(b)
 			req := counter.Request{Group: "bench", Items: benchItems("seq")[:n]}
 			b.ReportAllocs()
 			for b.Loop() {
@@ -67,10 +86,16 @@ func BenchmarkCheck(b *testing.B) {
 
 // BenchmarkCheckParallel is many callers at once, on one hot counter (every
 // check of a tenant hits its quota key) and on random keys.
-func BenchmarkCheckParallel(b *testing.B) {
+func BenchmarkCheckParallel(b *testing.B) { benchCheckParallel(b, benchStore) }
+
+// BenchmarkClusterCheckParallel is BenchmarkCheckParallel on a Redis
+// Cluster: the random keys belong to 36 tenants spread over its masters.
+func BenchmarkClusterCheckParallel(b *testing.B) { benchCheckParallel(b, benchClusterStore) }
+
+func benchCheckParallel(b *testing.B, mk opener) {
 	for _, n := range []int{1, 4} {
 		b.Run("hot/items="+strconv.Itoa(n), func(b *testing.B) {
-			s := benchStore(b)
+			s := mk(b)
 			req := counter.Request{Group: "bench", Items: benchItems("hot")[:n]}
 			b.ReportAllocs()
 			b.SetParallelism(benchParallelism)
@@ -82,7 +107,7 @@ func BenchmarkCheckParallel(b *testing.B) {
 			reportRate(b)
 		})
 		b.Run("random/items="+strconv.Itoa(n), func(b *testing.B) {
-			s := benchStore(b)
+			s := mk(b)
 			b.ReportAllocs()
 			b.SetParallelism(benchParallelism)
 			b.RunParallel(func(pb *testing.PB) {

@@ -1,9 +1,14 @@
-// Package redis is the counter.Store kept in Redis: each Check is one Lua
-// script (check.lua, run with EVALSHA) that reads, decides and writes all of
-// a request's counters atomically with the arithmetic of internal/limit, in
-// one round trip; concurrent Checks share round trips (each still its own
-// script). The store turns every go-redis and network error into
-// counter.ErrUnavailable within its deadline.
+// Package redis is the counter.Store kept in Redis, on one server or on a
+// Redis Cluster: each Check is one Lua script (check.lua, run with EVALSHA)
+// that reads, decides and writes all of a request's counters atomically with
+// the arithmetic of internal/limit, in one round trip; concurrent Checks
+// share round trips (each still its own script). The store turns every
+// go-redis and network error into counter.ErrUnavailable within its
+// deadline.
+//
+// On a cluster, go-redis's ClusterClient routes each script to the node that
+// owns its keys' hash slot and follows MOVED and ASK redirects; the store
+// adds no sharding of its own (cluster.go says what it adds and why).
 //
 // Of Tollgate's packages, redis imports only internal/counter and
 // internal/limit; no go-redis type is seen outside it, and only cmd/tollgate
@@ -17,7 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/url"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,9 +38,11 @@ import (
 // DefaultTimeout bounds one Check when Config.Timeout is zero.
 const DefaultTimeout = 50 * time.Millisecond
 
-// noGroup is the hash tag of requests without a Group. It must not be empty
-// (Redis Cluster hashes a whole key whose tag is "{}"), and it is no Group
-// counter.Validate accepts, so that it names no one else's counters.
+// noGroup is the hash tag of requests without a Group: one fixed tag, so
+// that such a request's keys still share one cluster slot (the slot of
+// "{~}"), like any tenant's. It must not be empty (Redis Cluster hashes a
+// whole key whose tag is "{}"), and it is no Group counter.Validate accepts,
+// so that it names no one else's counters.
 const noGroup = "~"
 
 //go:embed check.lua
@@ -46,10 +53,19 @@ var checkSHA = goredis.NewScript(checkLua).Hash()
 
 // Config configures a Store.
 type Config struct {
-	// URL is the server, redis://[user:password@]host:port/db (or rediss://).
-	// Timeouts and retries in its query are overridden by the store's own.
+	// URL names one server or a cluster:
+	//
+	//	redis://[user:password@]host:port[/db]     one server (rediss:// with TLS)
+	//	redis+cluster://[user:password@]host:port[?addr=host:port&addr=host:port]
+	//	                                           a Redis Cluster (rediss+cluster:// with TLS)
+	//
+	// A cluster URL names seed nodes (the host, then each addr); any one
+	// that answers is enough, the others are learnt from it. A cluster has
+	// database 0 only. Timeouts and retries in the query are overridden by
+	// the store's own.
 	URL string
-	// Prefix starts every key the store writes.
+	// Prefix starts every key the store writes; it must not hold '{' or '}',
+	// which would move the keys' hash tag.
 	Prefix string
 	// Timeout bounds each Check, connecting included; DefaultTimeout when zero.
 	Timeout time.Duration
@@ -59,21 +75,35 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Store is a counter.Store on one Redis server. Its keys are
-// prefix{group}:key, hash-tagged so that a request's keys would share one
-// Redis Cluster slot. It is safe for concurrent use.
+// ErrWrongMode is returned (wrapped) by Verify when a server's mode does not
+// match the URL: a redis:// URL at a cluster node, or a redis+cluster:// URL
+// at a server that is not in cluster mode.
+var ErrWrongMode = errors.New("redis server mode does not match the URL")
+
+// Store is a counter.Store on one Redis server or a Redis Cluster. Its keys
+// are prefix{group}:key, hash-tagged so that a request's keys share one
+// cluster slot (see encode). It is safe for concurrent use.
 type Store struct {
-	c       *goredis.Client
+	// c is a *goredis.Client, or a *goredis.ClusterClient when cluster is
+	// set.
+	c       goredis.UniversalClient
+	cluster *goredis.ClusterClient
+	// seeds are the options of a client for each address the URL names, for
+	// Verify.
+	seeds   []*goredis.Options
 	prefix  string
 	timeout time.Duration
 	log     *slog.Logger
 
 	// drift counts verdicts of the script that limit.Admit does not share.
 	drift atomic.Int64
+	// resent counts scripts sent again after the cluster refused them before
+	// running them (TRYAGAIN, or MOVED and ASK past go-redis's redirects).
+	resent atomic.Int64
 
 	mu     sync.Mutex
-	queue  []*job // checks waiting for a slot (batch.go)
-	active int    // slots taken, by callers sending alone and by drains
+	one    *lane            // the queue of a single server
+	lanes  map[string]*lane // a cluster's queues, by master address (batch.go)
 	closed bool
 	// inflight counts slot holders, which Close waits for.
 	inflight sync.WaitGroup
@@ -84,19 +114,18 @@ var errClosed = errors.New("store closed")
 
 var _ counter.Store = (*Store)(nil)
 
-// New opens a Store; it does not contact the server until the first Check.
-// A malformed URL or a negative timeout is an error.
+// New opens a Store; it does not contact the server until the first Check
+// (or Verify). A malformed URL or prefix, or a negative timeout, is an
+// error.
 func New(cfg Config) (*Store, error) {
-	if _, err := url.Parse(cfg.URL); err != nil {
-		// url.Error quotes the whole URL, password included.
-		return nil, errors.New("redis url: not a URL")
-	}
-	opt, err := goredis.ParseURL(cfg.URL)
-	if err != nil {
-		// go-redis names the offending part (scheme, database, option); its
-		// error type stays here.
-		return nil, fmt.Errorf("redis url: %s", err.Error())
-	}
+	return newStore(cfg, nil)
+}
+
+// dialer, when not nil, replaces go-redis's dialing (tests route a node
+// through a faultnet proxy with it).
+type dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+
+func newStore(cfg Config, dial dialer) (*Store, error) {
 	timeout := cfg.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
@@ -104,12 +133,57 @@ func New(cfg Config) (*Store, error) {
 	if timeout < 0 {
 		return nil, fmt.Errorf("redis timeout %s: must not be negative", timeout)
 	}
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		return nil, fmt.Errorf("redis key prefix %q: must not hold '{' or '}'", cfg.Prefix)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	// Every wait inside go-redis is bounded by the Check's deadline: a retry,
-	// a dial backoff or a longer socket timeout would outlive it.
+	s := &Store{
+		prefix:  cfg.Prefix,
+		timeout: timeout,
+		log:     log,
+		quit:    make(chan struct{}),
+	}
+	cluster, raw, err := parseScheme(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	if cluster {
+		opt, err := clusterOptions(raw, timeout, dial)
+		if err != nil {
+			return nil, err
+		}
+		s.cluster = goredis.NewClusterClient(opt)
+		s.c = s.cluster
+		for _, a := range opt.Addrs {
+			s.seeds = append(s.seeds, seedOptions(opt, a))
+		}
+		s.lanes = map[string]*lane{}
+		return s, nil
+	}
+	opt, err := goredis.ParseURL(raw)
+	if err != nil {
+		// go-redis names the offending part (scheme, database, option); its
+		// error type stays here.
+		return nil, fmt.Errorf("redis url: %s", err.Error())
+	}
+	if dial != nil {
+		opt.Dialer = dial
+	}
+	seed := *opt
+	bound(&seed, verifyTimeout)
+	bound(opt, timeout)
+	s.c = goredis.NewClient(opt)
+	s.seeds = []*goredis.Options{&seed}
+	s.one = &lane{}
+	return s, nil
+}
+
+// bound makes every wait inside go-redis end by the Check's deadline: a
+// retry, a dial backoff or a longer socket timeout would outlive it.
+func bound(opt *goredis.Options, timeout time.Duration) {
 	opt.ContextTimeoutEnabled = true
 	opt.MaxRetries = -1
 	opt.DialTimeout = timeout
@@ -120,14 +194,6 @@ func New(cfg Config) (*Store, error) {
 	// Fewer commands on connect: a reconnect under load must fit the deadline.
 	opt.DisableIdentity = true
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	s := &Store{
-		c:       goredis.NewClient(opt),
-		prefix:  cfg.Prefix,
-		timeout: timeout,
-		log:     log,
-		quit:    make(chan struct{}),
-	}
-	return s, nil
 }
 
 // Close closes the store's connections. Checks after Close fail with
@@ -216,7 +282,26 @@ func unavailable(ctx context.Context, err error) error {
 }
 
 // encode builds the script's KEYS and ARGV. The keys are substrings of one
-// string: prefix{group}:key, so a request's keys share one cluster slot.
+// string: prefix{group}:key.
+//
+// Every key of one request carries the same hash tag, so a whole check lands
+// in one hash slot of a Redis Cluster and runs as one script on one node,
+// atomically: Redis refuses a script whose keys span slots (CROSSSLOT), and
+// a check split over nodes could not be all-or-nothing. The tag is the
+// tenant (counter.Request.Group) because everything one check counts belongs
+// to one tenant (its per-IP, quota and allotment ceilings and its policies),
+// while different tenants hash to different slots and so spread over the
+// shards. The price is that all of one tenant's counters live on one shard:
+// one shard's script throughput (one Redis core; the README's benchmarks
+// measure it) is that tenant's ceiling, however many shards the cluster has.
+// A very hot tenant cannot be spread further without splitting its checks
+// across slots, which would give up their atomicity. The plan to relieve
+// that shard is issue 9, not landed yet: the gate's own ceilings will be
+// leased, an instance taking a block of units per shared write and spending
+// it locally, so the tenant's shard sees a fraction of today's writes while
+// its own policies stay exact per check.
+//
+// A request without a Group gets the fixed tag noGroup: one slot too.
 func (s *Store) encode(req counter.Request) ([]string, []any) {
 	group := req.Group
 	if group == "" {

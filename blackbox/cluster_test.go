@@ -1,0 +1,146 @@
+package blackbox
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// onCluster is the environment of an instance whose counters are on c.
+func onCluster(c *redistest.Cluster) []string {
+	return []string{"TOLLGATE_COUNTER_STORE=redis", "REDIS_URL=" + c.URL()}
+}
+
+// TestClusterExactAcrossThreeInstances races checks at one subject through
+// three instances whose counters are on one Redis Cluster: the policy admits
+// exactly its limit, and the counters are in the cluster.
+func TestClusterExactAcrossThreeInstances(t *testing.T) {
+	dsn := pgtest.New(t)
+	c := redistest.StartCluster(t)
+	env := append(onCluster(c), patientStore)
+	exactOverInstances(t, dsn, start(t, dsn, env...), start(t, dsn, env...), start(t, dsn, env...))
+	keys := 0
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, m := range c.Masters(t) {
+		mc := goredis.NewClient(&goredis.Options{Addr: m})
+		size, err := mc.DBSize(ctx).Result()
+		mc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys += int(size)
+	}
+	if keys == 0 {
+		t.Fatalf("no key in the cluster after 200 checks")
+	}
+}
+
+// TestRedisURLOfTheWrongModeStopsStartUp points REDIS_URL at a server of
+// the other mode: serve stops at once with an error that says so.
+func TestRedisURLOfTheWrongModeStopsStartUp(t *testing.T) {
+	dsn := pgtest.New(t)
+	single := strings.TrimSuffix(strings.TrimPrefix(redistest.StartServer(t), "redis://"), "/0")
+	c := redistest.StartCluster(t)
+	node := c.Masters(t)[0]
+	for name, tc := range map[string]struct{ url, want string }{
+		"a cluster URL at one server": {"redis+cluster://" + single,
+			"REDIS_URL: the URL names a cluster (redis+cluster://) but " + single + " is not in cluster mode"},
+		"a one-server URL at a cluster node": {"redis://" + node + "/0",
+			"REDIS_URL: the URL names one server (redis://) but " + node + " is a Redis Cluster node"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, binary, "serve")
+			cmd.Env = environ(dsn, "TOLLGATE_ADDR="+freePort(t), "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL="+tc.url)
+			out, err := cmd.CombinedOutput()
+			if ctx.Err() != nil {
+				t.Fatalf("serve still running after 30 s:\n%s", tail(string(out), 2000))
+			}
+			if err == nil || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("serve: %v, output:\n%s\nwant an error containing %q", err, tail(string(out), 2000), tc.want)
+			}
+		})
+	}
+}
+
+// TestClusterMasterDownDegradesOnlyItsTenants kills the master serving one
+// tenant's slot under an instance on a Redis Cluster: that tenant's answers
+// are degraded and follow each policy's fail mode until the master's replica
+// is promoted, then are exact again without a restart; a tenant on another
+// shard gets exact answers throughout.
+func TestClusterMasterDownDegradesOnlyItsTenants(t *testing.T) {
+	dsn := pgtest.New(t)
+	c := redistest.StartCluster(t)
+	in := start(t, dsn, append(onCluster(c), "TOLLGATE_COUNTER_TIMEOUT=500ms")...)
+	// Two tenants on different shards; tenant ids are the hash tags.
+	masterOf := func(nt newTenant) string { return c.MasterOf(t, c.Slot(t, "{"+nt.TenantID+"}")) }
+	hit := createTenant(t, dsn, "pro")
+	var spared newTenant
+	for range 20 {
+		if nt := createTenant(t, dsn, "pro"); masterOf(nt) != masterOf(hit) {
+			spared = nt
+			break
+		}
+	}
+	if spared.TenantID == "" {
+		t.Fatalf("20 tenants, all on the master of %s", hit.TenantID)
+	}
+	putPolicy(t, in, hit.LiveKey, "lenient", map[string]any{"limit": 1000, "window": "1h", "fail_mode": "open"})
+	putPolicy(t, in, hit.LiveKey, "strict", map[string]any{"limit": 1000, "window": "1h", "fail_mode": "closed"})
+	putPolicy(t, in, spared.LiveKey, "strict", map[string]any{"limit": 100000, "window": "1h", "fail_mode": "closed"})
+	spare := func() checkAnswer {
+		return checkOf(t, check(t, in, spared.LiveKey, map[string]any{"policy": "strict", "subject": "s"}))
+	}
+	checkOf(t, check(t, in, hit.LiveKey, map[string]any{"policy": "strict", "subject": "s"}))
+	spared1 := spare()
+
+	c.Kill(t, masterOf(hit))
+	killed := time.Now()
+	degraded, spares := 0, 1
+	for {
+		var lenient, strict checkAnswer
+		l := check(t, in, hit.LiveKey, map[string]any{"policy": "lenient", "subject": "s"})
+		l.json(t, &lenient)
+		s := check(t, in, hit.LiveKey, map[string]any{"policy": "strict", "subject": "s"})
+		s.json(t, &strict)
+		if l.status != 200 || s.status != 200 {
+			t.Fatalf("answers during the failover: %d %s; %d %s", l.status, l.body, s.status, s.body)
+		}
+		if !strict.Degraded && !lenient.Degraded {
+			if degraded > 0 {
+				break
+			}
+		} else {
+			degraded++
+			if !lenient.Allowed || !lenient.Degraded || l.header.Get("X-RateLimit-Degraded") != "true" {
+				t.Fatalf("fail-open policy while its shard fails over: %s", l.body)
+			}
+			if strict.Allowed || !strict.Degraded {
+				t.Fatalf("fail-closed policy while its shard fails over: %s", s.body)
+			}
+		}
+		// The spared tenant: exact, one less remaining each time.
+		if a := spare(); !a.Allowed || a.Items[0].Remaining != spared1.Items[0].Remaining-int64(spares) {
+			t.Fatalf("tenant on another shard: %+v after %d checks", a, spares)
+		}
+		spares++
+		if time.Since(killed) > 30*time.Second {
+			t.Fatalf("answers of %s still degraded 30 s after its master was killed (%d degraded)", hit.TenantID, degraded)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("%d degraded answer pairs for the tenant on the killed master; exact again %s after the kill; %d exact answers for the tenant on another shard meanwhile",
+		degraded, time.Since(killed).Round(time.Millisecond), spares)
+	if !strings.Contains(in.logs.String(), "L2_DEGRADED") {
+		t.Errorf("no L2_DEGRADED line in the log")
+	}
+}
