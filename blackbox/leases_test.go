@@ -67,12 +67,12 @@ func (u apiUser) putLeasePolicy(name string, lim int, others ...*instance) {
 }
 
 // leaseStores are the counter stores the lease tests run on: the default
-// (PostgreSQL) and Redis.
+// (PostgreSQL), a Redis server and a Redis Cluster of the test's own.
 func leaseStores(t *testing.T) map[string][]string {
-	u, _ := redistest.New(t)
 	return map[string][]string{
-		"postgres": {patientStore},
-		"redis":    {patientStore, "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL=" + u},
+		"postgres":      {patientStore},
+		"redis":         {patientStore, "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL=" + redistest.StartServer(t)},
+		"redis-cluster": append(onCluster(redistest.StartCluster(t)), patientStore),
 	}
 }
 
