@@ -261,43 +261,56 @@ func Answer(req Request, seen []Seen, now time.Time) Result {
 		next = append(next, st)
 	}
 	res.Allowed = ceilingsOK && policiesOK
+	keepPolicies := ceilingsOK && policiesOK && req.Mode == Consume
 	// kept reports whether item j's consumption was written.
 	kept := func(j int) bool {
-		if !seen[j].Allowed || !ceilingsOK {
-			return false
+		return seen[j].Allowed && (j < req.Ceilings && ceilingsOK || j >= req.Ceilings && keepPolicies)
+	}
+	if !sharesKey(req.Items) {
+		// Each key is one item's. Decide's Remaining and ResetAt are Left
+		// of the state it leaves: right for an item that was kept, and for
+		// one refused (which leaves the state it saw). Only an item that
+		// allowed and was not kept has what it saw left.
+		for i, it := range req.Items {
+			if seen[i].Allowed && !kept(i) {
+				d := &res.Decisions[i]
+				d.Remaining, d.ResetAt = limit.Left(it.Algorithm, seen[i].State, now, it.Limit, it.Window)
+			}
 		}
-		return j < req.Ceilings || (policiesOK && req.Mode == Consume)
+		return res
 	}
 	for i, it := range req.Items {
 		// The state the key keeps: the last kept item's on it, else what its
-		// first item saw. An item alone on its key that was kept already has
-		// it in its decision: Decide's Remaining and ResetAt are Left of the
-		// state it leaves.
-		last, first, alone := -1, i, true
-		for j, other := range req.Items {
-			if j == i || other.Key != it.Key {
-				continue
-			}
-			alone = false
-			if j < first {
-				first = j
-			}
-		}
-		if alone && kept(i) {
-			continue
-		}
+		// first item saw.
+		st, found := limit.State{}, false
 		for j := len(req.Items) - 1; j >= 0; j-- {
 			if req.Items[j].Key == it.Key && kept(j) {
-				last = j
+				st, found = next[j], true
 				break
 			}
 		}
-		st := seen[first].State
-		if last >= 0 {
-			st = next[last]
+		if !found {
+			for j := range req.Items {
+				if req.Items[j].Key == it.Key {
+					st = seen[j].State
+					break
+				}
+			}
 		}
 		d := &res.Decisions[i]
 		d.Remaining, d.ResetAt = limit.Left(it.Algorithm, st, now, it.Limit, it.Window)
 	}
 	return res
+}
+
+// sharesKey reports whether two items have the same key.
+func sharesKey(items []Item) bool {
+	for i := 1; i < len(items); i++ {
+		for j := range i {
+			if items[i].Key == items[j].Key {
+				return true
+			}
+		}
+	}
+	return false
 }
