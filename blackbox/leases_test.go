@@ -182,6 +182,13 @@ func TestLeasesAcrossTwoInstances(t *testing.T) {
 			if l := u.lease("kept", "s", "1s"); l.Allowed {
 				t.Fatalf("past the first expiry of a renewed lease: %+v, want refused", l)
 			}
+
+			// Acquires are checks to the allotment, taken or refused by the
+			// policy: the 60 of the race and the 3 after it at least; the
+			// test key's is the sandbox's.
+			u.waitUsage(5*time.Second, "acquires metered as checks", func(r usageReport) bool {
+				return r.ChecksUsed >= 63 && r.SandboxUsed >= 1
+			})
 		})
 	}
 }
