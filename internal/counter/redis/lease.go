@@ -68,6 +68,8 @@ func (s *Store) eval(ctx context.Context, body, sha string, keys []string, args 
 	if goredis.HasErrorPrefix(err, "NOSCRIPT") {
 		reply, err = s.c.Eval(ctx, body, keys, args...).Result()
 	}
+	// A cluster that refused or lost the node learns its slots again.
+	s.afterFailure(err)
 	return reply, err
 }
 
@@ -89,7 +91,7 @@ func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquire
 		if goredis.HasErrorPrefix(err, "tollgate: lease id in use") {
 			return counter.Acquired{}, fmt.Errorf("acquire lease: id in use: %w", counter.ErrInvalid)
 		}
-		return counter.Acquired{}, leaseUnavailable(ctx, "acquire lease", err)
+		return counter.Acquired{}, failed(ctx, "acquire lease", err)
 	}
 	reply, ok := v.([]any)
 	if !ok || len(reply) != 1+2*len(a.Ceilings)+3 {
@@ -129,7 +131,7 @@ func (s *Store) Renew(ctx context.Context, ref counter.LeaseRef) (time.Time, err
 	defer cancel()
 	v, err := s.eval(ctx, opsLua, opsSHA, s.leaseKeys(ref.Group), "renew", instant(ref.Now), ref.ID, ref.TTL.Microseconds())
 	if err != nil {
-		return time.Time{}, leaseUnavailable(ctx, "renew lease", err)
+		return time.Time{}, failed(ctx, "renew lease", err)
 	}
 	exp, ok := v.(int64)
 	if !ok {
@@ -150,7 +152,7 @@ func (s *Store) Release(ctx context.Context, ref counter.LeaseRef) error {
 	defer cancel()
 	v, err := s.eval(ctx, opsLua, opsSHA, s.leaseKeys(ref.Group), "release", instant(ref.Now), ref.ID)
 	if err != nil {
-		return leaseUnavailable(ctx, "release lease", err)
+		return failed(ctx, "release lease", err)
 	}
 	if live, ok := v.(int64); !ok {
 		return fmt.Errorf("release lease: %w: %w", counter.ErrUnavailable, errReply)
@@ -174,7 +176,7 @@ func (s *Store) Held(ctx context.Context, group string, tallies []string, now ti
 	}
 	v, err := s.eval(ctx, opsLua, opsSHA, s.leaseKeys(group), args...)
 	if err != nil {
-		return nil, leaseUnavailable(ctx, "held leases", err)
+		return nil, failed(ctx, "held leases", err)
 	}
 	reply, ok := v.([]any)
 	if !ok || len(reply) != len(tallies) {
@@ -200,16 +202,7 @@ func (s *Store) Reset(ctx context.Context, group, key string) error {
 	ckeys, _ := s.encode(counter.Request{Group: group, Items: []counter.Item{{Key: key}}})
 	keys := append(s.leaseKeys(group), ckeys[0])
 	if _, err := s.eval(ctx, opsLua, opsSHA, keys, "reset", "", key); err != nil {
-		return leaseUnavailable(ctx, "reset counter", err)
+		return failed(ctx, "reset counter", err)
 	}
 	return nil
-}
-
-// leaseUnavailable turns an error of go-redis or the network into
-// counter.ErrUnavailable, keeping the context's own error for errors.Is.
-func leaseUnavailable(ctx context.Context, what string, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, cerr)
-	}
-	return fmt.Errorf("%s: %w: %s", what, counter.ErrUnavailable, err.Error())
 }
