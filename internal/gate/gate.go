@@ -88,9 +88,10 @@ const DefaultTenantInflight = 64
 
 // Gate runs the admission pipeline. It is safe for concurrent use.
 type Gate struct {
-	cfg    Config
-	leases *leases
-	met    instruments
+	cfg     Config
+	leases  *leases
+	clients *clientKeyCache
+	met     instruments
 	// digest is HMAC-SHA-256 under the pepper, domain-separated by kind
 	// ("subject", "ip").
 	digest   *digest.Digester
@@ -140,6 +141,7 @@ func New(cfg Config) *Gate {
 		cfg:      cfg,
 		met:      newInstruments(cfg.Metrics),
 		leases:   newLeases(),
+		clients:  newClientKeyCache(),
 		digest:   digest.New(cfg.Pepper),
 		l1:       memory.New(memory.Config{MaxKeys: cfg.L1MaxKeys, Now: cfg.Now}),
 		breakers: newBreakers(cfg.BreakerFailures, cfg.BreakerOpenFor, maxBreakers, cfg.Metrics),
@@ -245,7 +247,7 @@ type layerItem struct {
 	// lease names the ceiling's lease; at is the index of its items in the
 	// counter request, -1 when its lease served it, and size the units its
 	// items asked for.
-	lease string
+	lease leaseID
 	at    int
 	size  int64
 }
@@ -270,12 +272,12 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	// network's keys that failed to authenticate: past
 	// AuthFailuresPerMinute it is refused before its key is looked up, so
 	// that guessing costs the guesser, not the database.
-	ipHash := g.ipDigest(req.ClientIP)
+	ck := g.clients.get(req.ClientIP.Unmap(), g.ipDigest)
 	maxIP := g.cfg.Tenants.MaxIPPerMinute(ctx)
 	perMinute := limit.Every(time.Minute)
-	failItem := counter.Item{Key: "authfail:" + ipHash, Algorithm: limit.SlidingWindow, Limit: g.cfg.AuthFailuresPerMinute, Window: perMinute, Cost: 1}
+	failItem := counter.Item{Key: ck.authFail, Algorithm: limit.SlidingWindow, Limit: g.cfg.AuthFailuresPerMinute, Window: perMinute, Cost: 1}
 	pre, err := g.l1.Check(ctx, counter.Request{Mode: counter.Peek, Ceilings: 1, Now: now, Items: []counter.Item{
-		{Key: "pre:" + ipHash, Algorithm: limit.SlidingWindow, Limit: maxIP, Window: perMinute, Cost: 1},
+		{Key: ck.pre, Algorithm: limit.SlidingWindow, Limit: maxIP, Window: perMinute, Cost: 1},
 		failItem,
 	}})
 	switch {
@@ -310,11 +312,11 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		}
 		weight = checkWeight(set, req.Check)
 	}
-	release, ok := g.inflight.acquire(ctx, t.ID, weight)
+	work, ok := g.inflight.acquire(ctx, t.ID, weight)
 	if !ok {
 		return g.refuse(ctx, req, v, Refusal{Layer: LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: time.Second, ResetAt: now.Add(time.Second), Key: LayerInflight}), nil
 	}
-	defer release()
+	defer work.release()
 	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
 	if err != nil {
 		return v, fmt.Errorf("effective plan of tenant %s: %w", t.ID, err)
@@ -328,15 +330,16 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	if ipLimit <= 0 {
 		ipLimit = tenant.DefaultIPPerMinute
 	}
-	ipKey := "ip:" + req.Route + ":" + ipHash
+	ipKey := ck.route(req.Route)
 	if d := g.l1Check(ctx, now, t.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute)); !d.Allowed {
 		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: ipLimit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: ipKey}), nil
 	}
 
 	// 3 and 4. The shared ceilings: per-IP L2, tenant quota, allotment.
-	ceilings := []layerItem{
-		{Item: counter.Item{Key: ipKey, Algorithm: limit.SlidingWindow, Limit: ipLimit, Window: limit.Every(time.Minute), Cost: 1}, layer: LayerIP},
-	}
+	var ceilBuf [4]layerItem
+	ceilings := append(ceilBuf[:0],
+		layerItem{Item: counter.Item{Key: ipKey, Algorithm: limit.SlidingWindow, Limit: ipLimit, Window: limit.Every(time.Minute), Cost: 1}, layer: LayerIP},
+	)
 	qMin, qHour := effective.QuotaPerMinute, effective.QuotaPerHour
 	if t.QuotaPerMinute != nil {
 		qMin = *t.QuotaPerMinute
@@ -379,17 +382,18 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	// when it has one (lease.go), or goes to the store in this request,
 	// renewing the lease on the way. The policies always go to the store,
 	// exact per check.
-	creq := counter.Request{Group: t.ID}
+	creq := counter.Request{Group: t.ID, Items: make([]counter.Item, 0, 2*len(ceilings)+len(pols))}
 	if req.Check != nil {
 		creq.Mode = req.Check.Mode
 	}
-	var spent []string // leases spent here, given back if a ceiling refuses
+	var spentBuf [4]leaseID
+	spent := spentBuf[:0] // leases spent here, given back if a ceiling refuses
 	for i := range ceilings {
 		c := &ceilings[i]
 		// A plan may allow more than a counter holds; beyond MaxLimit a
 		// ceiling is as good as none.
 		c.Limit = min(c.Limit, limit.MaxLimit)
-		c.lease = leaseKey(t.ID, c.Key)
+		c.lease = leaseID{t.ID, c.Key}
 		if ok, remaining, resetIn := g.leases.take(c.lease, now); ok {
 			spent = append(spent, c.lease)
 			c.at = -1
@@ -451,6 +455,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	}
 	v.Allowed = true
 	var refusals []Refusal
+	v.Items = make([]ItemVerdict, 0, len(pols))
 	for i, p := range pols {
 		d := res.Decisions[creq.Ceilings+i]
 		iv := ItemVerdict{Policy: p.name, Decision: d, Shadow: p.shadow}

@@ -35,10 +35,23 @@ func newInflight(limit int64, wait time.Duration) *inflight {
 	return &inflight{limit: limit, wait: wait, m: make(map[string]*tenantWork)}
 }
 
+// held is units a request holds; release gives them back.
+type held struct {
+	f      *inflight
+	tenant string
+	w      *tenantWork
+	n      int64
+}
+
+func (h held) release() {
+	h.w.sem.Release(h.n)
+	h.f.leave(h.tenant, h.w)
+}
+
 // acquire takes n units for tenant, waiting at most f.wait (and no longer
-// than ctx). It returns the function that gives them back, or ok false when
-// the tenant's units stayed taken.
-func (f *inflight) acquire(ctx context.Context, tenant string, n int64) (release func(), ok bool) {
+// than ctx). It returns what to release, or ok false when the tenant's
+// units stayed taken.
+func (f *inflight) acquire(ctx context.Context, tenant string, n int64) (h held, ok bool) {
 	n = min(max(n, 1), f.limit)
 	f.mu.Lock()
 	w := f.m[tenant]
@@ -55,13 +68,10 @@ func (f *inflight) acquire(ctx context.Context, tenant string, n int64) (release
 		cancel()
 		if err != nil {
 			f.leave(tenant, w)
-			return nil, false
+			return held{}, false
 		}
 	}
-	return func() {
-		w.sem.Release(n)
-		f.leave(tenant, w)
-	}, true
+	return held{f: f, tenant: tenant, w: w, n: n}, true
 }
 
 // leave drops the tenant's entry when nobody holds or awaits it.
