@@ -44,7 +44,10 @@ type PolicySource interface {
 
 // Config configures a Gate.
 type Config struct {
-	Store    counter.Store
+	Store counter.Store
+	// Leases holds the leases of concurrency policies (lease.go); nil means
+	// Store, which every counter store is.
+	Leases   counter.Leaser
 	Tenants  TenantSource
 	Policies PolicySource
 	Observer Observer // may be nil
@@ -123,6 +126,9 @@ func New(cfg Config) *Gate {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Leases == nil {
+		cfg.Leases, _ = cfg.Store.(counter.Leaser)
+	}
 	if cfg.BreakerFailures == 0 {
 		cfg.BreakerFailures = 5
 	}
@@ -179,6 +185,8 @@ type Request struct {
 	Bearer string
 	// Check is the /v1/check body; nil for other routes.
 	Check *Check
+	// Lease is the POST /v1/leases body; nil for other routes (lease.go).
+	Lease *Lease
 }
 
 // Check is the body of a /v1/check call.
@@ -215,6 +223,8 @@ type Verdict struct {
 	// Tightest is the layer or policy closest to refusing, for the RateLimit
 	// headers of an allowed answer.
 	Tightest Quota
+	// Lease answers a Request's Lease when no ceiling refused.
+	Lease *LeaseVerdict
 }
 
 // ItemVerdict answers one check item.
@@ -390,7 +400,8 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		layerItem{Item: counter.Item{Key: "quota:minute", Algorithm: limit.FixedWindow, Limit: qMin, Window: limit.Every(time.Minute), Cost: 1}, layer: LayerQuota, scope: "minute"},
 		layerItem{Item: counter.Item{Key: "quota:hour", Algorithm: limit.FixedWindow, Limit: qHour, Window: limit.Every(time.Hour), Cost: 1}, layer: LayerQuota, scope: "hour"},
 	)
-	if req.Check != nil {
+	// A lease counts toward the allotments as a check does.
+	if req.Check != nil || req.Lease != nil {
 		switch {
 		case key.Test:
 			ceilings = append(ceilings, layerItem{Item: counter.Item{Key: "sandbox", Algorithm: limit.SlidingWindow, Limit: tenant.SandboxAllotment, Window: limit.Every(30 * 24 * time.Hour), Cost: 1}, layer: LayerSandbox})
@@ -402,6 +413,10 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 				plan:    effective.Name,
 			})
 		}
+	}
+
+	if req.Lease != nil {
+		return g.acquire(ctx, req, v, ceilings, now)
 	}
 
 	// 5. The tenant's policies.
@@ -548,6 +563,9 @@ func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check,
 		if !ok {
 			return nil, 0, itemErr(i, "policy", fmt.Sprintf("no policy named %q", truncate(it.Policy, 64)))
 		}
+		if p.Algorithm == limit.Concurrency {
+			return nil, 0, itemErr(i, "policy", fmt.Sprintf(`policy %q has algorithm "concurrency": it bounds holders in flight; take a lease with POST /v1/leases`, p.Name))
+		}
 		cost := it.Cost
 		if cost == 0 {
 			cost = 1
@@ -555,23 +573,11 @@ func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check,
 		if cost < 1 || cost > MaxCost {
 			return nil, 0, itemErr(i, "cost", fmt.Sprintf("must be 1 to %d", MaxCost))
 		}
+		if reason := subjectFault(p, it.Subject); reason != "" {
+			return nil, 0, itemErr(i, "subject", reason)
+		}
 		var buf [80]byte
-		key := buf[:0]
-		if test {
-			key = append(key, "t:"...)
-		}
-		key = append(append(append(key, "p:"...), p.Name...), ':')
-		switch {
-		case p.Scope == policy.ScopeGlobal:
-			// A keyless ceiling: nothing in the request picks the counter.
-			key = append(key, '*')
-		case it.Subject == "":
-			return nil, 0, itemErr(i, "subject", "required for a policy of scope subject")
-		case len(it.Subject) > MaxSubjectLen:
-			return nil, 0, itemErr(i, "subject", fmt.Sprintf("at most %d bytes", MaxSubjectLen))
-		default:
-			key = g.digest.AppendHex(key, digestLen, "subject", tenantID, ":", p.Name, ":", it.Subject)
-		}
+		key := g.appendPolicyKey(buf[:0], tenantID, test, p, it.Subject)
 		lim := p.Limit
 		if p.Scope != policy.ScopeGlobal {
 			if set.Wildcards(p.Name) == 0 {
@@ -593,6 +599,35 @@ func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check,
 		})
 	}
 	return out, matching, nil
+}
+
+// subjectFault returns why subject cannot name a counter of p, or "".
+func subjectFault(p policy.Policy, subject string) string {
+	switch {
+	case p.Scope == policy.ScopeGlobal:
+		return ""
+	case subject == "":
+		return "required for a policy of scope subject"
+	case len(subject) > MaxSubjectLen:
+		return fmt.Sprintf("at most %d bytes", MaxSubjectLen)
+	}
+	return ""
+}
+
+// appendPolicyKey appends the key of p's counter (or leases) for subject,
+// which subjectFault accepts: "p:" and the policy's name, then "*" for a
+// policy of scope global (a keyless ceiling: nothing in the request picks
+// the counter) or the subject's digest. A test key's counters are the
+// sandbox's, "t:" in front.
+func (g *Gate) appendPolicyKey(key []byte, tenantID string, test bool, p policy.Policy, subject string) []byte {
+	if test {
+		key = append(key, "t:"...)
+	}
+	key = append(append(append(key, "p:"...), p.Name...), ':')
+	if p.Scope == policy.ScopeGlobal {
+		return append(key, '*')
+	}
+	return g.digest.AppendHex(key, digestLen, "subject", tenantID, ":", p.Name, ":", subject)
 }
 
 // wildcardTries is how many wildcard patterns cost as much as one check
@@ -697,7 +732,7 @@ func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome stri
 	}
 	g.cfg.Observer.Observe(ctx, Event{
 		At: g.cfg.Now(), TenantID: v.Tenant.ID, KeyID: v.Key.ID, Live: !v.Key.Test, Route: req.Route,
-		Checked: req.Check != nil, Outcome: outcome, Degraded: degraded, Refusals: refusals,
+		Checked: req.Check != nil || req.Lease != nil, Outcome: outcome, Degraded: degraded, Refusals: refusals,
 	})
 }
 

@@ -1,7 +1,8 @@
-// Package memory is the in-process counter.Store: sharded maps with a bounded
-// number of keys, least recently used evicted first, expired keys pruned. It
-// holds across goroutines, not across processes: a single Tollgate instance,
-// tests, and the L1 damper of the per-IP ceiling use it.
+// Package memory is the in-process counter.Store and counter.Leaser: sharded
+// maps with a bounded number of keys, least recently used evicted first,
+// expired keys pruned, and a bounded table of leases. It holds across
+// goroutines, not across processes: a single Tollgate instance, tests, and
+// the L1 damper of the per-IP ceiling use it.
 //
 // memory imports only internal/counter and internal/limit.
 package memory
@@ -29,9 +30,13 @@ type Config struct {
 	MaxKeys int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// PruneEvery is how often expired counters are removed; zero means every
-	// minute, negative never (Prune can still be called).
+	// PruneEvery is how often expired counters and leases are removed; zero
+	// means every minute, negative never (Prune can still be called).
 	PruneEvery time.Duration
+	// MaxLeases bounds the leases kept, live or expired and not yet pruned;
+	// an Acquire beyond it fails with counter.ErrUnavailable. Zero means
+	// DefaultMaxLeases.
+	MaxLeases int
 }
 
 // Store is the in-memory counter.Store. It is safe for concurrent use; a
@@ -42,6 +47,9 @@ type Store struct {
 	now     func() time.Time
 	stop    chan struct{}
 	stopped sync.Once
+
+	leaseMu sync.Mutex
+	leases  leases
 }
 
 var _ counter.Store = (*Store)(nil)
@@ -69,7 +77,11 @@ func New(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxLeases <= 0 {
+		cfg.MaxLeases = DefaultMaxLeases
+	}
 	s := &Store{seed: maphash.MakeSeed(), now: cfg.Now, stop: make(chan struct{})}
+	s.leases.init(cfg.MaxLeases)
 	perShard := max(1, cfg.MaxKeys/shardCount)
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -106,7 +118,8 @@ func (s *Store) pruneLoop(every time.Duration) {
 	}
 }
 
-// Prune removes every counter whose state has expired and returns how many.
+// Prune removes every counter whose state has expired, and every expired
+// lease, and returns how many.
 func (s *Store) Prune() int {
 	now := s.now().UnixMicro()
 	n := 0
@@ -122,8 +135,14 @@ func (s *Store) Prune() int {
 		}
 		sh.mu.Unlock()
 	}
+	s.leaseMu.Lock()
+	n += s.leases.prune(now)
+	s.leaseMu.Unlock()
 	return n
 }
+
+// shardOf returns the index of the shard that holds k.
+func (s *Store) shardOf(k string) int { return int(maphash.String(s.seed, k) % shardCount) }
 
 // Len returns the number of counters held.
 func (s *Store) Len() int {
@@ -154,7 +173,7 @@ func (s *Store) Check(_ context.Context, req counter.Request) (counter.Result, e
 	for _, it := range req.Items {
 		k := req.Group + "\x00" + it.Key
 		keys = append(keys, k)
-		idx = append(idx, int(maphash.String(s.seed, k)%shardCount))
+		idx = append(idx, s.shardOf(k))
 	}
 	locked := slices.Clone(idx)
 	slices.Sort(locked)
