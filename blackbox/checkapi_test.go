@@ -69,9 +69,10 @@ func TestCheckAnswers(t *testing.T) {
 		u.t = t
 		u.putPolicyAll("peeked", map[string]any{"limit": 2, "window": "1h"}, b)
 		item := map[string]any{"policy": "peeked", "subject": "s"}
+		// A peek says what is left now: the whole limit, each time.
 		for i, in := range []*instance{a, b, a} {
 			ans := checkOf(t, u.on(in).check("peek", item))
-			if !ans.Allowed || !ans.Items[0].Allowed || ans.Items[0].Limit != 2 || ans.Items[0].Remaining != 1 {
+			if !ans.Allowed || !ans.Items[0].Allowed || ans.Items[0].Limit != 2 || ans.Items[0].Remaining != 2 {
 				t.Fatalf("peek %d: %+v", i+1, ans)
 			}
 		}
@@ -90,6 +91,41 @@ func TestCheckAnswers(t *testing.T) {
 		}
 		// (That peeks count toward the service's ceilings is in
 		// TestCeilings/allotment.)
+	})
+
+	t.Run("remaining is what a consume would be admitted for", func(t *testing.T) {
+		u := u
+		u.t = t
+		u.putPolicyAll("five", map[string]any{"limit": 5, "window": "1h"}, b)
+		u.putPolicyAll("one", map[string]any{"limit": 1, "window": "1h"}, b)
+		five, one := map[string]any{"policy": "five", "subject": "s"}, map[string]any{"policy": "one", "subject": "s"}
+		if ans := checkOf(t, u.on(a).check("", five, one)); !ans.Allowed || ans.Items[0].Remaining != 4 || ans.Items[1].Remaining != 0 {
+			t.Fatalf("first check: %+v, want allowed, remaining 4 and 0", ans)
+		}
+		// Refused by "one": nothing was counted, so "five" still has its 4,
+		// and says so, although it would have allowed alone.
+		ans := checkOf(t, u.on(b).check("", five, one))
+		if ans.Allowed || !ans.Items[0].Allowed || ans.Items[0].Remaining != 4 || ans.Items[1].Allowed || ans.Items[1].Remaining != 0 {
+			t.Fatalf("check refused by one of two items: %+v, want five allowed with 4 remaining, one refused with 0", ans)
+		}
+		// Two items on one counter in a refused check both say what is left.
+		twice := map[string]any{"policy": "five", "subject": "s", "cost": 3}
+		ans = checkOf(t, u.on(a).check("", twice, twice))
+		if ans.Allowed || !ans.Items[0].Allowed || ans.Items[1].Allowed || ans.Items[0].Remaining != 4 || ans.Items[1].Remaining != 4 {
+			t.Fatalf("3 and 3 of the 4 left: %+v, want the second refused, both with 4 remaining", ans)
+		}
+		// A peek of cost 4 is allowed, of cost 5 not; the 4 are all there.
+		for cost, want := range map[int64]bool{4: true, 5: false} {
+			ans := checkOf(t, u.on(b).check("peek", map[string]any{"policy": "five", "subject": "s", "cost": cost}))
+			if ans.Allowed != want || ans.Items[0].Remaining != 4 {
+				t.Fatalf("peek of cost %d: %+v, want allowed %v, remaining 4", cost, ans, want)
+			}
+		}
+		for i := range 4 {
+			if ans := checkOf(t, u.on([]*instance{a, b}[i%2]).check("", five)); !ans.Allowed || ans.Items[0].Remaining != int64(3-i) {
+				t.Fatalf("consume %d of the 4 left: %+v", i+1, ans)
+			}
+		}
 	})
 
 	t.Run("global scope ignores the subject", func(t *testing.T) {

@@ -6,8 +6,10 @@
 #   req/s          /v1/check answers a second (wrk)
 #   ratio          that over the bare handler's, same run
 #   cpu_us         Tollgate's CPU seconds (utime+stime, /proc) per check, in µs
+#   bare_us        the bare handler's, per request: the floor of the HTTP layer
 #   store_cpu_us   the store's CPU seconds per check (PostgreSQL: every
 #                  postgres process; Redis: the redis-server), in µs
+#   degraded       answers given without the store (its deadline passed)
 #   rows           counter rows (PostgreSQL) or keys (Redis) written per check,
 #                  over all runs (PostgreSQL's table statistics are complete
 #                  once Tollgate has stopped and its connections are gone)
@@ -15,11 +17,13 @@
 #
 # Usage (wrk: apt-get install wrk):
 #
-#   scripts/bench-check.sh [memory] [redis] [postgres]
+#   scripts/bench-check.sh [memory] [redis] [cluster] [postgres]
 #
 # It starts a PostgreSQL and a Redis of its own (from the machine's
 # binaries, on ports 18432 and 18379, removed afterwards), so that the store
-# figures count the benchmark's work and nothing else.
+# figures count the benchmark's work and nothing else; cluster starts a
+# Redis Cluster of three masters (REPLICAS=1 gives each a replica) on ports
+# from 18101 up.
 #
 # Settings: RUNS (3), DURATION (8s), CONNS (64), SUBJECTS (100000),
 # TOLLGATE_BIN (a tollgate binary to measure instead of building the tree's),
@@ -71,6 +75,10 @@ cleanup() {
   stop "$server"
   stop "${bare:-}"
   stop "${redis:-}"
+  if [ -n "${cluster_dir:-}" ]; then
+    for pidfile in "$cluster_dir"/*/pid; do [ -f "$pidfile" ] && stop "$(cat "$pidfile")"; done
+    rm -rf "$cluster_dir"
+  fi
   declare -F pgstop >/dev/null && pgstop
   rm -rf "$script" "$work"
   true
@@ -99,10 +107,36 @@ DATABASE_URL="postgres://postgres@127.0.0.1:18432/postgres?sslmode=disable"
 REDIS_URL="redis://127.0.0.1:18379/0"
 for _ in $(seq 50); do redis-cli -p 18379 ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-# wrkrun URL: runs wrk with the check script, prints "req/s p99_ms requests".
+# start_cluster starts three masters (and REPLICAS replicas each) and sets
+# cluster_url and cluster_dir.
+start_cluster() {
+  local base=18101 replicas=${REPLICAS:-0} n addrs=() port
+  n=$((3 * (1 + replicas)))
+  cluster_dir=$(mktemp -d -t tollgate-bench-cluster-XXXX)
+  for i in $(seq 0 $((n - 1))); do
+    port=$((base + i))
+    mkdir "$cluster_dir/$port"
+    (cd "$cluster_dir/$port" && redis-server --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
+      --cluster-config-file nodes.conf --cluster-node-timeout 5000 --save '' --appendonly no \
+      --repl-diskless-sync-delay 0 --daemonize yes --pidfile "$cluster_dir/$port/pid" --logfile log)
+    addrs+=("127.0.0.1:$port")
+  done
+  for a in "${addrs[@]}"; do
+    for _ in $(seq 100); do redis-cli -p "${a#*:}" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  done
+  redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$replicas" --cluster-yes >/dev/null
+  for _ in $(seq 200); do
+    redis-cli -p "$base" cluster info | grep -q cluster_state:ok && break
+    sleep 0.05
+  done
+  cluster_url="redis+cluster://${addrs[0]}?addr=${addrs[1]}&addr=${addrs[2]}"
+}
+
+# wrkrun URL: runs wrk with the check script, prints "req/s p99_ms requests
+# degraded".
 wrkrun() {
   wrk -t2 -c"$conns" -d"$duration" --latency -s "$script" "$1" >"$work/wrk.out"
-  local rps p99 reqs
+  local rps p99 reqs deg
   rps=$(awk '/Requests\/sec/ {print $2}' "$work/wrk.out")
   reqs=$(awk '/requests in/ {print $1}' "$work/wrk.out")
   p99=$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}' "$work/wrk.out")
@@ -110,26 +144,35 @@ wrkrun() {
     echo "wrk saw non-2xx answers:" >&2
     grep "Non-2xx" "$work/wrk.out" >&2
   fi
-  echo "$rps $p99 $reqs"
+  deg=$(awk '/degraded answers:/ {print $3}' "$work/wrk.out")
+  echo "$rps $p99 $reqs ${deg:-0}"
 }
 
 # written: counter rows (PostgreSQL) or keys (Redis) written so far.
 written() {
   case "$1" in
     postgres) psql -qtA "${DATABASE_URL%/*}/$db?sslmode=disable" -c "SELECT coalesce(sum(n_tup_ins + n_tup_upd), 0) FROM pg_stat_user_tables WHERE relname = 'counters'" ;;
-    redis) redis-cli -p 18379 info commandstats | awk -F'[=,:]' '/^cmdstat_(set|hset|incrby|incr|hincrby)/ {n += $3} END {print n+0}' ;;
+    redis|cluster) local p; for p in $(storeports "$1"); do redis-cli -p "$p" info commandstats; done | awk -F'[=,:]' '/^cmdstat_(set|hset|incrby|incr|hincrby)/ {n += $3} END {print n+0}' ;;
     *) echo 0 ;;
+  esac
+}
+
+storeports() {
+  case "$1" in
+    redis) echo 18379 ;;
+    cluster) ls "$cluster_dir" ;;
   esac
 }
 
 storepids() {
   case "$1" in
+    cluster) cat "$cluster_dir"/*/pid ;;
     postgres) local pm; pm=$(head -1 "$pgdata/postmaster.pid"); echo "$pm $(pgrep -d' ' -P "$pm")" ;;
     redis) echo "$redis" ;;
   esac
 }
 
-printf '%-9s %10s %10s %7s %8s %13s %6s %8s\n' store "req/s" "bare" ratio cpu_us store_cpu_us rows p99_ms
+printf '%-9s %10s %10s %7s %8s %8s %13s %6s %8s %9s\n' store "req/s" "bare" ratio cpu_us bare_us store_cpu_us rows p99_ms degraded
 for store in "${stores[@]}"; do
   db="tollgate_bench_$$_$store"
   psql -q "$DATABASE_URL" -c "CREATE DATABASE $db" >/dev/null
@@ -139,8 +182,14 @@ for store in "${stores[@]}"; do
   # Ceilings far above what one box can send: the policy is what is measured.
   env DATABASE_URL="$DATABASE_URL_BENCH" TOLLGATE_DEV=1 "$bin" plans set enterprise --ip-per-minute 1000000000 --quota-per-minute 1000000000 --quota-per-hour 1000000000 >/dev/null
   key=$(env DATABASE_URL="$DATABASE_URL_BENCH" TOLLGATE_DEV=1 "$bin" tenants create --name bench --plan enterprise | sed -E 's/.*"live_key":"([^"]+)".*/\1/')
+  url=$REDIS_URL kind=$store
+  case "$store" in
+    cluster) [ -n "${cluster_dir:-}" ] || start_cluster; url=$cluster_url kind=redis ;;
+    memory | redis | postgres) ;;
+    *) echo "bench-check.sh: unknown store $store: want memory, redis, cluster or postgres" >&2; exit 2 ;;
+  esac
   env DATABASE_URL="$DATABASE_URL_BENCH" TOLLGATE_DEV=1 TOLLGATE_ADDR=$addr TOLLGATE_LOG_LEVEL=error \
-    TOLLGATE_COUNTER_STORE="$store" REDIS_URL="${REDIS_URL:-}" "$bin" serve 2>"$work/serve.log" &
+    TOLLGATE_COUNTER_STORE="$kind" REDIS_URL="$url" "$bin" serve 2>"$work/serve.log" &
   server=$!
   for _ in $(seq 100); do curl -sf "http://$addr/readyz" >/dev/null && break; sleep 0.1; done
   curl -sf "http://$addr/readyz" >/dev/null || { echo "tollgate did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
@@ -154,6 +203,18 @@ math.randomseed(os.time())
 request = function()
   return wrk.format(nil, "/v1/check", nil, '{"items":[{"policy":"bench","subject":"user-' .. math.random($subjects) .. '"}]}')
 end
+-- Answers given without the store (its deadline passed) are counted apart.
+local threads = {}
+setup = function(thread) table.insert(threads, thread) end
+degraded = 0
+response = function(status, headers, body)
+  if string.find(body, '"degraded":true', 1, true) then degraded = degraded + 1 end
+end
+done = function(summary, latency, requests)
+  local d = 0
+  for _, t in ipairs(threads) do d = d + t:get("degraded") end
+  io.write(string.format("degraded answers: %d\n", d))
+end
 LUA
   # Warm-up: caches, connections, the JIT of nothing.
   DURATION=2s wrk -t2 -c"$conns" -d2s -s "$script" "http://$addr/" >/dev/null
@@ -162,22 +223,25 @@ LUA
   sleep 1
   w0=$(written "$store")
   for run in $(seq "$runs"); do
-    read -r brps _ _ < <(wrkrun "http://127.0.0.1:18280/")
+    b0=$(cpu "$bare")
+    read -r brps _ breqs _ < <(wrkrun "http://127.0.0.1:18280/")
+    b1=$(cpu "$bare")
     spids=$(storepids "$store" || true)
     c0=$(cpu "$server"); s0=$(cpu $spids)
-    read -r rps p99 reqs < <(wrkrun "http://$addr/")
+    read -r rps p99 reqs deg < <(wrkrun "http://$addr/")
     c1=$(cpu "$server"); s1=$(cpu $spids)
     total=$((total + reqs))
-    awk -v b="$brps" -v r="$rps" -v p="$p99" -v n="$reqs" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v t="$tick" -v st="$store" \
-      'BEGIN { printf "%s %.0f %.0f %.3f %.1f %.1f %.2f\n", st, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), p }' >>"$work/rows"
+    awk -v b="$brps" -v r="$rps" -v p="$p99" -v n="$reqs" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v t="$tick" -v st="$store" -v d="$deg" \
+      -v bc=$((b1 - b0)) -v bn="$breqs" \
+      'BEGIN { printf "%s %.0f %.0f %.3f %.1f %.1f %.2f %d %.1f\n", st, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), p, d, bc/t/bn*1e6 }' >>"$work/rows"
   done
   stop "$server"; server=""
   sleep 1
   rows=$(awk -v w=$(( $(written "$store") - w0 )) -v n="$total" -v st="$store" 'BEGIN { printf "%.2f", (st=="memory" ? 0 : w/n) }')
   # Medians, column by column.
   row=$store
-  for col in 2 3 4 5 6; do row="$row $(awk -v c=$col '{print $c}' "$work/rows" | median)"; done
-  row="$row $rows $(awk '{print $7}' "$work/rows" | median)"
-  echo "$row" | awk '{printf "%-9s %10s %10s %7s %8s %13s %6s %8s\n", $1, $2, $3, $4, $5, $6, $7, $8}' 
+  for col in 2 3 4 5 9 6; do row="$row $(awk -v c=$col '{print $c}' "$work/rows" | median)"; done
+  row="$row $rows $(awk '{print $7}' "$work/rows" | median) $(awk '{n += $8} END {print n+0}' "$work/rows")"
+  echo "$row" | awk '{printf "%-9s %10s %10s %7s %8s %8s %13s %6s %8s %9s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10}' 
   psql -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null; db=""
 done

@@ -16,8 +16,9 @@ type Chrome struct {
 	CSRF string
 	// Flash is a one-line confirmation of what the last action did.
 	Flash string
-	// RefreshSeconds, when positive, reloads the page that often (the
-	// overview), without JavaScript.
+	// RefreshSeconds, when positive, reloads the page that often, without
+	// JavaScript: only when the operator asked for it (the overview's
+	// refresh link), never by default.
 	RefreshSeconds int
 }
 
@@ -92,6 +93,9 @@ type OverviewView struct {
 	TopRefused []TopTenant
 	// NoTraffic says what to do when there is nothing to show yet.
 	NoTraffic string
+	// RefreshEvery is the period, in seconds, the refresh link offers;
+	// Chrome.RefreshSeconds says whether the page is refreshing.
+	RefreshEvery int
 }
 
 // TenantListRow is one tenant in the tenant list.
@@ -172,6 +176,12 @@ type PolicyRow struct {
 	Shadow                                          bool
 	AlertAfter                                      string
 	Overrides                                       []OverrideRow
+	// Concurrency marks a policy of algorithm concurrency: InFlight says
+	// its leases in flight (or that the store did not say), and Meter, for
+	// scope global, how full it is, from 0 to 1.
+	Concurrency bool
+	InFlight    string
+	Meter       *float64
 }
 
 // OverrideRow is one override of a policy.

@@ -125,7 +125,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	dash, err := dashboard.New(dashboard.Config{
 		Logger: log, Accounts: pgstore.NewAdmins(pool), Tenants: pgstore.NewTenants(pool), Policies: policies,
 		Usage: usageRec, Audit: audit.NewLog(auditStore), Traffic: pgstore.NewDashboard(pool),
-		Webhooks: pgstore.NewDashboard(pool), Billing: bill, Counter: store, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
+		Webhooks: pgstore.NewDashboard(pool), Billing: bill, Counter: store, Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
 		Changed: invalidate,
 	})
 	if err != nil {
@@ -138,6 +138,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 		Ready:    pool.Ping,
 		Gate:     g,
 		Policies: policy.Service{Store: policies, Catalog: catalog, Audit: policyAudit(audit.NewLog(auditStore), log)},
+		// Counter resets (DELETE /v1/policies/{name}/subjects/{subject}).
+		Audit:    policyAudit(audit.NewLog(auditStore), log),
 		Usage:    usageService{usageRec, dir},
 		ClientIP: httpapi.ClientIPConfig{TrustedProxies: cfg.TrustedProxies, Header: cfg.ClientIPHeader, IPv6Prefix: cfg.IPv6Prefix},
 		// Behind a TLS-ending proxy: Strict-Transport-Security on every answer.
@@ -217,8 +219,9 @@ func httpServer(cfg Config, h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-// policyAudit writes a tenant's policy and override changes to the audit
-// log; the actor is the tenant API, on the tenant's own key.
+// policyAudit writes a tenant's policy and override changes, and counter
+// resets, to the audit log; the actor is the tenant API, on the tenant's own
+// key.
 func policyAudit(l *audit.Log, log *slog.Logger) func(ctx context.Context, tenantID, kind string, detail map[string]any) {
 	return func(ctx context.Context, tenantID, kind string, detail map[string]any) {
 		if err := l.Record(ctx, audit.Entry{TenantID: tenantID, Actor: "tenant api", Kind: kind, Detail: detail}); err != nil {

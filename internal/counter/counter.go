@@ -118,6 +118,26 @@ type Request struct {
 }
 
 // Result is the answer to a Request: Decisions[i] answers Items[i].
+//
+// A decision's Allowed and RetryAfter are its item's own verdict, against
+// the state the item saw (after the earlier admitted items of the request on
+// its key, see Request); whether anything was counted is Result.Allowed's
+// business. Its Remaining and ResetAt tell the truth about the counter
+// afterwards: they are what the item's key holds once the request is done
+// (limit.Left of that state, with the item's own algorithm, limit and
+// window), that is
+//
+//   - after the request, when the request counted the key: every admitted
+//     item of a kept request, a ceiling kept beside a policy that refused,
+//     an item on a key that another counted item shares;
+//   - untouched by the request otherwise: a peek's policies, every item of
+//     a refused request (each item on a key that several share reports the
+//     same, whatever the earlier ones took tentatively), a refused advisory
+//     item.
+//
+// So Remaining is how many units a consume of the item's counter would be
+// admitted for next, and a peek of cost c is allowed exactly when c is at
+// most its Remaining.
 type Result struct {
 	// Allowed is true when every item that is not advisory allowed (so it
 	// is true when every item is advisory); an advisory item's refusal shows
@@ -137,6 +157,12 @@ type Result struct {
 // Checks may share one). Errors wrap ErrUnavailable or ErrInvalid.
 type Store interface {
 	Check(ctx context.Context, req Request) (Result, error)
+	// Reset forgets the counter named key in group, and, in a store that
+	// also holds leases (Leaser), every lease held under key: what follows
+	// counts as on a counter never used. A key that holds nothing is no
+	// error. Errors wrap ErrUnavailable or ErrInvalid (a group or key that
+	// Validate would refuse).
+	Reset(ctx context.Context, group, key string) error
 	// Close releases the store's connections and background work.
 	Close() error
 }
@@ -170,6 +196,18 @@ func Validate(req Request) error {
 	return nil
 }
 
+// ValidateReset checks the arguments of Store.Reset. Its errors wrap
+// ErrInvalid.
+func ValidateReset(group, key string) error {
+	if !validGroup(group) {
+		return fmt.Errorf("group of %d bytes: must be at most %d bytes of A-Z, a-z, 0-9, _ and -: %w", len(group), MaxGroupLen, ErrInvalid)
+	}
+	if key == "" || len(key) > MaxKeyLen {
+		return fmt.Errorf("key of %d bytes: must be 1 to %d: %w", len(key), MaxKeyLen, ErrInvalid)
+	}
+	return nil
+}
+
 // validGroup reports whether g is at most MaxGroupLen bytes of [A-Za-z0-9_-].
 func validGroup(g string) bool {
 	if len(g) > MaxGroupLen {
@@ -195,20 +233,84 @@ type Seen struct {
 }
 
 // Answer turns the states a store saw at instant now into a Result, deriving
-// each decision with limit.Decide, and Result.Allowed from the verdicts of
-// the items that are not advisory. A store whose arithmetic disagrees with
-// limit.Admit is a bug; the store's own verdict stands, since it is what was
-// written.
+// each decision with limit.Decide, Result.Allowed from the verdicts of the
+// items that are not advisory, and each Remaining and ResetAt from the state
+// its key keeps once the request is done (see Result), which it works out
+// from the verdicts as the stores write: the state after the last admitted
+// item on the key of a kept tier, else the state the key's first item saw.
+// A store whose arithmetic disagrees with limit.Admit is a bug; the store's
+// own verdict stands, since it is what was written.
 func Answer(req Request, seen []Seen, now time.Time) Result {
 	res := Result{Allowed: true, Decisions: make([]limit.Decision, len(req.Items)), Now: now}
+	ceilingsOK, policiesOK := true, true
+	var nextBuf [8]limit.State
+	next := nextBuf[:0]
 	for i, it := range req.Items {
-		d, _ := limit.Decide(it.Algorithm, seen[i].State, now, it.Cost, it.Limit, it.Window)
+		d, st := limit.Decide(it.Algorithm, seen[i].State, now, it.Cost, it.Limit, it.Window)
 		d.Allowed = seen[i].Allowed
 		if d.Allowed {
 			d.RetryAfter = 0
+		} else if !it.Advisory {
+			if i < req.Ceilings {
+				ceilingsOK = false
+			} else {
+				policiesOK = false
+			}
 		}
 		res.Decisions[i] = d
-		res.Allowed = res.Allowed && (d.Allowed || it.Advisory)
+		next = append(next, st)
+	}
+	res.Allowed = ceilingsOK && policiesOK
+	keepPolicies := ceilingsOK && policiesOK && req.Mode == Consume
+	// kept reports whether item j's consumption was written.
+	kept := func(j int) bool {
+		return seen[j].Allowed && (j < req.Ceilings && ceilingsOK || j >= req.Ceilings && keepPolicies)
+	}
+	if !sharesKey(req.Items) {
+		// Each key is one item's. Decide's Remaining and ResetAt are Left
+		// of the state it leaves: right for an item that was kept, and for
+		// one refused (which leaves the state it saw). Only an item that
+		// allowed and was not kept has what it saw left.
+		for i, it := range req.Items {
+			if seen[i].Allowed && !kept(i) {
+				d := &res.Decisions[i]
+				d.Remaining, d.ResetAt = limit.Left(it.Algorithm, seen[i].State, now, it.Limit, it.Window)
+			}
+		}
+		return res
+	}
+	for i, it := range req.Items {
+		// The state the key keeps: the last kept item's on it, else what its
+		// first item saw.
+		st, found := limit.State{}, false
+		for j := len(req.Items) - 1; j >= 0; j-- {
+			if req.Items[j].Key == it.Key && kept(j) {
+				st, found = next[j], true
+				break
+			}
+		}
+		if !found {
+			for j := range req.Items {
+				if req.Items[j].Key == it.Key {
+					st = seen[j].State
+					break
+				}
+			}
+		}
+		d := &res.Decisions[i]
+		d.Remaining, d.ResetAt = limit.Left(it.Algorithm, st, now, it.Limit, it.Window)
 	}
 	return res
+}
+
+// sharesKey reports whether two items have the same key.
+func sharesKey(items []Item) bool {
+	for i := 1; i < len(items); i++ {
+		for j := range i {
+			if items[i].Key == items[j].Key {
+				return true
+			}
+		}
+	}
+	return false
 }

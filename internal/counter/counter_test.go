@@ -107,3 +107,22 @@ func TestAnswerLeavesAdvisoryOut(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkAnswer is Answer for a check as the gate sends one: four
+// ceilings and a policy on distinct keys, every item admitted.
+func BenchmarkAnswer(b *testing.B) {
+	now := time.Date(2026, 11, 14, 9, 30, 0, 0, time.UTC)
+	var req counter.Request
+	for i, k := range []string{"ip:check:0123456789abcdef0123456789abcdef", "quota:minute", "quota:hour", "allotment", "p:login:0123456789abcdef0123456789abcdef"} {
+		req.Items = append(req.Items, counter.Item{Key: k, Algorithm: limit.Algorithm(i%3 + 1), Limit: 1000, Window: limit.Every(time.Minute), Cost: 1})
+	}
+	req.Ceilings = 4
+	seen := make([]counter.Seen, len(req.Items))
+	for i := range seen {
+		seen[i] = counter.Seen{State: limit.State{Start: now.Add(-time.Second).UnixMicro(), Count: 10, TAT: 1e6}, Allowed: true}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		counter.Answer(req, seen, now)
+	}
+}

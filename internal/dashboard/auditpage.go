@@ -23,8 +23,9 @@ import (
 const auditPerPage = 50
 
 // auditKinds are the kinds the filter suggests: those written by the
-// dashboard, billing and the refusal recorder.
-var auditKinds = []string{KindLimitsChanged, KindKeyCreated, KindKeyRevoked, KindPlanChanged, "billing_changed", audit.KindRefusal, audit.KindRefusalFlood, KindSignedIn}
+// dashboard, billing, the refusal recorder and the tenant API's counter
+// resets.
+var auditKinds = []string{KindLimitsChanged, KindKeyCreated, KindKeyRevoked, KindPlanChanged, "billing_changed", "counter_reset", audit.KindRefusal, audit.KindRefusalFlood, KindSignedIn}
 
 // auditPage lists audit entries, newest first, by tenant and kind.
 func (d *Dashboard) auditPage(c echo.Context, s *signedIn) error {

@@ -68,6 +68,12 @@ type CustomerLinker interface {
 	LinkCustomer(ctx context.Context, tenantID, customerID, actor string) error
 }
 
+// LeaseCounter counts a tenant's live leases of each named policy, live
+// keys' only (*gate.Gate).
+type LeaseCounter interface {
+	InFlight(ctx context.Context, tenantID string, policies []string) ([]int64, error)
+}
+
 // AuditLog records and lists audit entries (*audit.Log).
 type AuditLog interface {
 	Record(ctx context.Context, e audit.Entry) error
@@ -90,6 +96,9 @@ type Config struct {
 	// Billing links the customers of events held as unknown_customer; nil
 	// offers no link form.
 	Billing CustomerLinker
+	// Leases counts a tenant's leases in flight per concurrency policy
+	// (*gate.Gate); nil shows them as unavailable.
+	Leases LeaseCounter
 	// Counter is the shared counter store the sign-in limiter counts in, so
 	// that its limits hold across instances; when it is unavailable the
 	// limiter counts in this instance's memory.

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -13,6 +14,12 @@ import (
 
 // topN is the length of the overview's top-tenant lists.
 const topN = 5
+
+// refreshEvery is how often the overview reloads itself when the operator
+// asks it to (?refresh=30). It never does unasked: a page that reloads
+// under its reader is a WCAG 2.2.1 failure (axe-core's meta-refresh rule),
+// so the reload is a link the operator follows and can leave.
+const refreshEvery = 30
 
 // overview shows the last hour and day of /v1/check traffic by outcome,
 // refusals by layer, degraded periods and the busiest tenants.
@@ -36,8 +43,14 @@ func (d *Dashboard) overview(c echo.Context, s *signedIn) error {
 		return err
 	}
 
-	v := web.OverviewView{Chrome: d.chrome(s, "Overview", "overview"), Now: now.Format("15:04")}
-	v.RefreshSeconds = 60
+	v := web.OverviewView{Chrome: d.chrome(s, "Overview", "overview"), Now: now.Format("15:04"), RefreshEvery: refreshEvery}
+	switch c.QueryParam("refresh") {
+	case "":
+	case strconv.Itoa(refreshEvery):
+		v.RefreshSeconds = refreshEvery
+	default:
+		return badRequest(fmt.Sprintf("The overview refreshes every %d seconds (?refresh=%d) or not at all.", refreshEvery, refreshEvery))
+	}
 	if len(rows) == 0 {
 		v.NoTraffic = "No checks in the last 24 hours. Create a tenant (tollgate tenants create --name NAME) and call POST /v1/check with its key, or start the server with `tollgate serve --demo` for a demo tenant with live traffic."
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/dashboard/traffic"
 	"github.com/tollgate/tollgate/internal/dashboard/webhooklog"
+	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/web"
@@ -232,10 +233,22 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 		v.Limits.LastChange = fmt.Sprintf("Last changed by %s at %s.", lastChange[0].Actor, when(lastChange[0].At))
 	}
 
+	inFlight := d.leasesInFlight(ctx, t.ID, pols)
 	for _, p := range pols {
 		row := web.PolicyRow{
 			Name: p.Name, Limit: count(p.Limit), Window: policy.FormatWindow(p.Window), Algorithm: p.Algorithm.String(),
 			Scope: string(p.Scope), FailMode: string(p.FailMode), Shadow: p.Shadow, AlertAfter: "never",
+		}
+		if p.Algorithm == limit.Concurrency {
+			row.Concurrency, row.Window, row.InFlight = true, "none", "in flight: unavailable"
+			if n, ok := inFlight[p.Name]; ok {
+				row.InFlight = count(n) + " in flight across subjects"
+				if p.Scope == policy.ScopeGlobal {
+					row.InFlight = count(n) + " of " + count(p.Limit) + " in flight"
+					m := min(1, float64(n)/float64(p.Limit))
+					row.Meter = &m
+				}
+			}
 		}
 		if p.AlertAfter > 0 {
 			row.AlertAfter = count(p.AlertAfter)
@@ -488,4 +501,29 @@ func (d *Dashboard) revokeKey(c echo.Context, s *signedIn) error {
 	d.record(ctx, s, id, KindKeyRevoked, map[string]any{"key_id": k.ID})
 	d.log.InfoContext(ctx, "key revoked", "tenant_id", id, "key_id", k.ID, "admin_id", s.admin.ID)
 	return seeOther(c, "/admin/tenants/"+id+"?done=revoked")
+}
+
+// leasesInFlight returns the live leases of each of pols' concurrency
+// policies, by name. A store that does not answer leaves them out (the
+// page says unavailable) rather than failing the page: it is logged.
+func (d *Dashboard) leasesInFlight(ctx context.Context, tenantID string, pols []policy.Policy) map[string]int64 {
+	var names []string
+	for _, p := range pols {
+		if p.Algorithm == limit.Concurrency {
+			names = append(names, p.Name)
+		}
+	}
+	if len(names) == 0 || d.cfg.Leases == nil {
+		return nil
+	}
+	n, err := d.cfg.Leases.InFlight(ctx, tenantID, names)
+	if err != nil {
+		d.log.WarnContext(ctx, "leases in flight unavailable", "tenant_id", tenantID, "err", err)
+		return nil
+	}
+	out := make(map[string]int64, len(names))
+	for i, name := range names {
+		out[name] = n[i]
+	}
+	return out
 }

@@ -43,7 +43,8 @@ type Event struct {
 	KeyID    string
 	Live     bool
 	Route    string
-	// Checked is true for /v1/check calls, the ones allotments count.
+	// Checked is true for /v1/check calls and lease acquires, the ones
+	// allotments count.
 	Checked bool
 	// Outcome is OutcomeAllowed, or the layer that refused.
 	Outcome  string

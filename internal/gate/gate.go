@@ -44,7 +44,10 @@ type PolicySource interface {
 
 // Config configures a Gate.
 type Config struct {
-	Store    counter.Store
+	Store counter.Store
+	// Leases holds the leases of concurrency policies (lease.go); nil means
+	// Store, which every counter store is.
+	Leases   counter.Leaser
 	Tenants  TenantSource
 	Policies PolicySource
 	Observer Observer // may be nil
@@ -75,6 +78,21 @@ type Config struct {
 	Now                   func() time.Time
 }
 
+// The matching budget of each tenant on each instance (matchBudget): 5 % of
+// one processor's time, in bursts of up to 20 ms. The heaviest check the
+// API allows spends about 0.6 ms matching, so a tenant sending nothing else
+// gets some 80 of them a second per instance; a tenant with a few wildcard
+// patterns spends microseconds a check and never waits.
+const (
+	matchShare = 0.05
+	matchBurst = 20 * time.Millisecond
+	// matchWait is the longest a check waits for its tenant's matching
+	// budget before it is refused.
+	matchWait = time.Second
+	// tryCost estimates a wildcard try before it is measured.
+	tryCost = 500 * time.Nanosecond
+)
+
 // DefaultTenantInflight is Config.TenantInflight's default: 64 units let one
 // tenant keep 64 one-item checks in progress on an instance (tens of
 // thousands of checks a second at a store round trip of a few
@@ -85,15 +103,17 @@ const DefaultTenantInflight = 64
 
 // Gate runs the admission pipeline. It is safe for concurrent use.
 type Gate struct {
-	cfg    Config
-	leases *leases
-	met    instruments
+	cfg     Config
+	leases  *leases
+	clients *clientKeyCache
+	met     instruments
 	// digest is HMAC-SHA-256 under the pepper, domain-separated by kind
 	// ("subject", "ip").
 	digest   *digest.Digester
 	l1       *memory.Store
 	breakers *breakers
 	inflight *inflight
+	matching *matchBudget
 	logMu    sync.Mutex
 	lastLog  time.Time
 }
@@ -105,6 +125,9 @@ func New(cfg Config) *Gate {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Leases == nil {
+		cfg.Leases, _ = cfg.Store.(counter.Leaser)
 	}
 	if cfg.BreakerFailures == 0 {
 		cfg.BreakerFailures = 5
@@ -134,10 +157,12 @@ func New(cfg Config) *Gate {
 		cfg:      cfg,
 		met:      newInstruments(cfg.Metrics),
 		leases:   newLeases(),
+		clients:  newClientKeyCache(),
 		digest:   digest.New(cfg.Pepper),
 		l1:       memory.New(memory.Config{MaxKeys: cfg.L1MaxKeys, Now: cfg.Now}),
 		breakers: newBreakers(cfg.BreakerFailures, cfg.BreakerOpenFor, maxBreakers, cfg.Metrics),
 		inflight: newInflight(cfg.TenantInflight, cfg.InflightWait),
+		matching: newMatchBudget(matchShare, matchBurst),
 	}
 }
 
@@ -160,6 +185,8 @@ type Request struct {
 	Bearer string
 	// Check is the /v1/check body; nil for other routes.
 	Check *Check
+	// Lease is the POST /v1/leases body; nil for other routes (lease.go).
+	Lease *Lease
 }
 
 // Check is the body of a /v1/check call.
@@ -196,6 +223,8 @@ type Verdict struct {
 	// Tightest is the layer or policy closest to refusing, for the RateLimit
 	// headers of an allowed answer.
 	Tightest Quota
+	// Lease answers a Request's Lease when no ceiling refused.
+	Lease *LeaseVerdict
 }
 
 // ItemVerdict answers one check item.
@@ -235,7 +264,7 @@ type layerItem struct {
 	// lease names the ceiling's lease; at is the index of its items in the
 	// counter request, -1 when its lease served it, and size the units its
 	// items asked for.
-	lease string
+	lease leaseID
 	at    int
 	size  int64
 }
@@ -260,12 +289,12 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	// network's keys that failed to authenticate: past
 	// AuthFailuresPerMinute it is refused before its key is looked up, so
 	// that guessing costs the guesser, not the database.
-	ipHash := g.ipDigest(req.ClientIP)
+	ck := g.clients.get(req.ClientIP.Unmap(), g.ipDigest)
 	maxIP := g.cfg.Tenants.MaxIPPerMinute(ctx)
 	perMinute := limit.Every(time.Minute)
-	failItem := counter.Item{Key: "authfail:" + ipHash, Algorithm: limit.SlidingWindow, Limit: g.cfg.AuthFailuresPerMinute, Window: perMinute, Cost: 1}
+	failItem := counter.Item{Key: ck.authFail, Algorithm: limit.SlidingWindow, Limit: g.cfg.AuthFailuresPerMinute, Window: perMinute, Cost: 1}
 	pre, err := g.l1.Check(ctx, counter.Request{Mode: counter.Peek, Ceilings: 1, Now: now, Items: []counter.Item{
-		{Key: "pre:" + ipHash, Algorithm: limit.SlidingWindow, Limit: maxIP, Window: perMinute, Cost: 1},
+		{Key: ck.pre, Algorithm: limit.SlidingWindow, Limit: maxIP, Window: perMinute, Cost: 1},
 		failItem,
 	}})
 	switch {
@@ -300,11 +329,43 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		}
 		weight = checkWeight(set, req.Check)
 	}
-	release, ok := g.inflight.acquire(ctx, t.ID, weight)
+	// A check that may try wildcards reserves its matching time from the
+	// tenant's budget (matchBudget), waiting its turn while the budget is
+	// spent; past matchWait it is refused.
+	var matchEstimate time.Duration
+	if req.Check != nil && weight > int64(len(req.Check.Items)) {
+		matchEstimate = time.Duration(weight-int64(len(req.Check.Items))) * wildcardTries * tryCost
+		// A refusal comes only after the whole wait too, so that a client
+		// that does not back off sends one such check a second per
+		// connection, not as many as it can.
+		waitUntil := time.Now().Add(matchWait)
+		for {
+			wait := g.matching.reserve(t.ID, g.cfg.Now(), matchEstimate)
+			if wait == 0 {
+				break
+			}
+			last := false
+			if left := time.Until(waitUntil); wait >= left {
+				wait, last = max(left, 0), true
+			}
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return v, ctx.Err()
+			}
+			if last {
+				retry := g.matching.reserve(t.ID, g.cfg.Now(), 0)
+				return g.refuse(ctx, req, v, Refusal{Layer: LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: retry, ResetAt: now.Add(retry), Key: LayerInflight}), nil
+			}
+		}
+	}
+	work, ok := g.inflight.acquire(ctx, t.ID, weight)
 	if !ok {
 		return g.refuse(ctx, req, v, Refusal{Layer: LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: time.Second, ResetAt: now.Add(time.Second), Key: LayerInflight}), nil
 	}
-	defer release()
+	defer work.release()
 	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
 	if err != nil {
 		return v, fmt.Errorf("effective plan of tenant %s: %w", t.ID, err)
@@ -318,15 +379,16 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	if ipLimit <= 0 {
 		ipLimit = tenant.DefaultIPPerMinute
 	}
-	ipKey := "ip:" + req.Route + ":" + ipHash
+	ipKey := ck.route(req.Route)
 	if d := g.l1Check(ctx, now, t.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute)); !d.Allowed {
 		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: ipLimit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: ipKey}), nil
 	}
 
 	// 3 and 4. The shared ceilings: per-IP L2, tenant quota, allotment.
-	ceilings := []layerItem{
-		{Item: counter.Item{Key: ipKey, Algorithm: limit.SlidingWindow, Limit: ipLimit, Window: limit.Every(time.Minute), Cost: 1}, layer: LayerIP},
-	}
+	var ceilBuf [4]layerItem
+	ceilings := append(ceilBuf[:0],
+		layerItem{Item: counter.Item{Key: ipKey, Algorithm: limit.SlidingWindow, Limit: ipLimit, Window: limit.Every(time.Minute), Cost: 1}, layer: LayerIP},
+	)
 	qMin, qHour := effective.QuotaPerMinute, effective.QuotaPerHour
 	if t.QuotaPerMinute != nil {
 		qMin = *t.QuotaPerMinute
@@ -338,7 +400,8 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		layerItem{Item: counter.Item{Key: "quota:minute", Algorithm: limit.FixedWindow, Limit: qMin, Window: limit.Every(time.Minute), Cost: 1}, layer: LayerQuota, scope: "minute"},
 		layerItem{Item: counter.Item{Key: "quota:hour", Algorithm: limit.FixedWindow, Limit: qHour, Window: limit.Every(time.Hour), Cost: 1}, layer: LayerQuota, scope: "hour"},
 	)
-	if req.Check != nil {
+	// A lease counts toward the allotments as a check does.
+	if req.Check != nil || req.Lease != nil {
 		switch {
 		case key.Test:
 			ceilings = append(ceilings, layerItem{Item: counter.Item{Key: "sandbox", Algorithm: limit.SlidingWindow, Limit: tenant.SandboxAllotment, Window: limit.Every(30 * 24 * time.Hour), Cost: 1}, layer: LayerSandbox})
@@ -352,10 +415,19 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		}
 	}
 
+	if req.Lease != nil {
+		return g.acquire(ctx, req, v, ceilings, now)
+	}
+
 	// 5. The tenant's policies.
 	var pols []policyItem
 	if req.Check != nil {
-		if pols, err = g.policyItems(t.ID, set, key.Test, req.Check, now); err != nil {
+		var matching time.Duration
+		pols, matching, err = g.policyItems(t.ID, set, key.Test, req.Check, now)
+		if matchEstimate > 0 {
+			g.matching.settle(t.ID, g.cfg.Now(), matching, matchEstimate)
+		}
+		if err != nil {
 			return v, err
 		}
 	}
@@ -364,17 +436,18 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	// when it has one (lease.go), or goes to the store in this request,
 	// renewing the lease on the way. The policies always go to the store,
 	// exact per check.
-	creq := counter.Request{Group: t.ID}
+	creq := counter.Request{Group: t.ID, Items: make([]counter.Item, 0, 2*len(ceilings)+len(pols))}
 	if req.Check != nil {
 		creq.Mode = req.Check.Mode
 	}
-	var spent []string // leases spent here, given back if a ceiling refuses
+	var spentBuf [4]leaseID
+	spent := spentBuf[:0] // leases spent here, given back if a ceiling refuses
 	for i := range ceilings {
 		c := &ceilings[i]
 		// A plan may allow more than a counter holds; beyond MaxLimit a
 		// ceiling is as good as none.
 		c.Limit = min(c.Limit, limit.MaxLimit)
-		c.lease = leaseKey(t.ID, c.Key)
+		c.lease = leaseID{t.ID, c.Key}
 		if ok, remaining, resetIn := g.leases.take(c.lease, now); ok {
 			spent = append(spent, c.lease)
 			c.at = -1
@@ -436,6 +509,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	}
 	v.Allowed = true
 	var refusals []Refusal
+	v.Items = make([]ItemVerdict, 0, len(pols))
 	for i, p := range pols {
 		d := res.Decisions[creq.Ceilings+i]
 		iv := ItemVerdict{Policy: p.name, Decision: d, Shadow: p.shadow}
@@ -473,46 +547,46 @@ type policyItem struct {
 // policyItems resolves a check's items. A test key's counters are the
 // sandbox's, apart from the live ones ("t:" in front of the key), so that
 // trying an integration out never moves what live traffic is answered.
-func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check, now time.Time) ([]policyItem, error) {
+//
+// It also returns the time spent matching wildcard overrides, for the
+// tenant's matching budget.
+func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check, now time.Time) (_ []policyItem, matching time.Duration, _ error) {
 	if len(c.Items) == 0 {
-		return nil, &policy.FieldError{Field: "items", Reason: "at least one item is required"}
+		return nil, 0, &policy.FieldError{Field: "items", Reason: "at least one item is required"}
 	}
 	if len(c.Items) > MaxItems {
-		return nil, &policy.FieldError{Field: "items", Reason: fmt.Sprintf("at most %d items per check", MaxItems)}
+		return nil, 0, &policy.FieldError{Field: "items", Reason: fmt.Sprintf("at most %d items per check", MaxItems)}
 	}
 	out := make([]policyItem, 0, len(c.Items))
 	for i, it := range c.Items {
 		p, ok := set.Lookup(it.Policy)
 		if !ok {
-			return nil, itemErr(i, "policy", fmt.Sprintf("no policy named %q", truncate(it.Policy, 64)))
+			return nil, 0, itemErr(i, "policy", fmt.Sprintf("no policy named %q", truncate(it.Policy, 64)))
+		}
+		if p.Algorithm == limit.Concurrency {
+			return nil, 0, itemErr(i, "policy", fmt.Sprintf(`policy %q has algorithm "concurrency": it bounds holders in flight; take a lease with POST /v1/leases`, p.Name))
 		}
 		cost := it.Cost
 		if cost == 0 {
 			cost = 1
 		}
 		if cost < 1 || cost > MaxCost {
-			return nil, itemErr(i, "cost", fmt.Sprintf("must be 1 to %d", MaxCost))
+			return nil, 0, itemErr(i, "cost", fmt.Sprintf("must be 1 to %d", MaxCost))
+		}
+		if reason := subjectFault(p, it.Subject); reason != "" {
+			return nil, 0, itemErr(i, "subject", reason)
 		}
 		var buf [80]byte
-		key := buf[:0]
-		if test {
-			key = append(key, "t:"...)
-		}
-		key = append(append(append(key, "p:"...), p.Name...), ':')
-		switch {
-		case p.Scope == policy.ScopeGlobal:
-			// A keyless ceiling: nothing in the request picks the counter.
-			key = append(key, '*')
-		case it.Subject == "":
-			return nil, itemErr(i, "subject", "required for a policy of scope subject")
-		case len(it.Subject) > MaxSubjectLen:
-			return nil, itemErr(i, "subject", fmt.Sprintf("at most %d bytes", MaxSubjectLen))
-		default:
-			key = g.digest.AppendHex(key, digestLen, "subject", tenantID, ":", p.Name, ":", it.Subject)
-		}
+		key := g.appendPolicyKey(buf[:0], tenantID, test, p, it.Subject)
 		lim := p.Limit
 		if p.Scope != policy.ScopeGlobal {
-			lim = set.LimitFor(p, it.Subject, now)
+			if set.Wildcards(p.Name) == 0 {
+				lim = set.LimitFor(p, it.Subject, now)
+			} else {
+				began := time.Now()
+				lim = set.LimitFor(p, it.Subject, now)
+				matching += time.Since(began)
+			}
 		}
 		out = append(out, policyItem{
 			// Shadow policies are advisory: counted when they would admit,
@@ -524,7 +598,36 @@ func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check,
 			alertAfter: p.AlertAfter,
 		})
 	}
-	return out, nil
+	return out, matching, nil
+}
+
+// subjectFault returns why subject cannot name a counter of p, or "".
+func subjectFault(p policy.Policy, subject string) string {
+	switch {
+	case p.Scope == policy.ScopeGlobal:
+		return ""
+	case subject == "":
+		return "required for a policy of scope subject"
+	case len(subject) > MaxSubjectLen:
+		return fmt.Sprintf("at most %d bytes", MaxSubjectLen)
+	}
+	return ""
+}
+
+// appendPolicyKey appends the key of p's counter (or leases) for subject,
+// which subjectFault accepts: "p:" and the policy's name, then "*" for a
+// policy of scope global (a keyless ceiling: nothing in the request picks
+// the counter) or the subject's digest. A test key's counters are the
+// sandbox's, "t:" in front.
+func (g *Gate) appendPolicyKey(key []byte, tenantID string, test bool, p policy.Policy, subject string) []byte {
+	if test {
+		key = append(key, "t:"...)
+	}
+	key = append(append(append(key, "p:"...), p.Name...), ':')
+	if p.Scope == policy.ScopeGlobal {
+		return append(key, '*')
+	}
+	return g.digest.AppendHex(key, digestLen, "subject", tenantID, ":", p.Name, ":", subject)
 }
 
 // wildcardTries is how many wildcard patterns cost as much as one check
@@ -629,7 +732,7 @@ func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome stri
 	}
 	g.cfg.Observer.Observe(ctx, Event{
 		At: g.cfg.Now(), TenantID: v.Tenant.ID, KeyID: v.Key.ID, Live: !v.Key.Test, Route: req.Route,
-		Checked: req.Check != nil, Outcome: outcome, Degraded: degraded, Refusals: refusals,
+		Checked: req.Check != nil || req.Lease != nil, Outcome: outcome, Degraded: degraded, Refusals: refusals,
 	})
 }
 

@@ -35,10 +35,23 @@ func newInflight(limit int64, wait time.Duration) *inflight {
 	return &inflight{limit: limit, wait: wait, m: make(map[string]*tenantWork)}
 }
 
+// held is units a request holds; release gives them back.
+type held struct {
+	f      *inflight
+	tenant string
+	w      *tenantWork
+	n      int64
+}
+
+func (h held) release() {
+	h.w.sem.Release(h.n)
+	h.f.leave(h.tenant, h.w)
+}
+
 // acquire takes n units for tenant, waiting at most f.wait (and no longer
-// than ctx). It returns the function that gives them back, or ok false when
-// the tenant's units stayed taken.
-func (f *inflight) acquire(ctx context.Context, tenant string, n int64) (release func(), ok bool) {
+// than ctx). It returns what to release, or ok false when the tenant's
+// units stayed taken.
+func (f *inflight) acquire(ctx context.Context, tenant string, n int64) (h held, ok bool) {
 	n = min(max(n, 1), f.limit)
 	f.mu.Lock()
 	w := f.m[tenant]
@@ -55,13 +68,10 @@ func (f *inflight) acquire(ctx context.Context, tenant string, n int64) (release
 		cancel()
 		if err != nil {
 			f.leave(tenant, w)
-			return nil, false
+			return held{}, false
 		}
 	}
-	return func() {
-		w.sem.Release(n)
-		f.leave(tenant, w)
-	}, true
+	return held{f: f, tenant: tenant, w: w, n: n}, true
 }
 
 // leave drops the tenant's entry when nobody holds or awaits it.
@@ -72,4 +82,74 @@ func (f *inflight) leave(tenant string, w *tenantWork) {
 		delete(f.m, tenant)
 	}
 	f.mu.Unlock()
+}
+
+// matchBudget bounds the time each tenant's checks spend matching wildcard
+// overrides on this instance: a bucket of matching time per tenant, burst
+// deep, refilled at rate seconds a second, charged with the time each check
+// measurably spent (not an estimate). A tenant whose bucket is empty waits
+// (or is refused) until it has refilled, so that however many of the
+// heaviest checks it sends, it takes a bounded share of the processors from
+// the other tenants. Checks that try no wildcard never touch it.
+//
+// Only tenants whose bucket is not full have an entry.
+type matchBudget struct {
+	rate  float64       // seconds of matching a second
+	burst time.Duration // what a full bucket holds
+
+	mu sync.Mutex
+	m  map[string]*bucket
+}
+
+// bucket is a tenant's matching time left, as of at; below zero it owes.
+type bucket struct {
+	left time.Duration
+	at   time.Time
+}
+
+func newMatchBudget(rate float64, burst time.Duration) *matchBudget {
+	return &matchBudget{rate: rate, burst: burst, m: make(map[string]*bucket)}
+}
+
+// refill brings k up to now; it reports whether k is full. b.mu is held.
+func (b *matchBudget) refill(k *bucket, now time.Time) bool {
+	k.left = min(b.burst, k.left+time.Duration(float64(now.Sub(k.at))*b.rate))
+	k.at = now
+	return k.left >= b.burst
+}
+
+// reserve takes estimate from tenant's bucket at now when it holds time,
+// and reports 0; otherwise it takes nothing and reports how long until the
+// bucket holds time again. A reservation keeps requests that wait together
+// from all going at once when the bucket refills.
+func (b *matchBudget) reserve(tenant string, now time.Time, estimate time.Duration) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := b.m[tenant]
+	if k == nil {
+		k = &bucket{left: b.burst, at: now}
+		b.m[tenant] = k
+	} else {
+		b.refill(k, now)
+	}
+	if k.left <= 0 {
+		return time.Duration(float64(-k.left)/b.rate) + 1
+	}
+	k.left -= estimate
+	return 0
+}
+
+// settle corrects tenant's reservation at now by what the matching really
+// took, over or under the estimate, and drops a full bucket.
+func (b *matchBudget) settle(tenant string, now time.Time, took, estimate time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := b.m[tenant]
+	if k == nil {
+		return
+	}
+	k.left -= took - estimate
+	if b.refill(k, now) {
+		delete(b.m, tenant)
+	}
 }

@@ -57,8 +57,12 @@ type leases struct {
 
 type leaseShard struct {
 	mu sync.Mutex
-	m  map[string]*lease
+	m  map[leaseID]*lease
 }
+
+// leaseID names a counter of a tenant: the counter request's Group and the
+// item's Key.
+type leaseID struct{ group, key string }
 
 // lease is one counter's lease. Times are this instance's clock.
 type lease struct {
@@ -82,23 +86,20 @@ type lease struct {
 func newLeases() *leases {
 	l := &leases{seed: maphash.MakeSeed()}
 	for i := range l.shards {
-		l.shards[i].m = make(map[string]*lease)
+		l.shards[i].m = make(map[leaseID]*lease)
 	}
 	return l
 }
 
-func (l *leases) shard(k string) *leaseShard {
-	return &l.shards[maphash.String(l.seed, k)%leaseShards]
+func (l *leases) shard(k leaseID) *leaseShard {
+	return &l.shards[(maphash.String(l.seed, k.key)^maphash.String(l.seed, k.group))%leaseShards]
 }
-
-// leaseKey names a counter of a tenant.
-func leaseKey(group, key string) string { return group + "\x00" + key }
 
 // take spends one unit of the lease on k, if there is one with units left
 // at now, and reports it with what the counter has left as far as this
 // instance knows (what it holds and what the store had after the last
 // grant) and when the lease lapses.
-func (l *leases) take(k string, now time.Time) (ok bool, remaining int64, resetIn time.Duration) {
+func (l *leases) take(k leaseID, now time.Time) (ok bool, remaining int64, resetIn time.Duration) {
 	sh := l.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -112,7 +113,7 @@ func (l *leases) take(k string, now time.Time) (ok bool, remaining int64, resetI
 
 // giveBack returns a unit take spent, for a request another ceiling
 // refused: its ceilings are all counted or none is.
-func (l *leases) giveBack(k string) {
+func (l *leases) giveBack(k leaseID) {
 	sh := l.shard(k)
 	sh.mu.Lock()
 	if ls := sh.m[k]; ls != nil {
@@ -124,7 +125,7 @@ func (l *leases) giveBack(k string) {
 // size is how many units to ask for on k at now, to lapse at end: 1 when
 // nothing is known of the traffic on it, or another request is renewing
 // the lease already.
-func (l *leases) size(k string, now, end time.Time) int64 {
+func (l *leases) size(k leaseID, now, end time.Time) int64 {
 	sh := l.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -145,7 +146,7 @@ func (l *leases) size(k string, now, end time.Time) int64 {
 // lapsing at end; remaining is what the store said the counter had left
 // after them. Units of a lease that has not lapsed are kept: requests that
 // renewed it at once add up.
-func (l *leases) grant(k string, now, end time.Time, lim, granted, remaining int64) {
+func (l *leases) grant(k leaseID, now, end time.Time, lim, granted, remaining int64) {
 	sh := l.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -191,7 +192,7 @@ func (ls *lease) nextRate(now time.Time) float64 {
 // few looked at hold one, else any. Its units lapse.
 func (sh *leaseShard) evict(now time.Time) {
 	seen := 0
-	var any string
+	var any leaseID
 	for k, ls := range sh.m {
 		if ls.left <= 0 || !now.Before(ls.end) {
 			delete(sh.m, k)

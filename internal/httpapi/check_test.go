@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,15 @@ type tenantAPI struct {
 	e       *echo.Echo
 	pool    *pgxpool.Pool
 	tenants *pgstore.Tenants
+	// audits are the entries Config.Audit was given.
+	auditMu sync.Mutex
+	audits  []auditEntry
+}
+
+// auditEntry is one call of Config.Audit.
+type auditEntry struct {
+	tenantID, kind string
+	detail         map[string]any
 }
 
 // usageOf answers /v1/usage as the serve wiring does: metering from the
@@ -80,7 +90,8 @@ func newTenantAPI(t testing.TB, dsn string, store counter.Store) *tenantAPI {
 		Pepper: []byte("httpapi-test-pepper-0123456789abcdef"),
 	})
 	t.Cleanup(func() { g.Close() })
-	e := New(Config{
+	a := &tenantAPI{t: t, pool: pool, tenants: tenants}
+	a.e = New(Config{
 		Logger:     log,
 		Ready:      pool.Ping,
 		Gate:       g,
@@ -88,8 +99,13 @@ func newTenantAPI(t testing.TB, dsn string, store counter.Store) *tenantAPI {
 		Usage:      usageOf{rec, dir},
 		PublicURL:  "https://tollgate.example",
 		BillingKey: []byte("billing-key"),
+		Audit: func(_ context.Context, tenantID, kind string, detail map[string]any) {
+			a.auditMu.Lock()
+			a.audits = append(a.audits, auditEntry{tenantID, kind, detail})
+			a.auditMu.Unlock()
+		},
 	})
-	return &tenantAPI{t: t, e: e, pool: pool, tenants: tenants}
+	return a
 }
 
 // tenant creates a tenant on plan and returns its live and test keys, after

@@ -85,18 +85,23 @@ func setRateLimit(c echo.Context, q gate.Quota) {
 	if q.Limit == 0 {
 		return
 	}
-	var buf [128]byte
-	h := c.Response().Header()
+	// Both values in one string, each field a slice of it: two allocations
+	// for the two headers instead of four.
+	var buf [160]byte
 	b := appendJSONString(buf[:0], q.Name)
-	name := len(b)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, q.Limit, 10)
 	b = append(b, ";w="...)
 	b = strconv.AppendInt(b, int64(math.Ceil(q.Window.Seconds())), 10)
-	h["Ratelimit-Policy"] = []string{string(b)}
-	b = append(b[:name], ";r="...)
+	policyEnd := len(b)
+	b = appendJSONString(b, q.Name)
+	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, q.Remaining, 10)
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, max(0, ceilDiv(q.ResetIn, time.Second)), 10)
-	h["Ratelimit"] = []string{string(b)}
+	both := string(b)
+	vals := []string{both[:policyEnd], both[policyEnd:]}
+	h := c.Response().Header()
+	h["Ratelimit-Policy"] = vals[0:1:1]
+	h["Ratelimit"] = vals[1:2:2]
 }

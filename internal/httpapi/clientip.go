@@ -39,13 +39,20 @@ func ipExtractor(cfg ClientIPConfig) echo.IPExtractor {
 	}
 	resolve := resolver(cfg)
 	return func(r *http.Request) string {
-		a, err := netip.ParseAddr(resolve(r))
+		s := resolve(r)
+		a, err := netip.ParseAddr(s)
 		if err != nil {
 			return ""
 		}
 		a = a.Unmap().WithZone("")
 		if a.Is6() {
 			a = netip.PrefixFrom(a, bits).Masked().Addr()
+		}
+		// Most addresses arrive in the form they are keyed by: hand back
+		// the string as it came rather than a new one.
+		var buf [48]byte
+		if string(a.AppendTo(buf[:0])) == s {
+			return s
 		}
 		return a.String()
 	}

@@ -19,9 +19,10 @@ const hstsValue = "max-age=31536000"
 // like its forwarding headers), or cfg.SecureTransport. Browsers ignore the
 // header over plain HTTP, which is why it is not sent there.
 func strictTransport(cfg Config) echo.MiddlewareFunc {
+	secure, proxies := cfg.SecureTransport, cfg.ClientIP.TrustedProxies
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if overTLS(c.Request(), cfg) {
+			if overTLS(c.Request(), secure, proxies) {
 				c.Response().Header().Set("Strict-Transport-Security", hstsValue)
 			}
 			return next(c)
@@ -30,11 +31,11 @@ func strictTransport(cfg Config) echo.MiddlewareFunc {
 }
 
 // overTLS reports whether r reached Tollgate over HTTPS.
-func overTLS(r *http.Request, cfg Config) bool {
-	if r.TLS != nil || cfg.SecureTransport {
+func overTLS(r *http.Request, secure bool, proxies []*net.IPNet) bool {
+	if r.TLS != nil || secure {
 		return true
 	}
-	if len(cfg.ClientIP.TrustedProxies) == 0 || !strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https") {
+	if len(proxies) == 0 || !strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https") {
 		return false
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -42,5 +43,5 @@ func overTLS(r *http.Request, cfg Config) bool {
 		return false
 	}
 	ip := net.ParseIP(host)
-	return ip != nil && trusted(cfg.ClientIP.TrustedProxies, ip)
+	return ip != nil && trusted(proxies, ip)
 }

@@ -32,6 +32,10 @@ type Config struct {
 	Gate     Gate
 	Policies PolicyService
 	Usage    UsageService
+	// Audit records a tenant's change that is not a policy's (a counter
+	// reset, by kind counter_reset, naming the key that did it); nil
+	// records nothing. A failure to audit is the callee's to log.
+	Audit func(ctx context.Context, tenantID, kind string, detail map[string]any)
 	// ClientIP says whom to believe about client addresses.
 	ClientIP ClientIPConfig
 	// SecureTransport says that every request reached Tollgate over HTTPS,
@@ -102,6 +106,7 @@ func New(cfg Config) *echo.Echo {
 		registerPolicies(v1.Group("", a.admit("policies")), cfg.Policies)
 		v1.GET("/usage", a.usage, a.admit("usage"))
 		registerBilling(v1.Group("/billing", a.admit("billing")), a)
+		registerLeases(v1, a)
 	}
 	e.GET("/billing/portal/:token", portalLink(cfg))
 	e.POST("/webhooks/stripe", stripeWebhook(cfg))

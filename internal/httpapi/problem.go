@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
@@ -34,6 +35,9 @@ var problemKinds = []problemKind{
 	{policy.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	{policy.ErrNotFound, http.StatusNotFound, "not-found", "Not found"},
 	{policy.ErrConflict, http.StatusConflict, "conflict", "Conflict"},
+	// Leases (leases.go).
+	{counter.ErrNoLease, http.StatusNotFound, "lease-not-found", "No such lease: it was released, it expired, or it never was"},
+	{counter.ErrUnavailable, http.StatusServiceUnavailable, "store-unavailable", "The counter store is unavailable; retry"},
 	// Billing (billing.go, webhooks.go).
 	{billing.ErrBadWebhook, http.StatusBadRequest, "invalid-webhook", "Invalid Stripe webhook signature or body"},
 	{billing.ErrNotConfigured, http.StatusServiceUnavailable, "billing-not-configured", "Billing with Stripe is not configured on this server"},

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/tollgate/tollgate/internal/tenant"
 )
 
 // tenantKey is the request-context key of the authenticated tenant's id.
@@ -14,6 +16,23 @@ type tenantKey struct{}
 func setTenantID(c echo.Context, id string) {
 	r := c.Request()
 	c.SetRequest(r.WithContext(context.WithValue(r.Context(), tenantKey{}, id)))
+}
+
+// apiKeyCtx is the request-context key of the authenticated API key.
+type apiKeyCtx struct{}
+
+// setAPIKey records k as the request's API key: the auth middleware calls
+// it beside setTenantID.
+func setAPIKey(c echo.Context, k tenant.Key) {
+	r := c.Request()
+	c.SetRequest(r.WithContext(context.WithValue(r.Context(), apiKeyCtx{}, k)))
+}
+
+// apiKey returns the request's API key (its id, and whether it is a test
+// key), or the zero Key outside the auth middleware.
+func apiKey(c echo.Context) tenant.Key {
+	k, _ := c.Request().Context().Value(apiKeyCtx{}).(tenant.Key)
+	return k
 }
 
 // tenantID returns the authenticated tenant's id, or "" when the request was

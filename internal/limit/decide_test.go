@@ -314,3 +314,45 @@ func TestGCRACapacity(t *testing.T) {
 		})
 	}
 }
+
+// TestLeft: what a counter holds, counting nothing. A new counter holds its
+// whole limit (a peek on it must not answer limit − 1), and a used one what
+// its state leaves, rolled over to the instant asked.
+func TestLeft(t *testing.T) {
+	t.Parallel()
+	minute := limit.Every(time.Minute)
+	tests := []struct {
+		name      string
+		a         limit.Algorithm
+		limit     int64
+		w         limit.Window
+		st        limit.State
+		now       time.Time
+		remaining int64
+		resetAt   time.Time
+	}{
+		{"fixed, new", limit.FixedWindow, 3, minute, limit.State{}, at(10 * time.Second), 3, at(time.Minute)},
+		{"fixed, one used", limit.FixedWindow, 3, minute, limit.State{Start: t0.UnixMicro(), Count: 1}, at(10 * time.Second), 2, at(time.Minute)},
+		{"fixed, used last window", limit.FixedWindow, 3, minute, limit.State{Start: t0.UnixMicro(), Count: 3}, at(70 * time.Second), 3, at(2 * time.Minute)},
+		{"fixed, over a lowered limit", limit.FixedWindow, 3, minute, limit.State{Start: t0.UnixMicro(), Count: 9}, at(time.Second), 0, at(time.Minute)},
+		{"fixed month, new", limit.FixedWindow, 5, limit.Month, limit.State{}, t0, 5, time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)},
+		{"sliding, new", limit.SlidingWindow, 3, minute, limit.State{}, at(10 * time.Second), 3, at(time.Minute)},
+		// Half a window in, half of the previous window's 2 still weighs 1.
+		{"sliding, previous window", limit.SlidingWindow, 3, minute, limit.State{Start: t0.UnixMicro(), Count: 2}, at(90 * time.Second), 2, at(2 * time.Minute)},
+		{"sliding, this window", limit.SlidingWindow, 3, minute, limit.State{Start: t0.UnixMicro(), Count: 1}, at(30 * time.Second), 2, at(2 * time.Minute)},
+		{"token bucket, new", limit.TokenBucket, 3, minute, limit.State{}, at(10 * time.Second), 3, at(10 * time.Second)},
+		// One of 3 per minute taken 10 s ago: 20 s of its 20 s interval is
+		// still to drain, so two are left.
+		{"token bucket, one used", limit.TokenBucket, 3, minute, limit.State{Start: t0.UnixMicro(), TAT: 20e6}, at(10 * time.Second), 2, at(20 * time.Second)},
+		{"token bucket, drained", limit.TokenBucket, 3, minute, limit.State{Start: t0.UnixMicro(), TAT: 60e6}, at(2 * time.Minute), 3, at(2 * time.Minute)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rem, reset := limit.Left(tc.a, tc.st, tc.now, tc.limit, tc.w)
+			if rem != tc.remaining || !reset.Equal(tc.resetAt) {
+				t.Errorf("Left = %d, %s; want %d, %s", rem, reset.Format(time.RFC3339Nano), tc.remaining, tc.resetAt.Format(time.RFC3339Nano))
+			}
+		})
+	}
+}

@@ -25,10 +25,15 @@ type Algorithm uint8
 
 // The algorithms. Their numeric values are part of the store protocols
 // (SQL function and Lua script arguments) and must not change.
+//
+// Concurrency is no counting rule, and Validate refuses it: it names the
+// policies whose limit bounds how many holders are in flight at once, which
+// the counter stores keep as leases (counter.Leaser), not as counters.
 const (
 	FixedWindow   Algorithm = 1
 	SlidingWindow Algorithm = 2
 	TokenBucket   Algorithm = 3
+	Concurrency   Algorithm = 4
 )
 
 // ErrInvalid is returned (wrapped) for an unknown algorithm, a window out of
@@ -44,14 +49,16 @@ func (a Algorithm) String() string {
 		return "sliding_window"
 	case TokenBucket:
 		return "token_bucket"
+	case Concurrency:
+		return "concurrency"
 	}
 	return "algorithm(" + strconv.Itoa(int(a)) + ")"
 }
 
 // ParseAlgorithm reads an API name ("fixed_window", "sliding_window",
-// "token_bucket"); anything else wraps ErrInvalid.
+// "token_bucket", "concurrency"); anything else wraps ErrInvalid.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for _, a := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, a := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, Concurrency} {
 		if a.String() == s {
 			return a, nil
 		}
@@ -207,8 +214,10 @@ type Decision struct {
 	Allowed bool
 	// Limit is the limit that was applied.
 	Limit int64
-	// Remaining is what could still be consumed, at cost 1, after this request
-	// (after consuming it when Allowed); never negative.
+	// Remaining is the largest cost a request could be admitted for next,
+	// from 0 to Limit: Left of the state Decide returns (after consuming the
+	// request when Allowed). The counter stores report what the counter
+	// holds once a whole batch is done instead (counter.Result).
 	Remaining int64
 	// ResetAt is when the counter is whole again: the window's end, or for a
 	// token bucket the moment it has drained completely.
@@ -298,13 +307,20 @@ func fixedStep(st State, now, cost, limit int64, w Window) (bool, State, int64) 
 
 func fixed(st State, now, cost, limit int64, w Window) (Decision, State) {
 	ok, next, end := fixedStep(st, now, cost, limit, w)
-	d := Decision{Allowed: ok, Limit: limit, Remaining: max(0, limit-next.Count), ResetAt: time.UnixMicro(end).UTC()}
+	remaining, reset := fixedLeft(next, end, limit)
+	d := Decision{Allowed: ok, Limit: limit, Remaining: remaining, ResetAt: reset}
 	if !ok {
 		// The next window starts empty; a cost above the limit waits for it too.
 		d.RetryAfter = micros(end - now)
 		return d, st
 	}
 	return d, next
+}
+
+// fixedLeft is what a fixed window holds: next is rolled over to the window
+// that ends at end.
+func fixedLeft(next State, end, limit int64) (int64, time.Time) {
+	return max(0, limit-next.Count), time.UnixMicro(end).UTC()
 }
 
 // endOf returns the end of the window that starts at start.
@@ -353,18 +369,8 @@ func slidingEstimate(prev, curr, elapsed, w int64) float64 {
 
 func sliding(st State, now, cost, limit, w int64) (Decision, State) {
 	ok, next, est := slidingStep(st, now, cost, limit, w)
-	// Remaining is the largest cost slidingStep would admit next, tested with
-	// its own comparison: a rounding allowance here would overstate it when
-	// prev·(1−f) lies just above a whole number.
-	d := Decision{Allowed: ok, Limit: limit, Remaining: remaining(float64(limit)-est, limit, func(c int64) bool {
-		return est+float64(c) <= float64(limit)
-	})}
-	// Whole again once the previous window's weight and the current window's
-	// count have both rolled out.
-	d.ResetAt = time.UnixMicro(next.Start + w).UTC()
-	if next.Count > 0 {
-		d.ResetAt = time.UnixMicro(next.Start + 2*w).UTC()
-	}
+	rem, reset := slidingLeft(next, est, limit, w)
+	d := Decision{Allowed: ok, Limit: limit, Remaining: rem, ResetAt: reset}
 	if ok {
 		return d, next
 	}
@@ -387,6 +393,24 @@ func sliding(st State, now, cost, limit, w int64) (Decision, State) {
 	})
 	d.RetryAfter = micros(t - now)
 	return d, st
+}
+
+// slidingLeft is what a sliding window holds: next is rolled over to now's
+// window and est is its estimate at now.
+func slidingLeft(next State, est float64, limit, w int64) (int64, time.Time) {
+	// Remaining is the largest cost slidingStep would admit next, tested with
+	// its own comparison: a rounding allowance here would overstate it when
+	// prev·(1−f) lies just above a whole number.
+	rem := remaining(float64(limit)-est, limit, func(c int64) bool {
+		return est+float64(c) <= float64(limit)
+	})
+	// Whole again once the previous window's weight and the current window's
+	// count have both rolled out.
+	reset := next.Start + w
+	if next.Count > 0 {
+		reset = next.Start + 2*w
+	}
+	return rem, time.UnixMicro(reset).UTC()
 }
 
 // gcraStep is the generic cell rate algorithm, a token bucket of capacity
@@ -428,17 +452,8 @@ func gcra(st State, now, cost, limit, w int64) (Decision, State) {
 	asked := now
 	now = max(now, st.Start)
 	interval := float64(w) / float64(limit)
-	d := Decision{
-		Allowed: ok,
-		Limit:   limit,
-		// Capacity left: the largest cost gcraStep would admit next, tested
-		// with its own comparison so that a TAT just short of a whole interval
-		// of slack does not count that interval.
-		Remaining: remaining((float64(w)-off)/interval, limit, func(c int64) bool {
-			return off+float64(interval*float64(c)) <= gcraCapacity(w, interval)
-		}),
-		ResetAt: time.UnixMicro(now + int64(math.Ceil(off))).UTC(),
-	}
+	rem, reset := gcraLeft(now, off, limit, w)
+	d := Decision{Allowed: ok, Limit: limit, Remaining: rem, ResetAt: reset}
 	if ok {
 		return d, next
 	}
@@ -454,6 +469,43 @@ func gcra(st State, now, cost, limit, w int64) (Decision, State) {
 	})
 	d.RetryAfter = micros(t - asked)
 	return d, st
+}
+
+// gcraLeft is what a token bucket holds at instant now (not before the
+// state's own) whose TAT runs off µs ahead of it.
+func gcraLeft(now int64, off float64, limit, w int64) (int64, time.Time) {
+	interval := float64(w) / float64(limit)
+	// Capacity left: the largest cost gcraStep would admit next, tested with
+	// its own comparison so that a TAT just short of a whole interval of
+	// slack does not count that interval.
+	rem := remaining((float64(w)-off)/interval, limit, func(c int64) bool {
+		return off+float64(interval*float64(c)) <= gcraCapacity(w, interval)
+	})
+	return rem, time.UnixMicro(now + int64(math.Ceil(off))).UTC()
+}
+
+// Left returns what a counter in state st holds at instant now, counting
+// nothing: the largest cost from 0 to limit that a request could be admitted
+// for at that instant (limit.Admit admits it, and refuses one unit more
+// unless it is limit), and when the counter is whole again. For any state
+// Decide leaves, Decide's Remaining and ResetAt are Left of that state at
+// the same instant. The arguments must pass Validate (any cost).
+func Left(a Algorithm, st State, now time.Time, limit int64, w Window) (remaining int64, resetAt time.Time) {
+	us := now.UnixMicro()
+	switch a {
+	case SlidingWindow:
+		// A step of no cost rolls the state over without counting; it
+		// refuses only a state over the limit (a limit lowered since), and
+		// returns its estimate either way.
+		_, next, est := slidingStep(st, us, 0, limit, w.Micros())
+		return slidingLeft(next, est, limit, w.Micros())
+	case TokenBucket:
+		us = max(us, st.Start)
+		return gcraLeft(us, math.Max(0, st.TAT-float64(us-st.Start)), limit, w.Micros())
+	default:
+		_, next, end := fixedStep(st, us, 0, limit, w)
+		return fixedLeft(next, end, limit)
+	}
 }
 
 // remaining returns the largest cost from 0 to limit that fits, starting from

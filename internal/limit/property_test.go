@@ -143,6 +143,11 @@ func (r *runner) decide(now, cost int64) limit.Decision {
 		t.Fatalf("%s; ResetAt before now", where)
 	}
 	r.checkRemaining(where, now, next, d.Remaining)
+	// What the state left holds, counting nothing, is what the decision
+	// says: stores answer items that did not count with Left.
+	if rem, reset := limit.Left(sc.a, next, when, sc.limit, sc.w); rem != d.Remaining || !reset.Equal(d.ResetAt) {
+		t.Fatalf("%s; Left of the state left = %d, %s; want the decision's Remaining and ResetAt", where, rem, reset.Format(time.RFC3339Nano))
+	}
 	r.checkWhole(where, next, d.ResetAt.UnixMicro(), "ResetAt")
 	r.checkWhole(where, next, limit.Expiry(sc.a, next, sc.w), "Expiry")
 

@@ -59,7 +59,7 @@ func (s *Policies) PutPolicy(ctx context.Context, tenantID string, p policy.Poli
 			TenantID:   tid,
 			Name:       p.Name,
 			Limit:      p.Limit,
-			Window:     policy.FormatWindow(p.Window),
+			Window:     storedWindow(p),
 			Algorithm:  p.Algorithm.String(),
 			Scope:      string(p.Scope),
 			FailMode:   string(p.FailMode),
@@ -283,13 +283,15 @@ func (s *Policies) LoadSet(ctx context.Context, tenantID string) (policy.Set, er
 // policyFromRow turns a policies row into a policy.Policy. A row the policy
 // package would not have written is an error, not a guess.
 func policyFromRow(r sqlcgen.Policy) (policy.Policy, error) {
-	w, err := limit.ParseWindow(r.Window)
-	if err != nil {
-		return policy.Policy{}, fmt.Errorf("policy %s: stored %w", r.Name, err)
-	}
 	a, err := limit.ParseAlgorithm(r.Algorithm)
 	if err != nil {
 		return policy.Policy{}, fmt.Errorf("policy %s: stored %w", r.Name, err)
+	}
+	var w limit.Window
+	if a != limit.Concurrency {
+		if w, err = limit.ParseWindow(r.Window); err != nil {
+			return policy.Policy{}, fmt.Errorf("policy %s: stored %w", r.Name, err)
+		}
 	}
 	return policy.Policy{
 		Name:       r.Name,
@@ -303,6 +305,15 @@ func policyFromRow(r sqlcgen.Policy) (policy.Policy, error) {
 		CreatedAt:  r.CreatedAt.Time.UTC(),
 		UpdatedAt:  r.UpdatedAt.Time.UTC(),
 	}, nil
+}
+
+// storedWindow is the policies.window of p: its shortest form, or "" for a
+// concurrency policy, which has no window (the table's check holds it).
+func storedWindow(p policy.Policy) string {
+	if p.Algorithm == limit.Concurrency {
+		return ""
+	}
+	return policy.FormatWindow(p.Window)
 }
 
 // overrideFromRow turns a policy_overrides row into a policy.Override.

@@ -424,3 +424,40 @@ func TestLoadSet(t *testing.T) {
 		t.Errorf("ip loaded as %+v", p)
 	}
 }
+
+// TestConcurrencyPolicyRoundTrip stores a concurrency policy, which has no
+// window: it reads back the same, alone and in the tenant's Set, and the
+// table refuses a window on it (or none on another policy).
+func TestConcurrencyPolicyRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool, tid := newPolicies(t)
+	in := mustParse(t, "jobs", `{"limit":5,"algorithm":"concurrency","scope":"global"}`)
+	got, err := s.PutPolicy(ctx, tid, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.CreatedAt, got.UpdatedAt = time.Time{}, time.Time{}
+	if got != in {
+		t.Fatalf("put: got %+v, want %+v", got, in)
+	}
+	back, err := s.GetPolicy(ctx, tid, "jobs")
+	if err != nil || back.Algorithm != limit.Concurrency || back.Window != (limit.Window{}) || back.Limit != 5 {
+		t.Fatalf("get: %+v, %v", back, err)
+	}
+	set, err := s.LoadSet(ctx, tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := set.Lookup("jobs"); !ok || p.Algorithm != limit.Concurrency {
+		t.Fatalf("set: %+v, %v", p, ok)
+	}
+	for _, stmt := range []string{
+		`UPDATE policies SET "window" = '1m' WHERE tenant_id = $1 AND name = 'jobs'`,
+		`INSERT INTO policies (tenant_id, name, "limit", "window", algorithm, scope, fail_mode) VALUES ($1, 'x', 1, '', 'fixed_window', 'subject', 'open')`,
+	} {
+		if _, err := pool.Exec(ctx, stmt, tid); err == nil {
+			t.Errorf("%s: accepted", stmt)
+		}
+	}
+}

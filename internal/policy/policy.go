@@ -135,8 +135,10 @@ const (
 
 // Policy is one named limit of a tenant.
 type Policy struct {
-	Name      string
-	Limit     int64
+	Name  string
+	Limit int64
+	// Window is the zero Window for a policy of algorithm limit.Concurrency,
+	// which has none.
 	Window    limit.Window
 	Algorithm limit.Algorithm
 	Scope     Scope
@@ -179,8 +181,10 @@ var policyFields = []string{"limit", "window", "algorithm", "scope", "fail_mode"
 //	{"limit":10,"window":"1m","algorithm":"fixed_window","scope":"subject",
 //	 "fail_mode":"open","shadow":false,"alert_after":0}
 //
-// limit and window are required; the rest default as shown. Every error is a
-// *FieldError (so it wraps ErrInvalid). CreatedAt and UpdatedAt are zero.
+// limit and window are required; the rest default as shown. A policy of
+// algorithm "concurrency" (at most limit leases in flight) has no window,
+// and cannot be shadow. Every error is a *FieldError (so it wraps
+// ErrInvalid). CreatedAt and UpdatedAt are zero.
 func Parse(name string, body []byte) (Policy, error) {
 	if err := ValidateName(name); err != nil {
 		return Policy{}, err
@@ -196,21 +200,26 @@ func Parse(name string, body []byte) (Policy, error) {
 	if p.Limit, err = f.integer("limit", 1, limit.MaxLimit, true); err != nil {
 		return Policy{}, err
 	}
-	w, ok, err := f.str("window", true)
-	if err != nil {
-		return Policy{}, err
-	}
-	if ok {
-		if p.Window, err = limit.ParseWindow(w); err != nil {
-			return Policy{}, &FieldError{Field: "window",
-				Reason: `must be a duration from "1s" to "720h" (such as "1m" or "15m"), "1d" to "30d", or "month"`}
-		}
-	}
 	if a, ok, err := f.str("algorithm", false); err != nil {
 		return Policy{}, err
 	} else if ok {
 		if p.Algorithm, err = limit.ParseAlgorithm(a); err != nil {
-			return Policy{}, &FieldError{Field: "algorithm", Reason: `must be "fixed_window", "sliding_window" or "token_bucket"`}
+			return Policy{}, &FieldError{Field: "algorithm", Reason: `must be "fixed_window", "sliding_window", "token_bucket" or "concurrency"`}
+		}
+	}
+	concurrency := p.Algorithm == limit.Concurrency
+	w, ok, err := f.str("window", !concurrency)
+	if err != nil {
+		return Policy{}, err
+	}
+	switch {
+	case ok && concurrency:
+		return Policy{}, &FieldError{Field: "window",
+			Reason: `a policy of algorithm "concurrency" has no window: it bounds the leases in flight, and a lease ends when it is released or its ttl runs out`}
+	case ok:
+		if p.Window, err = limit.ParseWindow(w); err != nil {
+			return Policy{}, &FieldError{Field: "window",
+				Reason: `must be a duration from "1s" to "720h" (such as "1m" or "15m"), "1d" to "30d", or "month"`}
 		}
 	}
 	if s, ok, err := f.str("scope", false); err != nil {
@@ -234,6 +243,14 @@ func Parse(name string, body []byte) (Policy, error) {
 	}
 	if p.AlertAfter, err = f.integer("alert_after", 0, MaxAlertAfter, false); err != nil {
 		return Policy{}, err
+	}
+	if concurrency {
+		if p.Shadow {
+			// A shadow lease would have to be handed out beyond the limit
+			// and still be told apart from a real one by every holder.
+			return Policy{}, &FieldError{Field: "shadow", Reason: `a policy of algorithm "concurrency" cannot be shadow`}
+		}
+		return p, nil
 	}
 	// A calendar month has no constant length, which a sliding window and a
 	// token bucket need.
@@ -346,12 +363,17 @@ func parseOverride(pattern string, body []byte, now time.Time) (Override, error)
 
 // MarshalJSON writes p in the shape Parse reads, plus name, created_at and
 // updated_at; the window in its shortest form ("1m", "1h30m", "7d",
-// "month").
+// "month"), null for a concurrency policy.
 func (p Policy) MarshalJSON() ([]byte, error) {
+	var window *string
+	if p.Algorithm != limit.Concurrency {
+		w := FormatWindow(p.Window)
+		window = &w
+	}
 	return json.Marshal(struct {
 		Name       string    `json:"name"`
 		Limit      int64     `json:"limit"`
-		Window     string    `json:"window"`
+		Window     *string   `json:"window"`
 		Algorithm  string    `json:"algorithm"`
 		Scope      Scope     `json:"scope"`
 		FailMode   FailMode  `json:"fail_mode"`
@@ -359,7 +381,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		AlertAfter int64     `json:"alert_after"`
 		CreatedAt  time.Time `json:"created_at"`
 		UpdatedAt  time.Time `json:"updated_at"`
-	}{p.Name, p.Limit, FormatWindow(p.Window), p.Algorithm.String(), p.Scope, p.FailMode, p.Shadow, p.AlertAfter,
+	}{p.Name, p.Limit, window, p.Algorithm.String(), p.Scope, p.FailMode, p.Shadow, p.AlertAfter,
 		p.CreatedAt.UTC(), p.UpdatedAt.UTC()})
 }
 

@@ -34,6 +34,10 @@ func TestParse(t *testing.T) {
 			Policy{Name: "p", Limit: 1, Window: limit.Every(time.Second), Algorithm: limit.FixedWindow, Scope: ScopeSubject, FailMode: FailOpen}},
 		{"read-only members sent back", `{"name":"p","limit":1,"window":"1m","created_at":"2026-01-01T00:00:00Z","updated_at":"x"}`,
 			Policy{Name: "p", Limit: 1, Window: minute, Algorithm: limit.FixedWindow, Scope: ScopeSubject, FailMode: FailOpen}},
+		{"concurrency", `{"limit":10,"algorithm":"concurrency","scope":"global","fail_mode":"closed","alert_after":2}`,
+			Policy{Name: "p", Limit: 10, Algorithm: limit.Concurrency, Scope: ScopeGlobal, FailMode: FailClosed, AlertAfter: 2}},
+		{"concurrency, null window", `{"limit":1,"window":null,"algorithm":"concurrency","shadow":false}`,
+			Policy{Name: "p", Limit: 1, Algorithm: limit.Concurrency, Scope: ScopeSubject, FailMode: FailOpen}},
 		{"whitespace", " \n{ \"limit\" : 2 , \"window\" : \"1m\" }\n",
 			Policy{Name: "p", Limit: 2, Window: minute, Algorithm: limit.FixedWindow, Scope: ScopeSubject, FailMode: FailOpen}},
 	}
@@ -94,6 +98,9 @@ func TestParseErrors(t *testing.T) {
 		{"string shadow", "p", `{"limit":1,"window":"1m","shadow":"yes"}`, "shadow", "true or false"},
 		{"negative alert_after", "p", `{"limit":1,"window":"1m","alert_after":-1}`, "alert_after", "from 0 to"},
 		{"fractional alert_after", "p", `{"limit":1,"window":"1m","alert_after":0.5}`, "alert_after", "integer"},
+		{"concurrency with a window", "p", `{"limit":1,"window":"1m","algorithm":"concurrency"}`, "window", `has no window`},
+		{"concurrency in shadow", "p", `{"limit":1,"algorithm":"concurrency","shadow":true}`, "shadow", "cannot be shadow"},
+		{"concurrency without a limit", "p", `{"algorithm":"concurrency"}`, "limit", "is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -251,6 +258,21 @@ func TestMarshalJSONRoundTrips(t *testing.T) {
 	p.CreatedAt, p.UpdatedAt = time.Time{}, time.Time{}
 	if back != p {
 		t.Errorf("round trip: got %+v, want %+v", back, p)
+	}
+
+	// A concurrency policy has no window: null, and read back as none.
+	c := Policy{Name: "jobs", Limit: 3, Algorithm: limit.Concurrency, Scope: ScopeGlobal, FailMode: FailOpen}
+	body, err = json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = `{"name":"jobs","limit":3,"window":null,"algorithm":"concurrency","scope":"global","fail_mode":"open",` +
+		`"shadow":false,"alert_after":0,"created_at":"0001-01-01T00:00:00Z","updated_at":"0001-01-01T00:00:00Z"}`
+	if string(body) != want {
+		t.Errorf("concurrency: got  %s\nwant %s", body, want)
+	}
+	if back, err := Parse("jobs", body); err != nil || back != c {
+		t.Errorf("concurrency round trip: got %+v, %v; want %+v", back, err, c)
 	}
 
 	o, err := json.Marshal(Override{Pattern: "a*", Limit: 3})

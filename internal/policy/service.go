@@ -3,6 +3,8 @@ package policy
 import (
 	"context"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/limit"
 )
 
 // Service is what the tenant API calls to change policies: the Store, with
@@ -28,8 +30,12 @@ func (s Service) PutPolicy(ctx context.Context, tenantID string, p Policy) (Poli
 	p, err := s.Store.PutPolicy(ctx, tenantID, p)
 	s.changed(tenantID)
 	if err == nil {
+		var window any
+		if p.Algorithm != limit.Concurrency {
+			window = FormatWindow(p.Window)
+		}
 		s.audit(ctx, tenantID, "policy_put", map[string]any{
-			"policy": p.Name, "limit": p.Limit, "window": FormatWindow(p.Window), "algorithm": p.Algorithm.String(),
+			"policy": p.Name, "limit": p.Limit, "window": window, "algorithm": p.Algorithm.String(),
 			"scope": string(p.Scope), "fail_mode": string(p.FailMode), "shadow": p.Shadow, "alert_after": p.AlertAfter,
 		})
 	}

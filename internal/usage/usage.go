@@ -7,8 +7,9 @@
 // the usage report of a tenant: live checks this calendar month, sandbox
 // checks in the last 30 days, refusals by layer, and alerts.
 //
-// What counts as a check: a /v1/check call (Event.Checked) that passed the
-// service's own ceilings, whatever the tenant's policies answered (outcome
+// What counts as a check: a /v1/check call or a lease acquire (POST
+// /v1/leases; Event.Checked) that passed the service's own ceilings,
+// whatever the tenant's policies answered (outcome
 // "allowed" or "policy"; a refusal by the tenant's own policy is an answer,
 // and the counter store keeps the allotment's count for it). Refusals by a
 // ceiling (instance, ip, quota, allotment, sandbox) and calls of any other

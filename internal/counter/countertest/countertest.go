@@ -24,6 +24,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("MatchesLimitOnRandomStreams", func(t *testing.T) { t.Parallel(); matchesLimit(t, b) })
 	t.Run("PeekNeverCounts", func(t *testing.T) { t.Parallel(); peekNeverCounts(t, b) })
 	t.Run("AllOrNothing", func(t *testing.T) { t.Parallel(); allOrNothing(t, b) })
+	t.Run("RemainingIsWhatIsLeft", func(t *testing.T) { t.Parallel(); remainingIsLeft(t, b) })
 	t.Run("SameKeyTwiceInOneRequest", func(t *testing.T) { t.Parallel(); sameKeyTwice(t, b) })
 	t.Run("CeilingsConsumedWhenAPolicyRefuses", func(t *testing.T) { t.Parallel(); ceilingsWithoutPolicies(t, b) })
 	t.Run("CeilingRefusalConsumesNothing", func(t *testing.T) { t.Parallel(); ceilingRefuses(t, b) })
@@ -42,6 +43,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("ThreeInstancesOneStore", func(t *testing.T) { t.Parallel(); threeInstances(t, b) })
 	t.Run("ThreeInstancesCeilingAndPolicy", func(t *testing.T) { t.Parallel(); threeInstancesCeilings(t, b) })
 	t.Run("ThreeInstancesAdvisory", func(t *testing.T) { t.Parallel(); threeInstancesAdvisory(t, b) })
+	runLeases(t, b)
 	if b.Breakable != nil {
 		t.Run("Unavailable", func(t *testing.T) { unavailable(t, b) })
 	}
@@ -207,6 +209,14 @@ func matchesLimit(t *testing.T, b Backend) {
 				rt.Fatalf("step %d: store used clock %s, asked for %s", step, got.Now, now)
 			}
 			sameResult(rt, step, req, got, want)
+			// Remaining and ResetAt are what each item's counter holds once
+			// the request is done, counted or not.
+			for i, it := range req.Items {
+				rem, reset := limit.Left(it.Algorithm, m.states[[2]string{group, it.Key}], now, it.Limit, it.Window)
+				if d := got.Decisions[i]; d.Remaining != rem || !d.ResetAt.Equal(reset) {
+					rt.Fatalf("step %d item %d (%+v): remaining %d, reset %s; the counter holds %d, whole at %s", step, i, it, d.Remaining, d.ResetAt, rem, reset)
+				}
+			}
 		}
 	})
 }
@@ -224,8 +234,8 @@ func peekNeverCounts(t *testing.T, b Backend) {
 			it := item("peek-"+alg.String(), alg, 3, limit.Every(time.Hour))
 			for i := range 10 {
 				res := check(t, s, counter.Request{Mode: counter.Peek, Items: []counter.Item{it}, Now: base})
-				if !res.Allowed || res.Decisions[0].Remaining != 2 {
-					t.Fatalf("peek %d: allowed %v remaining %d, want true 2", i, res.Allowed, res.Decisions[0].Remaining)
+				if !res.Allowed || res.Decisions[0].Remaining != 3 {
+					t.Fatalf("peek %d: allowed %v remaining %d, want true 3", i, res.Allowed, res.Decisions[0].Remaining)
 				}
 			}
 			for i := range 3 {
@@ -250,13 +260,71 @@ func allOrNothing(t *testing.T, b Backend) {
 		t.Fatalf("first batch refused: %+v", res)
 	}
 	res := check(t, s, counter.Request{Items: []counter.Item{wide, narrow}, Now: base})
-	if res.Allowed || !res.Decisions[0].Allowed || res.Decisions[1].Allowed {
-		t.Fatalf("second batch: got %+v, want refused by the narrow item only", res)
+	if res.Allowed || !res.Decisions[0].Allowed || res.Decisions[1].Allowed || res.Decisions[0].Remaining != 4 {
+		t.Fatalf("second batch: got %+v, want refused by the narrow item only, the wide one with its 4 left", res)
 	}
 	// The refused batch consumed nothing from the item that allowed.
 	res = check(t, s, counter.Request{Mode: counter.Peek, Items: []counter.Item{wide}, Now: base})
-	if got := res.Decisions[0].Remaining; got != 3 {
-		t.Fatalf("wide remaining after a refused batch: got %d, want 3", got)
+	if got := res.Decisions[0].Remaining; got != 4 {
+		t.Fatalf("wide remaining after a refused batch: got %d, want 4", got)
+	}
+}
+
+// remainingIsLeft: an item's Remaining is what its counter holds once the
+// request is done, what a consume of cost 1 to Remaining would be admitted
+// for: after the request when it counted, untouched when it did not (a peek,
+// a refused request), whatever the other items on the same key did
+// tentatively.
+func remainingIsLeft(t *testing.T, b Backend) {
+	s := open(t, b)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			w := limit.Every(time.Hour)
+			counterOf := func(name string, lim int64) counter.Item { return item(name+"-"+alg.String(), alg, lim, w) }
+			want := func(what string, res counter.Result, verdicts string, remaining ...int64) {
+				t.Helper()
+				got := make([]int64, len(res.Decisions))
+				for i, d := range res.Decisions {
+					got[i] = d.Remaining
+				}
+				if g := allowed(res); g != verdicts || fmt.Sprint(got) != fmt.Sprint(remaining) {
+					t.Fatalf("%s: allowed (request, items) %s, remaining %v; want %s, %v", what, g, got, verdicts, remaining)
+				}
+			}
+
+			// A peek on a new counter of 3: all 3 are left.
+			fresh := counterOf("fresh", 3)
+			want("peek on a new counter of 3", check(t, s, counter.Request{Mode: counter.Peek, Items: []counter.Item{fresh}, Now: base}), "[true true]", 3)
+			fresh.Cost = 4
+			want("peek of cost 4 on it", check(t, s, counter.Request{Mode: counter.Peek, Items: []counter.Item{fresh}, Now: base}), "[false false]", 3)
+
+			// A limit of 5 and one earlier call: a check refused by another
+			// item leaves the 4 where they were.
+			wide, spent := counterOf("wide", 5), counterOf("spent", 1)
+			want("first call of 5", check(t, s, counter.Request{Items: []counter.Item{wide}, Now: base}), "[true true]", 4)
+			want("spending a counter of 1", check(t, s, counter.Request{Items: []counter.Item{spent}, Now: base}), "[true true]", 0)
+			want("refused by the spent item", check(t, s, counter.Request{Items: []counter.Item{wide, spent}, Now: base}), "[false true false]", 4, 0)
+			want("peek after it", check(t, s, counter.Request{Mode: counter.Peek, Items: []counter.Item{wide}, Now: base}), "[true true]", 4)
+
+			// Two items on one key: the second is decided after the first's
+			// tentative 2, but nothing counted, so both have the 5 left.
+			twice := counterOf("twice", 5)
+			twice.Cost = 2
+			want("2 and 2 of 5, refused by the spent item", check(t, s, counter.Request{Items: []counter.Item{twice, twice, spent}, Now: base}), "[false true true false]", 5, 5, 0)
+			want("2 and 2 of 5 in a peek", check(t, s, counter.Request{Mode: counter.Peek, Items: []counter.Item{twice, twice}, Now: base}), "[true true true]", 5, 5)
+			// Counted, both have what the request left.
+			want("2 and 2 of 5 counted", check(t, s, counter.Request{Items: []counter.Item{twice, twice}, Now: base}), "[true true true]", 1, 1)
+
+			// The ceilings count when a policy refuses: a ceiling has what it
+			// left, the policy that allowed what it had.
+			ceiling := counterOf("ceiling", 10)
+			want("ceiling, then a policy refused", check(t, s, counter.Request{Ceilings: 1, Items: []counter.Item{ceiling, wide, spent}, Now: base}), "[false true true false]", 9, 4, 0)
+			// A ceiling that refuses counts nothing, not even the ceiling
+			// that allowed.
+			want("a ceiling refused", check(t, s, counter.Request{Ceilings: 2, Items: []counter.Item{ceiling, spent, wide}, Now: base}), "[false true false true]", 9, 0, 4)
+			// A peek counts its ceilings.
+			want("peek with a ceiling", check(t, s, counter.Request{Mode: counter.Peek, Ceilings: 1, Items: []counter.Item{ceiling, wide}, Now: base}), "[true true true]", 8, 4)
+		})
 	}
 }
 
@@ -265,25 +333,24 @@ func sameKeyTwice(t *testing.T, b Backend) {
 	it := item("twice", limit.FixedWindow, 3, limit.Every(time.Minute))
 	it.Cost = 2
 	res := check(t, s, counter.Request{Items: []counter.Item{it, it}, Now: base})
-	if res.Allowed || !res.Decisions[0].Allowed || res.Decisions[1].Allowed {
-		t.Fatalf("2+2 on a limit of 3: got %+v, want the second item refused", res)
+	if res.Allowed || !res.Decisions[0].Allowed || res.Decisions[1].Allowed || res.Decisions[0].Remaining != 3 || res.Decisions[1].Remaining != 3 {
+		t.Fatalf("2+2 on a limit of 3: got %+v, want the second item refused, both with the 3 left", res)
 	}
 	it.Cost = 1
 	res = check(t, s, counter.Request{Items: []counter.Item{it, it, it}, Now: base})
-	if !res.Allowed || res.Decisions[2].Remaining != 0 {
-		t.Fatalf("1+1+1 on a limit of 3: got %+v, want allowed, remaining 0", res)
+	if !res.Allowed || res.Decisions[0].Remaining != 0 || res.Decisions[1].Remaining != 0 || res.Decisions[2].Remaining != 0 {
+		t.Fatalf("1+1+1 on a limit of 3: got %+v, want allowed, remaining 0 for each", res)
 	}
 }
 
 // remaining peeks at it with cost 1, no ceilings and not advisory, and
-// returns what the peek answers: one less than what is left, or -1 when it
-// refuses.
+// returns what the peek answers: what is left (0 when the peek refuses).
 func remaining(t *testing.T, s counter.Store, it counter.Item) int64 {
 	t.Helper()
 	it.Cost, it.Advisory = 1, false
 	res := check(t, s, counter.Request{Mode: counter.Peek, Items: []counter.Item{it}, Now: base})
-	if !res.Allowed {
-		return -1
+	if res.Allowed != (res.Decisions[0].Remaining > 0) {
+		t.Fatalf("peek of cost 1 on %s: allowed %v with remaining %d", it.Key, res.Allowed, res.Decisions[0].Remaining)
 	}
 	return res.Decisions[0].Remaining
 }
@@ -311,15 +378,15 @@ func ceilingsWithoutPolicies(t *testing.T, b Backend) {
 			}
 			// Three ceilings consumed, and the peek's own.
 			for _, it := range []counter.Item{ip, quota} {
-				if got := remaining(t, s, it); got != 6 {
-					t.Errorf("ceiling %s after 3 requests refused by a policy: peek remaining %d, want 6", it.Key, got)
+				if got := remaining(t, s, it); got != 7 {
+					t.Errorf("ceiling %s after 3 requests refused by a policy: peek remaining %d, want 7", it.Key, got)
 				}
 			}
-			if got := remaining(t, s, spare); got != 4 {
-				t.Errorf("policy that allowed, in 3 refused requests: peek remaining %d, want 4 (untouched)", got)
+			if got := remaining(t, s, spare); got != 5 {
+				t.Errorf("policy that allowed, in 3 refused requests: peek remaining %d, want 5 (untouched)", got)
 			}
-			if got := remaining(t, s, spent); got != -1 {
-				t.Errorf("policy that refused: peek remaining %d, want a refusal (-1)", got)
+			if got := remaining(t, s, spent); got != 0 {
+				t.Errorf("policy that refused: peek remaining %d, want 0", got)
 			}
 		})
 	}
@@ -343,11 +410,11 @@ func ceilingRefuses(t *testing.T, b Backend) {
 					t.Fatalf("mode %d: allowed (request, items) %v, want %v", mode, got, want)
 				}
 			}
-			if got := remaining(t, s, ip); got != 9 {
-				t.Errorf("ceiling that allowed beside one that refused: peek remaining %d, want 9 (untouched)", got)
+			if got := remaining(t, s, ip); got != 10 {
+				t.Errorf("ceiling that allowed beside one that refused: peek remaining %d, want 10 (untouched)", got)
 			}
-			if got := remaining(t, s, policy); got != 4 {
-				t.Errorf("policy behind a refusing ceiling: peek remaining %d, want 4 (untouched)", got)
+			if got := remaining(t, s, policy); got != 5 {
+				t.Errorf("policy behind a refusing ceiling: peek remaining %d, want 5 (untouched)", got)
 			}
 		})
 	}
@@ -362,18 +429,18 @@ func peekWithCeilings(t *testing.T, b Backend) {
 			w := limit.Every(time.Hour)
 			ip, policy := item("ip-"+alg.String(), alg, 10, w), item("policy-"+alg.String(), alg, 5, w)
 			res := check(t, s, counter.Request{Mode: counter.Peek, Ceilings: 1, Items: []counter.Item{ip, policy}, Now: base})
-			if !res.Allowed || res.Decisions[0].Remaining != 9 || res.Decisions[1].Remaining != 4 {
-				t.Fatalf("peek with a ceiling: got %+v, want allowed, remaining 9 and 4", res)
+			if !res.Allowed || res.Decisions[0].Remaining != 9 || res.Decisions[1].Remaining != 5 {
+				t.Fatalf("peek with a ceiling: got %+v, want allowed, remaining 9 (counted) and 5 (not)", res)
 			}
-			if got := remaining(t, s, ip); got != 8 {
-				t.Errorf("ceiling after a peek: peek remaining %d, want 8 (consumed once)", got)
+			if got := remaining(t, s, ip); got != 9 {
+				t.Errorf("ceiling after a peek: peek remaining %d, want 9 (consumed once)", got)
 			}
-			if got := remaining(t, s, policy); got != 4 {
-				t.Errorf("policy after a peek: peek remaining %d, want 4 (untouched)", got)
+			if got := remaining(t, s, policy); got != 5 {
+				t.Errorf("policy after a peek: peek remaining %d, want 5 (untouched)", got)
 			}
 			check(t, s, counter.Request{Mode: counter.Peek, Ceilings: 2, Items: []counter.Item{ip, policy}, Now: base})
-			if got := []int64{remaining(t, s, ip), remaining(t, s, policy)}; got[0] != 7 || got[1] != 3 {
-				t.Errorf("after a peek whose items are all ceilings: peek remaining %v, want [7 3]", got)
+			if got := []int64{remaining(t, s, ip), remaining(t, s, policy)}; got[0] != 8 || got[1] != 4 {
+				t.Errorf("after a peek whose items are all ceilings: peek remaining %v, want [8 4]", got)
 			}
 		})
 	}
@@ -399,25 +466,25 @@ func ceilingAndPolicyOnOneKey(t *testing.T, b Backend) {
 			if res.Allowed || !res.Decisions[0].Allowed || res.Decisions[1].Allowed {
 				t.Fatalf("6 then 6 on a limit of 10: got %+v, want the policy refused", res)
 			}
-			if got := remaining(t, s, ceiling); got != 3 {
-				t.Fatalf("after the policy refused: peek remaining %d, want 3 (the ceiling's 6 consumed)", got)
+			if got := remaining(t, s, ceiling); got != 4 {
+				t.Fatalf("after the policy refused: peek remaining %d, want 4 (the ceiling's 6 consumed)", got)
 			}
 
 			ceiling.Cost, policy.Cost = 1, 1
 			res = check(t, s, counter.Request{Ceilings: 1, Items: []counter.Item{ceiling, policy, spent}, Now: base})
-			if res.Allowed || !res.Decisions[0].Allowed || !res.Decisions[1].Allowed || res.Decisions[1].Remaining != 2 || res.Decisions[2].Allowed {
-				t.Fatalf("1 then 1 on the 4 left, then a spent policy: got %+v, want both allowed, remaining 2, the spent one refused", res)
+			if res.Allowed || !res.Decisions[0].Allowed || !res.Decisions[1].Allowed || res.Decisions[0].Remaining != 3 || res.Decisions[1].Remaining != 3 || res.Decisions[2].Allowed {
+				t.Fatalf("1 then 1 on the 4 left, then a spent policy: got %+v, want both allowed, both with the 3 the ceiling left, the spent one refused", res)
 			}
-			if got := remaining(t, s, ceiling); got != 2 {
-				t.Fatalf("after another policy refused: peek remaining %d, want 2 (the ceiling's 1 consumed, not the policy's)", got)
+			if got := remaining(t, s, ceiling); got != 3 {
+				t.Fatalf("after another policy refused: peek remaining %d, want 3 (the ceiling's 1 consumed, not the policy's)", got)
 			}
 
 			ceiling.Cost, policy.Cost = 1, 2
 			if res := check(t, s, counter.Request{Ceilings: 1, Items: []counter.Item{ceiling, policy}, Now: base}); !res.Allowed || res.Decisions[1].Remaining != 0 {
 				t.Fatalf("1 then 2 on the 3 left: got %+v, want allowed, remaining 0", res)
 			}
-			if got := remaining(t, s, ceiling); got != -1 {
-				t.Fatalf("after both were consumed: peek remaining %d, want a refusal (-1)", got)
+			if got := remaining(t, s, ceiling); got != 0 {
+				t.Fatalf("after both were consumed: peek remaining %d, want 0", got)
 			}
 		})
 	}
@@ -461,11 +528,11 @@ func advisoryRefuses(t *testing.T, b Backend) {
 			if d := res.Decisions[1]; d.RetryAfter <= 0 || d.Remaining != 1 {
 				t.Fatalf("advisory item's decision: %+v, want a refusal with a retry and the 1 left remaining", d)
 			}
-			if got := remaining(t, s, enforced); got != 3 {
-				t.Errorf("enforced item: peek remaining %d, want 3 (consumed once)", got)
+			if got := remaining(t, s, enforced); got != 4 {
+				t.Errorf("enforced item: peek remaining %d, want 4 (consumed once)", got)
 			}
-			if got := remaining(t, s, shadow); got != 0 {
-				t.Errorf("advisory item that refused: peek remaining %d, want 0 (untouched: 1 left)", got)
+			if got := remaining(t, s, shadow); got != 1 {
+				t.Errorf("advisory item that refused: peek remaining %d, want 1 (untouched)", got)
 			}
 
 			// A later item on the advisory item's key sees the 1 left, not a
@@ -475,8 +542,8 @@ func advisoryRefuses(t *testing.T, b Backend) {
 			if got, want := allowed(res), "[true false true]"; got != want || res.Decisions[1].Remaining != 0 {
 				t.Fatalf("refused advisory item, then an item of cost 1 on its key: allowed (request, items) %s, remaining %d; want %s, remaining 0", got, res.Decisions[1].Remaining, want)
 			}
-			if got := remaining(t, s, shadow); got != -1 {
-				t.Errorf("after the later item: peek remaining %d, want a refusal (-1)", got)
+			if got := remaining(t, s, shadow); got != 0 {
+				t.Errorf("after the later item: peek remaining %d, want 0", got)
 			}
 
 			// A request of advisory items alone is allowed, whatever they answer.
@@ -506,11 +573,11 @@ func advisoryTierFails(t *testing.T, b Backend) {
 				if got, want := allowed(res), "[false true false]"; got != want {
 					t.Fatalf("advisory that allows, enforced that refuses: allowed (request, items) %s, want %s", got, want)
 				}
-				if got := remaining(t, s, shadow); got != 4 {
-					t.Errorf("advisory item in a failed tier: peek remaining %d, want 4 (untouched)", got)
+				if got := remaining(t, s, shadow); got != 5 {
+					t.Errorf("advisory item in a failed tier: peek remaining %d, want 5 (untouched)", got)
 				}
-				if got := remaining(t, s, spent); got != -1 {
-					t.Errorf("enforced item that refused: peek remaining %d, want a refusal (-1)", got)
+				if got := remaining(t, s, spent); got != 0 {
+					t.Errorf("enforced item that refused: peek remaining %d, want 0", got)
 				}
 			})
 		}
@@ -540,8 +607,8 @@ func advisoryCeilingRefuses(t *testing.T, b Backend) {
 			if got, want := allowed(res), "[false true false true false]"; got != want {
 				t.Fatalf("advisory ceiling that refuses, a policy that refuses: allowed (request, items) %s, want %s", got, want)
 			}
-			if got := []int64{remaining(t, s, ip), remaining(t, s, shadow), remaining(t, s, spare)}; fmt.Sprint(got) != "[8 0 4]" {
-				t.Fatalf("after a request refused by a policy: peek remaining (ceiling, advisory ceiling, policy) %v, want [8 0 4]: the enforced ceiling alone consumed", got)
+			if got := []int64{remaining(t, s, ip), remaining(t, s, shadow), remaining(t, s, spare)}; fmt.Sprint(got) != "[9 1 5]" {
+				t.Fatalf("after a request refused by a policy: peek remaining (ceiling, advisory ceiling, policy) %v, want [9 1 5]: the enforced ceiling alone consumed", got)
 			}
 
 			// Every policy allows: the request is kept but for the advisory
@@ -550,8 +617,8 @@ func advisoryCeilingRefuses(t *testing.T, b Backend) {
 			if got, want := allowed(res), "[true true false true]"; got != want {
 				t.Fatalf("advisory ceiling that refuses, policies that allow: allowed (request, items) %s, want %s", got, want)
 			}
-			if got := []int64{remaining(t, s, ip), remaining(t, s, shadow), remaining(t, s, spare)}; fmt.Sprint(got) != "[7 0 3]" {
-				t.Fatalf("after an allowed request: peek remaining (ceiling, advisory ceiling, policy) %v, want [7 0 3]", got)
+			if got := []int64{remaining(t, s, ip), remaining(t, s, shadow), remaining(t, s, spare)}; fmt.Sprint(got) != "[8 1 4]" {
+				t.Fatalf("after an allowed request: peek remaining (ceiling, advisory ceiling, policy) %v, want [8 1 4]", got)
 			}
 
 			// A peek keeps the ceilings, the advisory one aside.
@@ -559,8 +626,8 @@ func advisoryCeilingRefuses(t *testing.T, b Backend) {
 			if got, want := allowed(res), "[true true false true]"; got != want {
 				t.Fatalf("peek: allowed (request, items) %s, want %s", got, want)
 			}
-			if got := []int64{remaining(t, s, ip), remaining(t, s, shadow), remaining(t, s, spare)}; fmt.Sprint(got) != "[6 0 3]" {
-				t.Fatalf("after a peek: peek remaining (ceiling, advisory ceiling, policy) %v, want [6 0 3]", got)
+			if got := []int64{remaining(t, s, ip), remaining(t, s, shadow), remaining(t, s, spare)}; fmt.Sprint(got) != "[7 1 4]" {
+				t.Fatalf("after a peek: peek remaining (ceiling, advisory ceiling, policy) %v, want [7 1 4]", got)
 			}
 		})
 	}
@@ -586,24 +653,24 @@ func advisoryConsumed(t *testing.T, b Backend) {
 			if got, want := allowed(res), "[true true true]"; got != want {
 				t.Fatalf("enforced and advisory that allow: allowed (request, items) %s, want %s", got, want)
 			}
-			if got := []int64{remaining(t, s, enforced), remaining(t, s, shadow)}; fmt.Sprint(got) != "[3 3]" {
-				t.Fatalf("after both allowed: peek remaining (enforced, advisory) %v, want [3 3]: both consumed", got)
+			if got := []int64{remaining(t, s, enforced), remaining(t, s, shadow)}; fmt.Sprint(got) != "[4 4]" {
+				t.Fatalf("after both allowed: peek remaining (enforced, advisory) %v, want [4 4]: both consumed", got)
 			}
 
 			res = check(t, s, counter.Request{Ceilings: 1, Items: []counter.Item{advisory(shadowCeiling), spent}, Now: base})
 			if got, want := allowed(res), "[false true false]"; got != want {
 				t.Fatalf("advisory ceiling, spent policy: allowed (request, items) %s, want %s", got, want)
 			}
-			if got := remaining(t, s, shadowCeiling); got != 3 {
-				t.Fatalf("advisory ceiling kept beside a refusing policy: peek remaining %d, want 3 (consumed)", got)
+			if got := remaining(t, s, shadowCeiling); got != 4 {
+				t.Fatalf("advisory ceiling kept beside a refusing policy: peek remaining %d, want 4 (consumed)", got)
 			}
 
 			res = check(t, s, counter.Request{Mode: counter.Peek, Ceilings: 1, Items: []counter.Item{advisory(shadowCeiling), advisory(shadow)}, Now: base})
 			if got, want := allowed(res), "[true true true]"; got != want {
 				t.Fatalf("peek of an advisory ceiling and policy: allowed (request, items) %s, want %s", got, want)
 			}
-			if got := []int64{remaining(t, s, shadowCeiling), remaining(t, s, shadow)}; fmt.Sprint(got) != "[2 3]" {
-				t.Fatalf("after the peek: peek remaining (advisory ceiling, advisory policy) %v, want [2 3]: the ceiling alone consumed", got)
+			if got := []int64{remaining(t, s, shadowCeiling), remaining(t, s, shadow)}; fmt.Sprint(got) != "[3 4]" {
+				t.Fatalf("after the peek: peek remaining (advisory ceiling, advisory policy) %v, want [3 4]: the ceiling alone consumed", got)
 			}
 		})
 	}
@@ -832,9 +899,9 @@ func threeInstancesCeilings(t *testing.T, b Backend) {
 			t.Errorf("%s: the ceiling refused %d requests, want none", alg, got)
 		}
 		res := check(t, stores[0], counter.Request{Mode: counter.Peek, Items: []counter.Item{ceiling}})
-		// Every request consumed the ceiling, and the peek answers as if it did.
-		if got, want := res.Decisions[0].Remaining, int64(1_000_000-requests-1); got != want {
-			t.Errorf("%s: ceiling after %d requests: peek remaining %d, want %d (%d consumed)", alg, requests, got, want, 1_000_000-got-1)
+		// Every request consumed the ceiling; the peek counts nothing.
+		if got, want := res.Decisions[0].Remaining, int64(1_000_000-requests); got != want {
+			t.Errorf("%s: ceiling after %d requests: peek remaining %d, want %d (%d consumed)", alg, requests, got, want, 1_000_000-got)
 		}
 	}
 }
@@ -877,8 +944,8 @@ func threeInstancesAdvisory(t *testing.T, b Backend) {
 			t.Errorf("%s: %d requests over 3 instances, advisory item at limit 100: %d admitted by it, want 100", alg, requests, got)
 		}
 		res := check(t, stores[0], counter.Request{Mode: counter.Peek, Items: []counter.Item{enforced}})
-		if got, want := res.Decisions[0].Remaining, int64(1_000_000-requests-1); got != want {
-			t.Errorf("%s: enforced item after %d requests: peek remaining %d, want %d (%d consumed)", alg, requests, got, want, 1_000_000-got-1)
+		if got, want := res.Decisions[0].Remaining, int64(1_000_000-requests); got != want {
+			t.Errorf("%s: enforced item after %d requests: peek remaining %d, want %d (%d consumed)", alg, requests, got, want, 1_000_000-got)
 		}
 	}
 }
@@ -929,8 +996,23 @@ func unavailable(t *testing.T, b Backend) {
 		}
 	}
 
+	// Leases fail alike.
+	l := leaser(t, s)
+	leaseDown := func(what string) {
+		t.Helper()
+		start := time.Now()
+		_, err := l.Acquire(context.Background(), counter.Acquire{Key: "outage", ID: what, Limit: 1, TTL: time.Second})
+		if took := time.Since(start); !errors.Is(err, counter.ErrUnavailable) || took > deadline+slack {
+			t.Fatalf("%s: acquire got %v after %s, want ErrUnavailable within %s", what, err, took, deadline+slack)
+		}
+		if err := l.Release(context.Background(), counter.LeaseRef{ID: what}); !errors.Is(err, counter.ErrUnavailable) {
+			t.Fatalf("%s: release got %v, want ErrUnavailable", what, err)
+		}
+	}
+
 	p.Stall()
 	expectDown("stalled link")
+	leaseDown("stalled")
 	if err := p.Restore(); err != nil {
 		t.Fatal(err)
 	}
@@ -938,6 +1020,7 @@ func unavailable(t *testing.T, b Backend) {
 
 	p.Cut()
 	expectDown("cut link")
+	leaseDown("cut")
 	if err := p.Restore(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
-// Package memory is the in-process counter.Store: sharded maps with a bounded
-// number of keys, least recently used evicted first, expired keys pruned. It
-// holds across goroutines, not across processes: a single Tollgate instance,
-// tests, and the L1 damper of the per-IP ceiling use it.
+// Package memory is the in-process counter.Store and counter.Leaser: sharded
+// maps with a bounded number of keys, least recently used evicted first,
+// expired keys pruned, and a bounded table of leases. It holds across
+// goroutines, not across processes: a single Tollgate instance, tests, and
+// the L1 damper of the per-IP ceiling use it.
 //
 // memory imports only internal/counter and internal/limit.
 package memory
@@ -29,9 +30,13 @@ type Config struct {
 	MaxKeys int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// PruneEvery is how often expired counters are removed; zero means every
-	// minute, negative never (Prune can still be called).
+	// PruneEvery is how often expired counters and leases are removed; zero
+	// means every minute, negative never (Prune can still be called).
 	PruneEvery time.Duration
+	// MaxLeases bounds the leases kept, live or expired and not yet pruned;
+	// an Acquire beyond it fails with counter.ErrUnavailable. Zero means
+	// DefaultMaxLeases.
+	MaxLeases int
 }
 
 // Store is the in-memory counter.Store. It is safe for concurrent use; a
@@ -42,6 +47,9 @@ type Store struct {
 	now     func() time.Time
 	stop    chan struct{}
 	stopped sync.Once
+
+	leaseMu sync.Mutex
+	leases  leases
 }
 
 var _ counter.Store = (*Store)(nil)
@@ -69,7 +77,11 @@ func New(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxLeases <= 0 {
+		cfg.MaxLeases = DefaultMaxLeases
+	}
 	s := &Store{seed: maphash.MakeSeed(), now: cfg.Now, stop: make(chan struct{})}
+	s.leases.init(cfg.MaxLeases)
 	perShard := max(1, cfg.MaxKeys/shardCount)
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -106,7 +118,8 @@ func (s *Store) pruneLoop(every time.Duration) {
 	}
 }
 
-// Prune removes every counter whose state has expired and returns how many.
+// Prune removes every counter whose state has expired, and every expired
+// lease, and returns how many.
 func (s *Store) Prune() int {
 	now := s.now().UnixMicro()
 	n := 0
@@ -122,8 +135,17 @@ func (s *Store) Prune() int {
 		}
 		sh.mu.Unlock()
 	}
+	s.leaseMu.Lock()
+	n += s.leases.prune(now)
+	s.leaseMu.Unlock()
 	return n
 }
+
+// shardOf returns the index of the shard that holds k.
+func (s *Store) shardOf(k string) int { return int(maphash.String(s.seed, k) % shardCount) }
+
+// shardOfBytes is shardOf for a key still in a buffer: the same shard.
+func (s *Store) shardOfBytes(k []byte) int { return int(maphash.Bytes(s.seed, k) % shardCount) }
 
 // Len returns the number of counters held.
 func (s *Store) Len() int {
@@ -148,15 +170,32 @@ func (s *Store) Check(_ context.Context, req counter.Request) (counter.Result, e
 	now = now.Truncate(time.Microsecond)
 	us := now.UnixMicro()
 
-	var keysBuf [8]string
-	var idxBuf [8]int
-	keys, idx := keysBuf[:0], idxBuf[:0]
+	// The items' keys (group, NUL, key) are built in one buffer and looked
+	// up without a string of their own: a string is made only for a key
+	// the store has not held before. Up to eight items, the bookkeeping
+	// stays on the stack.
+	var bufArr [512]byte
+	var keysArr [8]span
+	var idxArr, lockedArr [8]int
+	size := 0
 	for _, it := range req.Items {
-		k := req.Group + "\x00" + it.Key
-		keys = append(keys, k)
-		idx = append(idx, int(maphash.String(s.seed, k)%shardCount))
+		size += len(req.Group) + 1 + len(it.Key)
 	}
-	locked := slices.Clone(idx)
+	buf := bufArr[:]
+	if size > len(buf) {
+		buf = make([]byte, size)
+	}
+	keys, idx := keysArr[:0], idxArr[:0]
+	at := 0
+	for _, it := range req.Items {
+		n := copy(buf[at:], req.Group)
+		buf[at+n] = 0
+		n += 1 + copy(buf[at+n+1:], it.Key)
+		keys = append(keys, span{at, at + n})
+		idx = append(idx, s.shardOfBytes(buf[at:at+n]))
+		at += n
+	}
+	locked := append(lockedArr[:0], idx...)
 	slices.Sort(locked)
 	locked = slices.Compact(locked)
 	for _, i := range locked {
@@ -171,34 +210,19 @@ func (s *Store) Check(_ context.Context, req counter.Request) (counter.Result, e
 	// Items are decided in order against working states, so an item on the
 	// same key as an earlier one sees its tentative consumption, whichever
 	// tier either is in. Only admitted items add to work, advisory or not.
-	type pending struct {
-		shard int
-		key   string
-		state limit.State
-		exp   int64
-	}
-	var work []pending
-	lookup := func(sh int, k string) limit.State {
-		for j := len(work) - 1; j >= 0; j-- {
-			if work[j].key == k {
-				return work[j].state
-			}
-		}
-		if e, ok := s.shards[sh].keys[k]; ok {
-			return e.state
-		}
-		return limit.State{}
-	}
-	seen := make([]counter.Seen, len(req.Items))
+	var workArr [8]pending
+	work := workArr[:0]
+	var seenArr [8]counter.Seen
+	seen := seenArr[:0]
 	ceilingsOK, policiesOK := true, true
 	// ceilingWork is how many entries of work the ceilings added: as many
 	// as admitted, which an advisory ceiling's refusal makes fewer than
 	// req.Ceilings.
 	ceilingWork := 0
 	for i, it := range req.Items {
-		st := lookup(idx[i], keys[i])
+		st := s.state(buf, work, idx[i], keys[i])
 		ok, next := limit.Admit(it.Algorithm, st, us, it.Cost, it.Limit, it.Window)
-		seen[i] = counter.Seen{State: st, Allowed: ok}
+		seen = append(seen, counter.Seen{State: st, Allowed: ok})
 		switch {
 		case ok:
 			work = append(work, pending{idx[i], keys[i], next, limit.Expiry(it.Algorithm, next, it.Window)})
@@ -224,15 +248,42 @@ func (s *Store) Check(_ context.Context, req counter.Request) (counter.Result, e
 		keep = work[:ceilingWork]
 	}
 	for _, w := range keep {
-		s.shards[w.shard].put(w.key, w.state, w.exp)
+		s.shards[w.shard].put(buf[w.key.from:w.key.to], w.state, w.exp)
 	}
 	return counter.Answer(req, seen, now), nil
 }
 
+// span is where a key lies in a request's key buffer.
+type span struct{ from, to int }
+
+// pending is an admitted item's new state, not yet stored.
+type pending struct {
+	shard int
+	key   span
+	state limit.State
+	exp   int64
+}
+
+// state is what the key at k in buf (in shard sh) holds for the next item
+// of a request: the latest of the request's own pending states on it, else
+// the stored one. The shard's lock is held.
+func (s *Store) state(buf []byte, work []pending, sh int, k span) limit.State {
+	key := buf[k.from:k.to]
+	for j := len(work) - 1; j >= 0; j-- {
+		if w := work[j].key; string(buf[w.from:w.to]) == string(key) {
+			return work[j].state
+		}
+	}
+	if e, ok := s.shards[sh].keys[string(key)]; ok {
+		return e.state
+	}
+	return limit.State{}
+}
+
 // put stores a state as the newest entry, evicting the least recently used
 // entry when the shard is full.
-func (sh *shard) put(k string, st limit.State, exp int64) {
-	if e, ok := sh.keys[k]; ok {
+func (sh *shard) put(k []byte, st limit.State, exp int64) {
+	if e, ok := sh.keys[string(k)]; ok {
 		e.state, e.expires = st, exp
 		sh.remove(e)
 		sh.pushFront(e)
@@ -243,8 +294,8 @@ func (sh *shard) put(k string, st limit.State, exp int64) {
 		sh.remove(old)
 		delete(sh.keys, old.key)
 	}
-	e := &entry{key: k, state: st, expires: exp}
-	sh.keys[k] = e
+	e := &entry{key: string(k), state: st, expires: exp}
+	sh.keys[e.key] = e
 	sh.pushFront(e)
 }
 

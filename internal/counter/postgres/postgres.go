@@ -293,50 +293,14 @@ func (s *Store) send(calls []*call, now *int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.sendTimeout)
 	defer cancel()
 
+	reqs := make([]counter.Request, len(calls))
 	n := 0
-	for _, c := range calls {
+	for i, c := range calls {
+		reqs[i] = c.req
 		n += len(c.req.Items)
 	}
-	p := sqlcgen.CheckCountersParams{
-		Reqs:       make([]int32, 0, n),
-		Slots:      make([]int32, n),
-		Algorithms: make([]int16, 0, n),
-		Limits:     make([]int64, 0, n),
-		Windows:    make([]int64, 0, n),
-		Costs:      make([]int64, 0, n),
-		Advisory:   make([]bool, 0, n),
-		Consume:    make([]bool, len(calls)),
-		Ceilings:   make([]int32, len(calls)),
-		Now:        now,
-	}
-	keys := make([]string, 0, n)
-	for i, c := range calls {
-		p.Consume[i] = c.req.Mode == counter.Consume
-		p.Ceilings[i] = int32(c.req.Ceilings)
-		for _, it := range c.req.Items {
-			p.Reqs = append(p.Reqs, int32(i+1))
-			keys = append(keys, rowKey(c.req.Group, it.Key))
-			p.Algorithms = append(p.Algorithms, int16(it.Algorithm))
-			p.Limits = append(p.Limits, it.Limit)
-			p.Windows = append(p.Windows, it.Window.Micros())
-			p.Costs = append(p.Costs, it.Cost)
-			p.Advisory = append(p.Advisory, it.Advisory)
-		}
-	}
-	// The function takes the distinct keys in byte order, its lock order,
-	// and each item's position among them.
-	order := make([]int32, n)
-	for i := range order {
-		order[i] = int32(i)
-	}
-	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(keys[a], keys[b]) })
-	p.Keys = make([]string, 0, n)
-	for _, i := range order {
-		if len(p.Keys) == 0 || p.Keys[len(p.Keys)-1] != keys[i] {
-			p.Keys = append(p.Keys, keys[i])
-		}
-		p.Slots[i] = int32(len(p.Keys))
-	}
+	p := checkParams(reqs, n)
+	p.Now = now
 
 	rows, err := s.q.CheckCounters(ctx, p)
 	if err == nil && len(rows) != n {
@@ -365,18 +329,68 @@ func (s *Store) send(calls []*call, now *int64) {
 	}
 }
 
-// unavailable turns a failed round trip into counter.ErrUnavailable,
-// keeping the pgx error as text only.
+// checkParams lays out reqs, of n items in all, as tollgate_check takes
+// them: the batch's distinct row keys in byte order (its lock order), and
+// each item's request, position among them and arguments.
+func checkParams(reqs []counter.Request, n int) sqlcgen.CheckCountersParams {
+	p := sqlcgen.CheckCountersParams{
+		Reqs:       make([]int32, 0, n),
+		Slots:      make([]int32, n),
+		Algorithms: make([]int16, 0, n),
+		Limits:     make([]int64, 0, n),
+		Windows:    make([]int64, 0, n),
+		Costs:      make([]int64, 0, n),
+		Advisory:   make([]bool, 0, n),
+		Consume:    make([]bool, len(reqs)),
+		Ceilings:   make([]int32, len(reqs)),
+	}
+	keys := make([]string, 0, n)
+	for i, req := range reqs {
+		p.Consume[i] = req.Mode == counter.Consume
+		p.Ceilings[i] = int32(req.Ceilings)
+		for _, it := range req.Items {
+			p.Reqs = append(p.Reqs, int32(i+1))
+			keys = append(keys, rowKey(req.Group, it.Key))
+			p.Algorithms = append(p.Algorithms, int16(it.Algorithm))
+			p.Limits = append(p.Limits, it.Limit)
+			p.Windows = append(p.Windows, it.Window.Micros())
+			p.Costs = append(p.Costs, it.Cost)
+			p.Advisory = append(p.Advisory, it.Advisory)
+		}
+	}
+	order := make([]int32, n)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(keys[a], keys[b]) })
+	p.Keys = make([]string, 0, n)
+	for _, i := range order {
+		if len(p.Keys) == 0 || p.Keys[len(p.Keys)-1] != keys[i] {
+			p.Keys = append(p.Keys, keys[i])
+		}
+		p.Slots[i] = int32(len(p.Keys))
+	}
+	return p
+}
+
+// unavailable turns a failed round trip of a Check into
+// counter.ErrUnavailable, keeping the pgx error as text only.
 func (s *Store) unavailable(ctx context.Context, err error) error {
+	return s.failed(ctx, "check counters", err)
+}
+
+// failed turns a failed round trip of the operation what into
+// counter.ErrUnavailable, keeping the pgx error as text only.
+func (s *Store) failed(ctx context.Context, what string, err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		// Not an answer from the server: the connection may be what broke.
 		s.lastFailure.Store(time.Now().UnixNano())
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("check counters: %w: %w", counter.ErrUnavailable, ctxErr)
+		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, ctxErr)
 	}
-	return fmt.Errorf("check counters: %w: %v", counter.ErrUnavailable, err)
+	return fmt.Errorf("%s: %w: %v", what, counter.ErrUnavailable, err)
 }
 
 // maxRowKey bounds the bytes of a row key: a B-tree entry must fit a third
@@ -404,8 +418,9 @@ func rowKey(group, key string) string {
 // warmUpKey is the counter warmUp uses; no rowKey starts with "~".
 const warmUpKey = "~warm-up"
 
-// warmUp readies a new connection for Checks: it prepares CheckCounters and
-// runs each path of tollgate_check once, since PL/pgSQL plans each statement
+// warmUp readies a new connection for Checks and leases: it prepares
+// CheckCounters and runs each path of tollgate_check, and of the lease
+// functions, once, since PL/pgSQL plans each statement
 // on its first use in a session, so that no caller's batch pays for it. The
 // first call in a session takes far longer than the sessions'
 // statement_timeout allows a Check, hence a transaction with its own.
@@ -432,6 +447,28 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 		Ceilings:   []int32{0},
 	})
 	if err != nil {
+		return err
+	}
+	// The lease functions, each path once: a lease taken, one refused, a
+	// renewal, a release and a count. The warm-up group is none that
+	// counter.Validate accepts.
+	q := sqlcgen.New(tx)
+	for _, id := range []string{"a", "b"} {
+		if _, err := q.AcquireLease(ctx, sqlcgen.AcquireLeaseParams{
+			Keys: []string{warmUpKey}, Slots: []int32{1}, Algorithms: []int16{int16(limit.FixedWindow)},
+			Limits: []int64{limit.MaxLimit}, Windows: []int64{second}, Costs: []int64{1}, Advisory: []bool{false},
+			Grp: warmUpKey, Key: []byte("k"), Tally: []byte("t"), ID: []byte(id), Max: 1, TtlUs: second,
+		}); err != nil {
+			return err
+		}
+	}
+	if _, err := q.RenewLease(ctx, sqlcgen.RenewLeaseParams{Grp: warmUpKey, ID: []byte("a"), TtlUs: second}); err != nil {
+		return err
+	}
+	if _, err := q.HeldLeases(ctx, sqlcgen.HeldLeasesParams{Grp: warmUpKey, Tallies: [][]byte{[]byte("t")}}); err != nil {
+		return err
+	}
+	if _, err := q.ReleaseLease(ctx, sqlcgen.ReleaseLeaseParams{Grp: warmUpKey, ID: []byte("a")}); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)

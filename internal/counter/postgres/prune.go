@@ -13,25 +13,29 @@ import (
 const pruneStatementTimeout = "10s"
 
 // Prune deletes the counters whose state has expired by the database's
-// clock (a counter past limit.Expiry is the same as none), in statements of
-// at most cfg.PruneBatch rows that skip rows a Check holds, until a
+// clock (a counter past limit.Expiry is the same as none), then the leases
+// that expired a minute or more ago, in statements of at most
+// cfg.PruneBatch rows that skip rows a Check or an acquire holds, until a
 // statement finds fewer than that. It returns the number deleted; its errors
 // wrap counter.ErrUnavailable.
 func (s *Store) Prune(ctx context.Context) (int64, error) {
 	var total int64
-	for {
-		n, err := s.pruneBatchOnce(ctx)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("prune counters: %w: %v", counter.ErrUnavailable, err)
-		}
-		if n < int64(s.pruneBatch) {
-			return total, nil
+	for _, leases := range []bool{false, true} {
+		for {
+			n, err := s.pruneBatchOnce(ctx, leases)
+			total += n
+			if err != nil {
+				return total, fmt.Errorf("prune counters: %w: %v", counter.ErrUnavailable, err)
+			}
+			if n < int64(s.pruneBatch) {
+				break
+			}
 		}
 	}
+	return total, nil
 }
 
-func (s *Store) pruneBatchOnce(ctx context.Context) (int64, error) {
+func (s *Store) pruneBatchOnce(ctx context.Context, leases bool) (int64, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, err
@@ -40,7 +44,12 @@ func (s *Store) pruneBatchOnce(ctx context.Context) (int64, error) {
 	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '"+pruneStatementTimeout+"'"); err != nil {
 		return 0, err
 	}
-	n, err := s.q.WithTx(tx).PruneCounters(ctx, s.pruneBatch)
+	q := s.q.WithTx(tx)
+	prune := q.PruneCounters
+	if leases {
+		prune = q.PruneLeases
+	}
+	n, err := prune(ctx, s.pruneBatch)
 	if err != nil {
 		return 0, err
 	}

@@ -274,11 +274,15 @@ func (s *Store) verify(ctx context.Context, req counter.Request, seen []counter.
 
 // unavailable turns an error of go-redis or the network into ErrUnavailable,
 // keeping the context's own error for errors.Is.
-func unavailable(ctx context.Context, err error) error {
+func unavailable(ctx context.Context, err error) error { return failed(ctx, "redis check", err) }
+
+// failed turns an error of go-redis or the network in the operation what
+// into ErrUnavailable, keeping the context's own error for errors.Is.
+func failed(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("redis check: %w: %w", counter.ErrUnavailable, cerr)
+		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, cerr)
 	}
-	return fmt.Errorf("redis check: %w: %s", counter.ErrUnavailable, err.Error())
+	return fmt.Errorf("%s: %w: %s", what, counter.ErrUnavailable, err.Error())
 }
 
 // encode builds the script's KEYS and ARGV. The keys are substrings of one

@@ -108,6 +108,14 @@ type DegradedMinute struct {
 	Answers int64
 }
 
+type Lease struct {
+	Grp       string
+	ID        []byte
+	Key       []byte
+	Tally     []byte
+	ExpiresUs int64
+}
+
 type Plan struct {
 	Name           string
 	IpPerMinute    int64

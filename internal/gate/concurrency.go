@@ -1,0 +1,321 @@
+package gate
+
+// Leases of concurrency policies: a tenant's slots in flight (not to be
+// confused with lease.go's leases of ceiling units, which an instance takes
+// from the service's own counters). A policy of algorithm "concurrency"
+// admits at most its limit of holders in flight per subject (or in all,
+// scope global). Acquiring a lease is admitted like a check: Admit runs the
+// pipeline with the Request's Lease, the ceilings count it (the allotment
+// included), and the lease is taken in the same round trip as the ceilings
+// (counter.Leaser.Acquire), which go to the store whole: an acquire needs
+// the store anyway. Releasing and renewing take no new slot: their routes
+// pass Admit without a Lease, as the policy routes do, and then call
+// Release and Renew.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/policy"
+)
+
+// Bounds of a lease's time to live, and the default when a request names
+// none.
+const (
+	MinLeaseTTL     = time.Second
+	MaxLeaseTTL     = time.Hour
+	DefaultLeaseTTL = time.Minute
+)
+
+// Lease is the body of a POST /v1/leases call.
+type Lease struct {
+	Policy  string
+	Subject string
+	// TTL is how long the lease lives unless renewed or released,
+	// MinLeaseTTL to MaxLeaseTTL.
+	TTL time.Duration
+}
+
+// LeaseVerdict answers a Lease.
+type LeaseVerdict struct {
+	Policy string
+	// Allowed says a slot was taken: ID names the lease, and ExpiresAt is
+	// when it ends unless renewed or released.
+	Allowed   bool
+	ID        string
+	ExpiresAt time.Time
+	// InFlight is the subject's (or the policy's, scope global) leases in
+	// flight after this request, this one included when Allowed; Limit is
+	// how many it may hold, after overrides.
+	InFlight, Limit int64
+	// RetryAfter is zero when Allowed; otherwise the wait until the earliest
+	// lease in flight expires, when a slot is free unless it is renewed
+	// (one may be released sooner).
+	RetryAfter time.Duration
+	// Degraded says the counter store could not be asked, and the policy's
+	// fail_mode decided: a lease allowed so holds no slot, and its ID is
+	// known to no store.
+	Degraded bool
+}
+
+// Lease ids are "ls_" and 32 hex digits of a random 128-bit number: not to
+// be guessed, and holding nothing of the tenant, policy or subject.
+const (
+	leaseIDPrefix = "ls_"
+	leaseIDLen    = len(leaseIDPrefix) + 32
+)
+
+// ValidLeaseID reports whether id has the form of a lease id.
+func ValidLeaseID(id string) bool {
+	if len(id) != leaseIDLen || id[:len(leaseIDPrefix)] != leaseIDPrefix {
+		return false
+	}
+	for i := len(leaseIDPrefix); i < len(id); i++ {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func newLeaseID() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return leaseIDPrefix + hex.EncodeToString(b[:])
+}
+
+// storeLeaseID is the id a lease is kept under: a test key's leases are
+// the sandbox's, "t:" in front, so that a live key cannot renew or release
+// a test key's lease or the other way round, as their counters are apart.
+func storeLeaseID(id string, test bool) string {
+	if test {
+		return "t:" + id
+	}
+	return id
+}
+
+// leaseTally is what a policy's leases are counted in, across subjects.
+func leaseTally(name string, test bool) string {
+	if test {
+		return "t:p:" + name
+	}
+	return "p:" + name
+}
+
+// errNoLeaser is a Gate configured without a lease store: a bug of the
+// wiring, which the client sees as an internal error.
+var errNoLeaser = errors.New("gate: no lease store configured")
+
+// leasePolicy resolves a lease request's policy: one of the tenant's, of
+// algorithm concurrency. Errors are *policy.FieldError.
+func leasePolicy(set policy.Set, name string) (policy.Policy, error) {
+	p, ok := set.Lookup(name)
+	if !ok {
+		return policy.Policy{}, &policy.FieldError{Field: "policy", Reason: fmt.Sprintf("no policy named %q", truncate(name, 64))}
+	}
+	if p.Algorithm != limit.Concurrency {
+		return policy.Policy{}, &policy.FieldError{Field: "policy",
+			Reason: fmt.Sprintf(`policy %q has algorithm %q: leases are for policies of algorithm "concurrency"; ask POST /v1/check for it`, p.Name, p.Algorithm)}
+	}
+	return p, nil
+}
+
+// acquire is Admit's last step for a Request with a Lease, once the
+// ceilings that run in memory have passed: the shared ceilings and the
+// lease in one round trip.
+func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []layerItem, now time.Time) (Verdict, error) {
+	t, test, l := v.Tenant, v.Key.Test, req.Lease
+	if g.cfg.Leases == nil {
+		return v, errNoLeaser
+	}
+	set, err := g.cfg.Policies.For(ctx, t.ID)
+	if err != nil {
+		return v, fmt.Errorf("policies of tenant %s: %w", t.ID, err)
+	}
+	p, err := leasePolicy(set, l.Policy)
+	if err != nil {
+		return v, err
+	}
+	if reason := subjectFault(p, l.Subject); reason != "" {
+		return v, &policy.FieldError{Field: "subject", Reason: reason}
+	}
+	if l.TTL < MinLeaseTTL || l.TTL > MaxLeaseTTL {
+		return v, &policy.FieldError{Field: "ttl", Reason: fmt.Sprintf("must be %s to %s", MinLeaseTTL, MaxLeaseTTL)}
+	}
+	lim := p.Limit
+	if p.Scope != policy.ScopeGlobal {
+		lim = set.LimitFor(p, l.Subject, now)
+	}
+	lim = min(lim, limit.MaxLimit)
+	var buf [80]byte
+	key := string(g.appendPolicyKey(buf[:0], t.ID, test, p, l.Subject))
+	id := newLeaseID()
+	a := counter.Acquire{
+		Group: t.ID, Key: key, Tally: leaseTally(p.Name, test), ID: storeLeaseID(id, test), Limit: lim, TTL: l.TTL,
+		Ceilings: make([]counter.Item, len(ceilings)),
+	}
+	for i, c := range ceilings {
+		a.Ceilings[i] = c.Item
+		// As in Admit: beyond MaxLimit a ceiling is as good as none.
+		a.Ceilings[i].Limit = min(c.Limit, limit.MaxLimit)
+	}
+
+	res, err := g.storeAcquire(ctx, t.ID, a)
+	if errors.Is(err, counter.ErrInvalid) {
+		return v, fmt.Errorf("lease request of tenant %s: %w", t.ID, err)
+	}
+	if err != nil {
+		return g.leaseDegraded(ctx, req, v, ceilings, p, id, lim, err), nil
+	}
+	for i, c := range ceilings {
+		d := res.Ceilings.Decisions[i]
+		if !d.Allowed {
+			return g.refuse(ctx, req, v, Refusal{
+				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
+				RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, PaymentRequired: c.payment, Plan: c.plan, Key: c.Key,
+			}), nil
+		}
+		v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: d.Remaining, Window: windowLength(c.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
+	}
+	lv := &LeaseVerdict{Policy: p.Name, Allowed: res.Allowed, InFlight: res.InFlight, Limit: lim}
+	v.Lease, v.Allowed = lv, res.Allowed
+	var refusals []Refusal
+	outcome := OutcomeAllowed
+	if res.Allowed {
+		lv.ID, lv.ExpiresAt = id, res.ExpiresAt
+	} else {
+		lv.RetryAfter = max(0, res.ExpiresAt.Sub(res.Now))
+		outcome = LayerPolicy
+		refusals = []Refusal{{Layer: LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.ExpiresAt, Key: key, AlertAfter: p.AlertAfter}}
+	}
+	g.met.answered(v.Allowed, outcome)
+	g.observe(ctx, req, v, outcome, false, refusals)
+	return v, nil
+}
+
+// storeAcquire makes the acquire's one round trip, through the tenant's
+// circuit breaker, as storeCheck does for a check.
+func (g *Gate) storeAcquire(ctx context.Context, tenantID string, a counter.Acquire) (counter.Acquired, error) {
+	if !g.breakers.allow(tenantID, g.cfg.Now()) {
+		g.met.storeSkipped.Observe(0)
+		return counter.Acquired{}, fmt.Errorf("circuit open: %w", counter.ErrUnavailable)
+	}
+	start := time.Now()
+	res, err := g.cfg.Leases.Acquire(ctx, a)
+	took := time.Since(start).Seconds()
+	switch {
+	case errors.Is(err, counter.ErrInvalid):
+		g.breakers.release(tenantID)
+	case err != nil:
+		g.breakers.failure(tenantID, g.cfg.Now())
+		g.met.storeDown.Observe(took)
+	default:
+		g.breakers.success(tenantID)
+		g.met.storeOK.Observe(took)
+	}
+	return res, err
+}
+
+// leaseDegraded answers without the shared store: the ceilings have passed
+// L1 and allow; the policy's fail mode decides. An open policy hands out a
+// lease that holds no slot, under an id no store knows (releasing it
+// answers that it is gone); a closed one refuses for a second.
+func (g *Gate) leaseDegraded(ctx context.Context, req Request, v Verdict, ceilings []layerItem, p policy.Policy, id string, lim int64, cause error) Verdict {
+	g.logDegraded(ctx, v.Tenant.ID, cause)
+	now := g.cfg.Now()
+	v.Degraded = true
+	for _, c := range ceilings {
+		g.met.degraded[c.layer].Inc()
+	}
+	g.met.degraded[LayerPolicy].Inc()
+	lv := &LeaseVerdict{Policy: p.Name, Limit: lim, Degraded: true}
+	if p.FailMode == policy.FailOpen {
+		lv.Allowed, lv.ID, lv.ExpiresAt = true, id, now.Add(req.Lease.TTL)
+	} else {
+		lv.RetryAfter = time.Second
+	}
+	v.Lease, v.Allowed = lv, lv.Allowed
+	outcome := OutcomeAllowed
+	if !v.Allowed {
+		outcome = LayerPolicy
+	}
+	g.met.answered(v.Allowed, outcome)
+	g.observe(ctx, req, v, outcome, true, nil)
+	return v
+}
+
+// leaseRef returns the store's reference to the tenant's lease id, or a
+// *policy.FieldError for an id of the wrong form.
+func (g *Gate) leaseRef(tenantID string, test bool, id string, ttl time.Duration) (counter.LeaseRef, error) {
+	if g.cfg.Leases == nil {
+		return counter.LeaseRef{}, errNoLeaser
+	}
+	if !ValidLeaseID(id) {
+		return counter.LeaseRef{}, &policy.FieldError{Field: "id", Reason: `not a lease id: "ls_" and 32 hex digits, as POST /v1/leases answered`}
+	}
+	return counter.LeaseRef{Group: tenantID, ID: storeLeaseID(id, test), TTL: ttl}, nil
+}
+
+// Release ends a tenant's lease at once, freeing its slot: the tenant's
+// alone, and one taken with a key of the same kind (live or test). Errors:
+// a *policy.FieldError for an id of the wrong form, counter.ErrNoLease
+// (wrapped) when no such lease is live (never taken, released, expired, or
+// dropped by a reset), counter.ErrUnavailable.
+func (g *Gate) Release(ctx context.Context, tenantID string, test bool, id string) error {
+	ref, err := g.leaseRef(tenantID, test, id, 0)
+	if err != nil {
+		return err
+	}
+	if err := g.cfg.Leases.Release(ctx, ref); err != nil {
+		return fmt.Errorf("release lease of tenant %s: %w", tenantID, err)
+	}
+	return nil
+}
+
+// Renew gives a tenant's live lease the expiry now + ttl and returns it.
+// Errors as Release's, and a *policy.FieldError for a ttl out of bounds.
+func (g *Gate) Renew(ctx context.Context, tenantID string, test bool, id string, ttl time.Duration) (time.Time, error) {
+	ref, err := g.leaseRef(tenantID, test, id, ttl)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if ttl < MinLeaseTTL || ttl > MaxLeaseTTL {
+		return time.Time{}, &policy.FieldError{Field: "ttl", Reason: fmt.Sprintf("must be %s to %s", MinLeaseTTL, MaxLeaseTTL)}
+	}
+	exp, err := g.cfg.Leases.Renew(ctx, ref)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("renew lease of tenant %s: %w", tenantID, err)
+	}
+	return exp, nil
+}
+
+// InFlight returns the live leases of each named policy of a tenant, live
+// keys' (not the sandbox's), across its subjects, in order; 0 for a name
+// that holds none. It asks the store once per counter.MaxItems names.
+// Errors wrap counter.ErrUnavailable.
+func (g *Gate) InFlight(ctx context.Context, tenantID string, policies []string) ([]int64, error) {
+	if g.cfg.Leases == nil {
+		return nil, errNoLeaser
+	}
+	out := make([]int64, 0, len(policies))
+	for len(policies) > 0 {
+		chunk := policies[:min(len(policies), counter.MaxItems)]
+		policies = policies[len(chunk):]
+		tallies := make([]string, len(chunk))
+		for i, name := range chunk {
+			tallies[i] = leaseTally(name, false)
+		}
+		n, err := g.cfg.Leases.Held(ctx, tenantID, tallies, time.Time{})
+		if err != nil {
+			return nil, fmt.Errorf("leases in flight of tenant %s: %w", tenantID, err)
+		}
+		out = append(out, n...)
+	}
+	return out, nil
+}
