@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -463,6 +464,13 @@ func TestClientFailModes(t *testing.T) {
 			if _, err := c.Usage(ctx); !errors.Is(err, client.ErrUnavailable) {
 				t.Errorf("usage with Tollgate stopped: %v", err)
 			}
+			l, err := c.Acquire(ctx, "exports", "s", time.Minute)
+			if !errors.Is(err, client.ErrUnavailable) || l.Allowed != (mode == client.FailOpen) || !l.Degraded || l.ID != "" {
+				t.Errorf("lease failing %s with Tollgate stopped: %+v, %v", mode, l, err)
+			}
+			if err := c.Release(ctx, l); err != nil {
+				t.Errorf("releasing the fail mode's lease: %v", err)
+			}
 		}
 		if c := appGet(t, mws[client.FailOpen].URL, "X-User", "u"); c.status != 200 || string(c.body) != "hello" || c.header.Get("RateLimit") != "" {
 			t.Errorf("app failing open: %d %q %v", c.status, c.body, c.header)
@@ -614,5 +622,198 @@ func TestClientMiddleware(t *testing.T) {
 		app := httptest.NewServer(e)
 		defer app.Close()
 		twoThenRefused("echo", app.URL, "echo", "X-User", "a")
+	})
+}
+
+// TestClientLeasesAndReset: Acquire holds at most a concurrency policy's
+// limit at once across two instances, many goroutines racing; Release
+// frees a place at once and is idempotent; Renew moves the expiry and
+// reports a lost lease as ErrLeaseGone; an unrenewed lease lapses; Reset
+// starts a subject afresh (its counter, or its leases), escaping any
+// subject, and a test key resets only its sandbox.
+func TestClientLeasesAndReset(t *testing.T) {
+	dsn := pgtest.New(t)
+	a, b := start(t, dsn, patientStore), start(t, dsn, patientStore)
+	nt := createTenant(t, dsn, "pro")
+	u := apiUser{t: t, in: a, key: nt.LiveKey}
+	u.putPolicy("exports", map[string]any{"limit": 3, "algorithm": "concurrency"})
+	u.putPolicy("failed-sign-ins", map[string]any{"limit": 2, "window": "15m"})
+	eventually(t, 2*time.Second, "policies on the other instance", func() bool {
+		return u.on(b).call("GET", "/v1/policies/exports", nil).status == 200 && u.on(b).call("GET", "/v1/policies/failed-sign-ins", nil).status == 200
+	})
+	tgA, tgB := newClient(t, a.base, nt.LiveKey), newClient(t, b.base, nt.LiveKey)
+	ctx := context.Background()
+
+	t.Run("acquire and release", func(t *testing.T) {
+		var held []client.Lease
+		for i := range 3 {
+			l, err := []*client.Client{tgA, tgB}[i%2].Acquire(ctx, "exports", "account:1", time.Minute)
+			if err != nil || !l.Allowed || l.ID == "" || l.InFlight != int64(i+1) || l.Limit != 3 || l.Degraded ||
+				l.ExpiresAt.Before(time.Now().Add(50*time.Second)) || l.ExpiresAt.After(time.Now().Add(61*time.Second)) {
+				t.Fatalf("lease %d: %+v, %v", i+1, l, err)
+			}
+			held = append(held, l)
+		}
+		l, err := tgB.Acquire(ctx, "exports", "account:1", time.Minute)
+		if err != nil || l.Allowed || l.ID != "" || l.InFlight != 3 || l.RetryAfter <= 0 || l.RetryAfter > time.Minute {
+			t.Fatalf("a fourth lease at a limit of 3: %+v, %v", l, err)
+		}
+		// Another subject has places of its own.
+		if l, err := tgA.Acquire(ctx, "exports", "account:2", time.Minute); err != nil || !l.Allowed || l.InFlight != 1 {
+			t.Fatalf("another subject: %+v, %v", l, err)
+		} else if err := tgA.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		// A release on one instance frees the place on the other at once.
+		if err := tgA.Release(ctx, held[1]); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		if err := tgB.Release(ctx, held[1]); err != nil {
+			t.Errorf("releasing twice: %v, want nil", err)
+		}
+		l, err = tgB.Acquire(ctx, "exports", "account:1", time.Minute)
+		if err != nil || !l.Allowed || l.InFlight != 3 {
+			t.Fatalf("after a release: %+v, %v", l, err)
+		}
+		for _, l := range append(held, l) {
+			if err := tgA.Release(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A malformed lease id is Tollgate's 400, not a release.
+		var ae *client.APIError
+		if err := tgA.Release(ctx, client.Lease{ID: "not-a-lease"}); !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "id" {
+			t.Errorf("release of a malformed id: %v", err)
+		}
+		// A check of a concurrency policy is a 400 naming the item.
+		if _, err := tgA.Check(ctx, client.Item{Policy: "exports", Subject: "account:1"}); !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "items[0].policy" {
+			t.Errorf("check of a concurrency policy: %v", err)
+		}
+	})
+
+	t.Run("many holders", func(t *testing.T) {
+		// 24 workers on two instances take, hold and release places: never
+		// more than 3 held at once (a refusal means Tollgate saw 3 held).
+		var holding, most, granted, refused atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 24 {
+			wg.Go(func() {
+				tg := []*client.Client{tgA, tgB}[w%2]
+				for range 10 {
+					l, err := tg.Acquire(ctx, "exports", "account:many", time.Minute)
+					if err != nil {
+						t.Errorf("acquire: %v", err)
+						return
+					}
+					if !l.Allowed {
+						refused.Add(1)
+						continue
+					}
+					granted.Add(1)
+					n := holding.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					if l.InFlight > 3 {
+						t.Errorf("granted with %d in flight", l.InFlight)
+					}
+					// Hold the place a while, so that holders overlap.
+					time.Sleep(10 * time.Millisecond)
+					holding.Add(-1)
+					if err := tg.Release(ctx, l); err != nil {
+						t.Errorf("release: %v", err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("%d granted, %d refused, at most %d held at once", granted.Load(), refused.Load(), most.Load())
+		if most.Load() > 3 || granted.Load() == 0 || refused.Load() == 0 {
+			t.Fatalf("%d granted, %d refused, at most %d held at once (limit 3)", granted.Load(), refused.Load(), most.Load())
+		}
+		// Everything released: the three places are free.
+		for i := range 3 {
+			if l, err := tgA.Acquire(ctx, "exports", "account:many", time.Minute); err != nil || !l.Allowed || l.InFlight != int64(i+1) {
+				t.Fatalf("after the race, lease %d: %+v, %v", i+1, l, err)
+			}
+		}
+	})
+
+	t.Run("renew and lapse", func(t *testing.T) {
+		l, err := tgA.Acquire(ctx, "exports", "account:renew", 2*time.Second)
+		if err != nil || !l.Allowed {
+			t.Fatalf("acquire: %+v, %v", l, err)
+		}
+		r, err := tgB.Renew(ctx, l, time.Hour)
+		if err != nil || r.ID != l.ID || !r.ExpiresAt.After(l.ExpiresAt.Add(50*time.Minute)) || r.InFlight != l.InFlight || r.Limit != 3 {
+			t.Fatalf("renew: %+v, %v (was %+v)", r, err, l)
+		}
+		if err := tgA.Release(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tgA.Renew(ctx, r, time.Minute); !errors.Is(err, client.ErrLeaseGone) {
+			t.Fatalf("renewing a released lease: %v, want ErrLeaseGone", err)
+		}
+		// A lease neither released nor renewed frees its place when it lapses.
+		for range 3 {
+			if l, err := tgA.Acquire(ctx, "exports", "account:lapse", time.Second); err != nil || !l.Allowed {
+				t.Fatalf("acquire: %+v, %v", l, err)
+			}
+		}
+		eventually(t, 5*time.Second, "a lapsed lease's place free", func() bool {
+			l, err := tgB.Acquire(ctx, "exports", "account:lapse", time.Minute)
+			return err == nil && l.Allowed
+		})
+	})
+
+	t.Run("reset", func(t *testing.T) {
+		for _, subject := range []string{"account:7", "a/b c?d#e%f", "ünïcode"} {
+			item := client.Item{Policy: "failed-sign-ins", Subject: subject}
+			for i, want := range []bool{true, true, false} {
+				if d, err := tgA.Check(ctx, item); err != nil || d.Allowed != want {
+					t.Fatalf("%q, check %d: %+v, %v", subject, i+1, d, err)
+				}
+			}
+			if err := tgB.Reset(ctx, "failed-sign-ins", subject); err != nil {
+				t.Fatalf("reset %q: %v", subject, err)
+			}
+			if d, err := tgA.Check(ctx, item); err != nil || !d.Allowed || d.Items[0].Remaining != 1 {
+				t.Fatalf("%q after the reset: %+v, %v", subject, d, err)
+			}
+		}
+		// A reset of a concurrency policy drops the subject's leases.
+		l, err := tgA.Acquire(ctx, "exports", "account:reset", time.Minute)
+		if err != nil || !l.Allowed {
+			t.Fatalf("acquire: %+v, %v", l, err)
+		}
+		if err := tgA.Reset(ctx, "exports", "account:reset"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tgA.Renew(ctx, l, time.Minute); !errors.Is(err, client.ErrLeaseGone) {
+			t.Errorf("renewing a lease dropped by a reset: %v", err)
+		}
+		var ae *client.APIError
+		if err := tgA.Reset(ctx, "no-such-policy", "s"); !errors.As(err, &ae) || ae.Status != 404 {
+			t.Errorf("reset of an unknown policy: %v", err)
+		}
+		// A test key resets the sandbox's counter, never the live one.
+		item := client.Item{Policy: "failed-sign-ins", Subject: "account:sandboxed"}
+		sandbox := newClient(t, a.base, nt.TestKey)
+		for _, tg := range []*client.Client{tgA, sandbox} {
+			for range 2 {
+				if d, err := tg.Check(ctx, item); err != nil || !d.Allowed {
+					t.Fatalf("check: %+v, %v", d, err)
+				}
+			}
+		}
+		if err := sandbox.Reset(ctx, item.Policy, item.Subject); err != nil {
+			t.Fatalf("reset with a test key: %v", err)
+		}
+		if d, err := sandbox.Check(ctx, item); err != nil || !d.Allowed {
+			t.Errorf("sandbox after its reset: %+v, %v", d, err)
+		}
+		if d, err := tgA.Check(ctx, item); err != nil || d.Allowed {
+			t.Errorf("live counter after a test key's reset: %+v, %v (want still refused)", d, err)
+		}
 	})
 }
