@@ -135,10 +135,12 @@ func (c *Client) failDecision() Decision {
 }
 
 // Reset forgets what a subject has spent of a policy: its next check starts
-// a fresh window (for a sign-in limit, after a successful sign-in). A test
-// key may not reset (an *APIError with Status 403); an unknown policy is an
-// *APIError with Status 404. Reset never answers with the FailMode: its
-// errors are the caller's to handle.
+// afresh (for a sign-in limit, after a successful sign-in); for a
+// concurrency policy, the subject's leases are dropped. Tollgate audits
+// every reset. A test key resets its sandbox's counters, never the live
+// ones. An unknown policy is an *APIError with Status 404; a global
+// policy, which counts no subject, one with Status 400. Reset never
+// answers with the FailMode: its errors are the caller's to handle.
 func (c *Client) Reset(ctx context.Context, policy, subject string) error {
 	return c.do(ctx, "DELETE", "/v1/policies/"+url.PathEscape(policy)+"/subjects/"+url.PathEscape(subject), nil, nil)
 }
