@@ -153,8 +153,13 @@ func TestClientCheckPeekUsage(t *testing.T) {
 		}
 	}
 
-	// Tollgate's 400 names the field; the Decision is the fail mode's.
+	// A global policy counts no subject: there is none to reset.
 	var ae *client.APIError
+	if err := tg.Reset(ctx, "error-reports", "s"); !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "subject" {
+		t.Errorf("reset of a global policy: %v", err)
+	}
+
+	// Tollgate's 400 names the field; the Decision is the fail mode's.
 	d, err = tg.Check(ctx, client.Item{Policy: "no-such-policy", Subject: "s"})
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "items[0].policy" || !d.Allowed || !d.Degraded {
 		t.Fatalf("unknown policy: %+v, %v", d, err)

@@ -30,7 +30,8 @@ type Lease struct {
 	RetryAfter time.Duration
 	// Degraded is true when the decision was made without an exact count:
 	// Tollgate's counter store was unreachable and the policy's fail_mode
-	// decided, or Tollgate gave no decision and the client's FailMode did.
+	// decided (a lease so allowed holds no place), or Tollgate gave no
+	// decision and the client's FailMode did.
 	Degraded bool
 }
 
