@@ -16,13 +16,15 @@ import (
 // behind itself instead of taking the CPU and the store from every other
 // tenant.
 //
-// Only tenants with work in progress have an entry.
+// Tenants without work in progress keep their entry until idleTenants of
+// them have piled up.
 type inflight struct {
 	limit int64
 	wait  time.Duration
 
-	mu sync.Mutex
-	m  map[string]*tenantWork
+	mu   sync.Mutex
+	m    map[string]*tenantWork
+	idle int // entries left idle since the last sweep, at most
 }
 
 // tenantWork is one tenant's semaphore and how many requests hold or await it.
@@ -74,15 +76,29 @@ func (f *inflight) acquire(ctx context.Context, tenant string, n int64) (h held,
 	return held{f: f, tenant: tenant, w: w, n: n}, true
 }
 
-// leave drops the tenant's entry when nobody holds or awaits it.
+// leave notes that a request no longer holds or awaits the tenant's units.
+// Entries nobody holds are kept for the tenant's next request (a semaphore
+// a request would cost an allocation) until idleTenants of them pile up,
+// then swept.
 func (f *inflight) leave(tenant string, w *tenantWork) {
 	f.mu.Lock()
 	w.users--
 	if w.users == 0 {
-		delete(f.m, tenant)
+		f.idle++
+		if f.idle > idleTenants {
+			for k, e := range f.m {
+				if e.users == 0 {
+					delete(f.m, k)
+				}
+			}
+			f.idle = 0
+		}
 	}
 	f.mu.Unlock()
 }
+
+// idleTenants is how many tenants without work in progress inflight keeps.
+const idleTenants = 4096
 
 // matchBudget bounds the time each tenant's checks spend matching wildcard
 // overrides on this instance: a bucket of matching time per tenant, burst
