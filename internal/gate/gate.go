@@ -79,13 +79,15 @@ type Config struct {
 }
 
 // The matching budget of each tenant on each instance (matchBudget): 5 % of
-// one processor's time, in bursts of up to 20 ms. The heaviest check the
+// one processor's time, in bursts of up to 2 ms (a few of the heaviest
+// checks: a longer burst lets a tenant's flood start with a train of them
+// that holds up the next tenant's checks). The heaviest check the
 // API allows spends about 0.6 ms matching, so a tenant sending nothing else
 // gets some 80 of them a second per instance; a tenant with a few wildcard
 // patterns spends microseconds a check and never waits.
 const (
 	matchShare = 0.05
-	matchBurst = 20 * time.Millisecond
+	matchBurst = 2 * time.Millisecond
 	// matchWait is the longest a check waits for its tenant's matching
 	// budget before it is refused.
 	matchWait = time.Second
