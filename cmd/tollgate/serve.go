@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +21,7 @@ import (
 	rediscounter "github.com/tollgate/tollgate/internal/counter/redis"
 	"github.com/tollgate/tollgate/internal/dashboard"
 	"github.com/tollgate/tollgate/internal/dashboard/traffic"
+	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/httpapi"
 	"github.com/tollgate/tollgate/internal/metrics"
@@ -252,9 +251,7 @@ func billingKey(pepper []byte) []byte {
 		_, _ = rand.Read(k) // crypto/rand.Read never fails
 		return k
 	}
-	m := hmac.New(sha256.New, pepper)
-	m.Write([]byte("tollgate billing links"))
-	return m.Sum(nil)
+	return digest.Key(pepper, "tollgate billing links")
 }
 
 func logRun(log *slog.Logger, what string, err error) {

@@ -1,9 +1,7 @@
 package dashboard
 
 import (
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
@@ -16,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/dashboard/account"
+	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/web"
 )
 
@@ -40,9 +39,7 @@ type signedIn struct {
 // of the (HttpOnly) session cookie can compute it, and nothing more needs
 // storing.
 func csrfFor(token string) string {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte("tollgate admin csrf"))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	return base64.RawURLEncoding.EncodeToString(digest.Key([]byte(token), "tollgate admin csrf"))
 }
 
 // sameToken compares two tokens in constant time; empty never matches.

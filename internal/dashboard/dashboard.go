@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate/tollgate/internal/dashboard/account"
 	"github.com/tollgate/tollgate/internal/dashboard/traffic"
 	"github.com/tollgate/tollgate/internal/dashboard/webhooklog"
+	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -182,7 +183,7 @@ func New(cfg Config) (*Dashboard, error) {
 	cfg.StripeDashboardURL = strings.TrimRight(cfg.StripeDashboardURL, "/")
 	return &Dashboard{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, touchEvery: min(time.Minute, cfg.IdleTimeout/2),
-		limiter: &limiter{shared: cfg.Counter, local: memory.New(memory.Config{MaxKeys: 100_000}), pepper: cfg.Pepper, log: cfg.Logger},
+		limiter: &limiter{shared: cfg.Counter, local: memory.New(memory.Config{MaxKeys: 100_000}), digest: digest.New(cfg.Pepper), log: cfg.Logger},
 	}, nil
 }
 

@@ -2,9 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/limit"
 )
 
@@ -48,8 +46,9 @@ type limiter struct {
 	// local answers while the shared store is unavailable: per instance,
 	// so the limits hold per instance then, which is better than none and
 	// better than locking every operator out during a store outage.
-	local  *memory.Store
-	pepper []byte
+	local *memory.Store
+	// digest is HMAC-SHA-256 under the pepper.
+	digest *digest.Digester
 	log    *slog.Logger
 }
 
@@ -60,10 +59,12 @@ type signInRefusal struct {
 	retryAfter time.Duration
 }
 
+// key is the counter key of value (an address, an email) for one kind of
+// limit: 160 bits of its digest. The digest's input, "tollgate admin
+// sign-in", a zero byte, kind, a zero byte and value, is what it has always
+// been, so that the counters of a window survive an upgrade.
 func (l *limiter) key(kind, value string) string {
-	m := hmac.New(sha256.New, l.pepper)
-	m.Write([]byte("tollgate admin sign-in\x00" + kind + "\x00" + value))
-	return "admin-signin:" + kind + ":" + hex.EncodeToString(m.Sum(nil)[:20])
+	return "admin-signin:" + kind + ":" + l.digest.Hex(20, "tollgate admin sign-in", kind, "\x00", value)
 }
 
 // clientKey is the client IP as a key part: an address (IPv4-mapped ones

@@ -1,6 +1,35 @@
 package dashboard
 
-import "testing"
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"testing"
+
+	"github.com/tollgate/tollgate/internal/digest"
+)
+
+// TestLimiterKeysSurviveUpgrades: the sign-in limits' counter keys are what
+// earlier versions wrote, so that a window's counts hold across an upgrade.
+func TestLimiterKeysSurviveUpgrades(t *testing.T) {
+	t.Parallel()
+	pepper := []byte("test pepper")
+	l := &limiter{digest: digest.New(pepper)}
+	old := func(kind, value string) string {
+		m := hmac.New(sha256.New, pepper)
+		m.Write([]byte("tollgate admin sign-in\x00" + kind + "\x00" + value))
+		return "admin-signin:" + kind + ":" + hex.EncodeToString(m.Sum(nil)[:20])
+	}
+	for _, tc := range []struct{ got, want string }{
+		{l.ipItem("192.0.2.1").Key, old("ip", "192.0.2.1")},
+		{l.accountItem("2001:db8::/64", "ops@example.com").Key, old("account-ip", "ops@example.com\x002001:db8::")},
+		{l.everywhereItem("ops@example.com").Key, old("account", "ops@example.com")},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("key %s, want %s", tc.got, tc.want)
+		}
+	}
+}
 
 // TestLimiterKeysAddressesAndNetworks: the client IP Echo resolves may be an
 // address or (IPv6 keyed by its /64) a network; each keys a bucket of its
@@ -8,7 +37,7 @@ import "testing"
 // of unresolvable clients.
 func TestLimiterKeysAddressesAndNetworks(t *testing.T) {
 	t.Parallel()
-	l := &limiter{pepper: []byte("test pepper")}
+	l := &limiter{digest: digest.New([]byte("test pepper"))}
 	key := func(ip string) string { return l.ipItem(ip).Key }
 	unknown := key("")
 	for _, tc := range []struct {

@@ -49,3 +49,20 @@ func BenchmarkAppendHex(b *testing.B) {
 		buf = d.AppendHex(buf[:0], 16, "subject", "0b6f4b7e-4c42-4f8e-9d83-2f0b8b6e7c11", ":", "login", ":", "alice@example.com")
 	}
 }
+
+// TestAppendAndKey: Append is AppendHex's bytes; Key is the HMAC of the
+// label alone.
+func TestAppendAndKey(t *testing.T) {
+	t.Parallel()
+	key := []byte("digest-test-key-0123456789abcdef")
+	d := New(key)
+	raw := d.Append([]byte{1}, 16, "link", "t1", "\x00", "99")
+	if got, want := hex.EncodeToString(raw[1:]), d.Hex(16, "link", "t1", "\x00", "99"); raw[0] != 1 || got != want {
+		t.Errorf("Append = %x, want 01 then %s", raw, want)
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("a label"))
+	if got, want := Key(key, "a label"), m.Sum(nil); !hmac.Equal(got, want) || len(got) != Size {
+		t.Errorf("Key = %x, want %x", got, want)
+	}
+}

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/limit"
 )
 
@@ -46,9 +46,7 @@ const billingLinkGroup = "billing-links"
 // seconds, as written in the token): the first 16 bytes of HMAC-SHA-256
 // under key, domain-separated from everything else the key signs.
 func portalMAC(key []byte, tenantID, expires string) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte("tollgate billing portal link\x00" + tenantID + "\x00" + expires))
-	return m.Sum(nil)[:16]
+	return digest.New(key).Append(nil, 16, "tollgate billing portal link", tenantID, "\x00", expires)
 }
 
 // signPortalToken returns the token of a billing link for tenantID that
@@ -126,7 +124,8 @@ func portalLink(cfg Config) echo.HandlerFunc {
 type linkLimits struct {
 	shared counter.Store // nil: memory only
 	local  *memory.Store
-	key    []byte
+	// digest is HMAC-SHA-256 under the billing key.
+	digest *digest.Digester
 	log    *slog.Logger
 }
 
@@ -136,7 +135,18 @@ func newLinkLimits(cfg Config) *linkLimits {
 		log = slog.New(slog.DiscardHandler)
 	}
 	// No pruning loop: the bound on keys evicts the least recently used.
-	return &linkLimits{shared: cfg.Counter, local: memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1}), key: cfg.BillingKey, log: log}
+	return &linkLimits{shared: cfg.Counter, local: memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1}), digest: digest.New(cfg.BillingKey), log: log}
+}
+
+// ipKey is the counter key of a client address: "ip:" and 128 bits of its
+// digest, the same as earlier versions wrote, so that counts survive an
+// upgrade. Every unresolved client shares "unknown"'s.
+func (l *linkLimits) ipKey(ip netip.Addr) string {
+	client := "unknown"
+	if ip.IsValid() {
+		client = ip.String()
+	}
+	return "ip:" + l.digest.Hex(16, "tollgate billing link client", client)
 }
 
 // admit counts one open of tenantID's link from ip (as the per-IP layers
@@ -144,16 +154,10 @@ func newLinkLimits(cfg Config) *linkLimits {
 // one bucket), on both counters or neither, and returns zero, or how long
 // to wait when a limit refuses.
 func (l *linkLimits) admit(ctx context.Context, tenantID string, ip netip.Addr) (time.Duration, error) {
-	client := "unknown"
-	if ip.IsValid() {
-		client = ip.String()
-	}
-	m := hmac.New(sha256.New, l.key)
-	m.Write([]byte("tollgate billing link client\x00" + client))
 	w := limit.Every(billingLinkWindow)
 	req := counter.Request{Mode: counter.Consume, Group: billingLinkGroup, Items: []counter.Item{
 		{Key: "tenant:" + tenantID, Algorithm: limit.SlidingWindow, Limit: BillingLinksPerTenant, Window: w, Cost: 1},
-		{Key: "ip:" + hex.EncodeToString(m.Sum(nil)[:16]), Algorithm: limit.SlidingWindow, Limit: BillingLinksPerIP, Window: w, Cost: 1},
+		{Key: l.ipKey(ip), Algorithm: limit.SlidingWindow, Limit: BillingLinksPerIP, Window: w, Cost: 1},
 	}}
 	var res counter.Result
 	err := counter.ErrUnavailable

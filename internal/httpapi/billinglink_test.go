@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -201,5 +202,36 @@ func TestBillingLinkLimitKeysIPv6ByNetwork(t *testing.T) {
 	// Another network is another client.
 	if a := in.get(linkPath(tenants[0]), "2001:db8:7:a::1"); a.status != http.StatusSeeOther {
 		t.Errorf("from another /64: %d %s, want 303", a.status, a.body)
+	}
+}
+
+// TestBillingLinkFormsSurviveUpgrades: a link signed before an upgrade
+// opens after it, and the opens counted before it still count: the token's
+// MAC and the per-IP counter key are what earlier versions made.
+func TestBillingLinkFormsSurviveUpgrades(t *testing.T) {
+	t.Parallel()
+	key := []byte("billing-key-for-tests")
+	mac := func(in string) []byte {
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(in))
+		return m.Sum(nil)[:16]
+	}
+	exp := time.Now().Add(time.Hour).Truncate(time.Second)
+	secs := strconv.FormatInt(exp.Unix(), 10)
+	old := "t1." + secs + "." + hex.EncodeToString(mac("tollgate billing portal link\x00t1\x00"+secs))
+	if got := signPortalToken(key, "t1", exp); got != old {
+		t.Errorf("token %s, want %s", got, old)
+	}
+	if id, ok := verifyPortalToken(key, old, time.Now()); !ok || id != "t1" {
+		t.Errorf("a token of the earlier form: %q, %v", id, ok)
+	}
+	l := newLinkLimits(Config{BillingKey: key})
+	t.Cleanup(func() { l.local.Close() })
+	ip := netip.MustParseAddr("203.0.113.9")
+	if got, want := l.ipKey(ip), "ip:"+hex.EncodeToString(mac("tollgate billing link client\x00203.0.113.9")); got != want {
+		t.Errorf("per-IP key %s, want %s", got, want)
+	}
+	if got, want := l.ipKey(netip.Addr{}), "ip:"+hex.EncodeToString(mac("tollgate billing link client\x00unknown")); got != want {
+		t.Errorf("unresolved client's key %s, want %s", got, want)
 	}
 }
