@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net"
@@ -60,9 +61,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	c := Config{
 		DatabaseURL:     getenv("DATABASE_URL"),
 		RedisURL:        getenv("REDIS_URL"),
-		Addr:            or(getenv("TOLLGATE_ADDR"), ":8080"),
-		CounterStore:    or(getenv("TOLLGATE_COUNTER_STORE"), "postgres"),
-		DataDir:         or(getenv("TOLLGATE_DATA_DIR"), ".tollgate"),
+		Addr:            cmp.Or(getenv("TOLLGATE_ADDR"), ":8080"),
+		CounterStore:    cmp.Or(getenv("TOLLGATE_COUNTER_STORE"), "postgres"),
+		DataDir:         cmp.Or(getenv("TOLLGATE_DATA_DIR"), ".tollgate"),
 		CounterTimeout:  50 * time.Millisecond,
 		ShutdownTimeout: 15 * time.Second,
 		ReadTimeout:     30 * time.Second,
@@ -190,9 +191,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		}
 	}
 	if strings.HasPrefix(c.Addr, ":") {
-		c.PublicURL = or(getenv("TOLLGATE_PUBLIC_URL"), "http://localhost"+c.Addr)
+		c.PublicURL = cmp.Or(getenv("TOLLGATE_PUBLIC_URL"), "http://localhost"+c.Addr)
 	} else {
-		c.PublicURL = or(getenv("TOLLGATE_PUBLIC_URL"), "http://"+c.Addr)
+		c.PublicURL = cmp.Or(getenv("TOLLGATE_PUBLIC_URL"), "http://"+c.Addr)
 	}
 	if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return c, fmt.Errorf("TOLLGATE_PUBLIC_URL %q: want http(s)://host[:port]", c.PublicURL)
@@ -358,13 +359,6 @@ func isSecretParam(name string) bool {
 		}
 	}
 	return false
-}
-
-func or(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 func parseBool(name, v string) (bool, error) {

@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -62,7 +63,7 @@ func Apply(a Account, ev Event, prices Prices) (Account, Outcome, string) {
 		}
 		if a.CustomerID != "" && ev.CustomerID != "" && ev.CustomerID != a.CustomerID {
 			return a, OutcomeCustomerConflict, note(fmt.Sprintf("tenant has customer %s: kept it, and did not link customer %s and subscription %s",
-				a.CustomerID, ev.CustomerID, or(c.SubscriptionID, "-")))
+				a.CustomerID, ev.CustomerID, cmp.Or(c.SubscriptionID, "-")))
 		}
 		if a.CustomerID != "" && ev.Created.Before(later(a.UpdatedAt, a.PlanUpdatedAt)) {
 			return a, OutcomeStale, staleNote(later(a.UpdatedAt, a.PlanUpdatedAt))
@@ -74,7 +75,7 @@ func Apply(a Account, ev Event, prices Prices) (Account, Outcome, string) {
 		if c.SubscriptionID != "" {
 			next.SubscriptionID = c.SubscriptionID
 		}
-		return next, OutcomeApplied, fmt.Sprintf("linked customer %s and subscription %s", or(next.CustomerID, "-"), or(next.SubscriptionID, "-"))
+		return next, OutcomeApplied, fmt.Sprintf("linked customer %s and subscription %s", cmp.Or(next.CustomerID, "-"), cmp.Or(next.SubscriptionID, "-"))
 
 	case EventSubscriptionCreated, EventSubscriptionUpdated, EventSubscriptionDeleted:
 		s := ev.Subscription
@@ -153,7 +154,7 @@ func Apply(a Account, ev Event, prices Prices) (Account, Outcome, string) {
 			return a, OutcomeIgnored, "no invoice in the event"
 		}
 		if inv.SubscriptionID == "" || (a.SubscriptionID != "" && inv.SubscriptionID != a.SubscriptionID) {
-			return a, OutcomeIgnored, fmt.Sprintf("invoice %s is not for the tenant's subscription (%s)", inv.ID, or(a.SubscriptionID, "none"))
+			return a, OutcomeIgnored, fmt.Sprintf("invoice %s is not for the tenant's subscription (%s)", inv.ID, cmp.Or(a.SubscriptionID, "none"))
 		}
 		if older(ev.Created, a.UpdatedAt, false) {
 			return a, OutcomeStale, staleNote(a.UpdatedAt)
@@ -223,10 +224,3 @@ func changeNote(a, b Account, notes []string) string {
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}

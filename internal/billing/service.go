@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -257,7 +258,7 @@ func (s *Service) find(ctx context.Context, tx Tx, ev Event) (a Account, why str
 	case ev.Subscription != nil && ev.Subscription.TenantID != "":
 		tenantID, via = ev.Subscription.TenantID, "metadata "+MetadataTenantID
 	}
-	why = fmt.Sprintf("no tenant has customer %s", or(ev.CustomerID, "(none)"))
+	why = fmt.Sprintf("no tenant has customer %s", cmp.Or(ev.CustomerID, "(none)"))
 	if tenantID == "" {
 		return Account{}, why, ErrNotFound
 	}

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
@@ -132,7 +133,7 @@ func (d *Dashboard) setCookie(c echo.Context, name, value, path string, maxAge i
 func (d *Dashboard) loginPage(c echo.Context) error {
 	next := safeNext(c.QueryParam("next"))
 	if s, err := d.session(c); err == nil && s != nil {
-		return seeOther(c, or(next, "/admin"))
+		return seeOther(c, cmp.Or(next, "/admin"))
 	}
 	v := web.LoginView{Next: next}
 	if c.QueryParam("signed_out") != "" {
@@ -227,7 +228,7 @@ func (d *Dashboard) login(c echo.Context) error {
 	d.setCookie(c, sessionCookie, token, "/admin", int(d.cfg.SessionTTL/time.Second))
 	d.log.InfoContext(ctx, "admin signed in", "admin_id", a.ID)
 	d.record(ctx, &signedIn{admin: a}, "", "admin_signed_in", nil)
-	return seeOther(c, or(v.Next, "/admin"))
+	return seeOther(c, cmp.Or(v.Next, "/admin"))
 }
 
 // logout ends the session.
@@ -261,13 +262,6 @@ func query(name, value string) string {
 		return ""
 	}
 	return "?" + url.Values{name: {value}}.Encode()
-}
-
-func or(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // humanDuration says d in words, rounded up to the second: "42 seconds",

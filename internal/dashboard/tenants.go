@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -187,7 +188,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 		ID:     t.ID, Name: t.Name, Created: when(t.CreatedAt),
 		Billing: web.BillingView{
 			Plan: t.Plan, EffectivePlan: eff.Name, Status: t.BillingStatus, StatusClass: statusClass(t.BillingStatus),
-			Held: tenant.HeldToStarter(t), CustomerID: t.StripeCustomerID, SubscriptionID: or(t.StripeSubscriptionID, "none"),
+			Held: tenant.HeldToStarter(t), CustomerID: t.StripeCustomerID, SubscriptionID: cmp.Or(t.StripeSubscriptionID, "none"),
 			UpdatedAt: whenPtr(t.BillingUpdatedAt),
 		},
 		MonthUsage:      usageBar(report.ChecksUsed, eff.MonthlyChecks),

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -37,7 +38,7 @@ var outcomeLabels = []struct{ value, label, class string }{
 func webhookRow(e webhooklog.Event) web.WebhookRow {
 	r := web.WebhookRow{
 		ID: e.ID, Type: e.Type, Outcome: e.Outcome, OutcomeLabel: e.Outcome, OutcomeClass: "b-muted",
-		Note: e.Note, Customer: or(e.CustomerID, "none"), Received: when(e.ReceivedAt), Created: when(e.Created),
+		Note: e.Note, Customer: cmp.Or(e.CustomerID, "none"), Received: when(e.ReceivedAt), Created: when(e.Created),
 		Deliveries: strconv.Itoa(e.Deliveries), Replayed: e.Deliveries > 1,
 		Href: "/admin/webhooks/" + url.PathEscape(e.ID),
 	}
