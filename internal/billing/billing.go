@@ -8,8 +8,8 @@
 // It speaks Stripe's concepts (customers, subscriptions, prices, events) as
 // plain values. internal/billing/stripeapi, the only importer of stripe-go,
 // verifies and parses webhooks into Events and implements Payments and
-// Meter; pgstore implements Store and UsageCursors. billing imports tenant,
-// audit and usage, and no driver.
+// Meter; pgstore implements Store, UsageCursors and EventPruner. billing
+// imports tenant, audit and usage, and no driver.
 package billing
 
 import (

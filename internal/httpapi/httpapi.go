@@ -1,12 +1,15 @@
-// Package httpapi is Tollgate's HTTP surface for machines: health, readiness
-// and (with later issues) the tenant API under /v1 and Stripe webhooks. It
-// decodes, calls the domain packages and encodes; it never imports pgstore or
-// a driver, and it maps errors to statuses in one place.
+// Package httpapi is Tollgate's HTTP surface: the tenant API under /v1
+// (checks, leases, policies, usage, billing), the billing links of 402
+// answers, Stripe webhooks, the OpenAPI document, health, readiness and
+// metrics, and the Echo instance the dashboard mounts on, with the
+// client-IP rules, body budgets and public-page ceiling they share. It
+// decodes, calls the domain packages and encodes; it never imports pgstore,
+// a driver or the dashboard, and it maps errors to statuses in one place
+// (problem.go).
 package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -155,17 +158,6 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		}
 		sendProblem(c, p)
 	}
-}
-
-// writeProblem sends p as application/problem+json.
-func writeProblem(c echo.Context, p Problem) {
-	body, _ := json.Marshal(p)
-	if c.Request().Method == http.MethodHead {
-		c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
-		_ = c.NoContent(p.Status)
-		return
-	}
-	_ = c.Blob(p.Status, "application/problem+json", body)
 }
 
 // recoverBugs turns a panic into a logged bug and a 500: the one recover in

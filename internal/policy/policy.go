@@ -1,8 +1,8 @@
 // Package policy holds a tenant's rate-limit policies and their per-subject
 // overrides: the model, the parsing and validation of the JSON a tenant sends
-// (DESIGN §2), the override precedence rules (Set), and an in-memory cache of
-// each tenant's policies (Catalog) in front of the Store that pgstore
-// implements.
+// (DESIGN §2), the override precedence rules (Set), an in-memory cache of
+// each tenant's policies (Catalog) in front of the Loader, and the Service
+// that changes them through the Store; pgstore implements both.
 //
 // policy imports internal/limit and the standard library only: no driver, no
 // HTTP framework.
