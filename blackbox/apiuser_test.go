@@ -1,6 +1,8 @@
 package blackbox
 
 import (
+	"github.com/tollgate/tollgate/internal/eventually"
+
 	"bytes"
 	"fmt"
 	"io"
@@ -99,7 +101,7 @@ func (u apiUser) putPolicyAll(name string, p map[string]any, others ...*instance
 	u.putPolicy(name, p)
 	item := map[string]any{"policy": name, "subject": "probe"}
 	for _, in := range others {
-		eventually(u.t, time.Second, "policy "+name+" applied on "+in.base, func() bool {
+		eventually.True(u.t, time.Second, "policy "+name+" applied on "+in.base, func() bool {
 			return u.on(in).check("peek", item).status == 200
 		})
 	}
@@ -134,17 +136,13 @@ func (u apiUser) usage() usageReport {
 func (u apiUser) waitUsage(d time.Duration, what string, ok func(usageReport) bool) usageReport {
 	u.t.Helper()
 	var r usageReport
-	deadline := time.Now().Add(d)
-	for {
-		r = u.usage()
-		if ok(r) {
-			return r
+	eventually.NoError(u.t, d, what, func() error {
+		if r = u.usage(); !ok(r) {
+			return fmt.Errorf("last usage %+v", r)
 		}
-		if time.Now().After(deadline) {
-			u.t.Fatalf("%s: not within %s; last usage %+v", what, d, r)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return r
 }
 
 // checkOf decodes a 200 /v1/check answer, which must not be degraded.

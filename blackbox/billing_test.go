@@ -11,6 +11,7 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/tollgate/tollgate/internal/billing/stripeapi/stripemocktest"
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
 
@@ -114,7 +115,7 @@ func TestStripeWebhooksMoveThePlanOnEveryInstance(t *testing.T) {
 	if got := postStripeEvent(t, a, "evt_bb_sub", "customer.subscription.created", now, stripeSubscriptionObject("cus_bb", "sub_bb", "active", "price_bb_pro")); got != "applied" {
 		t.Fatalf("customer.subscription.created: %s", got)
 	}
-	took := eventually(t, time.Second, "pro on the other instance", func() bool {
+	took := eventually.True(t, time.Second, "pro on the other instance", func() bool {
 		u := billingUsage(t, b, nt.LiveKey)
 		return u.Plan == "pro" && u.EffectivePlan == "pro" && u.BillingStatus == "active"
 	})
@@ -130,7 +131,7 @@ func TestStripeWebhooksMoveThePlanOnEveryInstance(t *testing.T) {
 	if got := postStripeEvent(t, a, "evt_bb_fail", "invoice.payment_failed", now.Add(time.Second), invoice); got != "applied" {
 		t.Fatalf("invoice.payment_failed: %s", got)
 	}
-	eventually(t, time.Second, "past_due on the other instance", func() bool {
+	eventually.True(t, time.Second, "past_due on the other instance", func() bool {
 		u := billingUsage(t, b, nt.LiveKey)
 		return u.BillingStatus == "past_due" && u.EffectivePlan == "pro"
 	})
@@ -162,7 +163,7 @@ func TestUnpaidTenantGets402WithPortalLink(t *testing.T) {
 	if got := postStripeEvent(t, a, "evt_u_pastdue", "customer.subscription.updated", now.Add(time.Second), stripeSubscriptionObject("cus_u", "sub_u", "past_due", "price_bb_pro")); got != "stale" {
 		t.Errorf("older update delivered late: %s, want stale", got)
 	}
-	eventually(t, time.Second, "unpaid on the other instance", func() bool {
+	eventually.True(t, time.Second, "unpaid on the other instance", func() bool {
 		u := billingUsage(t, b, nt.LiveKey)
 		return u.Plan == "pro" && u.BillingStatus == "unpaid" && u.EffectivePlan == "starter"
 	})
@@ -215,7 +216,7 @@ func TestUnpaidTenantGets402WithPortalLink(t *testing.T) {
 
 	// Paid: back to pro, and checks flow again.
 	postStripeEvent(t, a, "evt_u_paid", "invoice.paid", now.Add(3*time.Second), `{"id":"in_u","object":"invoice","customer":"cus_u","subscription":"sub_u"}`)
-	eventually(t, time.Second, "checks admitted once paid", func() bool {
+	eventually.True(t, time.Second, "checks admitted once paid", func() bool {
 		return check(t, b, nt.LiveKey, item).status == 200
 	})
 }
@@ -233,7 +234,7 @@ func TestStripeWebhookWithoutSecret(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("webhook without a secret configured: %d, want 503", resp.StatusCode)
 	}
-	eventually(t, time.Second, "the log says why", func() bool {
+	eventually.True(t, time.Second, "the log says why", func() bool {
 		return strings.Contains(in.logs.String(), "STRIPE_WEBHOOK_SECRET is not set")
 	})
 }

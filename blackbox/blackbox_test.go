@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
@@ -121,20 +122,21 @@ func start(t *testing.T, dsn string, extra ...string) *instance {
 			t.Logf("log of %s:\n%s", in.base, tail(in.logs.String(), 4000))
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(in.base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return in
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("instance not ready after 30 s:\n%s", in.logs)
-		}
-		time.Sleep(50 * time.Millisecond)
+	eventually.NoError(t, 30*time.Second, "instance "+in.base+" ready", func() error { return ready(in.base) })
+	return in
+}
+
+// ready is nil when the server at base answers /readyz with 200.
+func ready(base string) error {
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		return err
 	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/readyz answered %d", resp.StatusCode)
+	}
+	return nil
 }
 
 func tail(s string, n int) string {
@@ -263,19 +265,6 @@ func sql(t *testing.T, dsn, stmt string, args ...any) {
 	}
 }
 
-// eventually polls f for up to d.
-func eventually(t *testing.T, d time.Duration, what string, f func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !f() {
-		if time.Since(start) > d {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // TestExactAcrossTwoInstances races checks at one subject through two
 // instances: the policy admits exactly its limit.
 func TestExactAcrossTwoInstances(t *testing.T) {
@@ -294,7 +283,7 @@ func exactOverInstances(t *testing.T, dsn string, ins ...*instance) {
 	nt := createTenant(t, dsn, "pro")
 	putPolicy(t, ins[0], nt.LiveKey, "sign-in-ip", map[string]any{"limit": 50, "window": "1h", "algorithm": "fixed_window"})
 	for _, in := range ins[1:] {
-		eventually(t, time.Second, "policy visible on another instance", func() bool {
+		eventually.True(t, time.Second, "policy visible on another instance", func() bool {
 			return do(t, "GET", in.base+"/v1/policies/sign-in-ip", nt.LiveKey, nil).status == 200
 		})
 	}
@@ -425,7 +414,7 @@ func TestEffectivePlanByBillingStatus(t *testing.T) {
 	}
 	for status, plan := range want {
 		sql(t, dsn, "UPDATE tenants SET billing_status = $2 WHERE id = $1", nt.TenantID, status)
-		eventually(t, time.Second, "effective plan for "+status, func() bool {
+		eventually.True(t, time.Second, "effective plan for "+status, func() bool {
 			var u map[string]any
 			c := do(t, "GET", b.base+"/v1/usage", nt.LiveKey, nil)
 			if c.status != 200 {
@@ -454,7 +443,7 @@ func TestRevokedKeyRefusedOnOtherInstance(t *testing.T) {
 		}
 	}
 	cli(t, dsn, nil, "keys", "revoke", k.KeyID)
-	took := eventually(t, time.Second, "revoked key refused", func() bool {
+	took := eventually.True(t, time.Second, "revoked key refused", func() bool {
 		return do(t, "GET", b.base+"/v1/usage", k.Key, nil).status == 401
 	})
 	t.Logf("revocation reached the other instance in %s", took)
@@ -504,7 +493,7 @@ func TestStoreOutageDegradesAndRecovers(t *testing.T) {
 	if err := proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "exact answers again", func() bool {
+	eventually.True(t, 10*time.Second, "exact answers again", func() bool {
 		c := check(t, in, nt.LiveKey, map[string]any{"policy": "strict", "subject": "s"})
 		var ans checkAnswer
 		c.json(t, &ans)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
 
@@ -204,7 +205,7 @@ func TestCeilings(t *testing.T) {
 		// A starter tenant out of allotment is told to wait, not to pay: see
 		// the allotment subtest. This one pays, and is a pro again.
 		sql(t, dsn, "UPDATE tenants SET billing_status = 'active' WHERE id = $1", pro.TenantID)
-		eventually(t, time.Second, "paid tenant admitted again", func() bool {
+		eventually.True(t, time.Second, "paid tenant admitted again", func() bool {
 			return u.check("", item).status == 200
 		})
 	})
@@ -213,7 +214,7 @@ func TestCeilings(t *testing.T) {
 		c := start(t, dsn, "TOLLGATE_INSTANCE_CEILING=5", patientStore)
 		nt := createTenant(t, dsn, "pro")
 		u := apiUser{t: t, in: c, key: nt.LiveKey}
-		eventually(t, 5*time.Second, "a policy put through a ceiling of 5 a second", func() bool {
+		eventually.True(t, 5*time.Second, "a policy put through a ceiling of 5 a second", func() bool {
 			return u.call("PUT", "/v1/policies/open", map[string]any{"limit": 1000000, "window": "1h"}).status == 200
 		})
 		item := map[string]any{"policy": "open", "subject": "s"}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
 
@@ -208,7 +209,7 @@ func TestCheckAnswers(t *testing.T) {
 		put("user-1*", 3)
 		put("user-1", 5)
 		want := map[string]int64{"user-1": 5, "user-12": 3, "user-2": 2, "other": 10}
-		took := eventually(t, time.Second, "overrides applied on the other instance", func() bool {
+		took := eventually.True(t, time.Second, "overrides applied on the other instance", func() bool {
 			for subject, limit := range want {
 				if limitOf(b, subject) != limit {
 					return false
@@ -222,7 +223,7 @@ func TestCheckAnswers(t *testing.T) {
 		if c := u.call("DELETE", "/v1/policies/o/overrides/user-1", nil); c.status != 204 {
 			t.Fatalf("DELETE override: %d %s", c.status, c.body)
 		}
-		eventually(t, time.Second, "deleted override gone on the other instance", func() bool {
+		eventually.True(t, time.Second, "deleted override gone on the other instance", func() bool {
 			return limitOf(b, "user-1") == 3
 		})
 	})

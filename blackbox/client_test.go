@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/client/echomw"
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
@@ -179,7 +180,7 @@ func TestClientCheckPeekUsage(t *testing.T) {
 
 	// Usage is /v1/usage, typed.
 	var u client.Usage
-	eventually(t, 5*time.Second, "checks metered and the refusal alerted", func() bool {
+	eventually.True(t, 5*time.Second, "checks metered and the refusal alerted", func() bool {
 		u, err = tg.Usage(ctx)
 		return err == nil && u.ChecksUsed > 0 && len(u.Alerts) > 0
 	})
@@ -643,7 +644,7 @@ func TestClientLeasesAndReset(t *testing.T) {
 	u := apiUser{t: t, in: a, key: nt.LiveKey}
 	u.putPolicy("exports", map[string]any{"limit": 3, "algorithm": "concurrency"})
 	u.putPolicy("failed-sign-ins", map[string]any{"limit": 2, "window": "15m"})
-	eventually(t, 2*time.Second, "policies on the other instance", func() bool {
+	eventually.True(t, 2*time.Second, "policies on the other instance", func() bool {
 		return u.on(b).call("GET", "/v1/policies/exports", nil).status == 200 && u.on(b).call("GET", "/v1/policies/failed-sign-ins", nil).status == 200
 	})
 	tgA, tgB := newClient(t, a.base, nt.LiveKey), newClient(t, b.base, nt.LiveKey)
@@ -765,7 +766,7 @@ func TestClientLeasesAndReset(t *testing.T) {
 				t.Fatalf("acquire: %+v, %v", l, err)
 			}
 		}
-		eventually(t, 5*time.Second, "a lapsed lease's place free", func() bool {
+		eventually.True(t, 5*time.Second, "a lapsed lease's place free", func() bool {
 			l, err := tgB.Acquire(ctx, "exports", "account:lapse", time.Minute)
 			return err == nil && l.Allowed
 		})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
@@ -53,7 +54,7 @@ func (u apiUser) putLeasePolicy(name string, lim int, others ...*instance) {
 	u.t.Helper()
 	u.putPolicy(name, map[string]any{"limit": lim, "algorithm": "concurrency"})
 	for _, in := range others {
-		eventually(u.t, time.Second, "policy "+name+" applied on "+in.base, func() bool {
+		eventually.True(u.t, time.Second, "policy "+name+" applied on "+in.base, func() bool {
 			c := u.on(in).call("POST", "/v1/leases", map[string]any{"policy": name, "subject": "probe", "ttl": "1s"})
 			if c.status != 200 {
 				return false
@@ -160,7 +161,7 @@ func TestLeasesAcrossTwoInstances(t *testing.T) {
 			if l := u.on(b).lease("short", "s", "1s"); l.Allowed || l.RetryAfterMS > 1000 {
 				t.Fatalf("second lease within the first's second: %+v", l)
 			}
-			eventually(t, 5*time.Second, "a slot freed by an expiry", func() bool {
+			eventually.True(t, 5*time.Second, "a slot freed by an expiry", func() bool {
 				return u.on(b).lease("short", "s", "1h").Allowed
 			})
 			if c := u.call("POST", "/v1/leases/"+first.LeaseID+"/renew", nil); c.status != 404 {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
 
@@ -115,7 +116,7 @@ func TestNoisyNeighbour(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "A's first answers", func() bool { return strings.Contains(out.String(), "answering") })
+		eventually.True(t, 10*time.Second, "A's first answers", func() bool { return strings.Contains(out.String(), "answering") })
 		return func() {
 			stdin.Close()
 			if err := cmd.Wait(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
@@ -64,23 +65,18 @@ func startServer(t *testing.T, env map[string]string) (string, *syncBuffer, func
 	env["TOLLGATE_ADDR"] = addr
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve"}, envOf(env), &bytes.Buffer{}, logs) }()
 	base := "http://" + addr
-	deadline := time.Now().Add(30 * time.Second)
-	for status(t, base+"/healthz") != http.StatusOK {
+	eventually.True(t, 30*time.Second, "server up", func() bool {
 		select {
 		case err := <-done:
-			cancel()
 			t.Fatalf("server exited: %v\n%s", err, logs)
 		default:
 		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("server not up after 30 s:\n%s", logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return status(t, base+"/healthz") == http.StatusOK
+	})
 	var once sync.Once
 	var err error
 	stop := func() error {
@@ -129,13 +125,9 @@ func TestServeHealthReadinessAndGracefulStop(t *testing.T) {
 			if err := proxy.Restore(); err != nil {
 				t.Fatal(err)
 			}
-			back := time.Now().Add(10 * time.Second)
-			for status(t, base+"/readyz") != http.StatusOK {
-				if time.Now().After(back) {
-					t.Fatalf("/readyz not 200 10 s after the database came back")
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			eventually.True(t, 10*time.Second, "/readyz 200 after the database came back", func() bool {
+				return status(t, base+"/readyz") == http.StatusOK
+			})
 			if err := stop(); err != nil {
 				t.Fatalf("graceful stop: %v", err)
 			}
@@ -186,18 +178,15 @@ func TestServeDemo(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	var key string
-	deadline := time.Now().Add(30 * time.Second)
-	for key == "" {
+	eventually.NoError(t, 30*time.Second, "demo key printed", func() error {
 		for _, line := range strings.Split(out.String(), "\n") {
 			if k, ok := strings.CutPrefix(strings.TrimSpace(line), "live key: "); ok {
 				key = k
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no demo key printed:\n%s", out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("printed so far:\n%s", out)
+	})
 	if !strings.Contains(out.String(), "curl -s -X POST http://"+addr+"/v1/check") {
 		t.Fatalf("no curl line for this server:\n%s", out)
 	}

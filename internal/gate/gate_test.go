@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/metrics"
@@ -719,12 +720,7 @@ func TestBreaker(t *testing.T) {
 		v, _ := g.Admit(ctx, checkReq("tenant-1", client, gate.Item{Policy: "open", Subject: "s"}))
 		probe <- v
 	}()
-	for deadline := time.Now().Add(5 * time.Second); rec.calls.Load() == before; {
-		if time.Now().After(deadline) {
-			t.Fatal("the probe did not reach the store")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually.True(t, 5*time.Second, "the probe reaching the store", func() bool { return rec.calls.Load() != before })
 	want("a call while the probe is out", true, false, "1")
 	if v := <-probe; !v.Degraded {
 		t.Fatalf("probe of a stalled store: %+v", v)

@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/metrics"
 )
@@ -114,7 +115,7 @@ func TestBodiesInFlightAreBounded(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	eventually(t, 5*time.Second, func() error {
+	eventually.NoError(t, 5*time.Second, "body bytes drained", func() error {
 		if got := value(t, m.BodyBytes); got != 0 {
 			return fmt.Errorf("%.0f body bytes still in flight after the clients left", got)
 		}
@@ -194,23 +195,6 @@ func TestPublicPagesHaveACeiling(t *testing.T) {
 	e.ServeHTTP(rec, req)
 	if rec.Code == http.StatusTooManyRequests {
 		t.Fatalf("the webhook past the instance ceiling: 429")
-	}
-}
-
-// eventually polls f until it returns nil, failing with its last error
-// after d.
-func eventually(t *testing.T, d time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

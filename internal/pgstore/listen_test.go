@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/tenant"
@@ -238,14 +239,8 @@ func instance(t *testing.T, s tenant.Store, dsn string) *tenant.Directory {
 // within polls ok until it holds and fails unless that took less than d.
 func within(t *testing.T, d time.Duration, what string, ok func() bool) {
 	t.Helper()
-	start := time.Now()
-	for !ok() {
-		if time.Since(start) > d {
-			t.Fatalf("%s: not seen within %v", what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Logf("%s: seen after %v", what, time.Since(start).Round(time.Millisecond))
+	took := eventually.True(t, d, what, ok)
+	t.Logf("%s: seen after %v", what, took.Round(time.Millisecond))
 }
 
 func TestChangesReachEveryInstanceWithinASecond(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/countertest"
 	tgredis "github.com/tollgate/tollgate/internal/counter/redis"
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -451,7 +452,7 @@ func masterDown(t *testing.T, how string) {
 		}
 		wg.Wait()
 	}()
-	poll(t, 10*time.Second, "traffic on every tenant", func() bool {
+	eventually.True(t, 10*time.Second, "traffic on every tenant", func() bool {
 		for _, tl := range tallies {
 			if tl.admitted.Load() < 100 {
 				return false
@@ -472,7 +473,7 @@ func masterDown(t *testing.T, how string) {
 	// Recovered: the tenant's checks failed, then a second passed without a
 	// failure while they were admitted again.
 	var mark int64
-	poll(t, 30*time.Second, "checks of "+down+" answered again", func() bool {
+	eventually.True(t, 30*time.Second, "checks of "+down+" answered again", func() bool {
 		last := dt.lastFail.Load()
 		if last == 0 {
 			return false
@@ -531,18 +532,6 @@ func masterDown(t *testing.T, how string) {
 	}
 }
 
-// poll waits until f holds, failing the test after d.
-func poll(t *testing.T, d time.Duration, what string, f func() bool) {
-	t.Helper()
-	limitAt := time.Now().Add(d)
-	for !f() {
-		if time.Now().After(limitAt) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestClusterDownSlot unassigns a tenant's slot: Redis refuses its checks
 // with CLUSTERDOWN, which the store returns as ErrUnavailable at once rather
 // than waiting out its deadline; once the slot is served again, its checks
@@ -582,7 +571,7 @@ func TestClusterDownSlot(t *testing.T) {
 	if err := oc.ClusterAddSlots(ctx, slot).Err(); err != nil {
 		t.Fatalf("CLUSTER ADDSLOTS: %v", err)
 	}
-	poll(t, 10*time.Second, "checks answered once the slot is served again", func() bool {
+	eventually.True(t, 10*time.Second, "checks answered once the slot is served again", func() bool {
 		_, err := s.Check(ctx, req)
 		return err == nil
 	})

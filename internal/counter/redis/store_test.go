@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/countertest"
 	tgredis "github.com/tollgate/tollgate/internal/counter/redis"
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -426,17 +427,10 @@ func TestUnavailableWithinDeadline(t *testing.T) {
 	}
 	up := func(what string) {
 		t.Helper()
-		limitAt := time.Now().Add(10 * time.Second)
-		for {
+		eventually.NoError(t, 10*time.Second, what+": checks answered again", func() error {
 			_, err := s.Check(context.Background(), req)
-			if err == nil {
-				return
-			}
-			if time.Now().After(limitAt) {
-				t.Fatalf("%s: still failing after 10 s: %v", what, err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return err
+		})
 	}
 	up("start")
 

@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
 
@@ -139,18 +140,18 @@ func serve(t *testing.T, dsn string) string {
 		}
 	})
 	base := "http://" + addr
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if resp, err := http.Get(base + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return base
-			}
+	eventually.NoError(t, 30*time.Second, "tollgate serve ready", func() error {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tollgate serve not ready after 30 s:\n%s", logs.String())
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz answered %d", resp.StatusCode)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return base
 }
 
 // api calls the tenant API as a tenant's server at ip would.
@@ -490,17 +491,10 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 
 	// The overview draws what the API counted (flushed every second).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually.True(t, 10*time.Second, "the overview's hour chart showing allowed and refused checks", func() bool {
 		b.open("/admin", "chart-hour")
-		if b.count(`[data-testid="chart-hour"] svg rect.s-allowed`) > 0 && b.count(`[data-testid="chart-hour"] svg rect.s-policy`) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the overview's hour chart shows no allowed and refused checks")
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return b.count(`[data-testid="chart-hour"] svg rect.s-allowed`) > 0 && b.count(`[data-testid="chart-hour"] svg rect.s-policy`) > 0
+	})
 	if n := b.count(`[data-testid="top-checks"] tbody tr`); n != 2 {
 		t.Errorf("top tenants by checks: %d rows, want 2", n)
 	}
