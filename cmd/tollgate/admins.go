@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate/internal/dashboard/account"
+	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/pgstore"
 )
 
@@ -36,37 +36,37 @@ func adminsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string,
 	if len(rest) > 0 {
 		return usagef(synopsis, "admins %s: unexpected %q; the password is read from stdin", sub, rest[0])
 	}
-	norm, err := account.NormalizeEmail(*email)
+	norm, err := admin.NormalizeEmail(*email)
 	if err != nil {
-		return usagef(synopsis, "admins %s: --email: %v", sub, strings.TrimSuffix(err.Error(), ": "+account.ErrInvalid.Error()))
+		return usagef(synopsis, "admins %s: --email: %v", sub, strings.TrimSuffix(err.Error(), ": "+admin.ErrInvalid.Error()))
 	}
 	if f, ok := stdin.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			fmt.Fprintf(stderr, "Password for %s (at least %d characters; it shows as you type: pipe it in to avoid that): ", norm, account.MinPasswordLen)
+			fmt.Fprintf(stderr, "Password for %s (at least %d characters; it shows as you type: pipe it in to avoid that): ", norm, admin.MinPasswordLen)
 		}
 	}
 	password, err := readPassword(stdin)
 	if err != nil {
 		return err
 	}
-	hash, err := account.HashPassword(password, account.DefaultArgon2)
+	hash, err := admin.HashPassword(password, admin.DefaultArgon2)
 	if err != nil {
-		return fmt.Errorf("admins %s: %s", sub, strings.TrimSuffix(err.Error(), ": "+account.ErrInvalid.Error()))
+		return fmt.Errorf("admins %s: %s", sub, strings.TrimSuffix(err.Error(), ": "+admin.ErrInvalid.Error()))
 	}
 	store, done, err := openAdmins(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer done()
-	var a account.Admin
+	var a admin.Admin
 	if sub == "create" {
 		a, err = store.CreateAdmin(ctx, norm, hash)
-		if errors.Is(err, account.ErrConflict) {
+		if errors.Is(err, admin.ErrConflict) {
 			return fmt.Errorf("admins create: %s already has an account; change its password with `tollgate admins set-password --email %s`", norm, norm)
 		}
 	} else {
 		a, err = store.SetPassword(ctx, norm, hash)
-		if errors.Is(err, account.ErrNotFound) {
+		if errors.Is(err, admin.ErrNotFound) {
 			return fmt.Errorf("admins set-password: no admin %s; create one with `tollgate admins create --email %s`", norm, norm)
 		}
 	}
@@ -82,7 +82,7 @@ func adminsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string,
 
 // readPassword reads the first line of r, without its line ending.
 func readPassword(r io.Reader) (string, error) {
-	line, err := bufio.NewReader(io.LimitReader(r, account.MaxPasswordLen+2)).ReadString('\n')
+	line, err := bufio.NewReader(io.LimitReader(r, admin.MaxPasswordLen+2)).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return "", fmt.Errorf("read the password from stdin: %w", err)
 	}
@@ -117,12 +117,12 @@ const demoAdminEmail = "admin@example.com"
 // account the first time) and prints where and how to sign in.
 func seedDemoAdmin(ctx context.Context, pool *pgxpool.Pool, cfg Config, stdout io.Writer) error {
 	password := rand.Text()
-	hash, err := account.HashPassword(password, account.DefaultArgon2)
+	hash, err := admin.HashPassword(password, admin.DefaultArgon2)
 	if err != nil {
 		return fmt.Errorf("demo admin: %w", err)
 	}
 	store := pgstore.NewAdmins(pool)
-	if _, err := store.SetPassword(ctx, demoAdminEmail, hash); errors.Is(err, account.ErrNotFound) {
+	if _, err := store.SetPassword(ctx, demoAdminEmail, hash); errors.Is(err, admin.ErrNotFound) {
 		_, err = store.CreateAdmin(ctx, demoAdminEmail, hash)
 		if err != nil {
 			return fmt.Errorf("demo admin: %w", err)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/tollgate/tollgate/internal/dashboard/account"
+	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/web"
 )
@@ -30,7 +30,7 @@ const (
 
 // signedIn is the admin of the request's session.
 type signedIn struct {
-	admin account.Admin
+	admin admin.Admin
 	token string
 	// csrf is the session's form token.
 	csrf string
@@ -87,10 +87,10 @@ func (d *Dashboard) session(c echo.Context) (*signedIn, error) {
 		return nil, nil
 	}
 	ctx := c.Request().Context()
-	hash := account.HashToken(ck.Value)
+	hash := admin.HashToken(ck.Value)
 	now := d.now()
 	sess, a, err := d.cfg.Accounts.SessionAdmin(ctx, hash, now)
-	if errors.Is(err, account.ErrNotFound) {
+	if errors.Is(err, admin.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
@@ -170,7 +170,7 @@ func (d *Dashboard) login(c echo.Context) error {
 	}
 	// Emails that are no address still count against their own key, so
 	// that junk costs the sender as much as guesses do.
-	norm, err := account.NormalizeEmail(email)
+	norm, err := admin.NormalizeEmail(email)
 	if err != nil {
 		norm = strings.ToLower(email)
 	}
@@ -190,7 +190,7 @@ func (d *Dashboard) login(c echo.Context) error {
 	a, err := d.cfg.Accounts.AdminByEmail(ctx, norm)
 	ok := false
 	switch {
-	case errors.Is(err, account.ErrNotFound):
+	case errors.Is(err, admin.ErrNotFound):
 		err = d.cfg.Hasher.Decoy(ctx, password)
 	case err != nil:
 		return d.fail(c, nil, err)
@@ -198,7 +198,7 @@ func (d *Dashboard) login(c echo.Context) error {
 		ok, err = d.cfg.Hasher.Check(ctx, a.PasswordHash, password)
 	}
 	switch {
-	case errors.Is(err, account.ErrBusy):
+	case errors.Is(err, admin.ErrBusy):
 		// Not a failure: the password was not tried.
 		c.Response().Header().Set("Retry-After", "1")
 		v.Error = "Tollgate is busy checking other sign-ins. Please try again in a moment."
@@ -216,12 +216,12 @@ func (d *Dashboard) login(c echo.Context) error {
 		return d.renderLogin(c, http.StatusUnauthorized, v)
 	}
 
-	token, hash, err := account.NewToken()
+	token, hash, err := admin.NewToken()
 	if err != nil {
 		return d.fail(c, nil, err)
 	}
 	now := d.now()
-	if err := d.cfg.Accounts.CreateSession(ctx, account.Session{TokenHash: hash, AdminID: a.ID, CreatedAt: now, ExpiresAt: now.Add(d.cfg.SessionTTL), LastSeenAt: now}); err != nil {
+	if err := d.cfg.Accounts.CreateSession(ctx, admin.Session{TokenHash: hash, AdminID: a.ID, CreatedAt: now, ExpiresAt: now.Add(d.cfg.SessionTTL), LastSeenAt: now}); err != nil {
 		return d.fail(c, nil, err)
 	}
 	d.setCookie(c, loginCookie, "", "/admin/login", -1)
@@ -233,7 +233,7 @@ func (d *Dashboard) login(c echo.Context) error {
 
 // logout ends the session.
 func (d *Dashboard) logout(c echo.Context, s *signedIn) error {
-	if err := d.cfg.Accounts.DeleteSession(c.Request().Context(), account.HashToken(s.token)); err != nil {
+	if err := d.cfg.Accounts.DeleteSession(c.Request().Context(), admin.HashToken(s.token)); err != nil {
 		return err
 	}
 	d.setCookie(c, sessionCookie, "", "/admin", -1)

@@ -22,10 +22,10 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
-	"github.com/tollgate/tollgate/internal/dashboard/account"
 	"github.com/tollgate/tollgate/internal/dashboard/traffic"
 	"github.com/tollgate/tollgate/internal/dashboard/webhooklog"
 	"github.com/tollgate/tollgate/internal/digest"
@@ -85,7 +85,7 @@ type AuditLog interface {
 // Audit, Traffic, Counter and Pepper are required.
 type Config struct {
 	Logger   *slog.Logger
-	Accounts account.Store
+	Accounts admin.Store
 	Tenants  TenantStore
 	Policies PolicyStore
 	Usage    UsageReporter
@@ -128,13 +128,13 @@ type Config struct {
 	// https://dashboard.stripe.com).
 	StripeDashboardURL string
 	// Argon2 is the cost of new password hashes (default
-	// account.DefaultArgon2).
-	Argon2 account.Argon2Params
+	// admin.DefaultArgon2).
+	Argon2 admin.Argon2Params
 	// Hasher bounds the sign-in password checks running at once (default
-	// account.NewHasher(0, 0): account.DefaultMaxHashes, waiting up to
-	// account.DefaultHashWait); a sign-in that finds it busy is answered
+	// admin.NewHasher(0, 0): admin.DefaultMaxHashes, waiting up to
+	// admin.DefaultHashWait); a sign-in that finds it busy is answered
 	// 503 with Retry-After.
-	Hasher *account.Hasher
+	Hasher *admin.Hasher
 	Now    func() time.Time
 }
 
@@ -175,10 +175,10 @@ func New(cfg Config) (*Dashboard, error) {
 		cfg.StripeDashboardURL = "https://dashboard.stripe.com"
 	}
 	if cfg.Hasher == nil {
-		cfg.Hasher = account.NewHasher(0, 0)
+		cfg.Hasher = admin.NewHasher(0, 0)
 	}
-	if cfg.Argon2 == (account.Argon2Params{}) {
-		cfg.Argon2 = account.DefaultArgon2
+	if cfg.Argon2 == (admin.Argon2Params{}) {
+		cfg.Argon2 = admin.DefaultArgon2
 	}
 	cfg.StripeDashboardURL = strings.TrimRight(cfg.StripeDashboardURL, "/")
 	return &Dashboard{

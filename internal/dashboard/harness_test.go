@@ -17,11 +17,11 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/net/html"
 
+	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/dashboard"
-	"github.com/tollgate/tollgate/internal/dashboard/account"
 	"github.com/tollgate/tollgate/internal/httpapi"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -31,7 +31,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // cheap makes test password hashes fast; the format is the real one.
-var cheap = account.Argon2Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
+var cheap = admin.Argon2Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
 
 const password = "correct horse battery staple"
 
@@ -120,9 +120,9 @@ func newEnvWith(t *testing.T, api func(*httpapi.Config), opts ...option) *env {
 }
 
 // admin creates an admin with password.
-func (e *env) admin(email string) account.Admin {
+func (e *env) admin(email string) admin.Admin {
 	e.t.Helper()
-	hash, err := account.HashPassword(password, cheap)
+	hash, err := admin.HashPassword(password, cheap)
 	if err != nil {
 		e.t.Fatal(err)
 	}

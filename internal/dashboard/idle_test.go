@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/dashboard"
-	"github.com/tollgate/tollgate/internal/dashboard/account"
 )
 
 // clock is a settable time for the dashboard.
@@ -42,7 +42,7 @@ func TestIdleTimeout(t *testing.T) {
 	token := b.cookie("tg_admin").Value
 	lastSeen := func() time.Time {
 		t.Helper()
-		s, _, err := e.admins.SessionAdmin(context.Background(), account.HashToken(token), clk.now())
+		s, _, err := e.admins.SessionAdmin(context.Background(), admin.HashToken(token), clk.now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +74,7 @@ func TestIdleTimeout(t *testing.T) {
 	clk.advance(30 * time.Minute)
 	signedIn("after 30 idle minutes", false)
 	// The session is gone, not just refused.
-	if _, _, err := e.admins.SessionAdmin(context.Background(), account.HashToken(token), clk.now().Add(-time.Hour)); err == nil {
+	if _, _, err := e.admins.SessionAdmin(context.Background(), admin.HashToken(token), clk.now().Add(-time.Hour)); err == nil {
 		t.Error("the idle session's row is still there")
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 // maxInputLen bounds any one value a dashboard page takes from its address
 // or a form, in bytes. The longest a page makes is a search or a Stripe id;
-// a password is at most account.MaxPasswordLen, far below this.
+// a password is at most admin.MaxPasswordLen, far below this.
 const maxInputLen = 4096
 
 // validInput refuses, with a 400 page, a request whose path parameters,

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/dashboard"
-	"github.com/tollgate/tollgate/internal/dashboard/account"
 )
 
 // TestSignInHashesAreBounded: forty sign-ins at once, each from an address
@@ -23,9 +23,9 @@ import (
 func TestSignInHashesAreBounded(t *testing.T) {
 	t.Parallel()
 	const bound = 2
-	hasher := account.NewHasher(bound, 100*time.Millisecond)
+	hasher := admin.NewHasher(bound, 100*time.Millisecond)
 	e := newEnvBehindProxy(t, func(c *dashboard.Config) { c.Hasher = hasher })
-	hash, err := account.HashPassword(password, account.DefaultArgon2)
+	hash, err := admin.HashPassword(password, admin.DefaultArgon2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,19 +9,19 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate/internal/dashboard/account"
+	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
 )
 
 // Admins keeps the dashboard's admin accounts (table admins) and their
-// sessions (admin_sessions, in sessions.go): the account.Store. It is safe
+// sessions (admin_sessions, in sessions.go): the admin.Store. It is safe
 // for concurrent use.
 type Admins struct {
 	pool *pgxpool.Pool
 	q    *sqlcgen.Queries
 }
 
-var _ account.Store = (*Admins)(nil)
+var _ admin.Store = (*Admins)(nil)
 
 // NewAdmins returns the admin store on pool, a database migrated to at
 // least 000008.
@@ -29,67 +29,67 @@ func NewAdmins(pool *pgxpool.Pool) *Admins {
 	return &Admins{pool: pool, q: sqlcgen.New(pool)}
 }
 
-// CreateAdmin implements account.Store.
-func (s *Admins) CreateAdmin(ctx context.Context, email, passwordHash string) (account.Admin, error) {
+// CreateAdmin implements admin.Store.
+func (s *Admins) CreateAdmin(ctx context.Context, email, passwordHash string) (admin.Admin, error) {
 	row, err := s.q.CreateAdmin(ctx, sqlcgen.CreateAdminParams{Email: email, PasswordHash: passwordHash})
 	if err != nil {
-		return account.Admin{}, fmt.Errorf("create admin: %w", adminErr(err))
+		return admin.Admin{}, fmt.Errorf("create admin: %w", adminErr(err))
 	}
 	return adminOf(row), nil
 }
 
-// AdminByEmail implements account.Store.
-func (s *Admins) AdminByEmail(ctx context.Context, email string) (account.Admin, error) {
+// AdminByEmail implements admin.Store.
+func (s *Admins) AdminByEmail(ctx context.Context, email string) (admin.Admin, error) {
 	row, err := s.q.AdminByEmail(ctx, email)
 	if err != nil {
-		return account.Admin{}, fmt.Errorf("admin: %w", adminErr(err))
+		return admin.Admin{}, fmt.Errorf("admin: %w", adminErr(err))
 	}
 	return adminOf(row), nil
 }
 
-// SetPassword implements account.Store: the new hash and the end of the
+// SetPassword implements admin.Store: the new hash and the end of the
 // admin's sessions commit together, so that no session opened with the old
 // password survives the change.
-func (s *Admins) SetPassword(ctx context.Context, email, passwordHash string) (account.Admin, error) {
+func (s *Admins) SetPassword(ctx context.Context, email, passwordHash string) (admin.Admin, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return account.Admin{}, fmt.Errorf("set admin password: %w", adminErr(err))
+		return admin.Admin{}, fmt.Errorf("set admin password: %w", adminErr(err))
 	}
 	defer tx.Rollback(ctx)
 	q := s.q.WithTx(tx)
 	row, err := q.SetAdminPassword(ctx, sqlcgen.SetAdminPasswordParams{Email: email, PasswordHash: passwordHash})
 	if err != nil {
-		return account.Admin{}, fmt.Errorf("set admin password: %w", adminErr(err))
+		return admin.Admin{}, fmt.Errorf("set admin password: %w", adminErr(err))
 	}
 	if _, err := q.DeleteAdminSessions(ctx, row.ID); err != nil {
-		return account.Admin{}, fmt.Errorf("set admin password: end sessions: %w", adminErr(err))
+		return admin.Admin{}, fmt.Errorf("set admin password: end sessions: %w", adminErr(err))
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return account.Admin{}, fmt.Errorf("set admin password: %w", adminErr(err))
+		return admin.Admin{}, fmt.Errorf("set admin password: %w", adminErr(err))
 	}
 	return adminOf(row), nil
 }
 
-// adminOf turns a row into an account.Admin.
-func adminOf(r sqlcgen.Admin) account.Admin {
-	return account.Admin{ID: r.ID.String(), Email: r.Email, PasswordHash: r.PasswordHash, CreatedAt: r.CreatedAt.Time}
+// adminOf turns a row into an admin.Admin.
+func adminOf(r sqlcgen.Admin) admin.Admin {
+	return admin.Admin{ID: r.ID.String(), Email: r.Email, PasswordHash: r.PasswordHash, CreatedAt: r.CreatedAt.Time}
 }
 
-// adminErr turns a pgx error into the account package's sentinels: no rows
+// adminErr turns a pgx error into the admin package's sentinels: no rows
 // is ErrNotFound, a unique violation ErrConflict, a check violation
 // ErrInvalid. Anything else keeps its text but not its pgx type; ctx's
 // errors stay errors.Is-able.
 func adminErr(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return account.ErrNotFound
+		return admin.ErrNotFound
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
 		case "23505": // unique_violation
-			return fmt.Errorf("email: %w", account.ErrConflict)
+			return fmt.Errorf("email: %w", admin.ErrConflict)
 		case "23514", "22001": // check, string too long
-			return fmt.Errorf("%s: %w", pe.ConstraintName, account.ErrInvalid)
+			return fmt.Errorf("%s: %w", pe.ConstraintName, admin.ErrInvalid)
 		}
 	}
 	for _, c := range []error{context.Canceled, context.DeadlineExceeded} {

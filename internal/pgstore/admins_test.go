@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate/internal/dashboard/account"
+	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
@@ -33,24 +33,24 @@ func TestAdmins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateAdmin(ctx, "ops@example.com", hashA); !errors.Is(err, account.ErrConflict) {
+	if _, err := s.CreateAdmin(ctx, "ops@example.com", hashA); !errors.Is(err, admin.ErrConflict) {
 		t.Fatalf("duplicate email: %v, want ErrConflict", err)
 	}
 	// The schema holds the normal form and the hash format too.
-	if _, err := s.CreateAdmin(ctx, "Ops@Example.com", hashA); !errors.Is(err, account.ErrInvalid) {
+	if _, err := s.CreateAdmin(ctx, "Ops@Example.com", hashA); !errors.Is(err, admin.ErrInvalid) {
 		t.Fatalf("email not normalised: %v, want ErrInvalid", err)
 	}
-	if _, err := s.CreateAdmin(ctx, "x@example.com", "plaintext"); !errors.Is(err, account.ErrInvalid) {
+	if _, err := s.CreateAdmin(ctx, "x@example.com", "plaintext"); !errors.Is(err, admin.ErrInvalid) {
 		t.Fatalf("not a hash: %v, want ErrInvalid", err)
 	}
 	got, err := s.AdminByEmail(ctx, "ops@example.com")
 	if err != nil || got.ID != a.ID || got.PasswordHash != hashA {
 		t.Fatalf("by email: %+v, %v", got, err)
 	}
-	if _, err := s.AdminByEmail(ctx, "nobody@example.com"); !errors.Is(err, account.ErrNotFound) {
+	if _, err := s.AdminByEmail(ctx, "nobody@example.com"); !errors.Is(err, admin.ErrNotFound) {
 		t.Fatalf("unknown: %v", err)
 	}
-	if _, err := s.SetPassword(ctx, "nobody@example.com", hashA); !errors.Is(err, account.ErrNotFound) {
+	if _, err := s.SetPassword(ctx, "nobody@example.com", hashA); !errors.Is(err, admin.ErrNotFound) {
 		t.Fatalf("set password of nobody: %v", err)
 	}
 }
@@ -64,12 +64,12 @@ func TestSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	_, live, _ := account.NewToken()
-	_, old, _ := account.NewToken()
-	if err := s.CreateSession(ctx, account.Session{TokenHash: live, AdminID: a.ID, ExpiresAt: now.Add(time.Hour)}); err != nil {
+	_, live, _ := admin.NewToken()
+	_, old, _ := admin.NewToken()
+	if err := s.CreateSession(ctx, admin.Session{TokenHash: live, AdminID: a.ID, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateSession(ctx, account.Session{TokenHash: old, AdminID: a.ID, ExpiresAt: now.Add(-time.Second)}); err != nil {
+	if err := s.CreateSession(ctx, admin.Session{TokenHash: old, AdminID: a.ID, ExpiresAt: now.Add(-time.Second)}); err != nil {
 		t.Fatal(err)
 	}
 	sess, who, err := s.SessionAdmin(ctx, live, now)
@@ -77,10 +77,10 @@ func TestSessions(t *testing.T) {
 		t.Fatalf("session: %+v %+v %v", sess, who, err)
 	}
 	// Expired, a session opens nothing, and pruning deletes it.
-	if _, _, err := s.SessionAdmin(ctx, old, now); !errors.Is(err, account.ErrNotFound) {
+	if _, _, err := s.SessionAdmin(ctx, old, now); !errors.Is(err, admin.ErrNotFound) {
 		t.Fatalf("expired session: %v", err)
 	}
-	if _, _, err := s.SessionAdmin(ctx, live, now.Add(2*time.Hour)); !errors.Is(err, account.ErrNotFound) {
+	if _, _, err := s.SessionAdmin(ctx, live, now.Add(2*time.Hour)); !errors.Is(err, admin.ErrNotFound) {
 		t.Fatalf("session past its expiry: %v", err)
 	}
 	if err := s.PruneSessions(ctx, now); err != nil {
@@ -95,7 +95,7 @@ func TestSessions(t *testing.T) {
 	if _, err := s.SetPassword(ctx, "ops@example.com", hashA); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.SessionAdmin(ctx, live, now); !errors.Is(err, account.ErrNotFound) {
+	if _, _, err := s.SessionAdmin(ctx, live, now); !errors.Is(err, admin.ErrNotFound) {
 		t.Fatalf("session after a password change: %v", err)
 	}
 	if err := s.DeleteSession(ctx, live); err != nil {

@@ -7,15 +7,15 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/tollgate/tollgate/internal/dashboard/account"
+	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
 )
 
-// CreateSession implements account.Store.
-func (s *Admins) CreateSession(ctx context.Context, sess account.Session) error {
+// CreateSession implements admin.Store.
+func (s *Admins) CreateSession(ctx context.Context, sess admin.Session) error {
 	id, ok := parseUUID(sess.AdminID)
 	if !ok {
-		return fmt.Errorf("create session: admin %q: %w", sess.AdminID, account.ErrNotFound)
+		return fmt.Errorf("create session: admin %q: %w", sess.AdminID, admin.ErrNotFound)
 	}
 	p := sqlcgen.CreateSessionParams{
 		TokenHash: sess.TokenHash,
@@ -32,17 +32,17 @@ func (s *Admins) CreateSession(ctx context.Context, sess account.Session) error 
 	return nil
 }
 
-// SessionAdmin implements account.Store.
-func (s *Admins) SessionAdmin(ctx context.Context, tokenHash []byte, now time.Time) (account.Session, account.Admin, error) {
+// SessionAdmin implements admin.Store.
+func (s *Admins) SessionAdmin(ctx context.Context, tokenHash []byte, now time.Time) (admin.Session, admin.Admin, error) {
 	row, err := s.q.SessionAdmin(ctx, sqlcgen.SessionAdminParams{TokenHash: tokenHash, Now: pgtype.Timestamptz{Time: now, Valid: true}})
 	if err != nil {
-		return account.Session{}, account.Admin{}, fmt.Errorf("session: %w", adminErr(err))
+		return admin.Session{}, admin.Admin{}, fmt.Errorf("session: %w", adminErr(err))
 	}
-	a := account.Admin{ID: row.ID.String(), Email: row.Email}
-	return account.Session{TokenHash: tokenHash, AdminID: a.ID, CreatedAt: row.CreatedAt.Time, ExpiresAt: row.ExpiresAt.Time, LastSeenAt: row.LastSeenAt.Time}, a, nil
+	a := admin.Admin{ID: row.ID.String(), Email: row.Email}
+	return admin.Session{TokenHash: tokenHash, AdminID: a.ID, CreatedAt: row.CreatedAt.Time, ExpiresAt: row.ExpiresAt.Time, LastSeenAt: row.LastSeenAt.Time}, a, nil
 }
 
-// TouchSession implements account.Store.
+// TouchSession implements admin.Store.
 func (s *Admins) TouchSession(ctx context.Context, tokenHash []byte, seenAt time.Time) error {
 	err := s.q.TouchSession(ctx, sqlcgen.TouchSessionParams{TokenHash: tokenHash, SeenAt: pgtype.Timestamptz{Time: seenAt, Valid: true}})
 	if err != nil {
@@ -51,7 +51,7 @@ func (s *Admins) TouchSession(ctx context.Context, tokenHash []byte, seenAt time
 	return nil
 }
 
-// DeleteSession implements account.Store.
+// DeleteSession implements admin.Store.
 func (s *Admins) DeleteSession(ctx context.Context, tokenHash []byte) error {
 	if err := s.q.DeleteSession(ctx, tokenHash); err != nil {
 		return fmt.Errorf("delete session: %w", adminErr(err))
@@ -59,7 +59,7 @@ func (s *Admins) DeleteSession(ctx context.Context, tokenHash []byte) error {
 	return nil
 }
 
-// PruneSessions implements account.Store, a batch of rows per statement so
+// PruneSessions implements admin.Store, a batch of rows per statement so
 // that no statement holds many locks.
 func (s *Admins) PruneSessions(ctx context.Context, before time.Time) error {
 	for {

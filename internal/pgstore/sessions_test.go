@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/dashboard/account"
+	"github.com/tollgate/tollgate/internal/admin"
 )
 
 // TestTouchSession: a session keeps the last-seen time it was created with,
@@ -19,8 +19,8 @@ func TestTouchSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now().UTC().Truncate(time.Second).Add(-time.Hour)
-	_, token, _ := account.NewToken()
-	if err := s.CreateSession(ctx, account.Session{TokenHash: token, AdminID: a.ID, ExpiresAt: start.Add(12 * time.Hour), LastSeenAt: start}); err != nil {
+	_, token, _ := admin.NewToken()
+	if err := s.CreateSession(ctx, admin.Session{TokenHash: token, AdminID: a.ID, ExpiresAt: start.Add(12 * time.Hour), LastSeenAt: start}); err != nil {
 		t.Fatal(err)
 	}
 	seen := func() time.Time {
@@ -49,7 +49,7 @@ func TestTouchSession(t *testing.T) {
 			t.Errorf("%s: last seen %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	_, unknown, _ := account.NewToken()
+	_, unknown, _ := admin.NewToken()
 	if err := s.TouchSession(ctx, unknown, start); err != nil {
 		t.Errorf("touching an unknown session: %v", err)
 	}

@@ -1,8 +1,9 @@
-// Package account holds the dashboard's operators: admin accounts with
-// argon2id password hashes, and the server-side sessions they sign in with.
-// It is the domain of internal/dashboard's sign-in and imports no driver,
-// no Echo and nothing of the web layer: pgstore implements its Store.
-package account
+// Package admin holds Tollgate's operators: admin accounts with argon2id
+// password hashes, and the server-side sessions they sign in to the
+// dashboard with. The dashboard's sign-in and the `tollgate admins`
+// commands use it. It imports no driver, no Echo and nothing of the web
+// layer: pgstore implements its Store.
+package admin
 
 import (
 	"context"
