@@ -26,11 +26,11 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
-	"github.com/tollgate/tollgate/internal/dashboard/traffic"
 	"github.com/tollgate/tollgate/internal/dashboard/webhooklog"
 	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/internal/usage"
 	"github.com/tollgate/tollgate/web"
 )

@@ -5,9 +5,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/dashboard/traffic"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/web"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/tollgate/tollgate/internal/dashboard/traffic"
+	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/web"
 )
 

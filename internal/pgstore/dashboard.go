@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate/internal/dashboard/traffic"
 	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
+	"github.com/tollgate/tollgate/internal/traffic"
 )
 
 // Dashboard answers the operators' dashboard from usage_minutes and tenants,

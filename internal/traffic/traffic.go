@@ -1,8 +1,10 @@
-// Package traffic holds what the operators' dashboard reads about the
-// service's traffic: usage per minute and day, top tenants, the tenant list
+// Package traffic is the service's traffic as its operators read it: the
+// checks per minute and day that usage meters, top tenants, the tenant list
 // with this month's checks, and the minutes in which the service answered
-// without its shared counter store (degraded), which its Recorder, a
-// gate.Observer, meters. It imports no driver: pgstore implements its Store.
+// without its shared counter store (degraded), which its Recorder, a third
+// gate.Observer beside usage's and audit's, meters. It sits beside usage,
+// whose minutes it reads; the dashboard draws it. It imports tenant and
+// gate, and no driver: pgstore implements its Store and DegradedStore.
 package traffic
 
 import (
