@@ -90,16 +90,33 @@ WHERE customer_id = @customer_id AND outcome = 'unknown_customer'
 ORDER BY created, id;
 
 -- name: ListStripeEvents :many
--- ListStripeEvents returns events newest first, optionally of one tenant,
--- one outcome, and received before a time.
-SELECT id, type, created, livemode, customer_id, tenant_id, outcome, note, error, payload, payload_truncated,
-       deliveries, received_at, last_delivery_at, processed_at
-FROM stripe_events
-WHERE (sqlc.narg('tenant_id')::uuid IS NULL OR tenant_id = sqlc.narg('tenant_id')::uuid)
-  AND (@outcome::text = '' OR outcome = @outcome::text)
-  AND (sqlc.narg('before')::timestamptz IS NULL OR received_at < sqlc.narg('before')::timestamptz)
-ORDER BY received_at DESC, id DESC
-LIMIT @max_rows;
+-- ListStripeEvents returns received events newest first, without their
+-- payloads, optionally of one tenant, of one outcome ('replay': delivered
+-- more than once) and received before a time, with the name of the tenant
+-- when it still exists.
+SELECT e.id, e.type, e.created, e.livemode, e.customer_id, e.tenant_id, t.name AS tenant_name,
+       e.outcome, e.note, e.error, e.payload_truncated, e.deliveries, e.received_at, e.last_delivery_at,
+       e.processed_at
+FROM stripe_events AS e
+LEFT JOIN tenants AS t ON t.id = e.tenant_id
+WHERE e.outcome <> 'processing'
+  AND (sqlc.narg('tenant_id')::uuid IS NULL OR e.tenant_id = sqlc.narg('tenant_id')::uuid)
+  AND (@outcome::text = ''
+       OR (@outcome::text = 'replay' AND e.deliveries > 1)
+       OR e.outcome = @outcome::text)
+  AND (sqlc.narg('before')::timestamptz IS NULL OR e.received_at < sqlc.narg('before')::timestamptz)
+ORDER BY e.received_at DESC, e.id DESC
+LIMIT @max_rows OFFSET @skip_rows;
+
+-- name: GetStripeEvent :one
+-- GetStripeEvent returns one received event with its payload and the name
+-- of its tenant when it still exists.
+SELECT e.id, e.type, e.created, e.livemode, e.customer_id, e.tenant_id, t.name AS tenant_name,
+       e.outcome, e.note, e.error, e.payload_truncated, e.deliveries, e.received_at, e.last_delivery_at,
+       e.processed_at, e.payload
+FROM stripe_events AS e
+LEFT JOIN tenants AS t ON t.id = e.tenant_id
+WHERE e.id = @id AND e.outcome <> 'processing';
 
 -- name: ClaimUsageHour :one
 -- ClaimUsageHour locks the tenant with the earliest unreported hour that

@@ -86,7 +86,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	}
 	met := metrics.New()
 	// Dashboard: degraded answers per minute, for the overview.
-	degradedRec := traffic.NewRecorder(pgstore.NewDashboard(pool), log)
+	trafficStore := pgstore.NewTraffic(pool)
+	degradedRec := traffic.NewRecorder(trafficStore, log)
 	g := gate.New(gate.Config{
 		Store: store, Tenants: dir, Policies: catalog, Observer: gate.Observers{usageRec, auditRec, degradedRec},
 		Metrics: met, Logger: log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
@@ -123,8 +124,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	// API, changes dropped from this instance's caches at once.
 	dash, err := dashboard.New(dashboard.Config{
 		Logger: log, Accounts: pgstore.NewAdmins(pool), Tenants: pgstore.NewTenants(pool), Policies: policies,
-		Usage: usageRec, Audit: audit.NewLog(auditStore), Traffic: pgstore.NewDashboard(pool),
-		Webhooks: pgstore.NewDashboard(pool), Billing: bill, Counter: store, Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
+		Usage: usageRec, Audit: audit.NewLog(auditStore), Traffic: trafficStore,
+		Webhooks: bill, Billing: bill, Counter: store, Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
 		Changed: invalidate,
 	})
 	if err != nil {

@@ -22,7 +22,8 @@ import (
 
 // Sentinels; adapters translate their own errors into these.
 var (
-	// ErrNotFound is a tenant (or Stripe customer) the store does not know.
+	// ErrNotFound is a tenant, Stripe customer or recorded event the store
+	// does not know.
 	ErrNotFound = errors.New("not found")
 	// ErrConflict is a Stripe customer already linked to another tenant.
 	ErrConflict = errors.New("customer already linked to another tenant")

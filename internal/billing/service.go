@@ -33,8 +33,12 @@ type Store interface {
 	RecordFailure(ctx context.Context, ev Event, cause string) error
 	// InTx runs fn in one transaction, committed when fn returns nil.
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
-	// Events lists recorded events, newest first.
+	// Events lists the recorded events f selects, newest first, without
+	// their payloads.
 	Events(ctx context.Context, f EventFilter) ([]EventRecord, error)
+	// Event returns the recorded event id with its payload; ErrNotFound
+	// when there is none.
+	Event(ctx context.Context, id string) (EventRecord, error)
 }
 
 // Tx is what an event's processing does inside its transaction.
@@ -68,18 +72,23 @@ type Tx interface {
 
 // EventFilter selects recorded events.
 type EventFilter struct {
-	// TenantID keeps one tenant's events; Outcome one outcome; empty keeps
-	// all.
+	// TenantID keeps one tenant's events; empty keeps all.
 	TenantID string
-	Outcome  Outcome
+	// Outcome keeps the events of one stored outcome, or with
+	// OutcomeReplay those delivered more than once, whatever their stored
+	// outcome; empty keeps all.
+	Outcome Outcome
 	// Limit bounds the events returned: zero means 50, more than 500
 	// means 500.
 	Limit int
-	// Before, when not zero, keeps events received before it (paging).
+	// Offset skips that many events (paging by page number); Before, when
+	// not zero, keeps events received before it (paging by time).
+	Offset int
 	Before time.Time
 }
 
-// EventRecord is a recorded event, for operators.
+// EventRecord is a recorded event, for operators: the Stripe event log of
+// the dashboard.
 type EventRecord struct {
 	ID       string
 	Type     string
@@ -89,11 +98,16 @@ type EventRecord struct {
 	// when no tenant was found.
 	CustomerID string
 	TenantID   string
-	Outcome    Outcome
-	Note       string
+	// TenantName is the tenant's name while it exists.
+	TenantName string
+	// Outcome is the stored outcome: what the event's first processing
+	// decided, never OutcomeReplay (Deliveries says how often it came).
+	Outcome Outcome
+	Note    string
 	// Error is why processing last failed (OutcomeFailed).
 	Error string
-	// Payload is the body as received, Truncated when it was cut to fit.
+	// Payload is the body as received, at most 64 KiB of it, Truncated
+	// when it was cut to fit; only Event fills it.
 	Payload   []byte
 	Truncated bool
 	// Deliveries counts the deliveries of the event, replays included.
@@ -380,7 +394,8 @@ func (s *Service) LinkCustomer(ctx context.Context, tenantID, customerID, actor 
 	return nil
 }
 
-// Events lists recorded Stripe events, newest first, for operators.
+// Events lists the recorded Stripe events f selects, newest first, without
+// their payloads, for operators.
 func (s *Service) Events(ctx context.Context, f EventFilter) ([]EventRecord, error) {
 	switch {
 	case f.Limit <= 0:
@@ -388,11 +403,22 @@ func (s *Service) Events(ctx context.Context, f EventFilter) ([]EventRecord, err
 	case f.Limit > 500:
 		f.Limit = 500
 	}
+	f.Offset = max(f.Offset, 0)
 	es, err := s.store.Events(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("list stripe events: %w", err)
 	}
 	return es, nil
+}
+
+// Event returns the recorded Stripe event id with its payload, for
+// operators; ErrNotFound when there is none.
+func (s *Service) Event(ctx context.Context, id string) (EventRecord, error) {
+	e, err := s.store.Event(ctx, id)
+	if err != nil {
+		return EventRecord{}, fmt.Errorf("stripe event %s: %w", id, err)
+	}
+	return e, nil
 }
 
 // CheckoutRequest is a tenant asking to buy a plan.

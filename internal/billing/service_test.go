@@ -96,9 +96,18 @@ func (w *world) event(id string) billing.EventRecord {
 		w.t.Fatal(err)
 	}
 	for _, e := range es {
-		if e.ID == id {
-			return e
+		if e.ID != id {
+			continue
 		}
+		// Listed, and read whole (with its payload) by its id.
+		full, err := w.svc.Event(context.Background(), id)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if e.Payload != nil || full.Outcome != e.Outcome || full.Deliveries != e.Deliveries {
+			w.t.Fatalf("event %s listed as %+v, read as %+v; want the same record, listed without its payload", id, e, full)
+		}
+		return full
 	}
 	w.t.Fatalf("event %s not recorded", id)
 	return billing.EventRecord{}
@@ -366,7 +375,7 @@ func TestUnknownCustomerAndIgnoredTypesAreRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(es) != 1 || es[0].ID != "evt_inv" || es[0].CustomerID != "cus_nobody" || !strings.Contains(string(es[0].Payload), "invoice.paid") {
+	if len(es) != 1 || es[0].ID != "evt_inv" || es[0].CustomerID != "cus_nobody" || !strings.Contains(string(w.event("evt_inv").Payload), "invoice.paid") {
 		t.Errorf("unknown-customer events %+v", es)
 	}
 }
@@ -467,9 +476,16 @@ func TestEventsFilterAndLimit(t *testing.T) {
 	if len(es) != 3 || es[0].ID != "evt_4" {
 		t.Errorf("events %v", es)
 	}
+	es, err = w.svc.Events(context.Background(), billing.EventFilter{TenantID: tn.ID, Offset: 3})
+	if err != nil || len(es) != 2 || es[0].ID != "evt_1" || es[1].ID != "evt_0" {
+		t.Errorf("events past the first 3: %v, %v", es, err)
+	}
 	es, err = w.svc.Events(context.Background(), billing.EventFilter{TenantID: "not-a-uuid"})
 	if err != nil || len(es) != 0 {
 		t.Errorf("events of a bad tenant id: %v, %v", es, err)
+	}
+	if _, err := w.svc.Event(context.Background(), "evt_nope"); !errors.Is(err, billing.ErrNotFound) {
+		t.Errorf("an event never received: %v, want ErrNotFound", err)
 	}
 }
 

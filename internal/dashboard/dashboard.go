@@ -24,9 +24,9 @@ import (
 
 	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
-	"github.com/tollgate/tollgate/internal/dashboard/webhooklog"
 	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
@@ -69,6 +69,15 @@ type CustomerLinker interface {
 	LinkCustomer(ctx context.Context, tenantID, customerID, actor string) error
 }
 
+// WebhookLog reads the Stripe events received (*billing.Service).
+type WebhookLog interface {
+	// Events lists the events f selects, newest first, without payloads.
+	Events(ctx context.Context, f billing.EventFilter) ([]billing.EventRecord, error)
+	// Event returns one event with its payload; billing.ErrNotFound when
+	// there is none.
+	Event(ctx context.Context, id string) (billing.EventRecord, error)
+}
+
 // LeaseCounter counts a tenant's live leases of each named policy, live
 // keys' only (*gate.Gate).
 type LeaseCounter interface {
@@ -93,7 +102,7 @@ type Config struct {
 	Traffic  traffic.Store
 	// Webhooks is the Stripe event log; nil shows the webhook pages empty,
 	// with what to configure.
-	Webhooks webhooklog.Store
+	Webhooks WebhookLog
 	// Billing links the customers of events held as unknown_customer; nil
 	// offers no link form.
 	Billing CustomerLinker
@@ -295,7 +304,7 @@ func (d *Dashboard) fail(c echo.Context, s *signedIn, err error) error {
 	var pe *pageError
 	switch {
 	case errors.As(err, &pe):
-	case errors.Is(err, tenant.ErrNotFound), errors.Is(err, webhooklog.ErrNotFound):
+	case errors.Is(err, tenant.ErrNotFound), errors.Is(err, billing.ErrNotFound):
 		pe = &pageError{http.StatusNotFound, "Not found", "Nothing here by that name: it may have been deleted, or the link is mistyped."}
 	default:
 		d.log.ErrorContext(c.Request().Context(), "dashboard request failed", "method", c.Request().Method, "path", c.Path(), "err", err)

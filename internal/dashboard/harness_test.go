@@ -45,7 +45,7 @@ type env struct {
 	tenants *pgstore.Tenants
 	admins  *pgstore.Admins
 	usage   *pgstore.Usage
-	traffic *pgstore.Dashboard
+	traffic *pgstore.Traffic
 	audit   *audit.Log
 	// billing is a real billing service on the same database, wired as
 	// serve wires it (without Stripe's API).
@@ -79,7 +79,7 @@ func newEnvWith(t *testing.T, api func(*httpapi.Config), opts ...option) *env {
 	}
 	t.Cleanup(pool.Close)
 	e := &env{t: t, pool: pool, tenants: pgstore.NewTenants(pool), admins: pgstore.NewAdmins(pool),
-		usage: pgstore.NewUsage(pool), traffic: pgstore.NewDashboard(pool), audit: audit.NewLog(pgstore.NewAudit(pool))}
+		usage: pgstore.NewUsage(pool), traffic: pgstore.NewTraffic(pool), audit: audit.NewLog(pgstore.NewAudit(pool))}
 	e.billing = billing.NewService(billing.Config{Store: pgstore.NewBilling(pool), Tenants: e.tenants, PublicURL: "https://tollgate.example"})
 	auditRec, err := audit.NewRecorder(audit.RecorderConfig{Store: pgstore.NewAudit(pool)})
 	if err != nil {

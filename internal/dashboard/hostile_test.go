@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/tollgate/tollgate/internal/dashboard"
-	"github.com/tollgate/tollgate/internal/dashboard/webhooklog"
 )
 
 // hostile are values no form or link of the dashboard makes: NUL and bytes
@@ -28,7 +27,7 @@ var hostile = []string{
 // never an internal error.
 func TestHostileInputIsNeverA500(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dashboard.Config) { c.Webhooks = c.Traffic.(webhooklog.Store) })
+	e := newEnv(t, func(c *dashboard.Config) { c.Webhooks = c.Billing.(dashboard.WebhookLog) })
 	e.admin("ops@example.com")
 	tn, keys := e.tenantWith("Acme", "pro")
 	e.stripeEvent("evt_hostile", "invoice.paid", "unknown_customer", "", 1, `{}`)

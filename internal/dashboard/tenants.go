@@ -13,7 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/dashboard/webhooklog"
+	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
@@ -285,7 +285,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 	if d.cfg.Webhooks == nil {
 		v.EventsNote = webhooksUnavailable
 	} else {
-		evs, err := d.cfg.Webhooks.WebhookEvents(ctx, webhooklog.Filter{TenantID: t.ID, Limit: 10})
+		evs, err := d.cfg.Webhooks.Events(ctx, billing.EventFilter{TenantID: t.ID, Limit: 10})
 		if err != nil {
 			return web.TenantView{}, err
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/dashboard/webhooklog"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/web"
 )
@@ -25,19 +24,22 @@ const webhooksUnavailable = "This dashboard was started without the Stripe event
 
 // outcomeLabels are the words and colours of webhook outcomes, in filter
 // order.
-var outcomeLabels = []struct{ value, label, class string }{
-	{webhooklog.OutcomeApplied, "applied", "b-good"},
-	{webhooklog.OutcomeReplay, "replayed", "b-muted"},
-	{webhooklog.OutcomeStale, "stale", "b-muted"},
-	{webhooklog.OutcomeUnknownCustomer, "unknown customer", "b-warn"},
-	{webhooklog.OutcomeCustomerConflict, "customer conflict", "b-bad"},
-	{webhooklog.OutcomeIgnored, "ignored", "b-muted"},
-	{webhooklog.OutcomeFailed, "failed", "b-bad"},
+var outcomeLabels = []struct {
+	value        billing.Outcome
+	label, class string
+}{
+	{billing.OutcomeApplied, "applied", "b-good"},
+	{billing.OutcomeReplay, "replayed", "b-muted"},
+	{billing.OutcomeStale, "stale", "b-muted"},
+	{billing.OutcomeUnknownCustomer, "unknown customer", "b-warn"},
+	{billing.OutcomeCustomerConflict, "customer conflict", "b-bad"},
+	{billing.OutcomeIgnored, "ignored", "b-muted"},
+	{billing.OutcomeFailed, "failed", "b-bad"},
 }
 
-func webhookRow(e webhooklog.Event) web.WebhookRow {
+func webhookRow(e billing.EventRecord) web.WebhookRow {
 	r := web.WebhookRow{
-		ID: e.ID, Type: e.Type, Outcome: e.Outcome, OutcomeLabel: e.Outcome, OutcomeClass: "b-muted",
+		ID: e.ID, Type: e.Type, Outcome: string(e.Outcome), OutcomeLabel: string(e.Outcome), OutcomeClass: "b-muted",
 		Note: e.Note, Customer: cmp.Or(e.CustomerID, "none"), Received: when(e.ReceivedAt), Created: when(e.Created),
 		Deliveries: strconv.Itoa(e.Deliveries), Replayed: e.Deliveries > 1,
 		Href: "/admin/webhooks/" + url.PathEscape(e.ID),
@@ -80,30 +82,30 @@ func (d *Dashboard) webhooksView(c echo.Context, s *signedIn) (web.WebhooksView,
 		return v, nil
 	}
 	if id := c.Param("id"); id != "" {
-		e, err := d.cfg.Webhooks.WebhookEvent(ctx, id)
+		e, err := d.cfg.Webhooks.Event(ctx, id)
 		if err != nil {
 			return v, err
 		}
-		v.Selected = &web.WebhookDetail{WebhookRow: webhookRow(e), Error: e.Error, Payload: prettyJSON(e.Payload), PayloadTruncated: e.PayloadTruncated}
+		v.Selected = &web.WebhookDetail{WebhookRow: webhookRow(e), Error: e.Error, Payload: prettyJSON(e.Payload), PayloadTruncated: e.Truncated}
 		if d.linkable(e) {
 			v.Selected.Link = &web.LinkCustomerForm{Action: "/admin/webhooks/" + url.PathEscape(e.ID) + "/link", Customer: e.CustomerID}
 		}
 	}
-	outcome := c.QueryParam("outcome")
+	outcome := billing.Outcome(c.QueryParam("outcome"))
 	v.Outcomes = []web.OutcomeOption{{Value: "", Label: "any outcome", Selected: outcome == ""}}
 	known := outcome == ""
 	for _, o := range outcomeLabels {
-		v.Outcomes = append(v.Outcomes, web.OutcomeOption{Value: o.value, Label: o.label, Selected: o.value == outcome})
+		v.Outcomes = append(v.Outcomes, web.OutcomeOption{Value: string(o.value), Label: o.label, Selected: o.value == outcome})
 		known = known || o.value == outcome
 	}
 	if !known {
-		return v, badRequest("Unknown outcome " + strconv.Quote(outcome) + ".")
+		return v, badRequest("Unknown outcome " + strconv.Quote(string(outcome)) + ".")
 	}
 	offset, err := intParam(c, "offset", 0, 0, maxPage*webhooksPerPage)
 	if err != nil {
 		return v, err
 	}
-	evs, err := d.cfg.Webhooks.WebhookEvents(ctx, webhooklog.Filter{Outcome: outcome, Offset: offset, Limit: webhooksPerPage + 1})
+	evs, err := d.cfg.Webhooks.Events(ctx, billing.EventFilter{Outcome: outcome, Offset: offset, Limit: webhooksPerPage + 1})
 	if err != nil {
 		return v, err
 	}
@@ -111,7 +113,7 @@ func (d *Dashboard) webhooksView(c echo.Context, s *signedIn) (web.WebhooksView,
 		evs = evs[:webhooksPerPage]
 		q := url.Values{"offset": {strconv.Itoa(offset + webhooksPerPage)}}
 		if outcome != "" {
-			q.Set("outcome", outcome)
+			q.Set("outcome", string(outcome))
 		}
 		v.NextHref = "/admin/webhooks?" + q.Encode()
 	}
@@ -129,8 +131,8 @@ func (d *Dashboard) webhooksView(c echo.Context, s *signedIn) (web.WebhooksView,
 
 // linkable says whether e waits for an operator to link its customer, and
 // the dashboard can.
-func (d *Dashboard) linkable(e webhooklog.Event) bool {
-	return d.cfg.Billing != nil && e.Outcome == webhooklog.OutcomeUnknownCustomer && e.CustomerID != ""
+func (d *Dashboard) linkable(e billing.EventRecord) bool {
+	return d.cfg.Billing != nil && e.Outcome == billing.OutcomeUnknownCustomer && e.CustomerID != ""
 }
 
 // linkCustomer links the Stripe customer of an unknown_customer event to
@@ -143,7 +145,7 @@ func (d *Dashboard) linkCustomer(c echo.Context, s *signedIn) error {
 		return notFound("This dashboard was started without billing, so it cannot link Stripe customers.")
 	}
 	id := c.Param("id")
-	e, err := d.cfg.Webhooks.WebhookEvent(ctx, id)
+	e, err := d.cfg.Webhooks.Event(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -184,10 +186,10 @@ func (d *Dashboard) linkCustomer(c echo.Context, s *signedIn) error {
 
 // prettyJSON indents a JSON payload for reading; anything else is shown as
 // it is.
-func prettyJSON(s string) string {
+func prettyJSON(p []byte) string {
 	var b bytes.Buffer
-	if err := json.Indent(&b, []byte(s), "", "  "); err != nil {
-		return s
+	if err := json.Indent(&b, p, "", "  "); err != nil {
+		return string(p)
 	}
 	return b.String()
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/dashboard"
-	"github.com/tollgate/tollgate/internal/dashboard/webhooklog"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
 
@@ -20,7 +19,7 @@ import (
 // applies the event, and refusals are shown on the page.
 func TestLinkUnknownCustomer(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dashboard.Config) { c.Webhooks = c.Traffic.(webhooklog.Store) })
+	e := newEnv(t, func(c *dashboard.Config) { c.Webhooks = c.Billing.(dashboard.WebhookLog) })
 	e.admin("ops@example.com")
 	ctx := context.Background()
 	acme, _ := e.tenantWith("Acme Rockets", tenant.PlanStarter)

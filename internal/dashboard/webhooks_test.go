@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/tollgate/tollgate/internal/dashboard"
-	"github.com/tollgate/tollgate/internal/dashboard/webhooklog"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
 
@@ -28,7 +27,7 @@ func (e *env) stripeEvent(id, typ, outcome, tenantID string, deliveries int, pay
 
 func TestWebhookLog(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dashboard.Config) { c.Webhooks = c.Traffic.(webhooklog.Store) })
+	e := newEnv(t, func(c *dashboard.Config) { c.Webhooks = c.Billing.(dashboard.WebhookLog) })
 	e.admin("ops@example.com")
 	acme, _ := e.tenantWith("Acme Rockets", tenant.PlanStarter)
 	e.stripeEvent("evt_applied", "customer.subscription.updated", "applied", acme.ID, 1, `{"id":"evt_applied","object":"event","data":{"object":{"status":"active"}}}`)

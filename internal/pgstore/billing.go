@@ -129,7 +129,7 @@ func (s *Billing) RecordFailure(ctx context.Context, ev billing.Event, cause str
 // Events implements billing.Store. A tenant id that is not a UUID has no
 // events.
 func (s *Billing) Events(ctx context.Context, f billing.EventFilter) ([]billing.EventRecord, error) {
-	p := sqlcgen.ListStripeEventsParams{Outcome: string(f.Outcome), MaxRows: int32(f.Limit)}
+	p := sqlcgen.ListStripeEventsParams{Outcome: string(f.Outcome), SkipRows: int32(max(f.Offset, 0)), MaxRows: int32(max(f.Limit, 0))}
 	if f.TenantID != "" {
 		id, ok := auditUUID(f.TenantID)
 		if !ok {
@@ -142,24 +142,47 @@ func (s *Billing) Events(ctx context.Context, f billing.EventFilter) ([]billing.
 	}
 	rows, err := s.q.ListStripeEvents(ctx, p)
 	if err != nil {
-		return nil, billingErr(err)
+		return nil, fmt.Errorf("stripe events: %w", billingErr(err))
 	}
 	out := make([]billing.EventRecord, len(rows))
 	for i, r := range rows {
-		out[i] = billing.EventRecord{
-			ID: r.ID, Type: r.Type, Created: r.Created.Time, Livemode: r.Livemode,
-			CustomerID: deref(r.CustomerID), Outcome: billing.Outcome(r.Outcome), Note: r.Note,
-			Error: deref(r.Error), Payload: []byte(r.Payload), Truncated: r.PayloadTruncated,
-			Deliveries: int(r.Deliveries), ReceivedAt: r.ReceivedAt.Time, LastDeliveryAt: r.LastDeliveryAt.Time,
-		}
-		if r.TenantID.Valid {
-			out[i].TenantID = r.TenantID.String()
-		}
-		if r.ProcessedAt.Valid {
-			out[i].ProcessedAt = r.ProcessedAt.Time
-		}
+		out[i] = eventRecordOf(sqlcgen.GetStripeEventRow{
+			ID: r.ID, Type: r.Type, Created: r.Created, Livemode: r.Livemode, CustomerID: r.CustomerID,
+			TenantID: r.TenantID, TenantName: r.TenantName, Outcome: r.Outcome, Note: r.Note, Error: r.Error,
+			PayloadTruncated: r.PayloadTruncated, Deliveries: r.Deliveries, ReceivedAt: r.ReceivedAt,
+			LastDeliveryAt: r.LastDeliveryAt, ProcessedAt: r.ProcessedAt,
+		})
 	}
 	return out, nil
+}
+
+// Event implements billing.Store.
+func (s *Billing) Event(ctx context.Context, id string) (billing.EventRecord, error) {
+	r, err := s.q.GetStripeEvent(ctx, id)
+	if err != nil {
+		return billing.EventRecord{}, fmt.Errorf("stripe event %s: %w", id, billingErr(err))
+	}
+	return eventRecordOf(r), nil
+}
+
+// eventRecordOf turns a stripe_events row into a billing.EventRecord.
+func eventRecordOf(r sqlcgen.GetStripeEventRow) billing.EventRecord {
+	e := billing.EventRecord{
+		ID: r.ID, Type: r.Type, Created: r.Created.Time.UTC(), Livemode: r.Livemode,
+		CustomerID: deref(r.CustomerID), TenantName: deref(r.TenantName), Outcome: billing.Outcome(r.Outcome), Note: r.Note,
+		Error: deref(r.Error), Truncated: r.PayloadTruncated, Deliveries: int(r.Deliveries),
+		ReceivedAt: r.ReceivedAt.Time.UTC(), LastDeliveryAt: r.LastDeliveryAt.Time.UTC(),
+	}
+	if r.Payload != "" {
+		e.Payload = []byte(r.Payload)
+	}
+	if r.TenantID.Valid {
+		e.TenantID = r.TenantID.String()
+	}
+	if r.ProcessedAt.Valid {
+		e.ProcessedAt = r.ProcessedAt.Time.UTC()
+	}
+	return e
 }
 
 // PruneEvents implements billing.EventPruner, a batch of rows per statement

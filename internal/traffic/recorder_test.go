@@ -22,7 +22,7 @@ func TestRecorderCountsDegradedAnswersPerMinute(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	store := pgstore.NewDashboard(pool)
+	store := pgstore.NewTraffic(pool)
 	r := traffic.NewRecorder(store, nil)
 	ctx := context.Background()
 	m := time.Date(2026, 11, 2, 3, 4, 0, 0, time.UTC)

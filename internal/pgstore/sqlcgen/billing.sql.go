@@ -243,6 +243,60 @@ func (q *Queries) FinishStripeEvent(ctx context.Context, arg FinishStripeEventPa
 	return err
 }
 
+const getStripeEvent = `-- name: GetStripeEvent :one
+SELECT e.id, e.type, e.created, e.livemode, e.customer_id, e.tenant_id, t.name AS tenant_name,
+       e.outcome, e.note, e.error, e.payload_truncated, e.deliveries, e.received_at, e.last_delivery_at,
+       e.processed_at, e.payload
+FROM stripe_events AS e
+LEFT JOIN tenants AS t ON t.id = e.tenant_id
+WHERE e.id = $1 AND e.outcome <> 'processing'
+`
+
+type GetStripeEventRow struct {
+	ID               string
+	Type             string
+	Created          pgtype.Timestamptz
+	Livemode         bool
+	CustomerID       *string
+	TenantID         pgtype.UUID
+	TenantName       *string
+	Outcome          string
+	Note             string
+	Error            *string
+	PayloadTruncated bool
+	Deliveries       int32
+	ReceivedAt       pgtype.Timestamptz
+	LastDeliveryAt   pgtype.Timestamptz
+	ProcessedAt      pgtype.Timestamptz
+	Payload          string
+}
+
+// GetStripeEvent returns one received event with its payload and the name
+// of its tenant when it still exists.
+func (q *Queries) GetStripeEvent(ctx context.Context, id string) (GetStripeEventRow, error) {
+	row := q.db.QueryRow(ctx, getStripeEvent, id)
+	var i GetStripeEventRow
+	err := row.Scan(
+		&i.ID,
+		&i.Type,
+		&i.Created,
+		&i.Livemode,
+		&i.CustomerID,
+		&i.TenantID,
+		&i.TenantName,
+		&i.Outcome,
+		&i.Note,
+		&i.Error,
+		&i.PayloadTruncated,
+		&i.Deliveries,
+		&i.ReceivedAt,
+		&i.LastDeliveryAt,
+		&i.ProcessedAt,
+		&i.Payload,
+	)
+	return i, err
+}
+
 const heldStripeEvents = `-- name: HeldStripeEvents :many
 SELECT event FROM stripe_events
 WHERE customer_id = $1 AND outcome = 'unknown_customer'
@@ -300,20 +354,26 @@ func (q *Queries) InsertUsageReport(ctx context.Context, arg InsertUsageReportPa
 }
 
 const listStripeEvents = `-- name: ListStripeEvents :many
-SELECT id, type, created, livemode, customer_id, tenant_id, outcome, note, error, payload, payload_truncated,
-       deliveries, received_at, last_delivery_at, processed_at
-FROM stripe_events
-WHERE ($1::uuid IS NULL OR tenant_id = $1::uuid)
-  AND ($2::text = '' OR outcome = $2::text)
-  AND ($3::timestamptz IS NULL OR received_at < $3::timestamptz)
-ORDER BY received_at DESC, id DESC
-LIMIT $4
+SELECT e.id, e.type, e.created, e.livemode, e.customer_id, e.tenant_id, t.name AS tenant_name,
+       e.outcome, e.note, e.error, e.payload_truncated, e.deliveries, e.received_at, e.last_delivery_at,
+       e.processed_at
+FROM stripe_events AS e
+LEFT JOIN tenants AS t ON t.id = e.tenant_id
+WHERE e.outcome <> 'processing'
+  AND ($1::uuid IS NULL OR e.tenant_id = $1::uuid)
+  AND ($2::text = ''
+       OR ($2::text = 'replay' AND e.deliveries > 1)
+       OR e.outcome = $2::text)
+  AND ($3::timestamptz IS NULL OR e.received_at < $3::timestamptz)
+ORDER BY e.received_at DESC, e.id DESC
+LIMIT $5 OFFSET $4
 `
 
 type ListStripeEventsParams struct {
 	TenantID pgtype.UUID
 	Outcome  string
 	Before   pgtype.Timestamptz
+	SkipRows int32
 	MaxRows  int32
 }
 
@@ -324,10 +384,10 @@ type ListStripeEventsRow struct {
 	Livemode         bool
 	CustomerID       *string
 	TenantID         pgtype.UUID
+	TenantName       *string
 	Outcome          string
 	Note             string
 	Error            *string
-	Payload          string
 	PayloadTruncated bool
 	Deliveries       int32
 	ReceivedAt       pgtype.Timestamptz
@@ -335,13 +395,16 @@ type ListStripeEventsRow struct {
 	ProcessedAt      pgtype.Timestamptz
 }
 
-// ListStripeEvents returns events newest first, optionally of one tenant,
-// one outcome, and received before a time.
+// ListStripeEvents returns received events newest first, without their
+// payloads, optionally of one tenant, of one outcome ('replay': delivered
+// more than once) and received before a time, with the name of the tenant
+// when it still exists.
 func (q *Queries) ListStripeEvents(ctx context.Context, arg ListStripeEventsParams) ([]ListStripeEventsRow, error) {
 	rows, err := q.db.Query(ctx, listStripeEvents,
 		arg.TenantID,
 		arg.Outcome,
 		arg.Before,
+		arg.SkipRows,
 		arg.MaxRows,
 	)
 	if err != nil {
@@ -358,10 +421,10 @@ func (q *Queries) ListStripeEvents(ctx context.Context, arg ListStripeEventsPara
 			&i.Livemode,
 			&i.CustomerID,
 			&i.TenantID,
+			&i.TenantName,
 			&i.Outcome,
 			&i.Note,
 			&i.Error,
-			&i.Payload,
 			&i.PayloadTruncated,
 			&i.Deliveries,
 			&i.ReceivedAt,

@@ -14,27 +14,27 @@ import (
 	"github.com/tollgate/tollgate/internal/traffic"
 )
 
-// Dashboard answers the operators' dashboard from usage_minutes and tenants,
-// and keeps degraded minutes: the traffic.Store and traffic.DegradedStore.
-// It is safe for concurrent use.
-type Dashboard struct {
+// Traffic reads the service's traffic from usage_minutes and tenants, and
+// keeps degraded_minutes: the traffic.Store and traffic.DegradedStore. It is
+// safe for concurrent use.
+type Traffic struct {
 	q *sqlcgen.Queries
 }
 
 var (
-	_ traffic.Store         = (*Dashboard)(nil)
-	_ traffic.DegradedStore = (*Dashboard)(nil)
+	_ traffic.Store         = (*Traffic)(nil)
+	_ traffic.DegradedStore = (*Traffic)(nil)
 )
 
-// NewDashboard returns the dashboard's store on pool, a database migrated to
-// at least 000008.
-func NewDashboard(pool *pgxpool.Pool) *Dashboard {
-	return &Dashboard{q: sqlcgen.New(pool)}
+// NewTraffic returns the traffic store on pool, a database migrated to at
+// least 000008.
+func NewTraffic(pool *pgxpool.Pool) *Traffic {
+	return &Traffic{q: sqlcgen.New(pool)}
 }
 
 // Traffic implements traffic.Store. A tenant id that is not a UUID has no
 // traffic.
-func (s *Dashboard) Traffic(ctx context.Context, tenantID string, from, until time.Time) ([]traffic.MinuteCount, error) {
+func (s *Traffic) Traffic(ctx context.Context, tenantID string, from, until time.Time) ([]traffic.MinuteCount, error) {
 	p := sqlcgen.TrafficByMinuteParams{FromMinute: ts(from), UntilMinute: ts(until)}
 	if tenantID != "" {
 		id, ok := parseUUID(tenantID)
@@ -55,7 +55,7 @@ func (s *Dashboard) Traffic(ctx context.Context, tenantID string, from, until ti
 }
 
 // DailyChecks implements traffic.Store.
-func (s *Dashboard) DailyChecks(ctx context.Context, tenantID string, from, until time.Time) ([]traffic.DayCount, error) {
+func (s *Traffic) DailyChecks(ctx context.Context, tenantID string, from, until time.Time) ([]traffic.DayCount, error) {
 	id, ok := parseUUID(tenantID)
 	if !ok {
 		return nil, nil
@@ -72,7 +72,7 @@ func (s *Dashboard) DailyChecks(ctx context.Context, tenantID string, from, unti
 }
 
 // TopTenants implements traffic.Store.
-func (s *Dashboard) TopTenants(ctx context.Context, from, until time.Time, n int) (byChecks, byRefusals []traffic.TenantTraffic, err error) {
+func (s *Traffic) TopTenants(ctx context.Context, from, until time.Time, n int) (byChecks, byRefusals []traffic.TenantTraffic, err error) {
 	checks, err := s.q.TopTenantsByChecks(ctx, sqlcgen.TopTenantsByChecksParams{FromMinute: ts(from), UntilMinute: ts(until), MaxRows: int32(n)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("top tenants by checks: %w", auditErr(err))
@@ -95,7 +95,7 @@ func (s *Dashboard) TopTenants(ctx context.Context, from, until time.Time, n int
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 // SearchTenants implements traffic.Store.
-func (s *Dashboard) SearchTenants(ctx context.Context, q traffic.Search) ([]traffic.TenantRow, int, error) {
+func (s *Traffic) SearchTenants(ctx context.Context, q traffic.Search) ([]traffic.TenantRow, int, error) {
 	query := strings.TrimSpace(q.Query)
 	pattern := "%" + likeEscaper.Replace(query) + "%"
 	total, err := s.q.CountTenants(ctx, sqlcgen.CountTenantsParams{Pattern: pattern, Query: query})
@@ -125,7 +125,7 @@ func (s *Dashboard) SearchTenants(ctx context.Context, q traffic.Search) ([]traf
 }
 
 // DegradedMinutes implements traffic.Store.
-func (s *Dashboard) DegradedMinutes(ctx context.Context, from, until time.Time) ([]traffic.Degraded, error) {
+func (s *Traffic) DegradedMinutes(ctx context.Context, from, until time.Time) ([]traffic.Degraded, error) {
 	rows, err := s.q.DegradedMinutes(ctx, sqlcgen.DegradedMinutesParams{FromMinute: ts(from), UntilMinute: ts(until)})
 	if err != nil {
 		return nil, fmt.Errorf("degraded minutes: %w", auditErr(err))
@@ -138,7 +138,7 @@ func (s *Dashboard) DegradedMinutes(ctx context.Context, from, until time.Time) 
 }
 
 // AddDegraded implements traffic.DegradedStore in one statement.
-func (s *Dashboard) AddDegraded(ctx context.Context, counts map[time.Time]int64) error {
+func (s *Traffic) AddDegraded(ctx context.Context, counts map[time.Time]int64) error {
 	minutes := make([]time.Time, 0, len(counts))
 	for m := range counts {
 		minutes = append(minutes, m)
@@ -155,7 +155,7 @@ func (s *Dashboard) AddDegraded(ctx context.Context, counts map[time.Time]int64)
 }
 
 // PruneDegraded implements traffic.DegradedStore.
-func (s *Dashboard) PruneDegraded(ctx context.Context, before time.Time) error {
+func (s *Traffic) PruneDegraded(ctx context.Context, before time.Time) error {
 	if _, err := s.q.PruneDegraded(ctx, ts(before)); err != nil {
 		return fmt.Errorf("prune degraded minutes: %w", auditErr(err))
 	}

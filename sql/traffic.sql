@@ -1,5 +1,6 @@
--- Read models of the operators' dashboard (internal/dashboard/traffic), and
--- the degraded minutes it draws.
+-- The service's traffic as operators read it (internal/traffic): usage
+-- minutes summed per minute, day and tenant, the tenant list with this
+-- month's checks, and the degraded minutes.
 
 -- name: TrafficByMinute :many
 -- TrafficByMinute sums /v1/check calls (live and test) per minute and
@@ -95,28 +96,3 @@ ORDER BY minute;
 -- name: PruneDegraded :execrows
 -- PruneDegraded forgets degraded minutes before before.
 DELETE FROM degraded_minutes WHERE minute < @before;
-
--- name: WebhookEvents :many
--- WebhookEvents lists received Stripe events newest first, without their
--- payloads, optionally of one tenant and one outcome ('replay': delivered
--- more than once), with the name of the tenant when it still exists.
-SELECT e.id, e.type, e.created, e.livemode, e.customer_id, e.tenant_id, t.name AS tenant_name,
-    e.outcome, e.note, e.error, e.deliveries, e.received_at, e.last_delivery_at
-FROM stripe_events AS e
-LEFT JOIN tenants AS t ON t.id = e.tenant_id
-WHERE e.outcome <> 'processing'
-  AND (sqlc.narg('tenant_id')::uuid IS NULL OR e.tenant_id = sqlc.narg('tenant_id')::uuid)
-  AND (@outcome::text = ''
-       OR (@outcome::text = 'replay' AND e.deliveries > 1)
-       OR e.outcome = @outcome::text)
-ORDER BY e.received_at DESC, e.id DESC
-LIMIT @max_rows OFFSET @skip_rows;
-
--- name: WebhookEvent :one
--- WebhookEvent returns one received Stripe event with its payload.
-SELECT e.id, e.type, e.created, e.livemode, e.customer_id, e.tenant_id, t.name AS tenant_name,
-    e.outcome, e.note, e.error, e.deliveries, e.received_at, e.last_delivery_at,
-    e.payload, e.payload_truncated
-FROM stripe_events AS e
-LEFT JOIN tenants AS t ON t.id = e.tenant_id
-WHERE e.id = @id AND e.outcome <> 'processing';

@@ -16,7 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/usage"
 )
 
-func TestDashboardQueries(t *testing.T) {
+func TestTrafficQueries(t *testing.T) {
 	t.Parallel()
 	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
 	if err != nil {
@@ -24,7 +24,7 @@ func TestDashboardQueries(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	ctx := context.Background()
-	ts, u, d := pgstore.NewTenants(pool), pgstore.NewUsage(pool), pgstore.NewDashboard(pool)
+	ts, u, d := pgstore.NewTenants(pool), pgstore.NewUsage(pool), pgstore.NewTraffic(pool)
 	a, _ := ts.CreateTenant(ctx, "Alpha 100%", tenant.PlanStarter)
 	b, _ := ts.CreateTenant(ctx, "beta", tenant.PlanPro)
 	month := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
