@@ -88,12 +88,25 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	// Dashboard: degraded answers per minute, for the overview.
 	trafficStore := pgstore.NewTraffic(pool)
 	degradedRec := traffic.NewRecorder(trafficStore, log)
-	g := gate.New(gate.Config{
-		Store: store, Tenants: dir, Policies: catalog, Observer: gate.Observers{usageRec, auditRec, degradedRec},
+	// This instance's own counters, in memory: the gate's instance
+	// ceiling and per-IP L1 (DESIGN §3's 50,000 keys), and where the
+	// dashboard's sign-in limits and the billing links' limits count while
+	// the shared store is down (the bound on keys evicts the least
+	// recently used; the links' store needs no pruning besides).
+	l1 := memory.New(memory.Config{MaxKeys: memory.DefaultMaxKeys})
+	defer l1.Close()
+	signIns := memory.New(memory.Config{MaxKeys: 100_000})
+	defer signIns.Close()
+	linkOpens := memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1})
+	defer linkOpens.Close()
+	g, err := gate.New(gate.Config{
+		Store: store, Local: l1, Tenants: dir, Policies: catalog, Observer: gate.Observers{usageRec, auditRec, degradedRec},
 		Metrics: met, Logger: log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
 		TenantInflight: cfg.TenantInflight,
 	})
-	defer g.Close()
+	if err != nil {
+		return err
+	}
 
 	running.Go(func() { logRun(log, "api key use flush", dir.Run(bg)) })
 	running.Go(func() { logRun(log, "usage flush", usageRec.Run(bg)) })
@@ -125,7 +138,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 	dash, err := dashboard.New(dashboard.Config{
 		Logger: log, Accounts: pgstore.NewAdmins(pool), Tenants: pgstore.NewTenants(pool), Policies: policies,
 		Usage: usageRec, Audit: audit.NewLog(auditStore), Traffic: trafficStore,
-		Webhooks: bill, Billing: bill, Counter: store, Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
+		Webhooks: bill, Billing: bill, Counter: store, Local: signIns, Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
 		Changed: invalidate,
 	})
 	if err != nil {
@@ -152,6 +165,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, std
 		PublicURL:   cfg.PublicURL,
 		BillingKey:  billingKey(cfg.Pepper),
 		Counter:     store,
+		Local:       linkOpens,
 		// Billing with Stripe.
 		Billing:        bill,
 		StripeWebhooks: stripeWebhooks,

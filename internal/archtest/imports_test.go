@@ -44,13 +44,27 @@ func listPackages(t *testing.T) []pkg {
 
 func isStd(path string) bool { return !strings.Contains(strings.Split(path, "/")[0], ".") }
 
-// adapters are the packages only cmd/tollgate (and test helpers) may import.
+// adapters are the packages only cmd/tollgate (and test helpers) may import:
+// pgstore, stripeapi, and every backend of the counter contract, the
+// in-memory one included (isAdapter). cmd builds them and hands them to the
+// domain as a counter.Store or the domain's own interfaces.
 var adapters = []string{
 	mod + "internal/pgstore",
-	mod + "internal/counter/postgres",
-	mod + "internal/counter/redis",
 	mod + "internal/billing/stripeapi",
 }
+
+// isAdapter reports whether path is an adapter: one of adapters, or a
+// package under internal/counter/ other than its conformance suite.
+func isAdapter(path string) bool {
+	if hasPrefix(path, adapters) {
+		return true
+	}
+	rest, ok := strings.CutPrefix(path, mod+"internal/counter/")
+	return ok && rest != "" && !hasPrefix(rest, []string{"countertest"})
+}
+
+// webLayers are the packages that answer HTTP; no adapter imports them.
+var webLayers = []string{mod + "internal/httpapi", mod + "internal/dashboard"}
 
 // clientDeps are the third-party modules the public client's sub-packages
 // may import: echomw adapts the client to Echo.
@@ -73,7 +87,7 @@ func TestImportArrows(t *testing.T) {
 	t.Parallel()
 	for _, p := range listPackages(t) {
 		rel := strings.TrimPrefix(p.ImportPath, mod)
-		isAdapter := hasPrefix(p.ImportPath, adapters)
+		adapter := isAdapter(p.ImportPath)
 		isClient := rel == "client" || strings.HasPrefix(rel, "client/")
 		isTestInfra := hasPrefix(rel, []string{"internal/pgtest", "internal/redistest", "internal/pglocal", "internal/faultnet", "internal/counter/countertest", "internal/archtest", "blackbox"})
 		for _, imp := range p.Imports {
@@ -87,9 +101,11 @@ func TestImportArrows(t *testing.T) {
 				t.Errorf("%s imports %s: web components take view models, not domain packages", rel, imp)
 			case strings.HasSuffix(imp, "/sqlcgen") && rel != "internal/pgstore" && rel != "internal/counter/postgres":
 				t.Errorf("%s imports %s: sqlc output stays inside pgstore and counter/postgres", rel, imp)
-			case hasPrefix(imp, adapters) && !strings.HasPrefix(rel, "cmd/") && !isTestInfra && !isAdapter:
+			case isAdapter(imp) && !strings.HasPrefix(rel, "cmd/") && !isTestInfra && !adapter:
 				t.Errorf("%s imports the adapter %s: only cmd/tollgate wires adapters", rel, imp)
-			case hasPrefix(imp, drivers) && !isAdapter && !isTestInfra && !strings.HasPrefix(rel, "cmd/"):
+			case adapter && hasPrefix(imp, webLayers):
+				t.Errorf("%s imports %s: an adapter serves the domain, never the HTTP layers", rel, imp)
+			case hasPrefix(imp, drivers) && !adapter && !isTestInfra && !strings.HasPrefix(rel, "cmd/"):
 				t.Errorf("%s imports the driver %s: drivers stay inside adapters", rel, imp)
 			case strings.HasPrefix(rel, "internal/") && strings.HasPrefix(imp, mod+"cmd/"):
 				t.Errorf("%s imports %s: nothing imports cmd", rel, imp)

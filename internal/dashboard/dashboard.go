@@ -26,7 +26,6 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/counter"
-	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
@@ -91,7 +90,7 @@ type AuditLog interface {
 }
 
 // Config is what the dashboard calls. Accounts, Tenants, Policies, Usage,
-// Audit, Traffic, Counter and Pepper are required.
+// Audit, Traffic, Counter, Local and Pepper are required.
 type Config struct {
 	Logger   *slog.Logger
 	Accounts admin.Store
@@ -113,6 +112,10 @@ type Config struct {
 	// that its limits hold across instances; when it is unavailable the
 	// limiter counts in this instance's memory.
 	Counter counter.Store
+	// Local is this instance's in-memory counter store (counter/memory,
+	// bounded), where the sign-in limiter counts while Counter is
+	// unavailable. The caller closes it.
+	Local counter.Store
 	// Pepper keys the HMACs that turn client IPs and emails into counter
 	// keys.
 	Pepper []byte
@@ -163,7 +166,7 @@ type Dashboard struct {
 func New(cfg Config) (*Dashboard, error) {
 	switch {
 	case cfg.Accounts == nil, cfg.Tenants == nil, cfg.Policies == nil, cfg.Usage == nil,
-		cfg.Audit == nil, cfg.Traffic == nil, cfg.Counter == nil:
+		cfg.Audit == nil, cfg.Traffic == nil, cfg.Counter == nil, cfg.Local == nil:
 		return nil, errors.New("dashboard: a required store is missing")
 	case len(cfg.Pepper) == 0:
 		return nil, errors.New("dashboard: no pepper")
@@ -192,14 +195,13 @@ func New(cfg Config) (*Dashboard, error) {
 	cfg.StripeDashboardURL = strings.TrimRight(cfg.StripeDashboardURL, "/")
 	return &Dashboard{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, touchEvery: min(time.Minute, cfg.IdleTimeout/2),
-		limiter: &limiter{shared: cfg.Counter, local: memory.New(memory.Config{MaxKeys: 100_000}), digest: digest.New(cfg.Pepper), log: cfg.Logger},
+		limiter: &limiter{shared: cfg.Counter, local: cfg.Local, digest: digest.New(cfg.Pepper), log: cfg.Logger},
 	}, nil
 }
 
-// Run deletes expired sessions every hour until ctx ends, then releases
-// the limiter's memory; it returns ctx's error.
+// Run deletes expired sessions every hour until ctx ends; it returns ctx's
+// error.
 func (d *Dashboard) Run(ctx context.Context) error {
-	defer d.limiter.local.Close()
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {

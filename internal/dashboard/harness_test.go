@@ -91,9 +91,11 @@ func newEnvWith(t *testing.T, api func(*httpapi.Config), opts ...option) *env {
 	}
 	counters := memory.New(memory.Config{})
 	t.Cleanup(func() { counters.Close() })
+	local := memory.New(memory.Config{MaxKeys: 100_000})
+	t.Cleanup(func() { local.Close() })
 	cfg := dashboard.Config{
 		Logger: slog.New(slog.DiscardHandler), Accounts: e.admins, Tenants: e.tenants, Policies: pgstore.NewPolicies(pool),
-		Usage: usageRec, Audit: e.audit, Traffic: e.traffic, Counter: counters, Pepper: []byte("test pepper"),
+		Usage: usageRec, Audit: e.audit, Traffic: e.traffic, Counter: counters, Local: local, Pepper: []byte("test pepper"),
 		Billing: e.billing,
 		Argon2:  cheap,
 		Changed: func(kind, id string) {

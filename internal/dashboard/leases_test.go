@@ -51,11 +51,15 @@ func TestTenantPageShowsLeasesInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	g := gate.New(gate.Config{
-		Store: leases, Tenants: tenant.NewDirectory(tenant.DirectoryConfig{Store: e.tenants, Logger: slog.New(slog.DiscardHandler)}),
+	local := memory.New(memory.Config{})
+	t.Cleanup(func() { local.Close() })
+	g, err := gate.New(gate.Config{
+		Store: leases, Local: local, Tenants: tenant.NewDirectory(tenant.DirectoryConfig{Store: e.tenants, Logger: slog.New(slog.DiscardHandler)}),
 		Policies: policy.NewCatalog(policies, policy.CatalogConfig{}), Pepper: []byte("test pepper"),
 	})
-	t.Cleanup(func() { g.Close() })
+	if err != nil {
+		t.Fatal(err)
+	}
 	late.g = g
 	take := func(bearer, pol, subject string) {
 		t.Helper()

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
-	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/limit"
 )
@@ -46,7 +45,7 @@ type limiter struct {
 	// local answers while the shared store is unavailable: per instance,
 	// so the limits hold per instance then, which is better than none and
 	// better than locking every operator out during a store outage.
-	local *memory.Store
+	local counter.Store
 	// digest is HMAC-SHA-256 under the pepper.
 	digest *digest.Digester
 	log    *slog.Logger

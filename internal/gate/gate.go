@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
-	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/metrics"
@@ -42,9 +41,18 @@ type PolicySource interface {
 	For(ctx context.Context, tenantID string) (policy.Set, error)
 }
 
-// Config configures a Gate.
+// Config configures a Gate. Store and Local are required; Tenants and
+// Policies too, unless the Gate only serves PublicGate.
 type Config struct {
+	// Store is the shared counter store: the per-IP L2, the quotas, the
+	// allotments and the tenants' policies, exact across instances.
 	Store counter.Store
+	// Local is this instance's in-memory counter store (counter/memory,
+	// bounded: DESIGN §3's L1 of 50,000 keys): the instance ceiling, the
+	// pre-authentication bucket, the per-IP L1 damper and the counts of
+	// keys that failed to authenticate, none of which leave the process.
+	// Its clock should be Now. The caller closes it.
+	Local counter.Store
 	// Leases holds the leases of concurrency policies (lease.go); nil means
 	// Store, which every counter store is.
 	Leases   counter.Leaser
@@ -58,8 +66,6 @@ type Config struct {
 	// InstanceCeiling is the requests per second this instance accepts; 0 is
 	// off.
 	InstanceCeiling int64
-	// L1MaxKeys bounds the in-memory per-IP layer (default 50,000).
-	L1MaxKeys int
 	// BreakerFailures consecutive store failures of one tenant's calls open
 	// that tenant's breaker for BreakerOpenFor (defaults 5 and 1 s).
 	BreakerFailures int
@@ -112,7 +118,7 @@ type Gate struct {
 	// digest is HMAC-SHA-256 under the pepper, domain-separated by kind
 	// ("subject", "ip").
 	digest   *digest.Digester
-	l1       *memory.Store
+	l1       counter.Store
 	breakers *breakers
 	inflight *inflight
 	matching *matchBudget
@@ -120,10 +126,10 @@ type Gate struct {
 	lastLog  time.Time
 }
 
-// New returns a Gate. Close it to stop its in-memory layers' pruning.
-func New(cfg Config) *Gate {
-	if cfg.L1MaxKeys == 0 {
-		cfg.L1MaxKeys = memory.DefaultMaxKeys
+// New returns a Gate, or an error when a required part is missing.
+func New(cfg Config) (*Gate, error) {
+	if cfg.Store == nil || cfg.Local == nil {
+		return nil, errors.New("gate: a shared and a local counter store are required")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -161,18 +167,15 @@ func New(cfg Config) *Gate {
 		leases:   newLeases(),
 		clients:  newClientKeyCache(),
 		digest:   digest.New(cfg.Pepper),
-		l1:       memory.New(memory.Config{MaxKeys: cfg.L1MaxKeys, Now: cfg.Now}),
+		l1:       cfg.Local,
 		breakers: newBreakers(cfg.BreakerFailures, cfg.BreakerOpenFor, maxBreakers, cfg.Metrics),
 		inflight: newInflight(cfg.TenantInflight, cfg.InflightWait),
 		matching: newMatchBudget(matchShare, matchBurst),
-	}
+	}, nil
 }
 
 // maxBreakers bounds how many tenants' failing circuits are tracked.
 const maxBreakers = 100_000
-
-// Close stops the in-memory layers' background pruning.
-func (g *Gate) Close() error { return g.l1.Close() }
 
 // Request is one tenant request as the pipeline sees it.
 type Request struct {

@@ -149,8 +149,15 @@ func newTestGate(t *testing.T, store counter.Store, dir directory, pols catalog,
 	if cfg.Pepper == nil {
 		cfg.Pepper = []byte(testPepper)
 	}
-	g := gate.New(cfg)
-	t.Cleanup(func() { g.Close() })
+	if cfg.Local == nil {
+		local := memory.New(memory.Config{Now: cfg.Now})
+		t.Cleanup(func() { local.Close() })
+		cfg.Local = local
+	}
+	g, err := gate.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return g, rec, obs
 }
 

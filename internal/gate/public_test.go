@@ -17,8 +17,12 @@ func TestPublicPages(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	store := memory.New(memory.Config{})
 	t.Cleanup(func() { store.Close() })
-	g := gate.New(gate.Config{Store: store, Pepper: []byte("public pages pepper"), InstanceCeiling: 10, Now: func() time.Time { return now }})
-	t.Cleanup(func() { g.Close() })
+	local := memory.New(memory.Config{Now: func() time.Time { return now }})
+	t.Cleanup(func() { local.Close() })
+	g, err := gate.New(gate.Config{Store: store, Local: local, Pepper: []byte("public pages pepper"), InstanceCeiling: 10, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := t.Context()
 	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")
 

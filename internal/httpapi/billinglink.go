@@ -17,7 +17,6 @@ import (
 
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/counter"
-	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/limit"
 )
@@ -122,8 +121,8 @@ func portalLink(cfg Config) echo.HandlerFunc {
 // is unavailable (the limits then hold per instance, which still bounds the
 // calls to Stripe). Client IPs are counted as HMACs under the billing key.
 type linkLimits struct {
-	shared counter.Store // nil: memory only
-	local  *memory.Store
+	shared counter.Store // nil: local only
+	local  counter.Store // nil: shared only
 	// digest is HMAC-SHA-256 under the billing key.
 	digest *digest.Digester
 	log    *slog.Logger
@@ -134,8 +133,7 @@ func newLinkLimits(cfg Config) *linkLimits {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	// No pruning loop: the bound on keys evicts the least recently used.
-	return &linkLimits{shared: cfg.Counter, local: memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1}), digest: digest.New(cfg.BillingKey), log: log}
+	return &linkLimits{shared: cfg.Counter, local: cfg.Local, digest: digest.New(cfg.BillingKey), log: log}
 }
 
 // ipKey is the counter key of a client address: "ip:" and 128 bits of its
@@ -167,7 +165,7 @@ func (l *linkLimits) admit(ctx context.Context, tenantID string, ip netip.Addr) 
 			l.log.WarnContext(ctx, "billing link limits: counter store unavailable, counting in this instance's memory", "err", err)
 		}
 	}
-	if errors.Is(err, counter.ErrUnavailable) {
+	if errors.Is(err, counter.ErrUnavailable) && l.local != nil {
 		res, err = l.local.Check(ctx, req)
 	}
 	if err != nil {

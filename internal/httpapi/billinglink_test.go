@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 )
 
@@ -226,12 +228,22 @@ func TestBillingLinkFormsSurviveUpgrades(t *testing.T) {
 		t.Errorf("a token of the earlier form: %q, %v", id, ok)
 	}
 	l := newLinkLimits(Config{BillingKey: key})
-	t.Cleanup(func() { l.local.Close() })
 	ip := netip.MustParseAddr("203.0.113.9")
 	if got, want := l.ipKey(ip), "ip:"+hex.EncodeToString(mac("tollgate billing link client\x00203.0.113.9")); got != want {
 		t.Errorf("per-IP key %s, want %s", got, want)
 	}
 	if got, want := l.ipKey(netip.Addr{}), "ip:"+hex.EncodeToString(mac("tollgate billing link client\x00unknown")); got != want {
 		t.Errorf("unresolved client's key %s, want %s", got, want)
+	}
+}
+
+// TestBillingLinkLimitsWithoutAStoreRefuse: with neither a shared nor a
+// local store to count in, an open is not let through uncounted: it is a
+// store outage (503), not a free call to Stripe.
+func TestBillingLinkLimitsWithoutAStoreRefuse(t *testing.T) {
+	t.Parallel()
+	l := newLinkLimits(Config{BillingKey: []byte("billing-key-for-tests")})
+	if _, err := l.admit(t.Context(), "t1", netip.MustParseAddr("203.0.113.9")); !errors.Is(err, counter.ErrUnavailable) {
+		t.Errorf("admit with no store: %v, want counter.ErrUnavailable", err)
 	}
 }

@@ -85,11 +85,15 @@ func newTenantAPI(t testing.TB, dsn string, store counter.Store) *tenantAPI {
 		store = memory.New(memory.Config{})
 	}
 	t.Cleanup(func() { store.Close() })
-	g := gate.New(gate.Config{
-		Store: store, Tenants: dir, Policies: catalog, Observer: rec, Logger: log,
+	local := memory.New(memory.Config{})
+	t.Cleanup(func() { local.Close() })
+	g, err := gate.New(gate.Config{
+		Store: store, Local: local, Tenants: dir, Policies: catalog, Observer: rec, Logger: log,
 		Pepper: []byte("httpapi-test-pepper-0123456789abcdef"),
 	})
-	t.Cleanup(func() { g.Close() })
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := &tenantAPI{t: t, pool: pool, tenants: tenants}
 	a.e = New(Config{
 		Logger:     log,
@@ -99,6 +103,7 @@ func newTenantAPI(t testing.TB, dsn string, store counter.Store) *tenantAPI {
 		Usage:      usageOf{rec, dir},
 		PublicURL:  "https://tollgate.example",
 		BillingKey: []byte("billing-key"),
+		Local:      local,
 		Audit: func(_ context.Context, tenantID, kind string, detail map[string]any) {
 			a.auditMu.Lock()
 			a.audits = append(a.audits, auditEntry{tenantID, kind, detail})

@@ -53,8 +53,14 @@ type Config struct {
 	BillingKey []byte
 	// Counter is the shared counter store, where opens of billing links are
 	// counted against their limits across instances; nil counts them in
-	// this instance's memory.
+	// Local only.
 	Counter counter.Store
+	// Local is this instance's in-memory counter store (counter/memory,
+	// bounded), where opens of billing links are counted while Counter is
+	// unavailable or nil; the limits then hold per instance. Nil counts
+	// nowhere else: an open that Counter cannot count is answered 503. The
+	// caller closes it.
+	Local counter.Store
 	// Billing serves /v1/billing, the billing links and Stripe webhooks;
 	// nil answers them 503.
 	Billing BillingService

@@ -133,8 +133,12 @@ func TestPublicPagesHaveACeiling(t *testing.T) {
 	store := memory.New(memory.Config{})
 	t.Cleanup(func() { store.Close() })
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	g := gate.New(gate.Config{Store: store, Pepper: []byte("public pepper"), InstanceCeiling: 2 * publicHome.perMinute, Now: func() time.Time { return now }})
-	t.Cleanup(func() { g.Close() })
+	local := memory.New(memory.Config{Now: func() time.Time { return now }})
+	t.Cleanup(func() { local.Close() })
+	g, err := gate.New(gate.Config{Store: store, Local: local, Pepper: []byte("public pepper"), InstanceCeiling: 2 * publicHome.perMinute, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, loopback, _ := net.ParseCIDR("127.0.0.1/32")
 	e := New(Config{
 		Logger: slog.New(slog.DiscardHandler), Ready: func(context.Context) error { return nil },

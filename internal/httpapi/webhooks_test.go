@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/billing/stripeapi"
 	"github.com/tollgate/tollgate/internal/billing/stripeapi/stripemocktest"
+	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
@@ -121,7 +122,12 @@ func (w *billingWorld) instance(stripe, secret bool, mods ...func(*Config)) *bil
 		payments = stripeapi.New(stripeapi.Config{Key: "sk_test_123", APIBase: stripemocktest.URL(w.t)})
 	}
 	logs := &syncBuffer{}
+	// This instance's memory, as serve wires it: where billing links are
+	// counted without a shared store.
+	local := memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1})
+	w.t.Cleanup(func() { local.Close() })
 	cfg := Config{
+		Local:      local,
 		Logger:     slog.New(slog.NewTextHandler(logs, nil)),
 		Ready:      pool.Ping,
 		PublicURL:  "https://tollgate.example",

@@ -1,10 +1,14 @@
 // Package memory is the in-process counter.Store and counter.Leaser: sharded
 // maps with a bounded number of keys, least recently used evicted first,
 // expired keys pruned, and a bounded table of leases. It holds across
-// goroutines, not across processes: a single Tollgate instance, tests, and
-// the L1 damper of the per-IP ceiling use it.
+// goroutines, not across processes: a single Tollgate instance's shared
+// store, each instance's own counters (the gate's instance ceiling and per-IP
+// L1 damper, the fallbacks of the sign-in and billing-link limits), and
+// tests use it.
 //
-// memory imports only internal/counter and internal/limit.
+// memory imports only internal/counter and internal/limit. Like every
+// counter backend it is an adapter: only cmd/tollgate (and tests) import it,
+// and hand it to the rest as a counter.Store.
 package memory
 
 import (
