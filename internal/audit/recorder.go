@@ -3,8 +3,6 @@ package audit
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/batch"
 	"github.com/tollgate/tollgate/internal/gate"
 )
 
@@ -276,12 +275,6 @@ type held struct {
 // queue: a hundredth of its share.
 const minShareDivisor = 100
 
-// countBatch is one flush's counts and the id that makes them count once.
-type countBatch struct {
-	id   string
-	rows []RefusalCount
-}
-
 type pendingFirst struct {
 	at  time.Time
 	end time.Time
@@ -310,11 +303,13 @@ type Recorder struct {
 	// flushMu keeps flushes one at a time, so that a failed batch is put
 	// back before the next is taken.
 	flushMu sync.Mutex
-	// retry is the batch of counts whose write failed, sent again, as it is
-	// and under its id, before any other; retryFirsts the same for first
-	// refusals. Guarded by flushMu.
-	retry       *countBatch
-	retryFirsts *FirstRefusalBatch
+	// firstBatches and countBatches send each flush's first refusals and
+	// counts once, a failed batch again under its id before any other.
+	// Guarded by flushMu.
+	firstBatches *batch.Resender[FirstRefusalBatch]
+	countBatches *batch.Resender[[]RefusalCount]
+	// drops counts refusals dropped since last logged.
+	drops batch.Drops
 
 	mu        sync.Mutex
 	seen      map[windowKey]time.Time // window end, for expiry
@@ -323,7 +318,6 @@ type Recorder struct {
 	counts    map[hourKey]int64
 	checks    map[subjectKey]AlertCheck
 	held      map[string]*held
-	dropped   int64
 	lastSweep time.Time
 }
 
@@ -366,6 +360,14 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		r.auditBudget < 0 || r.alertBudget < 0 || r.alertKeep < 0 || r.auditKeep < 0 {
 		return nil, errors.New("audit recorder: negative period, bound or budget")
 	}
+	r.firstBatches = batch.NewResender(func(ctx context.Context, id string, b FirstRefusalBatch) error {
+		b.ID = id
+		_, err := r.store.RecordFirstRefusals(ctx, b)
+		return err
+	})
+	r.countBatches = batch.NewResender(func(ctx context.Context, id string, rows []RefusalCount) error {
+		return r.store.CountRefusals(ctx, id, rows)
+	})
 	return r, nil
 }
 
@@ -442,7 +444,7 @@ func (r *Recorder) overflowLocked(tenantID string, at time.Time, n int64) {
 	ok := overflowKey{tenantID: tenantID, minute: at.Truncate(time.Minute).Unix()}
 	o, exists := r.overflow[ok]
 	if !exists && len(r.overflow) >= r.maxPending {
-		r.dropped += n
+		r.drops.Add(n)
 		return
 	}
 	if !exists || at.Before(o.at) {
@@ -458,7 +460,7 @@ func (r *Recorder) countLocked(tenantID string, f gate.Refusal, at time.Time) {
 	hk := hourKey{tenantID: tenantID, policy: f.Policy, key: f.Key, hour: at.Truncate(time.Hour).Unix()}
 	if _, ok := r.counts[hk]; !ok {
 		if !r.roomLocked(h.counts, len(r.counts)) {
-			r.dropped++
+			r.drops.Add(1)
 			return
 		}
 		h.counts++
@@ -468,7 +470,7 @@ func (r *Recorder) countLocked(tenantID string, f gate.Refusal, at time.Time) {
 	c, ok := r.checks[sk]
 	if !ok {
 		if !r.roomLocked(h.checks, len(r.checks)) {
-			r.dropped++
+			r.drops.Add(1)
 			return
 		}
 		h.checks++
@@ -505,50 +507,24 @@ func (r *Recorder) sweepLocked(now time.Time) {
 	r.lastSweep = now
 }
 
-// Run writes what was observed every FlushEvery, and prunes expired rows
-// every PruneEvery, until ctx ends; then it flushes once more and returns
-// that flush's error, nil when everything was written. Flushes run under
-// FlushTimeout, and ctx's end does not cut one short. Failed periodic
-// flushes are logged and retried.
+// Run writes what was observed every FlushEvery, sweeps the windows that
+// ended from memory, and prunes expired rows every PruneEvery, until ctx
+// ends; then it flushes once more and returns that flush's error, nil when
+// everything was written (batch.Loop).
 func (r *Recorder) Run(ctx context.Context) error {
-	t := time.NewTicker(r.every)
-	defer t.Stop()
-	var prune <-chan time.Time
-	if r.pruneEvery > 0 {
-		pt := time.NewTicker(r.pruneEvery)
-		defer pt.Stop()
-		prune = pt.C
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-			defer cancel()
-			err := r.Flush(fctx)
-			r.logDropped(fctx)
-			if err != nil {
-				return fmt.Errorf("final audit flush: %w", err)
-			}
-			return nil
-		case <-t.C:
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-			if err := r.Flush(fctx); err != nil {
-				r.log.WarnContext(ctx, "audit flush failed, refusals kept for the next", "err", err)
-			}
-			cancel()
-			r.logDropped(ctx)
+	return batch.Loop{
+		What: "audit refusals", Every: r.every, Timeout: r.timeout, Flush: r.Flush,
+		PruneEvery: r.pruneEvery, Prune: r.Prune,
+		Tick: func() {
 			now := r.now()
 			r.mu.Lock()
 			if now.Sub(r.lastSweep) >= sweepEvery {
 				r.sweepLocked(now)
 			}
 			r.mu.Unlock()
-		case <-prune:
-			if err := r.Prune(ctx); err != nil && ctx.Err() == nil {
-				r.log.WarnContext(ctx, "audit prune failed", "err", err)
-			}
-		}
-	}
+		},
+		Drops: &r.drops, DropAttrs: []any{"max_pending", r.maxPending, "max_pending_per_tenant", r.perTenant}, Log: r.log,
+	}.Run(ctx)
 }
 
 // Prune deletes from the Store the windows (and audit budgets) that ended
@@ -570,16 +546,6 @@ func (r *Recorder) Prune(ctx context.Context) error {
 	return nil
 }
 
-func (r *Recorder) logDropped(ctx context.Context) {
-	r.mu.Lock()
-	n := r.dropped
-	r.dropped = 0
-	r.mu.Unlock()
-	if n > 0 {
-		r.log.ErrorContext(ctx, "audit refusals dropped: too many waiting for the database", "refusals", n, "max_pending", r.maxPending, "max_pending_per_tenant", r.perTenant)
-	}
-}
-
 // Flush writes the pending first refusals, then the refusal counts, then
 // (once the counts are committed) the alert checks. What fails stays
 // pending for the next flush (first refusals and counts as batches sent
@@ -598,19 +564,14 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	if err := r.flushFirsts(ctx, firsts, overflow); err != nil {
 		errs = append(errs, err)
 	}
-	if b := r.retry; b != nil {
-		if err := r.store.CountRefusals(ctx, b.id, b.rows); err != nil {
-			errs = append(errs, fmt.Errorf("count refusals: batch %s again: %w", b.id, err))
-			r.putBack(counts, checks)
-			return errors.Join(errs...)
-		}
-		r.retry = nil
+	if err := r.countBatches.Resend(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("count refusals: %w", err))
+		r.putBack(counts, checks)
+		return errors.Join(errs...)
 	}
 	if len(counts) > 0 {
-		b := &countBatch{id: newBatchID(), rows: refusalCounts(counts)}
-		if err := r.store.CountRefusals(ctx, b.id, b.rows); err != nil {
+		if err := r.countBatches.Send(ctx, refusalCounts(counts)); err != nil {
 			errs = append(errs, fmt.Errorf("count refusals: %w", err))
-			r.retry = b
 			r.putBack(nil, checks)
 			return errors.Join(errs...)
 		}
@@ -628,19 +589,15 @@ func (r *Recorder) Flush(ctx context.Context) error {
 // then a new one of firsts and overflow. While the old batch still fails,
 // firsts and overflow go back to the pending maps.
 func (r *Recorder) flushFirsts(ctx context.Context, firsts map[windowKey]pendingFirst, overflow map[overflowKey]overflowCount) error {
-	if b := r.retryFirsts; b != nil {
-		if _, err := r.store.RecordFirstRefusals(ctx, *b); err != nil {
-			r.putBackFirsts(firsts, overflow)
-			return fmt.Errorf("record first refusals: batch %s again: %w", b.ID, err)
-		}
-		r.retryFirsts = nil
+	if err := r.firstBatches.Resend(ctx); err != nil {
+		r.putBackFirsts(firsts, overflow)
+		return fmt.Errorf("record first refusals: %w", err)
 	}
 	if len(firsts) == 0 && len(overflow) == 0 {
 		return nil
 	}
-	b := &FirstRefusalBatch{ID: newBatchID(), Refusals: firstRefusals(firsts), Overflow: overflows(overflow), Budget: r.auditBudget}
-	if _, err := r.store.RecordFirstRefusals(ctx, *b); err != nil {
-		r.retryFirsts = b
+	b := FirstRefusalBatch{Refusals: firstRefusals(firsts), Overflow: overflows(overflow), Budget: r.auditBudget}
+	if err := r.firstBatches.Send(ctx, b); err != nil {
 		return fmt.Errorf("record first refusals: %w", err)
 	}
 	return nil
@@ -670,7 +627,7 @@ func (r *Recorder) putBack(counts map[hourKey]int64, checks map[subjectKey]Alert
 		if _, ok := r.counts[k]; !ok {
 			h := r.heldLocked(k.tenantID)
 			if !r.roomLocked(h.counts, len(r.counts)) {
-				r.dropped += n
+				r.drops.Add(n)
 				continue
 			}
 			h.counts++
@@ -682,7 +639,7 @@ func (r *Recorder) putBack(counts map[hourKey]int64, checks map[subjectKey]Alert
 		if !ok {
 			h := r.heldLocked(k.tenantID)
 			if !r.roomLocked(h.checks, len(r.checks)) {
-				r.dropped++
+				r.drops.Add(1)
 				continue
 			}
 			h.checks++
@@ -712,16 +669,16 @@ func (r *Recorder) Alerts(ctx context.Context, tenantID string, since time.Time,
 // the queue more.
 func (r *Recorder) Pending() (firsts, counts, checks, seen int) {
 	r.flushMu.Lock()
-	retry, retryFirsts := r.retry, r.retryFirsts
+	heldCounts, heldFirsts := r.countBatches.Held(), r.firstBatches.Held()
 	r.flushMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	firsts, counts = len(r.firsts), len(r.counts)
-	if retry != nil {
-		counts += len(retry.rows)
+	if heldCounts != nil {
+		counts += len(heldCounts.Items)
 	}
-	if retryFirsts != nil {
-		firsts += len(retryFirsts.Refusals)
+	if heldFirsts != nil {
+		firsts += len(heldFirsts.Items.Refusals)
 	}
 	return firsts, counts, len(r.checks), len(r.seen)
 }
@@ -788,14 +745,4 @@ func alertChecks(m map[subjectKey]AlertCheck) []AlertCheck {
 		out = append(out, m[k])
 	}
 	return out
-}
-
-// newBatchID returns a random (version 4) UUID.
-func newBatchID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/batch"
 )
 
 // DirectoryConfig configures a Directory. Only Store is required; a zero
@@ -202,46 +204,34 @@ func (d *Directory) InvalidateAll() {
 }
 
 // Run writes the keys' last use every FlushEvery, all keys in one store
-// call, until ctx is cancelled; then it writes what is left and returns nil.
-// A failed write is logged and tried again at the next tick. Run it once
-// per Directory.
+// call, and forgets expired entries, until ctx is cancelled; then it writes
+// what is left and returns that write's error (batch.Loop). A failed write
+// is logged and tried again at the next tick. Run it once per Directory.
 func (d *Directory) Run(ctx context.Context) error {
-	t := time.NewTicker(d.flushEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			// The last write outlives ctx, briefly.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
-			d.flush(fctx, false)
-			cancel()
-			return nil
-		case <-t.C:
-		}
-		d.flush(ctx, true)
-		d.keys.sweep()
-		d.tenants.sweep()
-		d.plans.sweep()
-	}
+	return batch.Loop{
+		What: "api key last uses", Every: d.flushEvery, Timeout: loadTimeout, Flush: d.flush,
+		Tick: func() {
+			d.keys.sweep()
+			d.tenants.sweep()
+			d.plans.sweep()
+		},
+		Log: d.log,
+	}.Run(ctx)
 }
 
-// flush writes the uses noted since the last flush; when it fails and retry
-// is set, they are kept for the next one.
-func (d *Directory) flush(ctx context.Context, retry bool) {
+// flush writes the uses noted since the last flush; when that fails, they
+// are kept for the next one.
+func (d *Directory) flush(ctx context.Context) error {
 	d.mu.Lock()
 	used := d.used
 	d.used = make(map[string]time.Time, len(used))
 	d.mu.Unlock()
 	if len(used) == 0 {
-		return
+		return nil
 	}
 	err := d.store.TouchKeys(ctx, used)
 	if err == nil {
-		return
-	}
-	d.log.WarnContext(ctx, "key last use not written", "keys", len(used), "retry", retry, "err", err)
-	if !retry {
-		return
+		return nil
 	}
 	d.mu.Lock()
 	for id, at := range used {
@@ -250,4 +240,5 @@ func (d *Directory) flush(ctx context.Context, retry bool) {
 		}
 	}
 	d.mu.Unlock()
+	return fmt.Errorf("last use of %d keys: %w", len(used), err)
 }

@@ -2,10 +2,12 @@ package traffic
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/batch"
 	"github.com/tollgate/tollgate/internal/gate"
 )
 
@@ -40,6 +42,9 @@ type Recorder struct {
 	log   *slog.Logger
 	now   func() time.Time
 
+	// drops counts answers past maxPending minutes, since last logged.
+	drops batch.Drops
+
 	mu      sync.Mutex
 	pending map[time.Time]int64
 }
@@ -67,57 +72,50 @@ func (r *Recorder) Observe(_ context.Context, e gate.Event) {
 	r.mu.Lock()
 	if _, ok := r.pending[m]; ok || len(r.pending) < maxPending {
 		r.pending[m]++
+	} else {
+		r.drops.Add(1)
 	}
 	r.mu.Unlock()
 }
 
 // Run flushes the counts every few seconds and prunes old minutes every
-// hour, until ctx ends; then it flushes once more and returns ctx's error.
+// hour, until ctx ends; then it flushes once more and returns that flush's
+// error, nil when every count was written (batch.Loop).
 func (r *Recorder) Run(ctx context.Context) error {
-	flush := time.NewTicker(flushEvery)
-	defer flush.Stop()
-	prune := time.NewTicker(pruneEvery)
-	defer prune.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
-			r.Flush(fctx)
-			cancel()
-			return ctx.Err()
-		case <-flush.C:
-			fctx, cancel := context.WithTimeout(ctx, flushTimeout)
-			r.Flush(fctx)
-			cancel()
-		case <-prune.C:
-			if err := r.store.PruneDegraded(ctx, r.now().Add(-DegradedRetention)); err != nil {
-				r.log.WarnContext(ctx, "degraded minutes not pruned", "err", err)
-			}
-		}
-	}
+	return batch.Loop{
+		What: "degraded minutes", Every: flushEvery, Timeout: flushTimeout, Flush: r.Flush,
+		PruneEvery: pruneEvery,
+		Prune: func(ctx context.Context) error {
+			return r.store.PruneDegraded(ctx, r.now().Add(-DegradedRetention))
+		},
+		Drops: &r.drops, DropAttrs: []any{"max_pending_minutes", maxPending}, Log: r.log,
+	}.Run(ctx)
 }
 
 // Flush writes the counts held in memory. Counts that fail to be written
 // are kept for the next flush: the statement is all or nothing. A flush
 // whose fate an error left unknown (a timeout after the commit) may count
-// twice; for a chart of outage minutes that is harmless, so there is no
-// batch id as in usage.
-func (r *Recorder) Flush(ctx context.Context) {
+// twice; for a chart of outage minutes that is harmless, so the store keeps
+// no batch ids as usage's and audit's do.
+func (r *Recorder) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	counts := r.pending
 	r.pending = map[time.Time]int64{}
 	r.mu.Unlock()
 	if len(counts) == 0 {
-		return
+		return nil
 	}
 	if err := r.store.AddDegraded(ctx, counts); err != nil {
-		r.log.WarnContext(ctx, "degraded minutes not written, kept for the next flush", "minutes", len(counts), "err", err)
 		r.mu.Lock()
 		for m, n := range counts {
 			if _, ok := r.pending[m]; ok || len(r.pending) < maxPending {
 				r.pending[m] += n
+			} else {
+				r.drops.Add(n)
 			}
 		}
 		r.mu.Unlock()
+		return fmt.Errorf("add %d degraded minutes: %w", len(counts), err)
 	}
+	return nil
 }

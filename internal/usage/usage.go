@@ -23,8 +23,6 @@ package usage
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +32,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/batch"
 	"github.com/tollgate/tollgate/internal/gate"
 )
 
@@ -161,9 +160,8 @@ type cell struct {
 // minutes holds counts by minute (Unix seconds of its start) and cell.
 type minutes map[int64]map[cell]int64
 
-// batch is one flush's counts and the id that makes it count once.
-type batch struct {
-	id     string
+// taken is the counts one flush took from pending.
+type taken struct {
 	counts minutes
 	rows   int
 }
@@ -187,14 +185,15 @@ type Recorder struct {
 	// settling it, and for reading by Usage: a report never sees a batch
 	// both in the table and in memory, nor in neither.
 	flushMu sync.RWMutex
-	// retry is the batch whose flush failed, sent again, as it is and under
-	// its id, before any other; guarded by flushMu.
-	retry *batch
+	// batches sends each flush's counts once, a failed batch again under
+	// its id before any other; guarded by flushMu.
+	batches *batch.Resender[taken]
+	// drops counts events dropped since last logged.
+	drops batch.Drops
 
 	mu      sync.Mutex
 	pending minutes
-	rows    int   // cells in pending
-	dropped int64 // events dropped since last logged
+	rows    int // cells in pending
 }
 
 var _ gate.Observer = (*Recorder)(nil)
@@ -233,6 +232,9 @@ func NewRecorder(cfg Config) (*Recorder, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
+	r.batches = batch.NewResender(func(ctx context.Context, id string, t taken) error {
+		return r.store.AddUsage(ctx, id, t.counts.rows())
+	})
 	return r, nil
 }
 
@@ -264,7 +266,7 @@ func (r *Recorder) addLocked(m int64, c cell, n int64) {
 	if _, ok := b[c]; !ok {
 		if r.rows >= r.maxPending && !r.evictOlderLocked(m) {
 			// This minute is the oldest held: it is the one to drop.
-			r.dropped += n
+			r.drops.Add(n)
 			return
 		}
 		if b == nil {
@@ -290,7 +292,7 @@ func (r *Recorder) evictOlderLocked(m int64) bool {
 		return false
 	}
 	for _, n := range r.pending[oldest] {
-		r.dropped += n
+		r.drops.Add(n)
 	}
 	r.rows -= len(r.pending[oldest])
 	delete(r.pending, oldest)
@@ -299,49 +301,17 @@ func (r *Recorder) evictOlderLocked(m int64) bool {
 
 // Run flushes the pending counts every FlushEvery until ctx ends, then
 // flushes once more and returns that flush's error, nil when every count was
-// written. Flushes run under FlushTimeout, and ctx's end does not cut one
-// short. A failed periodic flush is logged and retried at the next one.
-// Counts observed after Run returns wait for a Flush. Run also prunes the
-// Store's old batch ids.
+// written (batch.Loop). Counts observed after Run returns wait for a Flush.
+// Run also prunes the Store's old batch ids.
 func (r *Recorder) Run(ctx context.Context) error {
-	t := time.NewTicker(r.every)
-	defer t.Stop()
-	pt := time.NewTicker(pruneEvery)
-	defer pt.Stop()
-	for {
-		select {
-		case <-pt.C:
-			if err := r.store.PruneBatches(ctx, r.now().Add(-batchRetention)); err != nil && ctx.Err() == nil {
-				r.log.WarnContext(ctx, "usage batch prune failed", "err", err)
-			}
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-			defer cancel()
-			err := r.Flush(fctx)
-			r.logDropped(fctx)
-			if err != nil {
-				return fmt.Errorf("final usage flush: %w", err)
-			}
-			return nil
-		case <-t.C:
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-			if err := r.Flush(fctx); err != nil {
-				r.log.WarnContext(ctx, "usage flush failed, counts kept for the next", "err", err, "pending_rows", r.Pending())
-			}
-			cancel()
-			r.logDropped(ctx)
-		}
-	}
-}
-
-func (r *Recorder) logDropped(ctx context.Context) {
-	r.mu.Lock()
-	n := r.dropped
-	r.dropped = 0
-	r.mu.Unlock()
-	if n > 0 {
-		r.log.ErrorContext(ctx, "usage counts dropped: too many rows waiting for the database", "events", n, "max_pending", r.maxPending)
-	}
+	return batch.Loop{
+		What: "usage counts", Every: r.every, Timeout: r.timeout, Flush: r.Flush,
+		PruneEvery: pruneEvery,
+		Prune: func(ctx context.Context) error {
+			return r.store.PruneBatches(ctx, r.now().Add(-batchRetention))
+		},
+		Drops: &r.drops, DropAttrs: []any{"max_pending", r.maxPending}, Pending: r.Pending, Log: r.log,
+	}.Run(ctx)
 }
 
 // Flush writes the pending counts in one Store call. On error they stay
@@ -350,22 +320,17 @@ func (r *Recorder) logDropped(ctx context.Context) {
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
-	if b := r.retry; b != nil {
-		if err := r.store.AddUsage(ctx, b.id, b.counts.rows()); err != nil {
-			return fmt.Errorf("flush usage: batch %s again: %w", b.id, err)
-		}
-		r.retry = nil
+	if err := r.batches.Resend(ctx); err != nil {
+		return fmt.Errorf("flush usage: %w", err)
 	}
 	r.mu.Lock()
-	b := &batch{counts: r.pending, rows: r.rows}
+	t := taken{counts: r.pending, rows: r.rows}
 	r.pending, r.rows = minutes{}, 0
 	r.mu.Unlock()
-	if len(b.counts) == 0 {
+	if len(t.counts) == 0 {
 		return nil
 	}
-	b.id = newBatchID()
-	if err := r.store.AddUsage(ctx, b.id, b.counts.rows()); err != nil {
-		r.retry = b
+	if err := r.batches.Send(ctx, t); err != nil {
 		return fmt.Errorf("flush usage: %w", err)
 	}
 	return nil
@@ -375,12 +340,12 @@ func (r *Recorder) Flush(ctx context.Context) error {
 // MaxPending new ones, and up to as many in a failed batch.
 func (r *Recorder) Pending() int {
 	r.flushMu.RLock()
-	retry := r.retry
+	held := r.batches.Held()
 	r.flushMu.RUnlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if retry != nil {
-		return r.rows + retry.rows
+	if held != nil {
+		return r.rows + held.Items.rows
 	}
 	return r.rows
 }
@@ -424,14 +389,14 @@ func (r *Recorder) Usage(ctx context.Context, tenantID string, now time.Time) (R
 	for _, t := range roll {
 		rep.addRolling(t)
 	}
-	if b := r.retry; b != nil {
+	if b := r.batches.Held(); b != nil {
 		// A failed batch may have been applied all the same.
-		applied, err := r.store.BatchApplied(ctx, b.id)
+		applied, err := r.store.BatchApplied(ctx, b.ID)
 		if err != nil {
 			return Report{}, fmt.Errorf("usage of tenant %s: %w", tenantID, err)
 		}
 		if !applied {
-			rep.addPending(b.counts, tenantID, p)
+			rep.addPending(b.Items.counts, tenantID, p)
 		}
 	}
 	r.mu.Lock()
@@ -539,14 +504,4 @@ func (ms minutes) rows() []Row {
 
 func (ms minutes) sortedMinutes() []int64 {
 	return slices.Sorted(maps.Keys(ms))
-}
-
-// newBatchID returns a random (version 4) UUID.
-func newBatchID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
