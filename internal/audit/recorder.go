@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -60,99 +58,6 @@ const (
 	// longer than any batch waits to be sent again.
 	batchRetention = 24 * time.Hour
 )
-
-// FirstRefusalBatch is one flush's first refusals. Its minute of a refusal is
-// the UTC minute of its At.
-type FirstRefusalBatch struct {
-	// ID is a UUID: a batch applied before is not applied again, so that a
-	// batch whose fate an error left unknown can be sent again.
-	ID       string
-	Refusals []FirstRefusal
-	// Overflow counts first refusals this instance had no room to queue:
-	// each is counted in its minute's refusal_flood entry.
-	Overflow []RefusalOverflow
-	// Budget is the most refusal entries written one by one per tenant and
-	// minute, over every batch of every instance.
-	Budget int
-}
-
-// RefusalOverflow counts first refusals of one tenant in one UTC minute that
-// were not queued one by one.
-type RefusalOverflow struct {
-	TenantID string
-	// Minute is the start of the minute, UTC.
-	Minute time.Time
-	// At is the first of them.
-	At    time.Time
-	Count int64
-}
-
-// FirstRefusal is a refusal that this instance saw first in its window; the
-// store writes its audit entry unless another instance was first.
-type FirstRefusal struct {
-	TenantID string
-	// Key is the counter key that refused (a digest).
-	Key string
-	// WindowEnd is the end of the refusing counter's window.
-	WindowEnd time.Time
-	// At is when the refusal happened.
-	At time.Time
-	// Detail is the audit entry's detail.
-	Detail map[string]any
-}
-
-// RefusalCount counts refusals of one subject by one policy in one UTC hour.
-type RefusalCount struct {
-	TenantID string
-	Policy   string
-	// Key is the subject's counter key (a digest).
-	Key string
-	// Hour is the start of the hour, UTC.
-	Hour  time.Time
-	Count int64
-}
-
-// AlertCheck asks whether a subject's refusals by a policy in the 24 hours
-// up to At reach AlertAfter.
-type AlertCheck struct {
-	TenantID   string
-	Policy     string
-	Key        string
-	AlertAfter int64
-	// At is the latest refusal observed.
-	At     time.Time
-	Shadow bool
-}
-
-// AggregateSubject is the SubjectKey of an aggregate alert: the subjects
-// that reached a policy's alert_after in a day once their tenant's alert
-// budget of the day was spent.
-const AggregateSubject = "*"
-
-// Alert says that one subject of a policy was refused at least AlertAfter
-// times within 24 hours. There is one alert per tenant, policy, subject and
-// UTC day, up to the tenant's alert budget of the day; past it, one
-// aggregate alert per policy and day (SubjectKey AggregateSubject) counts
-// the other subjects.
-type Alert struct {
-	Policy string `json:"policy"`
-	// SubjectKey is the subject's counter key, an HMAC digest: the raw
-	// subject is never stored. It is AggregateSubject for an aggregate.
-	SubjectKey string `json:"subject_key"`
-	// Subjects is 1, or for an aggregate the number of subjects it counts.
-	Subjects int64 `json:"subjects"`
-	// Count is the refusals in the 24 hours up to LastAt; for an aggregate,
-	// the sum of its subjects' counts when each was counted.
-	Count      int64 `json:"count"`
-	AlertAfter int64 `json:"alert_after"`
-	// FirstAt is when the threshold was reached that day; LastAt is the
-	// latest refusal counted.
-	FirstAt time.Time `json:"first_at"`
-	LastAt  time.Time `json:"last_at"`
-	// Shadow says the policy was in shadow mode: nothing was refused, this
-	// is what it would have done.
-	Shadow bool `json:"shadow"`
-}
 
 // Store keeps first refusals, refusal counts and alerts. Implementations
 // are safe for concurrent use; the rows of tenants that do not exist are
@@ -241,31 +146,6 @@ type RecorderConfig struct {
 	Now func() time.Time
 }
 
-type windowKey struct {
-	tenantID string
-	key      string
-	end      int64 // Unix nanoseconds
-}
-
-type hourKey struct {
-	tenantID, policy, key string
-	hour                  int64 // Unix seconds
-}
-
-type subjectKey struct {
-	tenantID, policy, key string
-}
-
-type overflowKey struct {
-	tenantID string
-	minute   int64 // Unix seconds
-}
-
-type overflowCount struct {
-	at    time.Time // the first
-	count int64
-}
-
 // held is one tenant's share of the pending writes.
 type held struct {
 	firsts, counts, checks int
@@ -274,12 +154,6 @@ type held struct {
 // minShareDivisor sets the floor below which a tenant finds room in a full
 // queue: a hundredth of its share.
 const minShareDivisor = 100
-
-type pendingFirst struct {
-	at  time.Time
-	end time.Time
-	ref gate.Refusal
-}
 
 // Recorder is the gate.Observer behind the first-refusal rule and alerts.
 // Observe only updates maps under a mutex; Run writes them in batches. It is
@@ -425,88 +299,6 @@ func (r *Recorder) roomLocked(n, total int) bool {
 	return n < r.perTenant && (total < r.maxPending || n < r.minShare)
 }
 
-// queueFirstLocked queues a first refusal, or counts it for its minute's
-// refusal_flood entry when its tenant has no room.
-func (r *Recorder) queueFirstLocked(wk windowKey, p pendingFirst) {
-	h := r.heldLocked(wk.tenantID)
-	if r.roomLocked(h.firsts, len(r.firsts)) {
-		r.firsts[wk] = p
-		h.firsts++
-		return
-	}
-	r.overflowLocked(wk.tenantID, p.at, 1)
-}
-
-// overflowLocked counts n first refusals of tenantID at at that are not
-// queued one by one. The counts are few (one per tenant and minute), but
-// bounded all the same.
-func (r *Recorder) overflowLocked(tenantID string, at time.Time, n int64) {
-	ok := overflowKey{tenantID: tenantID, minute: at.Truncate(time.Minute).Unix()}
-	o, exists := r.overflow[ok]
-	if !exists && len(r.overflow) >= r.maxPending {
-		r.drops.Add(n)
-		return
-	}
-	if !exists || at.Before(o.at) {
-		o.at = at
-	}
-	o.count += n
-	r.overflow[ok] = o
-}
-
-// countLocked counts a refusal toward its subject's alert.
-func (r *Recorder) countLocked(tenantID string, f gate.Refusal, at time.Time) {
-	h := r.heldLocked(tenantID)
-	hk := hourKey{tenantID: tenantID, policy: f.Policy, key: f.Key, hour: at.Truncate(time.Hour).Unix()}
-	if _, ok := r.counts[hk]; !ok {
-		if !r.roomLocked(h.counts, len(r.counts)) {
-			r.drops.Add(1)
-			return
-		}
-		h.counts++
-	}
-	r.counts[hk]++
-	sk := subjectKey{tenantID: tenantID, policy: f.Policy, key: f.Key}
-	c, ok := r.checks[sk]
-	if !ok {
-		if !r.roomLocked(h.checks, len(r.checks)) {
-			r.drops.Add(1)
-			return
-		}
-		h.checks++
-	}
-	if !ok || !at.Before(c.At) {
-		r.checks[sk] = AlertCheck{TenantID: tenantID, Policy: f.Policy, Key: f.Key, AlertAfter: f.AlertAfter, At: at, Shadow: f.Shadow}
-	}
-}
-
-// rememberLocked adds a window to the seen map, first making room when it
-// is full: expired windows go first, then arbitrary ones down to three
-// quarters of the bound (each sweep so frees a quarter at least, so sweeps
-// stay rare).
-func (r *Recorder) rememberLocked(wk windowKey, end time.Time) {
-	if len(r.seen) >= r.maxSeen {
-		r.sweepLocked(r.now())
-		for k := range r.seen {
-			if len(r.seen) <= r.maxSeen*3/4 {
-				break
-			}
-			delete(r.seen, k)
-		}
-	}
-	r.seen[wk] = end
-}
-
-// sweepLocked forgets the windows that have ended by now.
-func (r *Recorder) sweepLocked(now time.Time) {
-	for k, end := range r.seen {
-		if !end.After(now) {
-			delete(r.seen, k)
-		}
-	}
-	r.lastSweep = now
-}
-
 // Run writes what was observed every FlushEvery, sweeps the windows that
 // ended from memory, and prunes expired rows every PruneEvery, until ctx
 // ends; then it flushes once more and returns that flush's error, nil when
@@ -560,107 +352,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	r.held = map[string]*held{}
 	r.mu.Unlock()
 
-	var errs []error
-	if err := r.flushFirsts(ctx, firsts, overflow); err != nil {
-		errs = append(errs, err)
-	}
-	if err := r.countBatches.Resend(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("count refusals: %w", err))
-		r.putBack(counts, checks)
-		return errors.Join(errs...)
-	}
-	if len(counts) > 0 {
-		if err := r.countBatches.Send(ctx, refusalCounts(counts)); err != nil {
-			errs = append(errs, fmt.Errorf("count refusals: %w", err))
-			r.putBack(nil, checks)
-			return errors.Join(errs...)
-		}
-	}
-	if len(checks) > 0 {
-		if _, err := r.store.RaiseAlerts(ctx, r.alertBudget, alertChecks(checks)); err != nil {
-			errs = append(errs, fmt.Errorf("raise alerts: %w", err))
-			r.putBack(nil, checks)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// flushFirsts sends the batch of first refusals that failed before, if any,
-// then a new one of firsts and overflow. While the old batch still fails,
-// firsts and overflow go back to the pending maps.
-func (r *Recorder) flushFirsts(ctx context.Context, firsts map[windowKey]pendingFirst, overflow map[overflowKey]overflowCount) error {
-	if err := r.firstBatches.Resend(ctx); err != nil {
-		r.putBackFirsts(firsts, overflow)
-		return fmt.Errorf("record first refusals: %w", err)
-	}
-	if len(firsts) == 0 && len(overflow) == 0 {
-		return nil
-	}
-	b := FirstRefusalBatch{Refusals: firstRefusals(firsts), Overflow: overflows(overflow), Budget: r.auditBudget}
-	if err := r.firstBatches.Send(ctx, b); err != nil {
-		return fmt.Errorf("record first refusals: %w", err)
-	}
-	return nil
-}
-
-// putBackFirsts returns unsent first refusals and overflow counts to the
-// pending maps; a refusal that no longer finds room is counted instead.
-func (r *Recorder) putBackFirsts(firsts map[windowKey]pendingFirst, overflow map[overflowKey]overflowCount) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for k, p := range firsts {
-		if _, ok := r.firsts[k]; ok {
-			continue
-		}
-		r.queueFirstLocked(k, p)
-	}
-	for k, o := range overflow {
-		r.overflowLocked(k.tenantID, o.at, o.count)
-	}
-}
-
-// putBack returns unwritten counts and checks to the pending maps.
-func (r *Recorder) putBack(counts map[hourKey]int64, checks map[subjectKey]AlertCheck) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for k, n := range counts {
-		if _, ok := r.counts[k]; !ok {
-			h := r.heldLocked(k.tenantID)
-			if !r.roomLocked(h.counts, len(r.counts)) {
-				r.drops.Add(n)
-				continue
-			}
-			h.counts++
-		}
-		r.counts[k] += n
-	}
-	for k, c := range checks {
-		old, ok := r.checks[k]
-		if !ok {
-			h := r.heldLocked(k.tenantID)
-			if !r.roomLocked(h.checks, len(r.checks)) {
-				r.drops.Add(1)
-				continue
-			}
-			h.checks++
-		}
-		if !ok || c.At.After(old.At) {
-			r.checks[k] = c
-		}
-	}
-}
-
-// Alerts lists tenantID's alerts whose last refusal is at or after since,
-// latest first, at most limit of them (zero: DefaultAlertLimit).
-func (r *Recorder) Alerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]Alert, error) {
-	if limit <= 0 {
-		limit = DefaultAlertLimit
-	}
-	as, err := r.store.ListAlerts(ctx, tenantID, since, limit)
-	if err != nil {
-		return nil, fmt.Errorf("alerts of tenant %s: %w", tenantID, err)
-	}
-	return as, nil
+	return errors.Join(r.flushFirsts(ctx, firsts, overflow), r.flushAlerts(ctx, counts, checks))
 }
 
 // Pending returns the number of first refusals, hourly counts and alert
@@ -681,68 +373,4 @@ func (r *Recorder) Pending() (firsts, counts, checks, seen int) {
 		firsts += len(heldFirsts.Items.Refusals)
 	}
 	return firsts, counts, len(r.checks), len(r.seen)
-}
-
-// RefusalDetail returns the detail of a refusal's audit entry.
-func RefusalDetail(f gate.Refusal, windowEnd time.Time) map[string]any {
-	return map[string]any{
-		"layer":      f.Layer,
-		"scope":      f.Scope,
-		"policy":     f.Policy,
-		"limit":      f.Limit,
-		"key":        f.Key,
-		"window_end": windowEnd.UTC().Format(time.RFC3339Nano),
-		"degraded":   f.Degraded,
-		"shadow":     f.Shadow,
-	}
-}
-
-// firstRefusals lists pending first refusals in key order.
-func firstRefusals(m map[windowKey]pendingFirst) []FirstRefusal {
-	keys := slices.SortedFunc(maps.Keys(m), func(a, b windowKey) int {
-		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.key, b.key), cmp.Compare(a.end, b.end))
-	})
-	out := make([]FirstRefusal, 0, len(keys))
-	for _, k := range keys {
-		p := m[k]
-		out = append(out, FirstRefusal{TenantID: k.tenantID, Key: k.key, WindowEnd: p.end, At: p.at, Detail: RefusalDetail(p.ref, p.end)})
-	}
-	return out
-}
-
-// overflows lists pending overflow counts in key order.
-func overflows(m map[overflowKey]overflowCount) []RefusalOverflow {
-	keys := slices.SortedFunc(maps.Keys(m), func(a, b overflowKey) int {
-		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.minute, b.minute))
-	})
-	out := make([]RefusalOverflow, 0, len(keys))
-	for _, k := range keys {
-		o := m[k]
-		out = append(out, RefusalOverflow{TenantID: k.tenantID, Minute: time.Unix(k.minute, 0).UTC(), At: o.at, Count: o.count})
-	}
-	return out
-}
-
-// refusalCounts lists pending counts in key order.
-func refusalCounts(m map[hourKey]int64) []RefusalCount {
-	keys := slices.SortedFunc(maps.Keys(m), func(a, b hourKey) int {
-		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.policy, b.policy), cmp.Compare(a.key, b.key), cmp.Compare(a.hour, b.hour))
-	})
-	out := make([]RefusalCount, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, RefusalCount{TenantID: k.tenantID, Policy: k.policy, Key: k.key, Hour: time.Unix(k.hour, 0).UTC(), Count: m[k]})
-	}
-	return out
-}
-
-// alertChecks lists pending checks in key order.
-func alertChecks(m map[subjectKey]AlertCheck) []AlertCheck {
-	keys := slices.SortedFunc(maps.Keys(m), func(a, b subjectKey) int {
-		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.policy, b.policy), cmp.Compare(a.key, b.key))
-	})
-	out := make([]AlertCheck, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, m[k])
-	}
-	return out
 }

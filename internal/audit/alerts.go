@@ -1,0 +1,191 @@
+package audit
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/gate"
+)
+
+// RefusalCount counts refusals of one subject by one policy in one UTC hour.
+type RefusalCount struct {
+	TenantID string
+	Policy   string
+	// Key is the subject's counter key (a digest).
+	Key string
+	// Hour is the start of the hour, UTC.
+	Hour  time.Time
+	Count int64
+}
+
+// AlertCheck asks whether a subject's refusals by a policy in the 24 hours
+// up to At reach AlertAfter.
+type AlertCheck struct {
+	TenantID   string
+	Policy     string
+	Key        string
+	AlertAfter int64
+	// At is the latest refusal observed.
+	At     time.Time
+	Shadow bool
+}
+
+// AggregateSubject is the SubjectKey of an aggregate alert: the subjects
+// that reached a policy's alert_after in a day once their tenant's alert
+// budget of the day was spent.
+const AggregateSubject = "*"
+
+// Alert says that one subject of a policy was refused at least AlertAfter
+// times within 24 hours. There is one alert per tenant, policy, subject and
+// UTC day, up to the tenant's alert budget of the day; past it, one
+// aggregate alert per policy and day (SubjectKey AggregateSubject) counts
+// the other subjects.
+type Alert struct {
+	Policy string `json:"policy"`
+	// SubjectKey is the subject's counter key, an HMAC digest: the raw
+	// subject is never stored. It is AggregateSubject for an aggregate.
+	SubjectKey string `json:"subject_key"`
+	// Subjects is 1, or for an aggregate the number of subjects it counts.
+	Subjects int64 `json:"subjects"`
+	// Count is the refusals in the 24 hours up to LastAt; for an aggregate,
+	// the sum of its subjects' counts when each was counted.
+	Count      int64 `json:"count"`
+	AlertAfter int64 `json:"alert_after"`
+	// FirstAt is when the threshold was reached that day; LastAt is the
+	// latest refusal counted.
+	FirstAt time.Time `json:"first_at"`
+	LastAt  time.Time `json:"last_at"`
+	// Shadow says the policy was in shadow mode: nothing was refused, this
+	// is what it would have done.
+	Shadow bool `json:"shadow"`
+}
+
+type hourKey struct {
+	tenantID, policy, key string
+	hour                  int64 // Unix seconds
+}
+
+type subjectKey struct {
+	tenantID, policy, key string
+}
+
+// countLocked counts a refusal toward its subject's alert.
+func (r *Recorder) countLocked(tenantID string, f gate.Refusal, at time.Time) {
+	h := r.heldLocked(tenantID)
+	hk := hourKey{tenantID: tenantID, policy: f.Policy, key: f.Key, hour: at.Truncate(time.Hour).Unix()}
+	if _, ok := r.counts[hk]; !ok {
+		if !r.roomLocked(h.counts, len(r.counts)) {
+			r.drops.Add(1)
+			return
+		}
+		h.counts++
+	}
+	r.counts[hk]++
+	sk := subjectKey{tenantID: tenantID, policy: f.Policy, key: f.Key}
+	c, ok := r.checks[sk]
+	if !ok {
+		if !r.roomLocked(h.checks, len(r.checks)) {
+			r.drops.Add(1)
+			return
+		}
+		h.checks++
+	}
+	if !ok || !at.Before(c.At) {
+		r.checks[sk] = AlertCheck{TenantID: tenantID, Policy: f.Policy, Key: f.Key, AlertAfter: f.AlertAfter, At: at, Shadow: f.Shadow}
+	}
+}
+
+// flushAlerts sends the batch of refusal counts that failed before, if any,
+// then a new one of counts, then (once the counts are committed) the alert
+// checks. What is not written goes back to the pending maps.
+func (r *Recorder) flushAlerts(ctx context.Context, counts map[hourKey]int64, checks map[subjectKey]AlertCheck) error {
+	if err := r.countBatches.Resend(ctx); err != nil {
+		r.putBack(counts, checks)
+		return fmt.Errorf("count refusals: %w", err)
+	}
+	if len(counts) > 0 {
+		if err := r.countBatches.Send(ctx, refusalCounts(counts)); err != nil {
+			r.putBack(nil, checks)
+			return fmt.Errorf("count refusals: %w", err)
+		}
+	}
+	if len(checks) > 0 {
+		if _, err := r.store.RaiseAlerts(ctx, r.alertBudget, alertChecks(checks)); err != nil {
+			r.putBack(nil, checks)
+			return fmt.Errorf("raise alerts: %w", err)
+		}
+	}
+	return nil
+}
+
+// putBack returns unwritten counts and checks to the pending maps.
+func (r *Recorder) putBack(counts map[hourKey]int64, checks map[subjectKey]AlertCheck) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, n := range counts {
+		if _, ok := r.counts[k]; !ok {
+			h := r.heldLocked(k.tenantID)
+			if !r.roomLocked(h.counts, len(r.counts)) {
+				r.drops.Add(n)
+				continue
+			}
+			h.counts++
+		}
+		r.counts[k] += n
+	}
+	for k, c := range checks {
+		old, ok := r.checks[k]
+		if !ok {
+			h := r.heldLocked(k.tenantID)
+			if !r.roomLocked(h.checks, len(r.checks)) {
+				r.drops.Add(1)
+				continue
+			}
+			h.checks++
+		}
+		if !ok || c.At.After(old.At) {
+			r.checks[k] = c
+		}
+	}
+}
+
+// Alerts lists tenantID's alerts whose last refusal is at or after since,
+// latest first, at most limit of them (zero: DefaultAlertLimit).
+func (r *Recorder) Alerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]Alert, error) {
+	if limit <= 0 {
+		limit = DefaultAlertLimit
+	}
+	as, err := r.store.ListAlerts(ctx, tenantID, since, limit)
+	if err != nil {
+		return nil, fmt.Errorf("alerts of tenant %s: %w", tenantID, err)
+	}
+	return as, nil
+}
+
+// refusalCounts lists pending counts in key order.
+func refusalCounts(m map[hourKey]int64) []RefusalCount {
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b hourKey) int {
+		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.policy, b.policy), cmp.Compare(a.key, b.key), cmp.Compare(a.hour, b.hour))
+	})
+	out := make([]RefusalCount, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, RefusalCount{TenantID: k.tenantID, Policy: k.policy, Key: k.key, Hour: time.Unix(k.hour, 0).UTC(), Count: m[k]})
+	}
+	return out
+}
+
+// alertChecks lists pending checks in key order.
+func alertChecks(m map[subjectKey]AlertCheck) []AlertCheck {
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b subjectKey) int {
+		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.policy, b.policy), cmp.Compare(a.key, b.key))
+	})
+	out := make([]AlertCheck, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, m[k])
+	}
+	return out
+}
