@@ -1,11 +1,3 @@
-// Package gate is Tollgate's admission pipeline. For every tenant request it
-// runs, in order, the instance ceiling, the per-IP layer (a pre-authentication
-// bucket, then L1 in memory and L2 in the shared counter store), the tenant
-// quota (minute and hour), the monthly allotment or the sandbox allotment,
-// and finally the tenant's own policies, and returns a Verdict naming the
-// layer that refused, if one did.
-//
-// gate imports no driver and no net/http.
 package gate
 
 import (

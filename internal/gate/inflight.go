@@ -169,3 +169,32 @@ func (b *matchBudget) settle(tenant string, now time.Time, took, estimate time.D
 		delete(b.m, tenant)
 	}
 }
+
+// awaitMatching reserves estimate of tenantID's matching budget, waiting its
+// turn while the budget is spent. Past matchWait it gives up: ok is false
+// and retry says when the budget has room again. A refusal comes only after
+// the whole wait, so that a client that does not back off sends one such
+// check a second per connection, not as many as it can. The error is ctx's.
+func (g *Gate) awaitMatching(ctx context.Context, tenantID string, estimate time.Duration) (retry time.Duration, ok bool, err error) {
+	waitUntil := time.Now().Add(matchWait)
+	for {
+		wait := g.matching.reserve(tenantID, g.cfg.Now(), estimate)
+		if wait == 0 {
+			return 0, true, nil
+		}
+		last := false
+		if left := time.Until(waitUntil); wait >= left {
+			wait, last = max(left, 0), true
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return 0, false, ctx.Err()
+		}
+		if last {
+			return g.matching.reserve(tenantID, g.cfg.Now(), 0), false, nil
+		}
+	}
+}
