@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -23,11 +24,11 @@ func (d *Dashboard) createKey(c echo.Context, s *signedIn) error {
 	}
 	raw, k, err := tenant.NewKey(test)
 	if err != nil {
-		return err
+		return fmt.Errorf("new key of tenant %s: %w", id, err)
 	}
 	k.TenantID = id
 	if k, err = d.cfg.Tenants.CreateKey(ctx, k); err != nil {
-		return err
+		return fmt.Errorf("store new key of tenant %s: %w", id, err)
 	}
 	d.record(ctx, s, id, KindKeyCreated, map[string]any{"key_id": k.ID, "test": k.Test})
 	d.log.InfoContext(ctx, "key created", "tenant_id", id, "key_id", k.ID, "admin_id", s.admin.ID)
@@ -49,7 +50,7 @@ func (d *Dashboard) revokeKey(c echo.Context, s *signedIn) error {
 	id, keyID := c.Param("id"), c.Param("key")
 	keys, err := d.cfg.Tenants.Keys(ctx, id)
 	if err != nil {
-		return err
+		return fmt.Errorf("keys of tenant %s: %w", id, err)
 	}
 	found := false
 	for _, k := range keys {
@@ -60,7 +61,7 @@ func (d *Dashboard) revokeKey(c echo.Context, s *signedIn) error {
 	}
 	k, err := d.cfg.Tenants.RevokeKey(ctx, keyID)
 	if err != nil {
-		return err
+		return fmt.Errorf("revoke key %s of tenant %s: %w", keyID, id, err)
 	}
 	d.changed("key", k.Prefix)
 	d.record(ctx, s, id, KindKeyRevoked, map[string]any{"key_id": k.ID})

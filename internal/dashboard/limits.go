@@ -68,7 +68,7 @@ func (d *Dashboard) setLimits(c echo.Context, s *signedIn) error {
 	id := c.Param("id")
 	before, err := d.cfg.Tenants.Tenant(ctx, id)
 	if err != nil {
-		return err
+		return fmt.Errorf("limits of tenant %s: %w", id, err)
 	}
 	var l tenant.TenantLimits
 	var formErr error
@@ -100,7 +100,7 @@ func (d *Dashboard) setLimits(c echo.Context, s *signedIn) error {
 	}
 	after, err := d.cfg.Tenants.SetTenantLimits(ctx, id, l)
 	if err != nil {
-		return err
+		return fmt.Errorf("set limits of tenant %s: %w", id, err)
 	}
 	d.changed("tenant", id)
 	d.record(ctx, s, id, KindLimitsChanged, map[string]any{"before": limitsDetail(before), "after": limitsDetail(after)})

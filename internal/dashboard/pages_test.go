@@ -3,19 +3,24 @@ package dashboard_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/net/html"
 
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/dashboard"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -469,4 +474,51 @@ func TestFloodsReadAsOneRow(t *testing.T) {
 	if got := tp.text("alert-aggregate"); got != "7 more subjects, past the day's alert budget" {
 		t.Errorf("aggregate alert says %q", got)
 	}
+}
+
+// TestFailedPageSaysWhatFailed: a tenant's page whose traffic cannot be
+// read is a 500 that shows the operator nothing of the cause, and the log
+// line names the tenant and what could not be read.
+func TestFailedPageSaysWhatFailed(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	// The traffic store's pool is closed: a real store that fails.
+	closed, err := pgxpool.New(context.Background(), pgtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	e := newEnv(t, func(c *dashboard.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		c.Traffic = pgstore.NewTraffic(closed)
+	})
+	e.admin("ops@example.com")
+	tn, _ := e.tenantWith("Acme", tenant.PlanPro)
+	b := e.browser()
+	b.signIn("ops@example.com")
+	p := b.get("/admin/tenants/" + tn.ID).mustStatus(http.StatusInternalServerError)
+	if strings.Contains(p.body, "closed pool") {
+		t.Errorf("the page shows the cause:\n%s", p.body)
+	}
+	if want := "tenant " + tn.ID + ": checks per minute: "; !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs)
+	}
+}
+
+// syncBuffer is a log sink the server writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
+	"github.com/tollgate/tollgate/internal/usage"
 	"github.com/tollgate/tollgate/web"
 )
 
@@ -39,46 +40,94 @@ var flashes = map[string]string{
 	"linked":  "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
 }
 
-// tenantView builds a tenant's page.
-func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web.TenantView, error) {
-	t, err := d.cfg.Tenants.Tenant(ctx, id)
-	if err != nil {
-		return web.TenantView{}, err
+// tenantData is what a tenant's page shows, fetched in one place
+// (fetchTenant) so that a fetch that fails says which it was.
+type tenantData struct {
+	t      tenant.Tenant
+	eff    tenant.Plan // the effective plan
+	report usage.Report
+	// now is the page's instant (UTC); until the end of its minute, dayFrom
+	// 24 hours before, monthStart the first instant of its month.
+	now, until, dayFrom, monthStart time.Time
+	minutes                         []traffic.MinuteCount
+	days                            []traffic.DayCount
+	keys                            []tenant.Key
+	policies                        []policy.Policy
+	// overrides holds the overrides of each policy of scope subject.
+	overrides map[string][]policy.Override
+	// inFlight holds the leases in flight of concurrency policies, when the
+	// lease store answered.
+	inFlight   map[string]int64
+	lastChange []audit.Entry
+	// events are the tenant's latest Stripe events; nil without the
+	// webhook log.
+	events []billing.EventRecord
+}
+
+// fetchTenant reads everything a tenant's page shows. An error names the
+// tenant and what could not be read, and wraps the store's error
+// (tenant.ErrNotFound for an unknown tenant).
+func (d *Dashboard) fetchTenant(ctx context.Context, id string) (tenantData, error) {
+	var td tenantData
+	fail := func(what string, err error) (tenantData, error) {
+		return tenantData{}, fmt.Errorf("tenant %s: %s: %w", id, what, err)
 	}
-	now := d.now().UTC()
+	var err error
+	if td.t, err = d.cfg.Tenants.Tenant(ctx, id); err != nil {
+		return fail("tenant", err)
+	}
+	td.now = d.now().UTC()
+	td.until = td.now.Truncate(time.Minute).Add(time.Minute)
+	td.dayFrom = td.until.Add(-24 * time.Hour)
+	td.monthStart = monthStart(td.now)
 	plans, err := d.plansByName(ctx)
 	if err != nil {
-		return web.TenantView{}, err
+		return fail("plans", err)
 	}
-	eff := plans[tenant.EffectivePlanName(t.Plan, t.BillingStatus)]
-	report, err := d.cfg.Usage.Usage(ctx, t.ID, now)
-	if err != nil {
-		return web.TenantView{}, err
+	td.eff = plans[tenant.EffectivePlanName(td.t.Plan, td.t.BillingStatus)]
+	if td.report, err = d.cfg.Usage.Usage(ctx, td.t.ID, td.now); err != nil {
+		return fail("usage report", err)
 	}
-	until := now.Truncate(time.Minute).Add(time.Minute)
-	dayFrom := until.Add(-24 * time.Hour)
-	minutes, err := d.cfg.Traffic.Traffic(ctx, t.ID, dayFrom, until)
-	if err != nil {
-		return web.TenantView{}, err
+	if td.minutes, err = d.cfg.Traffic.Traffic(ctx, td.t.ID, td.dayFrom, td.until); err != nil {
+		return fail("checks per minute", err)
 	}
-	ms := monthStart(now)
-	days, err := d.cfg.Traffic.DailyChecks(ctx, t.ID, ms, until)
-	if err != nil {
-		return web.TenantView{}, err
+	if td.days, err = d.cfg.Traffic.DailyChecks(ctx, td.t.ID, td.monthStart, td.until); err != nil {
+		return fail("checks per day", err)
 	}
-	keys, err := d.cfg.Tenants.Keys(ctx, t.ID)
-	if err != nil {
-		return web.TenantView{}, err
+	if td.keys, err = d.cfg.Tenants.Keys(ctx, td.t.ID); err != nil {
+		return fail("keys", err)
 	}
-	pols, err := d.cfg.Policies.ListPolicies(ctx, t.ID)
-	if err != nil {
-		return web.TenantView{}, err
+	if td.policies, err = d.cfg.Policies.ListPolicies(ctx, td.t.ID); err != nil {
+		return fail("policies", err)
 	}
-	lastChange, err := d.cfg.Audit.List(ctx, audit.Filter{TenantID: t.ID, Kind: KindLimitsChanged, Limit: 1})
-	if err != nil {
-		return web.TenantView{}, err
+	td.overrides = map[string][]policy.Override{}
+	for _, p := range td.policies {
+		if p.Scope != policy.ScopeSubject {
+			continue
+		}
+		if td.overrides[p.Name], err = d.cfg.Policies.ListOverrides(ctx, td.t.ID, p.Name); err != nil {
+			return fail("overrides of policy "+p.Name, err)
+		}
 	}
+	td.inFlight = d.leasesInFlight(ctx, td.t.ID, td.policies)
+	if td.lastChange, err = d.cfg.Audit.List(ctx, audit.Filter{TenantID: td.t.ID, Kind: KindLimitsChanged, Limit: 1}); err != nil {
+		return fail("last change of its limits", err)
+	}
+	if d.cfg.Webhooks != nil {
+		if td.events, err = d.cfg.Webhooks.Events(ctx, billing.EventFilter{TenantID: td.t.ID, Limit: 10}); err != nil {
+			return fail("stripe events", err)
+		}
+	}
+	return td, nil
+}
 
+// tenantView builds a tenant's page.
+func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web.TenantView, error) {
+	td, err := d.fetchTenant(ctx, id)
+	if err != nil {
+		return web.TenantView{}, err
+	}
+	t, eff := td.t, td.eff
 	v := web.TenantView{
 		Chrome: d.chrome(s, t.Name, "tenants"),
 		ID:     t.ID, Name: t.Name, Created: when(t.CreatedAt),
@@ -87,7 +136,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 			Held: tenant.HeldToStarter(t), CustomerID: t.StripeCustomerID, SubscriptionID: cmp.Or(t.StripeSubscriptionID, "none"),
 			UpdatedAt: whenPtr(t.BillingUpdatedAt),
 		},
-		MonthUsage:      usageBar(report.ChecksUsed, eff.MonthlyChecks),
+		MonthUsage:      usageBar(td.report.ChecksUsed, eff.MonthlyChecks),
 		CreateKeyAction: "/admin/tenants/" + t.ID + "/keys",
 		AuditHref:       "/admin/audit?tenant=" + url.QueryEscape(t.ID),
 	}
@@ -95,20 +144,42 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 		v.Billing.CustomerURL = d.cfg.StripeDashboardURL + "/customers/" + url.PathEscape(t.StripeCustomerID)
 	}
 
-	series, totals := minuteSeries(minutes, dayFrom, 24*60)
+	series, totals := minuteSeries(td.minutes, td.dayFrom, 24*60)
 	v.Minutes = web.Chart{
 		ID: "chart-tenant-minutes", Title: "Checks per minute, last 24 hours", YUnit: "checks per minute", XLabel: "time (UTC)",
-		Kind: web.StackedArea, Slots: 24 * 60, Series: series, XTicks: clockTicks(dayFrom, 24*60, 3*time.Hour),
+		Kind: web.StackedArea, Slots: 24 * 60, Series: series, XTicks: clockTicks(td.dayFrom, 24*60, 3*time.Hour),
 		Summary: chartSummary(totals, "in the last 24 hours"),
 	}
-	if len(minutes) == 0 {
+	if len(td.minutes) == 0 {
 		v.Minutes.Empty = "No checks in the last 24 hours. The chart fills in as the tenant calls POST /v1/check with one of its keys."
 	}
-	v.Month = monthChart(days, ms, now, eff.MonthlyChecks)
-	v.Refusals = refusalBars("refusals-tenant", "Refused requests by layer", "refused requests", report.Refusals,
+	v.Month = monthChart(td.days, td.monthStart, td.now, eff.MonthlyChecks)
+	v.Refusals = refusalBars("refusals-tenant", "Refused requests by layer", "refused requests", td.report.Refusals,
 		"No refusals this month.")
 	v.Refusals.Width = 1000
 
+	v.Keys = keyRows(t.ID, td.keys)
+	v.Limits = limitsForm(t, eff)
+	if len(td.lastChange) > 0 {
+		v.Limits.LastChange = fmt.Sprintf("Last changed by %s at %s.", td.lastChange[0].Actor, when(td.lastChange[0].At))
+	}
+	v.Policies = policyRows(td)
+	v.Alerts = alertRows(td.report.Alerts)
+
+	if d.cfg.Webhooks == nil {
+		v.EventsNote = webhooksUnavailable
+	} else {
+		for _, e := range td.events {
+			v.Events = append(v.Events, webhookRow(e))
+		}
+		v.EventsNote = "No Stripe events for this tenant yet. They arrive once the tenant checks out (POST /v1/billing/checkout) and Stripe calls POST /webhooks/stripe."
+	}
+	return v, nil
+}
+
+// keyRows shows a tenant's keys, each as far as it may be shown.
+func keyRows(tenantID string, keys []tenant.Key) []web.KeyRow {
+	var rows []web.KeyRow
 	for _, k := range keys {
 		mode := "live"
 		if k.Test {
@@ -117,28 +188,28 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 		row := web.KeyRow{
 			ID: k.ID, Display: "tg_" + mode + "_" + k.Prefix + "_…", Mode: mode,
 			Created: when(k.CreatedAt), LastUsed: whenPtr(k.LastUsedAt), Active: k.RevokedAt == nil,
-			RevokeAction: "/admin/tenants/" + t.ID + "/keys/" + url.PathEscape(k.ID) + "/revoke",
+			RevokeAction: "/admin/tenants/" + tenantID + "/keys/" + url.PathEscape(k.ID) + "/revoke",
 		}
 		if k.RevokedAt != nil {
 			row.Revoked = when(*k.RevokedAt)
 		}
-		v.Keys = append(v.Keys, row)
+		rows = append(rows, row)
 	}
+	return rows
+}
 
-	v.Limits = limitsForm(t, eff)
-	if len(lastChange) > 0 {
-		v.Limits.LastChange = fmt.Sprintf("Last changed by %s at %s.", lastChange[0].Actor, when(lastChange[0].At))
-	}
-
-	inFlight := d.leasesInFlight(ctx, t.ID, pols)
-	for _, p := range pols {
+// policyRows shows a tenant's policies with their overrides and, for
+// concurrency policies, the leases in flight.
+func policyRows(td tenantData) []web.PolicyRow {
+	var rows []web.PolicyRow
+	for _, p := range td.policies {
 		row := web.PolicyRow{
 			Name: p.Name, Limit: count(p.Limit), Window: policy.FormatWindow(p.Window), Algorithm: p.Algorithm.String(),
 			Scope: string(p.Scope), FailMode: string(p.FailMode), Shadow: p.Shadow, AlertAfter: "never",
 		}
 		if p.Algorithm == limit.Concurrency {
 			row.Concurrency, row.Window, row.InFlight = true, "none", "in flight: unavailable"
-			if n, ok := inFlight[p.Name]; ok {
+			if n, ok := td.inFlight[p.Name]; ok {
 				row.InFlight = count(n) + " in flight across subjects"
 				if p.Scope == policy.ScopeGlobal {
 					row.InFlight = count(n) + " of " + count(p.Limit) + " in flight"
@@ -150,23 +221,23 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 		if p.AlertAfter > 0 {
 			row.AlertAfter = count(p.AlertAfter)
 		}
-		if p.Scope == policy.ScopeSubject {
-			os, err := d.cfg.Policies.ListOverrides(ctx, t.ID, p.Name)
-			if err != nil {
-				return web.TenantView{}, err
+		for _, o := range td.overrides[p.Name] {
+			exp := "no expiry"
+			if o.ExpiresAt != nil {
+				exp = "until " + when(*o.ExpiresAt)
 			}
-			for _, o := range os {
-				exp := "no expiry"
-				if o.ExpiresAt != nil {
-					exp = "until " + when(*o.ExpiresAt)
-				}
-				row.Overrides = append(row.Overrides, web.OverrideRow{Pattern: o.Pattern, Limit: count(o.Limit), Expires: exp})
-			}
+			row.Overrides = append(row.Overrides, web.OverrideRow{Pattern: o.Pattern, Limit: count(o.Limit), Expires: exp})
 		}
-		v.Policies = append(v.Policies, row)
+		rows = append(rows, row)
 	}
+	return rows
+}
 
-	for _, a := range report.Alerts {
+// alertRows shows a tenant's alerts; an aggregate alert counts the subjects
+// past the day's alert budget.
+func alertRows(alerts []audit.Alert) []web.AlertRow {
+	var rows []web.AlertRow
+	for _, a := range alerts {
 		row := web.AlertRow{
 			Policy: a.Policy, Subject: shortDigest(a.SubjectKey), Count: count(a.Count), AlertAfter: count(a.AlertAfter),
 			First: when(a.FirstAt), Last: when(a.LastAt), Shadow: a.Shadow,
@@ -175,22 +246,9 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 			row.Aggregate = true
 			row.Subject = count(a.Subjects) + " more subjects, past the day's alert budget"
 		}
-		v.Alerts = append(v.Alerts, row)
+		rows = append(rows, row)
 	}
-
-	if d.cfg.Webhooks == nil {
-		v.EventsNote = webhooksUnavailable
-	} else {
-		evs, err := d.cfg.Webhooks.Events(ctx, billing.EventFilter{TenantID: t.ID, Limit: 10})
-		if err != nil {
-			return web.TenantView{}, err
-		}
-		for _, e := range evs {
-			v.Events = append(v.Events, webhookRow(e))
-		}
-		v.EventsNote = "No Stripe events for this tenant yet. They arrive once the tenant checks out (POST /v1/billing/checkout) and Stripe calls POST /webhooks/stripe."
-	}
-	return v, nil
+	return rows
 }
 
 // shortDigest shortens a counter-key digest for display; the whole key is

@@ -38,7 +38,7 @@ func monthStart(now time.Time) time.Time {
 func (d *Dashboard) plansByName(ctx context.Context) (map[string]tenant.Plan, error) {
 	ps, err := d.cfg.Tenants.Plans(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("plans: %w", err)
 	}
 	m := make(map[string]tenant.Plan, len(ps))
 	for _, p := range ps {
@@ -64,11 +64,11 @@ func (d *Dashboard) tenants(c echo.Context, s *signedIn) error {
 		Query: q, MonthStart: monthStart(now), Offset: (page - 1) * tenantsPerPage, Limit: tenantsPerPage,
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("tenant list, page %d: %w", page, err)
 	}
 	plans, err := d.plansByName(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("tenant list: %w", err)
 	}
 	v := web.TenantsView{Chrome: d.chrome(s, "Tenants", "tenants"), Query: q, Page: page}
 	v.Pages = max((total+tenantsPerPage-1)/tenantsPerPage, 1)
