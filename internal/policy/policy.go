@@ -4,8 +4,8 @@
 // each tenant's policies (Catalog) in front of the Loader, and the Service
 // that changes them through the Store; pgstore implements both.
 //
-// policy imports internal/limit and the standard library only: no driver, no
-// HTTP framework.
+// policy imports internal/limit, internal/cache and the standard library
+// only: no driver, no HTTP framework.
 package policy
 
 import (

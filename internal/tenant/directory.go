@@ -11,7 +11,13 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/batch"
+	"github.com/tollgate/tollgate/internal/cache"
 )
+
+// storeTimeout bounds one call of the store: a load (which runs detached
+// from the callers that wait for it, as package cache says) or the last
+// write of the keys' last use.
+const storeTimeout = cache.DefaultTimeout
 
 // DirectoryConfig configures a Directory. Only Store is required; a zero
 // field takes the default written next to it.
@@ -43,9 +49,9 @@ type Directory struct {
 	now        func() time.Time
 	flushEvery time.Duration
 
-	keys    *cache[Key]    // by prefix
-	tenants *cache[Tenant] // by ID
-	plans   *cache[[]Plan] // one entry, ""
+	keys    *cache.Cache[Key]    // by prefix
+	tenants *cache.Cache[Tenant] // by ID
+	plans   *cache.Cache[[]Plan] // one entry, ""
 	// maxIP is the last MaxIPPerMinute computed, for when the store fails.
 	maxIP atomic.Int64
 
@@ -80,11 +86,17 @@ func NewDirectory(cfg DirectoryConfig) *Directory {
 		log:        cfg.Logger,
 		now:        cfg.Now,
 		flushEvery: cfg.FlushEvery,
-		keys:       newCache(s.KeyByPrefix, cfg.Now, cfg.TTL, cfg.MissTTL, cfg.MaxMisses),
-		tenants:    newCache(s.Tenant, cfg.Now, cfg.TTL, 0, 0),
-		plans: newCache(func(ctx context.Context, _ string) ([]Plan, error) {
-			return s.Plans(ctx)
-		}, cfg.Now, cfg.TTL, 0, 0),
+		keys: cache.New(cache.Config[Key]{
+			Load: s.KeyByPrefix, TTL: cfg.TTL, Timeout: storeTimeout, Now: cfg.Now,
+			// An unknown prefix is asked for again and again by whoever
+			// guesses keys: the answer is remembered, briefly.
+			Miss: func(err error) bool { return errors.Is(err, ErrNotFound) }, MissTTL: cfg.MissTTL, MaxMisses: cfg.MaxMisses,
+		}),
+		tenants: cache.New(cache.Config[Tenant]{Load: s.Tenant, TTL: cfg.TTL, Timeout: storeTimeout, Now: cfg.Now}),
+		plans: cache.New(cache.Config[[]Plan]{
+			Load: func(ctx context.Context, _ string) ([]Plan, error) { return s.Plans(ctx) },
+			TTL:  cfg.TTL, Timeout: storeTimeout, Now: cfg.Now,
+		}),
 		used: map[string]time.Time{},
 	}
 }
@@ -99,7 +111,7 @@ func (d *Directory) Authenticate(ctx context.Context, bearer string) (Key, Tenan
 	if !ok {
 		return Key{}, Tenant{}, ErrUnauthorized
 	}
-	k, err := d.keys.get(ctx, prefix)
+	k, err := d.keys.Get(ctx, prefix)
 	if errors.Is(err, ErrNotFound) {
 		return Key{}, Tenant{}, ErrUnauthorized
 	}
@@ -109,7 +121,7 @@ func (d *Directory) Authenticate(ctx context.Context, bearer string) (Key, Tenan
 	if !k.matches(bearer) || k.Test != test || k.RevokedAt != nil {
 		return Key{}, Tenant{}, ErrUnauthorized
 	}
-	t, err := d.tenants.get(ctx, k.TenantID)
+	t, err := d.tenants.Get(ctx, k.TenantID)
 	if errors.Is(err, ErrNotFound) {
 		// Deleted since the key was cached: its keys went with it.
 		return Key{}, Tenant{}, ErrUnauthorized
@@ -126,7 +138,7 @@ func (d *Directory) Authenticate(ctx context.Context, bearer string) (Key, Tenan
 
 // Tenant returns the tenant with id; ErrNotFound when there is none.
 func (d *Directory) Tenant(ctx context.Context, id string) (Tenant, error) {
-	t, err := d.tenants.get(ctx, id)
+	t, err := d.tenants.Get(ctx, id)
 	if err != nil {
 		return Tenant{}, fmt.Errorf("tenant %s: %w", id, err)
 	}
@@ -135,7 +147,7 @@ func (d *Directory) Tenant(ctx context.Context, id string) (Tenant, error) {
 
 // Plans returns every plan, smallest first, in a slice the caller may keep.
 func (d *Directory) Plans(ctx context.Context) ([]Plan, error) {
-	ps, err := d.plans.get(ctx, "")
+	ps, err := d.plans.Get(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("plans: %w", err)
 	}
@@ -145,7 +157,7 @@ func (d *Directory) Plans(ctx context.Context) ([]Plan, error) {
 // Plan returns the plan named name; ErrNotFound when there is none. Pass
 // EffectivePlanName's answer to get the limits that apply to a tenant.
 func (d *Directory) Plan(ctx context.Context, name string) (Plan, error) {
-	ps, err := d.plans.get(ctx, "")
+	ps, err := d.plans.Get(ctx, "")
 	if err != nil {
 		return Plan{}, fmt.Errorf("plan %s: %w", name, err)
 	}
@@ -162,7 +174,7 @@ func (d *Directory) Plan(ctx context.Context, name string) (Plan, error) {
 // returns the last value it found, or DefaultIPPerMinute if it never found
 // one.
 func (d *Directory) MaxIPPerMinute(ctx context.Context) int64 {
-	ps, err := d.plans.get(ctx, "")
+	ps, err := d.plans.Get(ctx, "")
 	if err != nil {
 		if v := d.maxIP.Load(); v > 0 {
 			return v
@@ -187,20 +199,20 @@ func (d *Directory) MaxIPPerMinute(ctx context.Context) int64 {
 func (d *Directory) Invalidate(kind, id string) {
 	switch kind {
 	case "tenant":
-		d.tenants.drop(id)
+		d.tenants.Drop(id)
 	case "key":
-		d.keys.drop(id)
+		d.keys.Drop(id)
 	case "plan":
-		d.plans.dropAll()
+		d.plans.DropAll()
 	}
 }
 
 // InvalidateAll drops everything: for when change notifications may have
 // been missed (a listener that reconnected).
 func (d *Directory) InvalidateAll() {
-	d.keys.dropAll()
-	d.tenants.dropAll()
-	d.plans.dropAll()
+	d.keys.DropAll()
+	d.tenants.DropAll()
+	d.plans.DropAll()
 }
 
 // Run writes the keys' last use every FlushEvery, all keys in one store
@@ -209,11 +221,11 @@ func (d *Directory) InvalidateAll() {
 // is logged and tried again at the next tick. Run it once per Directory.
 func (d *Directory) Run(ctx context.Context) error {
 	return batch.Loop{
-		What: "api key last uses", Every: d.flushEvery, Timeout: loadTimeout, Flush: d.flush,
+		What: "api key last uses", Every: d.flushEvery, Timeout: storeTimeout, Flush: d.flush,
 		Tick: func() {
-			d.keys.sweep()
-			d.tenants.sweep()
-			d.plans.sweep()
+			d.keys.Sweep()
+			d.tenants.Sweep()
+			d.plans.Sweep()
 		},
 		Log: d.log,
 	}.Run(ctx)
