@@ -17,7 +17,6 @@ import (
 
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/gate"
-	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
 
@@ -52,10 +51,10 @@ func decodeJSON(c echo.Context, limitBytes int64, v any) error {
 func readBounded(c echo.Context, limitBytes int64) ([]byte, error) {
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, limitBytes+1))
 	if err != nil {
-		return nil, &policy.FieldError{Field: "body", Reason: "could not be read"}
+		return nil, &badRequest{field: "body", reason: "could not be read"}
 	}
 	if int64(len(body)) > limitBytes {
-		return nil, &policy.FieldError{Field: "body", Reason: fmt.Sprintf("larger than %d bytes", limitBytes)}
+		return nil, &badRequest{field: "body", reason: fmt.Sprintf("larger than %d bytes", limitBytes)}
 	}
 	return body, nil
 }
@@ -68,12 +67,12 @@ func unmarshalStrict(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return &policy.FieldError{Field: te.Field, Reason: "has the wrong type, want " + te.Type.String()}
+			return &badRequest{field: te.Field, reason: "has the wrong type, want " + te.Type.String()}
 		}
-		return &policy.FieldError{Field: "body", Reason: "not valid JSON: " + err.Error()}
+		return &badRequest{field: "body", reason: "not valid JSON: " + err.Error()}
 	}
 	if dec.More() {
-		return &policy.FieldError{Field: "body", Reason: "trailing data after the JSON object"}
+		return &badRequest{field: "body", reason: "trailing data after the JSON object"}
 	}
 	return nil
 }
@@ -135,14 +134,14 @@ func parseCheck(c echo.Context) (*gate.Check, error) {
 	case "peek":
 		chk.Mode = counter.Peek
 	default:
-		return nil, &policy.FieldError{Field: "mode", Reason: `want "consume" or "peek"`}
+		return nil, &badRequest{field: "mode", reason: `want "consume" or "peek"`}
 	}
 	chk.Items = make([]gate.Item, len(fast.items))
 	for i, it := range fast.items {
 		chk.Items[i] = gate.Item{Policy: it.policy, Subject: it.subject, Cost: 1}
 		if it.hasCost {
 			if it.cost < 1 {
-				return nil, &policy.FieldError{Field: fmt.Sprintf("items[%d].cost", i), Reason: "must be at least 1"}
+				return nil, &badRequest{field: fmt.Sprintf("items[%d].cost", i), reason: "must be at least 1"}
 			}
 			chk.Items[i].Cost = it.cost
 		}

@@ -9,7 +9,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/gate"
-	"github.com/tollgate/tollgate/internal/policy"
 )
 
 // LeaseGate is what the lease and reset routes call besides Admit: a
@@ -88,7 +87,7 @@ func parseTTL(s *string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(*s)
 	if err != nil || d < gate.MinLeaseTTL || d > gate.MaxLeaseTTL {
-		return 0, &policy.FieldError{Field: "ttl", Reason: fmt.Sprintf(`must be a duration from %q to %q, such as "30s" or "5m"`, gate.MinLeaseTTL.String(), gate.MaxLeaseTTL.String())}
+		return 0, &badRequest{field: "ttl", reason: fmt.Sprintf(`must be a duration from %q to %q, such as "30s" or "5m"`, gate.MinLeaseTTL.String(), gate.MaxLeaseTTL.String())}
 	}
 	return d, nil
 }
@@ -101,10 +100,10 @@ func parseLease(c echo.Context) (*gate.Lease, error) {
 		return nil, err
 	}
 	if b.Policy == "" {
-		return nil, &policy.FieldError{Field: "policy", Reason: "is required"}
+		return nil, &badRequest{field: "policy", reason: "is required"}
 	}
 	if len(b.Subject) > gate.MaxSubjectLen {
-		return nil, &policy.FieldError{Field: "subject", Reason: fmt.Sprintf("at most %d bytes", gate.MaxSubjectLen)}
+		return nil, &badRequest{field: "subject", reason: fmt.Sprintf("at most %d bytes", gate.MaxSubjectLen)}
 	}
 	ttl, err := parseTTL(b.TTL)
 	if err != nil {

@@ -190,7 +190,7 @@ func pathParam(c echo.Context, name string) (string, error) {
 	if err != nil {
 		// net/http refuses such a path before Echo sees it; kept so that a
 		// parameter is never used half-decoded.
-		return "", &policy.FieldError{Field: name, Reason: "is not a valid path-escaped string"}
+		return "", &badRequest{field: name, reason: "is not a valid path-escaped string"}
 	}
 	return u, nil
 }
@@ -200,7 +200,7 @@ func pathParam(c echo.Context, name string) (string, error) {
 func readBody(c echo.Context) ([]byte, error) {
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, policy.MaxBody+1))
 	if err != nil {
-		return nil, &policy.FieldError{Reason: "the request body could not be read"}
+		return nil, &badRequest{reason: "the request body could not be read"}
 	}
 	return body, nil
 }

@@ -35,6 +35,8 @@ var problemKinds = []problemKind{
 	{policy.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	{policy.ErrNotFound, http.StatusNotFound, "not-found", "Not found"},
 	{policy.ErrConflict, http.StatusConflict, "conflict", "Conflict"},
+	// The HTTP layer's own reading of a request (badRequest).
+	{errBadRequest, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	// Leases (leases.go).
 	{counter.ErrNoLease, http.StatusNotFound, "lease-not-found", "No such lease: it was released, it expired, or it never was"},
 	{counter.ErrUnavailable, http.StatusServiceUnavailable, "store-unavailable", "The counter store is unavailable; retry"},
@@ -44,6 +46,37 @@ var problemKinds = []problemKind{
 	{billing.ErrNoCustomer, http.StatusConflict, "no-billing-account", "No billing account yet: buy a plan with POST /v1/billing/checkout"},
 	{billing.ErrProvider, http.StatusBadGateway, "payment-provider-error", "The payment provider failed; try again"},
 }
+
+// clientError is an error whose words were chosen for the client that
+// caused it, where the fault was found: the field at fault (empty for the
+// request as a whole) and the reason. The domain's errors implement it
+// (policy.FieldError, policy.NotFoundError, tenant.FieldError), and so does
+// badRequest, the HTTP layer's own.
+type clientError interface {
+	error
+	ClientFault() (field, reason string)
+}
+
+// errBadRequest is what every badRequest wraps.
+var errBadRequest = errors.New("bad request")
+
+// badRequest is a request the HTTP layer cannot read (a body that is not
+// JSON, a path parameter that is not escaped): the field at fault, or none
+// for the body as a whole, and why, in words for the client.
+type badRequest struct{ field, reason string }
+
+func (e *badRequest) Error() string {
+	if e.field == "" {
+		return e.reason
+	}
+	return e.field + ": " + e.reason
+}
+
+// Unwrap returns errBadRequest.
+func (e *badRequest) Unwrap() error { return errBadRequest }
+
+// ClientFault implements clientError.
+func (e *badRequest) ClientFault() (field, reason string) { return e.field, e.reason }
 
 // internalProblem is all a client learns of a fault of ours.
 var internalProblem = problem{Problem: Problem{
@@ -63,26 +96,17 @@ type problem struct {
 // table (or Echo, for routing and its own 4xx) accounts for; when it is not,
 // the problem is internalProblem and the caller logs err.
 //
-// Only text chosen for clients reaches them: a *policy.FieldError's or
-// *tenant.FieldError's reason and field, a *policy.NotFoundError's message,
-// an echo.HTTPError's 4xx message. Wrapping clauses added on the way up are
-// never shown.
+// Only text chosen for clients reaches them: a clientError's field and
+// reason, an echo.HTTPError's 4xx message. Wrapping clauses added on the way
+// up are never shown.
 func problemFor(err error) (problem, bool) {
 	for _, k := range problemKinds {
 		if !errors.Is(err, k.sentinel) {
 			continue
 		}
 		p := problem{Problem: Problem{Type: problemBase + k.slug, Title: k.title, Status: k.status}}
-		var fe *policy.FieldError
-		var tfe *tenant.FieldError
-		var nf *policy.NotFoundError
-		switch {
-		case errors.As(err, &fe):
-			p.Detail, p.Field = fe.Reason, fe.Field
-		case errors.As(err, &tfe):
-			p.Detail, p.Field = tfe.Reason, tfe.Field
-		case errors.As(err, &nf):
-			p.Detail = nf.Error()
+		if ce, ok := errors.AsType[clientError](err); ok {
+			p.Field, p.Detail = ce.ClientFault()
 		}
 		return p, true
 	}

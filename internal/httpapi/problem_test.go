@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
 )
 
 func TestProblemFor(t *testing.T) {
@@ -25,6 +26,12 @@ func TestProblemFor(t *testing.T) {
 		{"field error of the whole body",
 			&policy.FieldError{Reason: "body must be a JSON object"},
 			problem{Problem{problemBase + "invalid-request", "Invalid request", 400, "body must be a JSON object"}, ""}, true},
+		{"a tenant's field error",
+			fmt.Errorf("checkout: %w", &tenant.FieldError{Field: "plan", Reason: "is required"}),
+			problem{Problem{problemBase + "invalid-request", "Invalid request", 400, "is required"}, "plan"}, true},
+		{"the HTTP layer's own",
+			fmt.Errorf("decode: %w", &badRequest{field: "mode", reason: `want "consume" or "peek"`}),
+			problem{Problem{problemBase + "invalid-request", "Invalid request", 400, `want "consume" or "peek"`}, "mode"}, true},
 		{"a bare ErrInvalid says no more than its status",
 			fmt.Errorf("secret detail: %w", policy.ErrInvalid),
 			problem{Problem: Problem{problemBase + "invalid-request", "Invalid request", 400, ""}}, true},

@@ -54,6 +54,10 @@ func (e *FieldError) Error() string {
 // Unwrap returns ErrInvalid.
 func (e *FieldError) Unwrap() error { return ErrInvalid }
 
+// ClientFault returns the field at fault and the reason, the words meant
+// for the client (the one client-safe error shape: httpapi shows them).
+func (e *FieldError) ClientFault() (field, reason string) { return e.Field, e.Reason }
+
 // NotFoundError names the policy or override that does not exist, in words
 // safe to show to the client that asked for it. It unwraps to ErrNotFound.
 type NotFoundError struct {
@@ -71,6 +75,10 @@ func (e *NotFoundError) Error() string {
 
 // Unwrap returns ErrNotFound.
 func (e *NotFoundError) Unwrap() error { return ErrNotFound }
+
+// ClientFault returns no field and the error's text, which names only what
+// the client asked for.
+func (e *NotFoundError) ClientFault() (field, reason string) { return "", e.Error() }
 
 // Bounds on what a tenant may store, so that every input and every cached
 // Set stays bounded.

@@ -129,6 +129,11 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 // Unwrap makes errors.Is(err, ErrInvalid) hold.
 func (e *FieldError) Unwrap() error { return ErrInvalid }
 
+// ClientFault returns the field at fault and the reason, the words meant
+// for whoever sent the input (the one client-safe error shape: httpapi
+// shows them).
+func (e *FieldError) ClientFault() (field, reason string) { return e.Field, e.Reason }
+
 // MaxNameLen is the longest tenant name, in characters.
 const MaxNameLen = 200
 
