@@ -2,11 +2,8 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/admin"
@@ -33,7 +30,7 @@ func NewAdmins(pool *pgxpool.Pool) *Admins {
 func (s *Admins) CreateAdmin(ctx context.Context, email, passwordHash string) (admin.Admin, error) {
 	row, err := s.q.CreateAdmin(ctx, sqlcgen.CreateAdminParams{Email: email, PasswordHash: passwordHash})
 	if err != nil {
-		return admin.Admin{}, fmt.Errorf("create admin: %w", adminErr(err))
+		return admin.Admin{}, fmt.Errorf("create admin: %w", dbErr(err, adminErrors))
 	}
 	return adminOf(row), nil
 }
@@ -42,7 +39,7 @@ func (s *Admins) CreateAdmin(ctx context.Context, email, passwordHash string) (a
 func (s *Admins) AdminByEmail(ctx context.Context, email string) (admin.Admin, error) {
 	row, err := s.q.AdminByEmail(ctx, email)
 	if err != nil {
-		return admin.Admin{}, fmt.Errorf("admin: %w", adminErr(err))
+		return admin.Admin{}, fmt.Errorf("admin: %w", dbErr(err, adminErrors))
 	}
 	return adminOf(row), nil
 }
@@ -53,49 +50,24 @@ func (s *Admins) AdminByEmail(ctx context.Context, email string) (admin.Admin, e
 func (s *Admins) SetPassword(ctx context.Context, email, passwordHash string) (admin.Admin, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return admin.Admin{}, fmt.Errorf("set admin password: %w", adminErr(err))
+		return admin.Admin{}, fmt.Errorf("set admin password: %w", dbErr(err, adminErrors))
 	}
 	defer tx.Rollback(ctx)
 	q := s.q.WithTx(tx)
 	row, err := q.SetAdminPassword(ctx, sqlcgen.SetAdminPasswordParams{Email: email, PasswordHash: passwordHash})
 	if err != nil {
-		return admin.Admin{}, fmt.Errorf("set admin password: %w", adminErr(err))
+		return admin.Admin{}, fmt.Errorf("set admin password: %w", dbErr(err, adminErrors))
 	}
 	if _, err := q.DeleteAdminSessions(ctx, row.ID); err != nil {
-		return admin.Admin{}, fmt.Errorf("set admin password: end sessions: %w", adminErr(err))
+		return admin.Admin{}, fmt.Errorf("set admin password: end sessions: %w", dbErr(err, adminErrors))
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return admin.Admin{}, fmt.Errorf("set admin password: %w", adminErr(err))
+		return admin.Admin{}, fmt.Errorf("set admin password: %w", dbErr(err, adminErrors))
 	}
 	return adminOf(row), nil
 }
 
 // adminOf turns a row into an admin.Admin.
 func adminOf(r sqlcgen.Admin) admin.Admin {
-	return admin.Admin{ID: r.ID.String(), Email: r.Email, PasswordHash: r.PasswordHash, CreatedAt: r.CreatedAt.Time}
-}
-
-// adminErr turns a pgx error into the admin package's sentinels: no rows
-// is ErrNotFound, a unique violation ErrConflict, a check violation
-// ErrInvalid. Anything else keeps its text but not its pgx type; ctx's
-// errors stay errors.Is-able.
-func adminErr(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return admin.ErrNotFound
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case "23505": // unique_violation
-			return fmt.Errorf("email: %w", admin.ErrConflict)
-		case "23514", "22001": // check, string too long
-			return fmt.Errorf("%s: %w", pe.ConstraintName, admin.ErrInvalid)
-		}
-	}
-	for _, c := range []error{context.Canceled, context.DeadlineExceeded} {
-		if errors.Is(err, c) {
-			return fmt.Errorf("%w: %v", c, err)
-		}
-	}
-	return fmt.Errorf("%v", err)
+	return admin.Admin{ID: r.ID.String(), Email: r.Email, PasswordHash: r.PasswordHash, CreatedAt: timeOf(r.CreatedAt)}
 }

@@ -17,7 +17,7 @@ import (
 
 // CountRefusals implements audit.Store in one statement.
 func (s *Audit) CountRefusals(ctx context.Context, batchID string, cs []audit.RefusalCount) error {
-	id, ok := auditUUID(batchID)
+	id, ok := uuidOf(batchID)
 	if !ok {
 		return fmt.Errorf("count refusals: batch id %q is not a UUID", batchID)
 	}
@@ -30,7 +30,7 @@ func (s *Audit) CountRefusals(ctx context.Context, batchID string, cs []audit.Re
 		Refusals:    make([]int64, 0, len(cs)),
 	}
 	for _, c := range cs {
-		id, ok := auditUUID(c.TenantID)
+		id, ok := uuidOf(c.TenantID)
 		if !ok || c.Count <= 0 {
 			continue
 		}
@@ -41,7 +41,7 @@ func (s *Audit) CountRefusals(ctx context.Context, batchID string, cs []audit.Re
 		p.Refusals = append(p.Refusals, c.Count)
 	}
 	if err := s.q.CountRefusals(ctx, p); err != nil {
-		return auditErr(err)
+		return dbErr(err, auditErrors)
 	}
 	return nil
 }
@@ -70,7 +70,7 @@ func (s *Audit) RaiseAlerts(ctx context.Context, budget int, cs []audit.AlertChe
 	}
 	days := map[dayKey]time.Time{}
 	for _, c := range cs {
-		id, ok := auditUUID(c.TenantID)
+		id, ok := uuidOf(c.TenantID)
 		if !ok || c.AlertAfter <= 0 || c.Key == audit.AggregateSubject {
 			continue
 		}
@@ -98,13 +98,13 @@ func (s *Audit) RaiseAlerts(ctx context.Context, budget int, cs []audit.AlertChe
 
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return 0, auditErr(err)
+		return 0, dbErr(err, auditErrors)
 	}
 	defer tx.Rollback(ctx)
 	q := s.q.WithTx(tx)
 	locked, err := q.LockAlertDays(ctx, lock)
 	if err != nil {
-		return 0, auditErr(err)
+		return 0, dbErr(err, auditErrors)
 	}
 	for _, l := range locked {
 		p.RoomTenantIds = append(p.RoomTenantIds, l.TenantID)
@@ -113,10 +113,10 @@ func (s *Audit) RaiseAlerts(ctx context.Context, budget int, cs []audit.AlertChe
 	}
 	n, err := q.RaiseAlerts(ctx, p)
 	if err != nil {
-		return 0, auditErr(err)
+		return 0, dbErr(err, auditErrors)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, auditErr(err)
+		return 0, dbErr(err, auditErrors)
 	}
 	return n, nil
 }
@@ -124,7 +124,7 @@ func (s *Audit) RaiseAlerts(ctx context.Context, budget int, cs []audit.AlertChe
 // ListAlerts implements audit.Store. A tenant id that is not a UUID has no
 // alerts.
 func (s *Audit) ListAlerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]audit.Alert, error) {
-	id, ok := auditUUID(tenantID)
+	id, ok := uuidOf(tenantID)
 	if !ok {
 		return nil, nil
 	}
@@ -134,7 +134,7 @@ func (s *Audit) ListAlerts(ctx context.Context, tenantID string, since time.Time
 		MaxRows:  int32(min(limit, 1<<30)),
 	})
 	if err != nil {
-		return nil, auditErr(err)
+		return nil, dbErr(err, auditErrors)
 	}
 	out := make([]audit.Alert, len(rows))
 	for i, r := range rows {
@@ -143,8 +143,8 @@ func (s *Audit) ListAlerts(ctx context.Context, tenantID string, since time.Time
 			SubjectKey: r.SubjectKey,
 			Count:      r.Count,
 			AlertAfter: r.AlertAfter,
-			FirstAt:    r.FirstAt.Time.UTC(),
-			LastAt:     r.LastAt.Time.UTC(),
+			FirstAt:    timeOf(r.FirstAt),
+			LastAt:     timeOf(r.LastAt),
 			Shadow:     r.Shadow,
 			Subjects:   r.Subjects,
 		}
@@ -162,7 +162,7 @@ func (s *Audit) PruneAlerts(ctx context.Context, before time.Time) (int64, error
 		})
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("alerts: %w", auditErr(err))
+			return total, fmt.Errorf("alerts: %w", dbErr(err, auditErrors))
 		}
 		if n < pruneBatch {
 			return total, nil

@@ -5,13 +5,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -53,7 +51,7 @@ func (s *Audit) InsertAudit(ctx context.Context, e audit.Entry) (audit.Entry, er
 		p.At = pgtype.Timestamptz{Time: e.At, Valid: true}
 	}
 	if e.TenantID != "" {
-		id, ok := auditUUID(e.TenantID)
+		id, ok := uuidOf(e.TenantID)
 		if !ok {
 			return audit.Entry{}, fmt.Errorf("tenant %q: %w", e.TenantID, audit.ErrInvalid)
 		}
@@ -61,9 +59,9 @@ func (s *Audit) InsertAudit(ctx context.Context, e audit.Entry) (audit.Entry, er
 	}
 	row, err := s.q.InsertAudit(ctx, p)
 	if err != nil {
-		return audit.Entry{}, auditErr(err)
+		return audit.Entry{}, dbErr(err, auditErrors)
 	}
-	e.ID, e.At = row.ID, row.At.Time
+	e.ID, e.At = row.ID, timeOf(row.At)
 	return e, nil
 }
 
@@ -72,7 +70,7 @@ func (s *Audit) InsertAudit(ctx context.Context, e audit.Entry) (audit.Entry, er
 func (s *Audit) ListAudit(ctx context.Context, f audit.Filter) ([]audit.Entry, error) {
 	p := sqlcgen.ListAuditParams{Kind: f.Kind, BeforeID: f.Before, MaxRows: int32(f.Limit)}
 	if f.TenantID != "" {
-		id, ok := auditUUID(f.TenantID)
+		id, ok := uuidOf(f.TenantID)
 		if !ok {
 			return nil, nil
 		}
@@ -80,7 +78,7 @@ func (s *Audit) ListAudit(ctx context.Context, f audit.Filter) ([]audit.Entry, e
 	}
 	rows, err := s.q.ListAudit(ctx, p)
 	if err != nil {
-		return nil, auditErr(err)
+		return nil, dbErr(err, auditErrors)
 	}
 	out := make([]audit.Entry, 0, len(rows))
 	for _, r := range rows {
@@ -108,7 +106,7 @@ func minuteOf(t time.Time) time.Time { return t.UTC().Truncate(time.Minute) }
 // sql/audit.sql), then add the rest and b.Overflow to each minute's flood
 // entry, making it when the minute has none.
 func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBatch) (int64, error) {
-	batchID, ok := auditUUID(b.ID)
+	batchID, ok := uuidOf(b.ID)
 	if !ok {
 		return 0, fmt.Errorf("record first refusals: batch id %q is not a UUID", b.ID)
 	}
@@ -129,7 +127,7 @@ func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBat
 	pasts := map[minuteKey]past{}
 	minutes := map[minuteKey]time.Time{}
 	for _, r := range b.Refusals {
-		id, ok := auditUUID(r.TenantID)
+		id, ok := uuidOf(r.TenantID)
 		if !ok {
 			continue
 		}
@@ -147,7 +145,7 @@ func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBat
 		p.Details = append(p.Details, detail)
 	}
 	for _, o := range b.Overflow {
-		id, ok := auditUUID(o.TenantID)
+		id, ok := uuidOf(o.TenantID)
 		if !ok || o.Count <= 0 {
 			continue
 		}
@@ -170,12 +168,12 @@ func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBat
 
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return 0, auditErr(err)
+		return 0, dbErr(err, auditErrors)
 	}
 	defer tx.Rollback(ctx)
 	q := s.q.WithTx(tx)
 	if n, err := q.ClaimBatch(ctx, batchID); err != nil {
-		return 0, auditErr(err)
+		return 0, dbErr(err, auditErrors)
 	} else if n == 0 {
 		return 0, nil // applied before
 	}
@@ -185,7 +183,7 @@ func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBat
 	}
 	locked, err := q.LockRefusalMinutes(ctx, lock)
 	if err != nil {
-		return 0, auditErr(err)
+		return 0, dbErr(err, auditErrors)
 	}
 	type budget struct {
 		entries int32
@@ -204,7 +202,7 @@ func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBat
 	if len(p.TenantIds) > 0 {
 		rows, err := q.RecordFirstRefusals(ctx, p)
 		if err != nil {
-			return 0, auditErr(err)
+			return 0, dbErr(err, auditErrors)
 		}
 		for _, r := range rows {
 			k := minuteKey{r.TenantID, r.Minute.Time.Unix()}
@@ -214,8 +212,8 @@ func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBat
 			written += r.Written
 			if r.PastBudget > 0 {
 				old, seen := pasts[k]
-				if !seen || r.FirstPastAt.Time.Before(old.at) {
-					old.at = r.FirstPastAt.Time
+				if at := timeOf(r.FirstPastAt); !seen || at.Before(old.at) {
+					old.at = at
 				}
 				old.count += r.PastBudget
 				pasts[k] = old
@@ -232,7 +230,7 @@ func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBat
 		if ps := pasts[k]; ps.count > 0 {
 			if bu.floodID != 0 {
 				if err := q.AddToRefusalFlood(ctx, sqlcgen.AddToRefusalFloodParams{ID: bu.floodID, Refusals: ps.count}); err != nil {
-					return 0, auditErr(err)
+					return 0, dbErr(err, auditErrors)
 				}
 			} else {
 				m := minutes[k]
@@ -250,7 +248,7 @@ func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBat
 					Actor: audit.ActorTollgate, Kind: audit.KindRefusalFlood, Detail: []byte(detail),
 				})
 				if err != nil {
-					return 0, auditErr(err)
+					return 0, dbErr(err, auditErrors)
 				}
 				floodID = row.ID
 			}
@@ -265,11 +263,11 @@ func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBat
 	}
 	if len(settle.TenantIds) > 0 {
 		if err := q.SettleRefusalMinutes(ctx, settle); err != nil {
-			return 0, auditErr(err)
+			return 0, dbErr(err, auditErrors)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, auditErr(err)
+		return 0, dbErr(err, auditErrors)
 	}
 	return written, nil
 }
@@ -284,7 +282,7 @@ func (s *Audit) PruneAudit(ctx context.Context, before time.Time) (int64, error)
 		})
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("audit entries: %w", auditErr(err))
+			return total, fmt.Errorf("audit entries: %w", dbErr(err, auditErrors))
 		}
 		if n < pruneBatch {
 			return total, nil
@@ -300,7 +298,7 @@ func (s *Audit) PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, b
 			Before: pgtype.Timestamptz{Time: windowsBefore, Valid: true}, MaxRows: pruneBatch,
 		})
 		if err != nil {
-			return fmt.Errorf("refusal windows: %w", auditErr(err))
+			return fmt.Errorf("refusal windows: %w", dbErr(err, auditErrors))
 		}
 		if n < pruneBatch {
 			break
@@ -311,7 +309,7 @@ func (s *Audit) PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, b
 			Before: pgtype.Timestamptz{Time: hoursBefore, Valid: true}, MaxRows: pruneBatch,
 		})
 		if err != nil {
-			return fmt.Errorf("refusal hours: %w", auditErr(err))
+			return fmt.Errorf("refusal hours: %w", dbErr(err, auditErrors))
 		}
 		if n < pruneBatch {
 			break
@@ -339,7 +337,7 @@ func (s *Audit) PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, b
 		for {
 			n, err := prune.run()
 			if err != nil {
-				return fmt.Errorf("%s: %w", prune.what, auditErr(err))
+				return fmt.Errorf("%s: %w", prune.what, dbErr(err, auditErrors))
 			}
 			if n < pruneBatch {
 				break
@@ -351,7 +349,7 @@ func (s *Audit) PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, b
 
 // auditEntryOf turns an audit row into an audit.Entry.
 func auditEntryOf(r sqlcgen.Audit) (audit.Entry, error) {
-	e := audit.Entry{ID: r.ID, At: r.At.Time, Actor: r.Actor, Kind: r.Kind}
+	e := audit.Entry{ID: r.ID, At: timeOf(r.At), Actor: r.Actor, Kind: r.Kind}
 	if r.TenantID.Valid {
 		e.TenantID = r.TenantID.String()
 	}
@@ -373,30 +371,4 @@ func auditDetail(d map[string]any) (string, error) {
 		return "", fmt.Errorf("detail: %v: %w", err, audit.ErrInvalid)
 	}
 	return string(b), nil
-}
-
-// auditUUID reads a tenant id; one that is not a UUID names no tenant.
-func auditUUID(s string) (pgtype.UUID, bool) {
-	var u pgtype.UUID
-	if err := u.Scan(s); err != nil || !u.Valid {
-		return u, false
-	}
-	return u, true
-}
-
-// auditErr turns the errors of the usage, audit and alert statements into
-// the audit package's sentinel where one applies (a tenant deleted under an
-// entry being recorded), and strips pgx's types from the rest: their text is
-// kept, ctx's errors stay errors.Is-able.
-func auditErr(err error) error {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23503" { // foreign_key_violation
-		return fmt.Errorf("tenant: %w", audit.ErrInvalid)
-	}
-	for _, c := range []error{context.Canceled, context.DeadlineExceeded} {
-		if errors.Is(err, c) {
-			return fmt.Errorf("%w: %v", c, err)
-		}
-	}
-	return fmt.Errorf("%v", err)
 }

@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -55,7 +54,7 @@ func (s *Billing) ProcessEvent(ctx context.Context, ev billing.Event, apply func
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return billing.Result{}, billingErr(err)
+		return billing.Result{}, dbErr(err, billingErrors)
 	}
 	defer tx.Rollback(ctx)
 	q := s.q.WithTx(tx)
@@ -64,12 +63,12 @@ func (s *Billing) ProcessEvent(ctx context.Context, ev billing.Event, apply func
 		Event: rec.event, Payload: rec.payload, PayloadTruncated: rec.truncated,
 	})
 	if err != nil {
-		return billing.Result{}, fmt.Errorf("record event: %w", billingErr(err))
+		return billing.Result{}, fmt.Errorf("record event: %w", dbErr(err, billingErrors))
 	}
 	if claim.Outcome != "processing" && claim.Outcome != string(billing.OutcomeFailed) {
 		// Processed before: only the delivery is recorded.
 		if err := tx.Commit(ctx); err != nil {
-			return billing.Result{}, billingErr(err)
+			return billing.Result{}, dbErr(err, billingErrors)
 		}
 		r := billing.Result{Outcome: billing.OutcomeReplay, Note: "first processed: " + claim.Outcome}
 		if claim.Note != "" {
@@ -88,7 +87,7 @@ func (s *Billing) ProcessEvent(ctx context.Context, ev billing.Event, apply func
 		return billing.Result{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return billing.Result{}, billingErr(err)
+		return billing.Result{}, dbErr(err, billingErrors)
 	}
 	return r, nil
 }
@@ -97,14 +96,14 @@ func (s *Billing) ProcessEvent(ctx context.Context, ev billing.Event, apply func
 func (s *Billing) InTx(ctx context.Context, fn func(ctx context.Context, tx billing.Tx) error) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return billingErr(err)
+		return dbErr(err, billingErrors)
 	}
 	defer tx.Rollback(ctx)
 	if err := fn(ctx, &billingTx{q: s.q.WithTx(tx)}); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return billingErr(err)
+		return dbErr(err, billingErrors)
 	}
 	return nil
 }
@@ -121,7 +120,7 @@ func (s *Billing) RecordFailure(ctx context.Context, ev billing.Event, cause str
 		Error: &cause, Event: rec.event, Payload: rec.payload, PayloadTruncated: rec.truncated,
 	})
 	if err != nil {
-		return fmt.Errorf("record failure of event %s: %w", ev.ID, billingErr(err))
+		return fmt.Errorf("record failure of event %s: %w", ev.ID, dbErr(err, billingErrors))
 	}
 	return nil
 }
@@ -131,7 +130,7 @@ func (s *Billing) RecordFailure(ctx context.Context, ev billing.Event, cause str
 func (s *Billing) Events(ctx context.Context, f billing.EventFilter) ([]billing.EventRecord, error) {
 	p := sqlcgen.ListStripeEventsParams{Outcome: string(f.Outcome), SkipRows: int32(max(f.Offset, 0)), MaxRows: int32(max(f.Limit, 0))}
 	if f.TenantID != "" {
-		id, ok := auditUUID(f.TenantID)
+		id, ok := uuidOf(f.TenantID)
 		if !ok {
 			return nil, nil
 		}
@@ -142,7 +141,7 @@ func (s *Billing) Events(ctx context.Context, f billing.EventFilter) ([]billing.
 	}
 	rows, err := s.q.ListStripeEvents(ctx, p)
 	if err != nil {
-		return nil, fmt.Errorf("stripe events: %w", billingErr(err))
+		return nil, fmt.Errorf("stripe events: %w", dbErr(err, billingErrors))
 	}
 	out := make([]billing.EventRecord, len(rows))
 	for i, r := range rows {
@@ -160,7 +159,7 @@ func (s *Billing) Events(ctx context.Context, f billing.EventFilter) ([]billing.
 func (s *Billing) Event(ctx context.Context, id string) (billing.EventRecord, error) {
 	r, err := s.q.GetStripeEvent(ctx, id)
 	if err != nil {
-		return billing.EventRecord{}, fmt.Errorf("stripe event %s: %w", id, billingErr(err))
+		return billing.EventRecord{}, fmt.Errorf("stripe event %s: %w", id, dbErr(err, billingErrors))
 	}
 	return eventRecordOf(r), nil
 }
@@ -168,10 +167,10 @@ func (s *Billing) Event(ctx context.Context, id string) (billing.EventRecord, er
 // eventRecordOf turns a stripe_events row into a billing.EventRecord.
 func eventRecordOf(r sqlcgen.GetStripeEventRow) billing.EventRecord {
 	e := billing.EventRecord{
-		ID: r.ID, Type: r.Type, Created: r.Created.Time.UTC(), Livemode: r.Livemode,
+		ID: r.ID, Type: r.Type, Created: timeOf(r.Created), Livemode: r.Livemode,
 		CustomerID: deref(r.CustomerID), TenantName: deref(r.TenantName), Outcome: billing.Outcome(r.Outcome), Note: r.Note,
 		Error: deref(r.Error), Truncated: r.PayloadTruncated, Deliveries: int(r.Deliveries),
-		ReceivedAt: r.ReceivedAt.Time.UTC(), LastDeliveryAt: r.LastDeliveryAt.Time.UTC(),
+		ReceivedAt: timeOf(r.ReceivedAt), LastDeliveryAt: timeOf(r.LastDeliveryAt),
 	}
 	if r.Payload != "" {
 		e.Payload = []byte(r.Payload)
@@ -180,7 +179,7 @@ func eventRecordOf(r sqlcgen.GetStripeEventRow) billing.EventRecord {
 		e.TenantID = r.TenantID.String()
 	}
 	if r.ProcessedAt.Valid {
-		e.ProcessedAt = r.ProcessedAt.Time.UTC()
+		e.ProcessedAt = timeOf(r.ProcessedAt)
 	}
 	return e
 }
@@ -194,7 +193,7 @@ func (s *Billing) PruneEvents(ctx context.Context, before time.Time) (int64, err
 		n, err := s.q.PruneStripeEvents(ctx, sqlcgen.PruneStripeEventsParams{Before: ts(before), MaxRows: pruneBatch})
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("prune events: %w", billingErr(err))
+			return total, fmt.Errorf("prune events: %w", dbErr(err, billingErrors))
 		}
 		if n < pruneBatch {
 			return total, nil
@@ -210,13 +209,13 @@ func (s *Billing) PruneEvents(ctx context.Context, before time.Time) (int64, err
 func (s *Billing) ReportNextHour(ctx context.Context, due time.Time, skip []string, report func(ctx context.Context, h billing.UsageHour) (billing.UsageResult, error)) (bool, error) {
 	skipIDs := make([]pgtype.UUID, 0, len(skip))
 	for _, id := range skip {
-		if u, ok := auditUUID(id); ok {
+		if u, ok := uuidOf(id); ok {
 			skipIDs = append(skipIDs, u)
 		}
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return false, billingErr(err)
+		return false, dbErr(err, billingErrors)
 	}
 	defer tx.Rollback(ctx)
 	q := s.q.WithTx(tx)
@@ -225,11 +224,11 @@ func (s *Billing) ReportNextHour(ctx context.Context, due time.Time, skip []stri
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("claim usage hour: %w", billingErr(err))
+		return false, fmt.Errorf("claim usage hour: %w", dbErr(err, billingErrors))
 	}
 	h := billing.UsageHour{
 		TenantID: row.TenantID.String(), ItemID: row.UsageItemID, Plan: row.Plan, Status: row.BillingStatus,
-		Hour: row.UsageNextHour.Time.UTC(),
+		Hour: timeOf(row.UsageNextHour),
 	}
 	res, err := report(ctx, h)
 	if err != nil {
@@ -240,13 +239,13 @@ func (s *Billing) ReportNextHour(ctx context.Context, due time.Time, skip []stri
 		Outcome: res.Outcome, IdempotencyKey: res.IdempotencyKey, Note: truncateUTF8(res.Note, 2000),
 	})
 	if err != nil {
-		return true, fmt.Errorf("record usage report: %w", billingErr(err))
+		return true, fmt.Errorf("record usage report: %w", dbErr(err, billingErrors))
 	}
 	if err := q.AdvanceUsageHour(ctx, row.TenantID); err != nil {
-		return true, fmt.Errorf("advance usage hour: %w", billingErr(err))
+		return true, fmt.Errorf("advance usage hour: %w", dbErr(err, billingErrors))
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return true, billingErr(err)
+		return true, dbErr(err, billingErrors)
 	}
 	return true, nil
 }
@@ -266,19 +265,19 @@ type UsageReport struct {
 // UsageReports returns the tenant's usage reports, latest hour first, at
 // most limit of them.
 func (s *Billing) UsageReports(ctx context.Context, tenantID string, limit int) ([]UsageReport, error) {
-	id, ok := auditUUID(tenantID)
+	id, ok := uuidOf(tenantID)
 	if !ok {
 		return nil, nil
 	}
 	rows, err := s.q.ListUsageReports(ctx, sqlcgen.ListUsageReportsParams{TenantID: id, MaxRows: int32(limit)})
 	if err != nil {
-		return nil, billingErr(err)
+		return nil, dbErr(err, billingErrors)
 	}
 	out := make([]UsageReport, len(rows))
 	for i, r := range rows {
 		out[i] = UsageReport{
-			TenantID: r.TenantID.String(), Hour: r.Hour.Time.UTC(), ItemID: r.ItemID, Quantity: r.Quantity,
-			Outcome: r.Outcome, IdempotencyKey: r.IdempotencyKey, Note: r.Note, ReportedAt: r.ReportedAt.Time,
+			TenantID: r.TenantID.String(), Hour: timeOf(r.Hour), ItemID: r.ItemID, Quantity: r.Quantity,
+			Outcome: r.Outcome, IdempotencyKey: r.IdempotencyKey, Note: r.Note, ReportedAt: timeOf(r.ReportedAt),
 		}
 	}
 	return out, nil
@@ -293,7 +292,7 @@ var _ billing.Tx = (*billingTx)(nil)
 
 func (t *billingTx) LockCustomer(ctx context.Context, customerID string) error {
 	if err := t.q.LockStripeCustomer(ctx, customerID); err != nil {
-		return fmt.Errorf("lock customer %s: %w", customerID, billingErr(err))
+		return fmt.Errorf("lock customer %s: %w", customerID, dbErr(err, billingErrors))
 	}
 	return nil
 }
@@ -301,19 +300,19 @@ func (t *billingTx) LockCustomer(ctx context.Context, customerID string) error {
 func (t *billingTx) AccountByCustomer(ctx context.Context, customerID string) (billing.Account, error) {
 	r, err := t.q.BillingAccountByCustomer(ctx, &customerID)
 	if err != nil {
-		return billing.Account{}, fmt.Errorf("tenant of customer %s: %w", customerID, billingErr(err))
+		return billing.Account{}, fmt.Errorf("tenant of customer %s: %w", customerID, dbErr(err, billingErrors))
 	}
 	return accountOf(sqlcgen.BillingAccountRow(r)), nil
 }
 
 func (t *billingTx) Account(ctx context.Context, tenantID string) (billing.Account, error) {
-	id, ok := auditUUID(tenantID)
+	id, ok := uuidOf(tenantID)
 	if !ok {
 		return billing.Account{}, fmt.Errorf("tenant %q: %w", tenantID, billing.ErrNotFound)
 	}
 	r, err := t.q.BillingAccount(ctx, id)
 	if err != nil {
-		return billing.Account{}, fmt.Errorf("tenant %s: %w", tenantID, billingErr(err))
+		return billing.Account{}, fmt.Errorf("tenant %s: %w", tenantID, dbErr(err, billingErrors))
 	}
 	return accountOf(r), nil
 }
@@ -321,7 +320,7 @@ func (t *billingTx) Account(ctx context.Context, tenantID string) (billing.Accou
 func (t *billingTx) Prices(ctx context.Context) (billing.Prices, error) {
 	rows, err := t.q.PlanPrices(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("plan prices: %w", billingErr(err))
+		return nil, fmt.Errorf("plan prices: %w", dbErr(err, billingErrors))
 	}
 	p := make(billing.Prices, len(rows))
 	for _, r := range rows {
@@ -331,7 +330,7 @@ func (t *billingTx) Prices(ctx context.Context) (billing.Prices, error) {
 }
 
 func (t *billingTx) SaveAccount(ctx context.Context, a billing.Account, usageFrom time.Time) error {
-	id, ok := auditUUID(a.TenantID)
+	id, ok := uuidOf(a.TenantID)
 	if !ok {
 		return fmt.Errorf("save billing of tenant %q: %w", a.TenantID, billing.ErrNotFound)
 	}
@@ -344,7 +343,7 @@ func (t *billingTx) SaveAccount(ctx context.Context, a billing.Account, usageFro
 	}
 	n, err := t.q.SaveBillingAccount(ctx, p)
 	if err != nil {
-		return fmt.Errorf("save billing of tenant %s: %w", a.TenantID, billingErr(err))
+		return fmt.Errorf("save billing of tenant %s: %w", a.TenantID, dbErr(err, billingErrors))
 	}
 	if n == 0 {
 		return fmt.Errorf("save billing of tenant %s: %w", a.TenantID, billing.ErrNotFound)
@@ -356,7 +355,7 @@ func (t *billingTx) SaveAccount(ctx context.Context, a billing.Account, usageFro
 		x.PlanUpdatedAt = ts(a.PlanUpdatedAt)
 	}
 	if err := t.q.SaveBillingExtras(ctx, x); err != nil {
-		return fmt.Errorf("save billing of tenant %s: %w", a.TenantID, billingErr(err))
+		return fmt.Errorf("save billing of tenant %s: %w", a.TenantID, dbErr(err, billingErrors))
 	}
 	return nil
 }
@@ -364,7 +363,7 @@ func (t *billingTx) SaveAccount(ctx context.Context, a billing.Account, usageFro
 func (t *billingTx) HeldEvents(ctx context.Context, customerID string) ([]billing.Event, error) {
 	rows, err := t.q.HeldStripeEvents(ctx, &customerID)
 	if err != nil {
-		return nil, fmt.Errorf("events held for customer %s: %w", customerID, billingErr(err))
+		return nil, fmt.Errorf("events held for customer %s: %w", customerID, dbErr(err, billingErrors))
 	}
 	out := make([]billing.Event, 0, len(rows))
 	for _, r := range rows {
@@ -389,14 +388,14 @@ func (t *billingTx) Audit() *audit.Log {
 func finish(ctx context.Context, q *sqlcgen.Queries, id string, r billing.Result) error {
 	p := sqlcgen.FinishStripeEventParams{ID: id, Outcome: string(r.Outcome), Note: truncateUTF8(r.Note, 2000)}
 	if r.TenantID != "" {
-		u, ok := auditUUID(r.TenantID)
+		u, ok := uuidOf(r.TenantID)
 		if !ok {
 			return fmt.Errorf("outcome of event %s: tenant %q: %w", id, r.TenantID, billing.ErrNotFound)
 		}
 		p.TenantID = u
 	}
 	if err := q.FinishStripeEvent(ctx, p); err != nil {
-		return fmt.Errorf("outcome of event %s: %w", id, billingErr(err))
+		return fmt.Errorf("outcome of event %s: %w", id, dbErr(err, billingErrors))
 	}
 	return nil
 }
@@ -409,10 +408,10 @@ func accountOf(r sqlcgen.BillingAccountRow) billing.Account {
 		UsageItemID: r.UsageItemID,
 	}
 	if r.BillingUpdatedAt.Valid {
-		a.UpdatedAt = r.BillingUpdatedAt.Time.UTC()
+		a.UpdatedAt = timeOf(r.BillingUpdatedAt)
 	}
 	if r.PlanUpdatedAt.Valid {
-		a.PlanUpdatedAt = r.PlanUpdatedAt.Time.UTC()
+		a.PlanUpdatedAt = timeOf(r.PlanUpdatedAt)
 	}
 	return a
 }
@@ -447,35 +446,4 @@ func truncateUTF8(s string, n int) string {
 		n--
 	}
 	return s[:n]
-}
-
-func nonEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func ts(t time.Time) pgtype.Timestamptz {
-	return pgtype.Timestamptz{Time: t, Valid: true}
-}
-
-// billingErr turns pgx errors into billing's sentinels: no rows is
-// ErrNotFound, a Stripe customer already on another tenant ErrConflict.
-// Anything else keeps its text but not its pgx type; ctx's errors stay
-// errors.Is-able.
-func billingErr(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return billing.ErrNotFound
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "tenants_stripe_customer_id_key" {
-		return billing.ErrConflict
-	}
-	for _, c := range []error{context.Canceled, context.DeadlineExceeded} {
-		if errors.Is(err, c) {
-			return fmt.Errorf("%w: %v", c, err)
-		}
-	}
-	return fmt.Errorf("%v", err)
 }

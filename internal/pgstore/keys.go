@@ -14,13 +14,13 @@ import (
 
 // CreateKey implements tenant.Store.
 func (s *Tenants) CreateKey(ctx context.Context, k tenant.Key) (tenant.Key, error) {
-	uid, ok := parseUUID(k.TenantID)
+	uid, ok := uuidOf(k.TenantID)
 	if !ok {
 		return tenant.Key{}, fmt.Errorf("create key: tenant %s: %w", k.TenantID, tenant.ErrNotFound)
 	}
 	row, err := s.q.CreateKey(ctx, keyParams(k, uid))
 	if err != nil {
-		return tenant.Key{}, fmt.Errorf("create key for tenant %s: %w", k.TenantID, translate(err))
+		return tenant.Key{}, fmt.Errorf("create key for tenant %s: %w", k.TenantID, dbErr(err, tenantErrors))
 	}
 	return keyOf(row), nil
 }
@@ -33,20 +33,20 @@ func keyParams(k tenant.Key, tenantID pgtype.UUID) sqlcgen.CreateKeyParams {
 func (s *Tenants) KeyByPrefix(ctx context.Context, prefix string) (tenant.Key, error) {
 	row, err := s.q.KeyByPrefix(ctx, prefix)
 	if err != nil {
-		return tenant.Key{}, fmt.Errorf("key by prefix: %w", translate(err))
+		return tenant.Key{}, fmt.Errorf("key by prefix: %w", dbErr(err, tenantErrors))
 	}
 	return keyOf(row), nil
 }
 
 // Keys implements tenant.Store.
 func (s *Tenants) Keys(ctx context.Context, tenantID string) ([]tenant.Key, error) {
-	uid, ok := parseUUID(tenantID)
+	uid, ok := uuidOf(tenantID)
 	if !ok {
 		return nil, nil
 	}
 	rows, err := s.q.ListKeys(ctx, uid)
 	if err != nil {
-		return nil, fmt.Errorf("list keys of tenant %s: %w", tenantID, translate(err))
+		return nil, fmt.Errorf("list keys of tenant %s: %w", tenantID, dbErr(err, tenantErrors))
 	}
 	out := make([]tenant.Key, len(rows))
 	for i, r := range rows {
@@ -59,7 +59,7 @@ func (s *Tenants) Keys(ctx context.Context, tenantID string) ([]tenant.Key, erro
 func (s *Tenants) RevokeKey(ctx context.Context, id string) (tenant.Key, error) {
 	row, err := s.q.RevokeKey(ctx, id)
 	if err != nil {
-		return tenant.Key{}, fmt.Errorf("revoke key %s: %w", id, translate(err))
+		return tenant.Key{}, fmt.Errorf("revoke key %s: %w", id, dbErr(err, tenantErrors))
 	}
 	return keyOf(row), nil
 }
@@ -78,7 +78,7 @@ func (s *Tenants) TouchKeys(ctx context.Context, lastUsed map[string]time.Time) 
 		p.Ats = append(p.Ats, pgtype.Timestamptz{Time: lastUsed[id], Valid: true})
 	}
 	if _, err := s.q.TouchKeys(ctx, p); err != nil {
-		return fmt.Errorf("touch %d keys: %w", len(lastUsed), translate(err))
+		return fmt.Errorf("touch %d keys: %w", len(lastUsed), dbErr(err, tenantErrors))
 	}
 	return nil
 }
@@ -91,8 +91,8 @@ func keyOf(r sqlcgen.ApiKey) tenant.Key {
 		Prefix:     r.Prefix,
 		Hash:       r.Hash,
 		Test:       r.Test,
-		CreatedAt:  r.CreatedAt.Time,
-		RevokedAt:  timePtr(r.RevokedAt),
-		LastUsedAt: timePtr(r.LastUsedAt),
+		CreatedAt:  timeOf(r.CreatedAt),
+		RevokedAt:  timePtrOf(r.RevokedAt),
+		LastUsedAt: timePtrOf(r.LastUsedAt),
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"net/url"
 
 	"github.com/golang-migrate/migrate/v4"
-	// Registers the pgx5:// scheme.
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 

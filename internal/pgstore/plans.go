@@ -12,7 +12,7 @@ import (
 func (s *Tenants) Plans(ctx context.Context) ([]tenant.Plan, error) {
 	rows, err := s.q.ListPlans(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list plans: %w", translate(err))
+		return nil, fmt.Errorf("list plans: %w", dbErr(err, tenantErrors))
 	}
 	out := make([]tenant.Plan, len(rows))
 	for i, r := range rows {
@@ -25,7 +25,7 @@ func (s *Tenants) Plans(ctx context.Context) ([]tenant.Plan, error) {
 func (s *Tenants) Plan(ctx context.Context, name string) (tenant.Plan, error) {
 	row, err := s.q.GetPlan(ctx, name)
 	if err != nil {
-		return tenant.Plan{}, fmt.Errorf("plan %s: %w", name, translate(err))
+		return tenant.Plan{}, fmt.Errorf("plan %s: %w", name, dbErr(err, tenantErrors))
 	}
 	return planOf(row), nil
 }
@@ -37,7 +37,7 @@ func (s *Tenants) SetPlanPrice(ctx context.Context, name, stripePriceID string) 
 	}
 	row, err := s.q.SetPlanPrice(ctx, sqlcgen.SetPlanPriceParams{Name: name, StripePriceID: &stripePriceID})
 	if err != nil {
-		return tenant.Plan{}, fmt.Errorf("set price of plan %s: %w", name, translate(err))
+		return tenant.Plan{}, fmt.Errorf("set price of plan %s: %w", name, dbErr(err, tenantErrors))
 	}
 	return planOf(row), nil
 }
@@ -56,7 +56,7 @@ func (s *Tenants) SetPlanLimits(ctx context.Context, name string, l tenant.PlanL
 		SetUnlimited:   l.Unlimited,
 	})
 	if err != nil {
-		return tenant.Plan{}, fmt.Errorf("set limits of plan %s: %w", name, translate(err))
+		return tenant.Plan{}, fmt.Errorf("set limits of plan %s: %w", name, dbErr(err, tenantErrors))
 	}
 	return planOf(row), nil
 }

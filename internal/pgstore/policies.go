@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -69,7 +67,7 @@ func (s *Policies) PutPolicy(ctx context.Context, tenantID string, p policy.Poli
 		return err
 	})
 	if err != nil {
-		return policy.Policy{}, fmt.Errorf("put policy %s: %w", p.Name, policyStoreErr(err))
+		return policy.Policy{}, fmt.Errorf("put policy %s: %w", p.Name, dbErr(err, policyErrors))
 	}
 	return policyFromRow(row)
 }
@@ -84,7 +82,7 @@ func (s *Policies) GetPolicy(ctx context.Context, tenantID, name string) (policy
 	if errors.Is(err, pgx.ErrNoRows) {
 		return policy.Policy{}, &policy.NotFoundError{Policy: name}
 	} else if err != nil {
-		return policy.Policy{}, fmt.Errorf("get policy %s: %w", name, policyStoreErr(err))
+		return policy.Policy{}, fmt.Errorf("get policy %s: %w", name, dbErr(err, policyErrors))
 	}
 	return policyFromRow(row)
 }
@@ -97,7 +95,7 @@ func (s *Policies) ListPolicies(ctx context.Context, tenantID string) ([]policy.
 	}
 	rows, err := s.q.ListPolicies(ctx, tid)
 	if err != nil {
-		return nil, fmt.Errorf("list policies: %w", policyStoreErr(err))
+		return nil, fmt.Errorf("list policies: %w", dbErr(err, policyErrors))
 	}
 	ps := make([]policy.Policy, 0, len(rows))
 	for _, r := range rows {
@@ -118,7 +116,7 @@ func (s *Policies) DeletePolicy(ctx context.Context, tenantID, name string) erro
 	}
 	n, err := s.q.DeletePolicy(ctx, sqlcgen.DeletePolicyParams{TenantID: tid, Name: name})
 	if err != nil {
-		return fmt.Errorf("delete policy %s: %w", name, policyStoreErr(err))
+		return fmt.Errorf("delete policy %s: %w", name, dbErr(err, policyErrors))
 	}
 	if n == 0 {
 		return &policy.NotFoundError{Policy: name}
@@ -172,12 +170,12 @@ func (s *Policies) PutOverride(ctx context.Context, tenantID, name string, o pol
 			Policy:    name,
 			Pattern:   o.Pattern,
 			Limit:     o.Limit,
-			ExpiresAt: policyTimestamptz(o.ExpiresAt),
+			ExpiresAt: tsPtr(o.ExpiresAt),
 		})
 		return err
 	})
 	if err != nil {
-		return policy.Override{}, fmt.Errorf("put override %q of policy %s: %w", o.Pattern, name, policyStoreErr(err))
+		return policy.Override{}, fmt.Errorf("put override %q of policy %s: %w", o.Pattern, name, dbErr(err, policyErrors))
 	}
 	return overrideFromRow(row), nil
 }
@@ -192,7 +190,7 @@ func (s *Policies) GetOverride(ctx context.Context, tenantID, name, pattern stri
 	if errors.Is(err, pgx.ErrNoRows) {
 		return policy.Override{}, s.missingOverride(ctx, tid, name, pattern)
 	} else if err != nil {
-		return policy.Override{}, fmt.Errorf("get override %q of policy %s: %w", pattern, name, policyStoreErr(err))
+		return policy.Override{}, fmt.Errorf("get override %q of policy %s: %w", pattern, name, dbErr(err, policyErrors))
 	}
 	return overrideFromRow(row), nil
 }
@@ -205,7 +203,7 @@ func (s *Policies) ListOverrides(ctx context.Context, tenantID, name string) ([]
 	}
 	rows, err := s.q.ListOverrides(ctx, sqlcgen.ListOverridesParams{TenantID: tid, Policy: name})
 	if err != nil {
-		return nil, fmt.Errorf("list overrides of policy %s: %w", name, policyStoreErr(err))
+		return nil, fmt.Errorf("list overrides of policy %s: %w", name, dbErr(err, policyErrors))
 	}
 	if len(rows) == 0 {
 		// No overrides, or no policy: only the second is an error.
@@ -228,7 +226,7 @@ func (s *Policies) DeleteOverride(ctx context.Context, tenantID, name, pattern s
 	}
 	n, err := s.q.DeleteOverride(ctx, sqlcgen.DeleteOverrideParams{TenantID: tid, Policy: name, Pattern: pattern})
 	if err != nil {
-		return fmt.Errorf("delete override %q of policy %s: %w", pattern, name, policyStoreErr(err))
+		return fmt.Errorf("delete override %q of policy %s: %w", pattern, name, dbErr(err, policyErrors))
 	}
 	if n == 0 {
 		return s.missingOverride(ctx, tid, name, pattern)
@@ -243,7 +241,7 @@ func (s *Policies) missingOverride(ctx context.Context, tid pgtype.UUID, name, p
 	case errors.Is(err, pgx.ErrNoRows):
 		return &policy.NotFoundError{Policy: name}
 	case err != nil:
-		return fmt.Errorf("get policy %s: %w", name, policyStoreErr(err))
+		return fmt.Errorf("get policy %s: %w", name, dbErr(err, policyErrors))
 	}
 	return &policy.NotFoundError{Policy: name, Pattern: pattern}
 }
@@ -256,7 +254,7 @@ func (s *Policies) LoadSet(ctx context.Context, tenantID string) (policy.Set, er
 	}
 	rows, err := s.q.LoadPolicySet(ctx, tid)
 	if err != nil {
-		return policy.Set{}, fmt.Errorf("load policy set: %w", policyStoreErr(err))
+		return policy.Set{}, fmt.Errorf("load policy set: %w", dbErr(err, policyErrors))
 	}
 	var ps []policy.Policy
 	ovs := make(map[string][]policy.Override)
@@ -273,7 +271,7 @@ func (s *Policies) LoadSet(ctx context.Context, tenantID string) (policy.Set, er
 			ovs[r.Policy.Name] = append(ovs[r.Policy.Name], policy.Override{
 				Pattern:   *r.OverridePattern,
 				Limit:     *r.OverrideLimit,
-				ExpiresAt: policyTime(r.OverrideExpiresAt),
+				ExpiresAt: timePtrOf(r.OverrideExpiresAt),
 			})
 		}
 	}
@@ -302,8 +300,8 @@ func policyFromRow(r sqlcgen.Policy) (policy.Policy, error) {
 		FailMode:   policy.FailMode(r.FailMode),
 		Shadow:     r.Shadow,
 		AlertAfter: r.AlertAfter,
-		CreatedAt:  r.CreatedAt.Time.UTC(),
-		UpdatedAt:  r.UpdatedAt.Time.UTC(),
+		CreatedAt:  timeOf(r.CreatedAt),
+		UpdatedAt:  timeOf(r.UpdatedAt),
 	}, nil
 }
 
@@ -318,45 +316,14 @@ func storedWindow(p policy.Policy) string {
 
 // overrideFromRow turns a policy_overrides row into a policy.Override.
 func overrideFromRow(r sqlcgen.PolicyOverride) policy.Override {
-	return policy.Override{Pattern: r.Pattern, Limit: r.Limit, ExpiresAt: policyTime(r.ExpiresAt)}
-}
-
-func policyTime(t pgtype.Timestamptz) *time.Time {
-	if !t.Valid {
-		return nil
-	}
-	u := t.Time.UTC()
-	return &u
-}
-
-func policyTimestamptz(t *time.Time) pgtype.Timestamptz {
-	if t == nil {
-		return pgtype.Timestamptz{}
-	}
-	return pgtype.Timestamptz{Time: *t, Valid: true}
+	return policy.Override{Pattern: r.Pattern, Limit: r.Limit, ExpiresAt: timePtrOf(r.ExpiresAt)}
 }
 
 // policyTenantUUID reads a tenant id; one that is not a UUID names no tenant.
 func policyTenantUUID(id string) (pgtype.UUID, error) {
-	var u pgtype.UUID
-	if err := u.Scan(id); err != nil {
+	u, ok := uuidOf(id)
+	if !ok {
 		return u, fmt.Errorf("tenant %q: %w", id, policy.ErrNotFound)
 	}
 	return u, nil
-}
-
-// policyStoreErr turns the SQLSTATEs a policy write can meet into the policy
-// package's sentinels: a duplicate key into ErrConflict, and a foreign key
-// to a row deleted meanwhile (the tenant, the policy) into ErrNotFound.
-func policyStoreErr(err error) error {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case "23505":
-			return fmt.Errorf("%s: %w", pe.ConstraintName, policy.ErrConflict)
-		case "23503":
-			return fmt.Errorf("%s: %w", pe.ConstraintName, policy.ErrNotFound)
-		}
-	}
-	return err
 }

@@ -13,7 +13,7 @@ import (
 
 // CreateSession implements admin.Store.
 func (s *Admins) CreateSession(ctx context.Context, sess admin.Session) error {
-	id, ok := parseUUID(sess.AdminID)
+	id, ok := uuidOf(sess.AdminID)
 	if !ok {
 		return fmt.Errorf("create session: admin %q: %w", sess.AdminID, admin.ErrNotFound)
 	}
@@ -27,7 +27,7 @@ func (s *Admins) CreateSession(ctx context.Context, sess admin.Session) error {
 	}
 	err := s.q.CreateSession(ctx, p)
 	if err != nil {
-		return fmt.Errorf("create session: %w", adminErr(err))
+		return fmt.Errorf("create session: %w", dbErr(err, adminErrors))
 	}
 	return nil
 }
@@ -36,17 +36,17 @@ func (s *Admins) CreateSession(ctx context.Context, sess admin.Session) error {
 func (s *Admins) SessionAdmin(ctx context.Context, tokenHash []byte, now time.Time) (admin.Session, admin.Admin, error) {
 	row, err := s.q.SessionAdmin(ctx, sqlcgen.SessionAdminParams{TokenHash: tokenHash, Now: pgtype.Timestamptz{Time: now, Valid: true}})
 	if err != nil {
-		return admin.Session{}, admin.Admin{}, fmt.Errorf("session: %w", adminErr(err))
+		return admin.Session{}, admin.Admin{}, fmt.Errorf("session: %w", dbErr(err, adminErrors))
 	}
 	a := admin.Admin{ID: row.ID.String(), Email: row.Email}
-	return admin.Session{TokenHash: tokenHash, AdminID: a.ID, CreatedAt: row.CreatedAt.Time, ExpiresAt: row.ExpiresAt.Time, LastSeenAt: row.LastSeenAt.Time}, a, nil
+	return admin.Session{TokenHash: tokenHash, AdminID: a.ID, CreatedAt: timeOf(row.CreatedAt), ExpiresAt: timeOf(row.ExpiresAt), LastSeenAt: timeOf(row.LastSeenAt)}, a, nil
 }
 
 // TouchSession implements admin.Store.
 func (s *Admins) TouchSession(ctx context.Context, tokenHash []byte, seenAt time.Time) error {
 	err := s.q.TouchSession(ctx, sqlcgen.TouchSessionParams{TokenHash: tokenHash, SeenAt: pgtype.Timestamptz{Time: seenAt, Valid: true}})
 	if err != nil {
-		return fmt.Errorf("touch session: %w", adminErr(err))
+		return fmt.Errorf("touch session: %w", dbErr(err, adminErrors))
 	}
 	return nil
 }
@@ -54,7 +54,7 @@ func (s *Admins) TouchSession(ctx context.Context, tokenHash []byte, seenAt time
 // DeleteSession implements admin.Store.
 func (s *Admins) DeleteSession(ctx context.Context, tokenHash []byte) error {
 	if err := s.q.DeleteSession(ctx, tokenHash); err != nil {
-		return fmt.Errorf("delete session: %w", adminErr(err))
+		return fmt.Errorf("delete session: %w", dbErr(err, adminErrors))
 	}
 	return nil
 }
@@ -67,7 +67,7 @@ func (s *Admins) PruneSessions(ctx context.Context, before time.Time) error {
 			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneBatch,
 		})
 		if err != nil {
-			return fmt.Errorf("prune sessions: %w", adminErr(err))
+			return fmt.Errorf("prune sessions: %w", dbErr(err, adminErrors))
 		}
 		if n < pruneBatch {
 			return nil

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
 
@@ -160,5 +162,67 @@ func TestTenantErrors(t *testing.T) {
 	}
 	if len(all) != 1 {
 		t.Fatalf("%d tenants after failed creations, want 1", len(all))
+	}
+}
+
+// TestInstantsReadBackInUTC: every instant a store reads back is in UTC,
+// whatever the process's zone: the tenant's, its keys', an override's
+// expiry, an admin's.
+func TestInstantsReadBackInUTC(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, dsn := newStore(t)
+	_, k := newKey(t, false)
+	tn, err := s.CreateTenant(ctx, "Acme", tenant.PlanStarter, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.TouchKeys(ctx, map[string]time.Time{k.ID: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RevokeKey(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, "UPDATE tenants SET billing_updated_at = now() WHERE id = $1", tn.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Tenant(ctx, tn.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := s.Keys(ctx, tn.ID)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys %v, %v", keys, err)
+	}
+	policies := pgstore.NewPolicies(pool)
+	p, err := policy.Parse("p", []byte(`{"limit":5,"window":"1m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policies.PutPolicy(ctx, tn.ID, p); err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(time.Hour)
+	o, err := policies.PutOverride(ctx, tn.ID, "p", policy.Override{Pattern: "u", Limit: 2, ExpiresAt: &exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := pgstore.NewAdmins(pool).CreateAdmin(ctx, "ops@example.com", "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, at := range map[string]time.Time{
+		"tenant created": got.CreatedAt, "tenant billing updated": *got.BillingUpdatedAt,
+		"key created": keys[0].CreatedAt, "key last used": *keys[0].LastUsedAt, "key revoked": *keys[0].RevokedAt,
+		"override expiry": *o.ExpiresAt, "admin created": a.CreatedAt,
+	} {
+		if at.Location() != time.UTC {
+			t.Errorf("%s: %v, in %v; want UTC", what, at, at.Location())
+		}
 	}
 }

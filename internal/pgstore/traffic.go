@@ -37,7 +37,7 @@ func NewTraffic(pool *pgxpool.Pool) *Traffic {
 func (s *Traffic) Traffic(ctx context.Context, tenantID string, from, until time.Time) ([]traffic.MinuteCount, error) {
 	p := sqlcgen.TrafficByMinuteParams{FromMinute: ts(from), UntilMinute: ts(until)}
 	if tenantID != "" {
-		id, ok := parseUUID(tenantID)
+		id, ok := uuidOf(tenantID)
 		if !ok {
 			return nil, nil
 		}
@@ -45,28 +45,28 @@ func (s *Traffic) Traffic(ctx context.Context, tenantID string, from, until time
 	}
 	rows, err := s.q.TrafficByMinute(ctx, p)
 	if err != nil {
-		return nil, fmt.Errorf("traffic: %w", auditErr(err))
+		return nil, fmt.Errorf("traffic: %w", dbErr(err, auditErrors))
 	}
 	out := make([]traffic.MinuteCount, len(rows))
 	for i, r := range rows {
-		out[i] = traffic.MinuteCount{Minute: r.Minute.Time.UTC(), Outcome: r.Outcome, Count: r.Requests}
+		out[i] = traffic.MinuteCount{Minute: timeOf(r.Minute), Outcome: r.Outcome, Count: r.Requests}
 	}
 	return out, nil
 }
 
 // DailyChecks implements traffic.Store.
 func (s *Traffic) DailyChecks(ctx context.Context, tenantID string, from, until time.Time) ([]traffic.DayCount, error) {
-	id, ok := parseUUID(tenantID)
+	id, ok := uuidOf(tenantID)
 	if !ok {
 		return nil, nil
 	}
 	rows, err := s.q.DailyChecks(ctx, sqlcgen.DailyChecksParams{TenantID: id, FromMinute: ts(from), UntilMinute: ts(until)})
 	if err != nil {
-		return nil, fmt.Errorf("daily checks of tenant %s: %w", tenantID, auditErr(err))
+		return nil, fmt.Errorf("daily checks of tenant %s: %w", tenantID, dbErr(err, auditErrors))
 	}
 	out := make([]traffic.DayCount, len(rows))
 	for i, r := range rows {
-		out[i] = traffic.DayCount{Day: r.Day.Time.UTC(), Count: r.Checks}
+		out[i] = traffic.DayCount{Day: timeOf(r.Day), Count: r.Checks}
 	}
 	return out, nil
 }
@@ -75,11 +75,11 @@ func (s *Traffic) DailyChecks(ctx context.Context, tenantID string, from, until 
 func (s *Traffic) TopTenants(ctx context.Context, from, until time.Time, n int) (byChecks, byRefusals []traffic.TenantTraffic, err error) {
 	checks, err := s.q.TopTenantsByChecks(ctx, sqlcgen.TopTenantsByChecksParams{FromMinute: ts(from), UntilMinute: ts(until), MaxRows: int32(n)})
 	if err != nil {
-		return nil, nil, fmt.Errorf("top tenants by checks: %w", auditErr(err))
+		return nil, nil, fmt.Errorf("top tenants by checks: %w", dbErr(err, auditErrors))
 	}
 	refusals, err := s.q.TopTenantsByRefusals(ctx, sqlcgen.TopTenantsByRefusalsParams{FromMinute: ts(from), UntilMinute: ts(until), MaxRows: int32(n)})
 	if err != nil {
-		return nil, nil, fmt.Errorf("top tenants by refusals: %w", auditErr(err))
+		return nil, nil, fmt.Errorf("top tenants by refusals: %w", dbErr(err, auditErrors))
 	}
 	for _, r := range checks {
 		byChecks = append(byChecks, traffic.TenantTraffic{TenantID: r.ID.String(), Name: r.Name, Checks: r.Checks, Refusals: r.Refusals})
@@ -100,14 +100,14 @@ func (s *Traffic) SearchTenants(ctx context.Context, q traffic.Search) ([]traffi
 	pattern := "%" + likeEscaper.Replace(query) + "%"
 	total, err := s.q.CountTenants(ctx, sqlcgen.CountTenantsParams{Pattern: pattern, Query: query})
 	if err != nil {
-		return nil, 0, fmt.Errorf("count tenants: %w", translate(err))
+		return nil, 0, fmt.Errorf("count tenants: %w", dbErr(err, tenantErrors))
 	}
 	rows, err := s.q.SearchTenants(ctx, sqlcgen.SearchTenantsParams{
 		MonthStart: ts(q.MonthStart), Pattern: pattern, Query: query,
 		SkipRows: int32(max(q.Offset, 0)), MaxRows: int32(max(q.Limit, 0)),
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("search tenants: %w", translate(err))
+		return nil, 0, fmt.Errorf("search tenants: %w", dbErr(err, tenantErrors))
 	}
 	out := make([]traffic.TenantRow, len(rows))
 	for i, r := range rows {
@@ -128,11 +128,11 @@ func (s *Traffic) SearchTenants(ctx context.Context, q traffic.Search) ([]traffi
 func (s *Traffic) DegradedMinutes(ctx context.Context, from, until time.Time) ([]traffic.Degraded, error) {
 	rows, err := s.q.DegradedMinutes(ctx, sqlcgen.DegradedMinutesParams{FromMinute: ts(from), UntilMinute: ts(until)})
 	if err != nil {
-		return nil, fmt.Errorf("degraded minutes: %w", auditErr(err))
+		return nil, fmt.Errorf("degraded minutes: %w", dbErr(err, auditErrors))
 	}
 	out := make([]traffic.Degraded, len(rows))
 	for i, r := range rows {
-		out[i] = traffic.Degraded{Minute: r.Minute.Time.UTC(), Answers: r.Answers}
+		out[i] = traffic.Degraded{Minute: timeOf(r.Minute), Answers: r.Answers}
 	}
 	return out, nil
 }
@@ -149,7 +149,7 @@ func (s *Traffic) AddDegraded(ctx context.Context, counts map[time.Time]int64) e
 		p.Minutes[i], p.Answers[i] = ts(m), counts[m]
 	}
 	if err := s.q.AddDegraded(ctx, p); err != nil {
-		return fmt.Errorf("add degraded minutes: %w", auditErr(err))
+		return fmt.Errorf("add degraded minutes: %w", dbErr(err, auditErrors))
 	}
 	return nil
 }
@@ -157,7 +157,7 @@ func (s *Traffic) AddDegraded(ctx context.Context, counts map[time.Time]int64) e
 // PruneDegraded implements traffic.DegradedStore.
 func (s *Traffic) PruneDegraded(ctx context.Context, before time.Time) error {
 	if _, err := s.q.PruneDegraded(ctx, ts(before)); err != nil {
-		return fmt.Errorf("prune degraded minutes: %w", auditErr(err))
+		return fmt.Errorf("prune degraded minutes: %w", dbErr(err, auditErrors))
 	}
 	return nil
 }

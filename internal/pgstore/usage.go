@@ -29,7 +29,7 @@ func NewUsage(pool *pgxpool.Pool) *Usage {
 // AddUsage implements usage.Store in one statement. Rows whose tenant id is
 // not a UUID name no tenant and are dropped, like those of deleted tenants.
 func (s *Usage) AddUsage(ctx context.Context, batchID string, rows []usage.Row) error {
-	id, ok := auditUUID(batchID)
+	id, ok := uuidOf(batchID)
 	if !ok {
 		return fmt.Errorf("add usage: batch id %q is not a UUID", batchID)
 	}
@@ -43,7 +43,7 @@ func (s *Usage) AddUsage(ctx context.Context, batchID string, rows []usage.Row) 
 		Checks:    make([]int64, 0, len(rows)),
 	}
 	for _, r := range rows {
-		id, ok := auditUUID(r.TenantID)
+		id, ok := uuidOf(r.TenantID)
 		if !ok {
 			continue
 		}
@@ -55,14 +55,14 @@ func (s *Usage) AddUsage(ctx context.Context, batchID string, rows []usage.Row) 
 		p.Checks = append(p.Checks, r.Count)
 	}
 	if err := s.q.AddUsage(ctx, p); err != nil {
-		return fmt.Errorf("add %d usage rows: %w", len(p.TenantIds), auditErr(err))
+		return fmt.Errorf("add %d usage rows: %w", len(p.TenantIds), dbErr(err, auditErrors))
 	}
 	return nil
 }
 
 // UsageTotals implements usage.Store.
 func (s *Usage) UsageTotals(ctx context.Context, tenantID string, from, until time.Time) ([]usage.Total, error) {
-	id, ok := auditUUID(tenantID)
+	id, ok := uuidOf(tenantID)
 	if !ok {
 		return nil, nil
 	}
@@ -72,7 +72,7 @@ func (s *Usage) UsageTotals(ctx context.Context, tenantID string, from, until ti
 		UntilMinute: pgtype.Timestamptz{Time: until, Valid: true},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("usage totals: %w", auditErr(err))
+		return nil, fmt.Errorf("usage totals: %w", dbErr(err, auditErrors))
 	}
 	out := make([]usage.Total, len(rows))
 	for i, r := range rows {
@@ -83,13 +83,13 @@ func (s *Usage) UsageTotals(ctx context.Context, tenantID string, from, until ti
 
 // BatchApplied implements usage.Store.
 func (s *Usage) BatchApplied(ctx context.Context, batchID string) (bool, error) {
-	id, ok := auditUUID(batchID)
+	id, ok := uuidOf(batchID)
 	if !ok {
 		return false, nil
 	}
 	applied, err := s.q.BatchApplied(ctx, id)
 	if err != nil {
-		return false, fmt.Errorf("batch %s applied: %w", batchID, auditErr(err))
+		return false, fmt.Errorf("batch %s applied: %w", batchID, dbErr(err, auditErrors))
 	}
 	return applied, nil
 }
@@ -107,7 +107,7 @@ func pruneBatches(ctx context.Context, q *sqlcgen.Queries, before time.Time) err
 			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneBatch,
 		})
 		if err != nil {
-			return fmt.Errorf("prune applied batches: %w", auditErr(err))
+			return fmt.Errorf("prune applied batches: %w", dbErr(err, auditErrors))
 		}
 		if n < pruneBatch {
 			return nil
