@@ -13,7 +13,9 @@ import (
 )
 
 // Config is every setting Tollgate reads from its environment, read once at
-// start. Nothing below cmd/tollgate reads the environment.
+// start, and only by the commands that use it: serve reads all of it
+// (loadConfig), the operator commands only the database's and the log's
+// (loadStoreConfig). Nothing below cmd/tollgate reads the environment.
 type Config struct {
 	DatabaseURL     string        // DATABASE_URL; empty: the embedded PostgreSQL
 	RedisURL        string        // REDIS_URL: redis:// (one server) or redis+cluster:// (a cluster)
@@ -55,41 +57,97 @@ const devPepper = "tollgate-development-pepper-not-for-production"
 // shorter than its output weaken it.
 const minPepper = 32
 
-// loadConfig reads and validates the environment. An error names the
-// variable at fault; nothing falls back silently.
-func loadConfig(getenv func(string) string) (Config, error) {
+// urlRules are the URLs the environment names: the schemes each takes (a
+// host is always required), and what to say when it is wrong. The value is
+// shown in the error unless it may hold a secret.
+var urlRules = map[string]struct {
+	schemes []string
+	want    string
+	secret  bool
+}{
+	"DATABASE_URL": {[]string{"postgres", "postgresql"}, "postgres://user[:password]@host:port/dbname", true},
+	// One server, or a Redis Cluster named by seed nodes; the counter
+	// store parses the rest and checks the server's mode at start.
+	"REDIS_URL": {[]string{"redis", "rediss", "redis+cluster", "rediss+cluster"},
+		"redis://[:password@]host:port[/db] for one server or redis+cluster://[:password@]host:port[?addr=host:port&addr=host:port] for a cluster", true},
+	"TOLLGATE_PUBLIC_URL": {[]string{"http", "https"}, "http(s)://host[:port]", false},
+	"STRIPE_API_BASE":     {[]string{"http", "https"}, "http(s)://host[:port]", false},
+}
+
+// checkURL is the one place that checks a URL of the environment: v, the
+// value of the variable name, has one of urlRules[name]'s schemes and a
+// host. The error names the variable.
+func checkURL(name, v string) error {
+	r := urlRules[name]
+	if u, err := url.Parse(v); err == nil && slices.Contains(r.schemes, u.Scheme) && u.Host != "" {
+		return nil
+	}
+	if r.secret {
+		return fmt.Errorf("%s: want %s", name, r.want)
+	}
+	return fmt.Errorf("%s %q: want %s", name, v, r.want)
+}
+
+// loadStoreConfig reads what every command that opens the database needs:
+// DATABASE_URL (or where the embedded PostgreSQL keeps its data),
+// TOLLGATE_DEV and the log's format and level. An error names the variable
+// at fault; nothing falls back silently.
+func loadStoreConfig(getenv func(string) string) (Config, error) {
 	c := Config{
-		DatabaseURL:     getenv("DATABASE_URL"),
-		RedisURL:        getenv("REDIS_URL"),
-		Addr:            cmp.Or(getenv("TOLLGATE_ADDR"), ":8080"),
-		CounterStore:    cmp.Or(getenv("TOLLGATE_COUNTER_STORE"), "postgres"),
-		DataDir:         cmp.Or(getenv("TOLLGATE_DATA_DIR"), ".tollgate"),
-		CounterTimeout:  50 * time.Millisecond,
-		ShutdownTimeout: 15 * time.Second,
-		ReadTimeout:     30 * time.Second,
-		WriteTimeout:    60 * time.Second,
-		IdleTimeout:     60 * time.Second,
-		AuditRetention:  90 * 24 * time.Hour,
+		DatabaseURL: getenv("DATABASE_URL"),
+		DataDir:     cmp.Or(getenv("TOLLGATE_DATA_DIR"), ".tollgate"),
 	}
 	var err error
 	if c.Dev, err = parseBool("TOLLGATE_DEV", getenv("TOLLGATE_DEV")); err != nil {
 		return c, err
 	}
+	if c.DatabaseURL != "" {
+		if err := checkURL("DATABASE_URL", c.DatabaseURL); err != nil {
+			return c, err
+		}
+	}
+	c.LogFormat = getenv("TOLLGATE_LOG_FORMAT")
+	switch c.LogFormat {
+	case "":
+		c.LogFormat = "json"
+		if c.Dev {
+			c.LogFormat = "text"
+		}
+	case "json", "text":
+	default:
+		return c, fmt.Errorf("TOLLGATE_LOG_FORMAT %q: want json or text", c.LogFormat)
+	}
+	if v := getenv("TOLLGATE_LOG_LEVEL"); v != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			return c, fmt.Errorf("TOLLGATE_LOG_LEVEL %q: want debug, info, warn or error", v)
+		}
+	}
+	return c, nil
+}
+
+// loadConfig reads and validates the whole environment, for serve:
+// loadStoreConfig's part, then the rest. An error names the variable at
+// fault; nothing falls back silently.
+func loadConfig(getenv func(string) string) (Config, error) {
+	c, err := loadStoreConfig(getenv)
+	if err != nil {
+		return c, err
+	}
+	c.RedisURL = getenv("REDIS_URL")
+	c.Addr = cmp.Or(getenv("TOLLGATE_ADDR"), ":8080")
+	c.CounterStore = cmp.Or(getenv("TOLLGATE_COUNTER_STORE"), "postgres")
+	c.CounterTimeout = 50 * time.Millisecond
+	c.ShutdownTimeout = 15 * time.Second
+	c.ReadTimeout = 30 * time.Second
+	c.WriteTimeout = 60 * time.Second
+	c.IdleTimeout = 60 * time.Second
+	c.AuditRetention = 90 * 24 * time.Hour
 	if c.SecureCookies, err = parseBool("TOLLGATE_SECURE_COOKIES", getenv("TOLLGATE_SECURE_COOKIES")); err != nil {
 		return c, err
 	}
-	if c.DatabaseURL != "" {
-		u, err := url.Parse(c.DatabaseURL)
-		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
-			return c, fmt.Errorf("DATABASE_URL: want postgres://user[:password]@host:port/dbname")
-		}
-	}
 	if c.RedisURL != "" {
-		// One server, or a Redis Cluster named by seed nodes; the counter
-		// store parses the rest and checks the server's mode at start.
-		u, err := url.Parse(c.RedisURL)
-		if err != nil || !slices.Contains([]string{"redis", "rediss", "redis+cluster", "rediss+cluster"}, u.Scheme) || u.Host == "" {
-			return c, fmt.Errorf("REDIS_URL: want redis://[:password@]host:port[/db] for one server or redis+cluster://[:password@]host:port[?addr=host:port&addr=host:port] for a cluster")
+		if err := checkURL("REDIS_URL", c.RedisURL); err != nil {
+			return c, err
 		}
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
@@ -195,27 +253,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		c.PublicURL = cmp.Or(getenv("TOLLGATE_PUBLIC_URL"), "http://"+c.Addr)
 	}
-	if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return c, fmt.Errorf("TOLLGATE_PUBLIC_URL %q: want http(s)://host[:port]", c.PublicURL)
+	if err := checkURL("TOLLGATE_PUBLIC_URL", c.PublicURL); err != nil {
+		return c, err
 	}
 	if err := loadStripe(&c, getenv); err != nil {
 		return c, err
-	}
-	c.LogFormat = getenv("TOLLGATE_LOG_FORMAT")
-	switch c.LogFormat {
-	case "":
-		c.LogFormat = "json"
-		if c.Dev {
-			c.LogFormat = "text"
-		}
-	case "json", "text":
-	default:
-		return c, fmt.Errorf("TOLLGATE_LOG_FORMAT %q: want json or text", c.LogFormat)
-	}
-	if v := getenv("TOLLGATE_LOG_LEVEL"); v != "" {
-		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
-			return c, fmt.Errorf("TOLLGATE_LOG_LEVEL %q: want debug, info, warn or error", v)
-		}
 	}
 	return c, nil
 }
@@ -276,9 +318,8 @@ func loadStripe(c *Config, getenv func(string) string) error {
 	}
 	c.StripeAPIBase = getenv("STRIPE_API_BASE")
 	if v := c.StripeAPIBase; v != "" {
-		u, err := url.Parse(v)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("STRIPE_API_BASE %q: want http(s)://host[:port]", v)
+		if err := checkURL("STRIPE_API_BASE", v); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -2,22 +2,51 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"text/tabwriter"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/tenant"
 )
 
 // keysCmd runs `tollgate keys create --tenant ID [--test]`, which prints a
-// new key (the only time it is shown), and `tollgate keys revoke KEY_ID`;
-// each prints one JSON line.
+// new key (the only time it is shown), and `tollgate keys revoke KEY_ID`,
+// each one JSON line; and `tollgate keys list --tenant ID`, a table of the
+// tenant's keys without their secrets.
 func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
-	const synopsis = "keys create --tenant TENANT_ID [--test] | keys revoke KEY_ID"
+	const synopsis = "keys create --tenant TENANT_ID [--test] | keys revoke KEY_ID | keys list --tenant TENANT_ID"
 	if len(args) == 0 {
-		return usagef(synopsis, "keys: want the subcommand create or revoke")
+		return usagef(synopsis, "keys: want the subcommand create, revoke or list")
 	}
 	switch args[0] {
+	case "list":
+		fs := newFlags("keys list")
+		tenantID := fs.String("tenant", "", "the tenant's ID")
+		rest, err := parseFlags(fs, args[1:])
+		if err != nil {
+			return usagef(synopsis, "keys list: %v", err)
+		}
+		if len(rest) > 0 {
+			return usagef(synopsis, "keys list: unexpected %q", rest[0])
+		}
+		if *tenantID == "" {
+			return usagef(synopsis, "keys list: --tenant is required")
+		}
+		store, done, err := openTenants(ctx, cfg, log)
+		if err != nil {
+			return err
+		}
+		defer done()
+		if _, err := store.Tenant(ctx, *tenantID); err != nil {
+			return notFound(err, "keys list: no tenant %s", *tenantID)
+		}
+		keys, err := store.Keys(ctx, *tenantID)
+		if err != nil {
+			return fmt.Errorf("keys list: %w", err)
+		}
+		return printKeys(stdout, keys)
 	case "create":
 		fs := newFlags("keys create")
 		tenantID := fs.String("tenant", "", "the tenant's ID")
@@ -73,5 +102,29 @@ func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, s
 			RevokedAt string `json:"revoked_at"`
 		}{k.ID, k.RevokedAt.UTC().Format(time.RFC3339Nano)})
 	}
-	return usagef(synopsis, "keys %s: want the subcommand create or revoke", args[0])
+	return usagef(synopsis, "keys %s: want the subcommand create, revoke or list", args[0])
+}
+
+// printKeys prints keys as a table: id, mode, what the key begins with (its
+// secret part is never kept), creation, last use and revocation.
+func printKeys(w io.Writer, keys []tenant.Key) error {
+	at := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY ID\tMODE\tKEY\tCREATED\tLAST USED\tREVOKED")
+	for _, k := range keys {
+		mode := "live"
+		if k.Test {
+			mode = "test"
+		}
+		fmt.Fprintf(tw, "%s\t%s\ttg_%s_%s_…\t%s\t%s\t%s\n", k.ID, mode, mode, k.Prefix, at(&k.CreatedAt), at(k.LastUsedAt), at(k.RevokedAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	return nil
 }

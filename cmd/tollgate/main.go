@@ -1,6 +1,9 @@
 // Command tollgate runs Tollgate, the multi-tenant rate-limit and quota
 // service, and its operator commands. This package is wiring only: it reads
 // the environment into a Config, builds the services and serves them.
+//
+// Help, usage and version need no environment at all; each command reads
+// only the configuration it uses (commands.go).
 package main
 
 import (
@@ -28,58 +31,40 @@ func main() {
 
 var errUsage = errors.New("usage")
 
-const usageText = `usage: tollgate [command]
-
-commands:
-  serve [--demo]          serve the API (the default); --demo seeds a demo tenant and traffic
-  migrate up|down|version apply, revert one, or show the schema version
-  tenants create --name NAME [--plan PLAN]
-                          create a tenant with a live and a test key (printed once, as JSON)
-  keys create --tenant TENANT_ID [--test]
-                          create a key (printed once, as JSON)
-  keys revoke KEY_ID      revoke a key
-  plans list              show the plans
-  plans set-price PLAN STRIPE_PRICE_ID
-                          map a Stripe price to a plan
-  plans set PLAN [--ip-per-minute N] [--quota-per-minute N] [--quota-per-hour N] [--monthly-checks N|unlimited]
-                          change a plan's limits
-  admins create --email EMAIL
-                          create a dashboard admin; the password is the first line of stdin
-  admins set-password --email EMAIL
-                          change an admin's password (stdin) and sign it out everywhere
-`
-
 // run is main without the process: tests call it with their own arguments,
 // environment and output.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cmd := "serve"
+	name := "serve"
 	if len(args) > 0 {
-		cmd, args = args[0], args[1:]
+		name, args = args[0], args[1:]
 	}
-	cfg, err := loadConfig(getenv)
+	switch name {
+	case "help", "-h", "-help", "--help":
+		return help(stdout, args)
+	}
+	c := lookup(name)
+	if c == nil {
+		fmt.Fprint(stderr, usageText())
+		return fmt.Errorf("unknown command %q: %w", name, errUsage)
+	}
+	if asksForHelp(args) {
+		fmt.Fprint(stdout, c.usage())
+		return nil
+	}
+	if c.run == nil {
+		return c.plain(stdout, args)
+	}
+	cfg, err := c.config(getenv)
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
-	switch cmd {
-	case "serve":
-		return serve(ctx, cfg, log, args, stdout)
-	case "migrate":
-		return migrateCmd(ctx, cfg, log, args, stdout)
-	case "tenants":
-		return tenantsCmd(ctx, cfg, log, args, stdout)
-	case "keys":
-		return keysCmd(ctx, cfg, log, args, stdout)
-	case "plans":
-		return plansCmd(ctx, cfg, log, args, stdout)
-	case "admins":
-		return adminsCmd(ctx, cfg, log, args, os.Stdin, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usageText)
-		return nil
-	}
-	fmt.Fprint(stderr, usageText)
-	return fmt.Errorf("unknown command %q: %w", cmd, errUsage)
+	return c.run(ctx, cfg, newLogger(cfg, stderr), args, cliIO{stdin: os.Stdin, stdout: stdout, stderr: stderr})
+}
+
+// cliIO is a command's standard streams.
+type cliIO struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
 }
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {

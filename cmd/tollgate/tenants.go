@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -16,13 +19,17 @@ import (
 	"github.com/tollgate/tollgate/internal/tenant"
 )
 
-// tenantsCmd runs `tollgate tenants create --name NAME [--plan PLAN]`: it
-// creates a tenant with one live and one test key and prints them, the only
-// time the keys are shown, as one JSON line.
+// tenantsCmd runs `tollgate tenants create --name NAME [--plan PLAN]`,
+// which creates a tenant with one live and one test key and prints them, the
+// only time the keys are shown, as one JSON line; and `tollgate tenants
+// list`, a table of the tenants.
 func tenantsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
-	const synopsis = "tenants create --name NAME [--plan starter|pro|growth|enterprise|enterprise_dedicated]"
-	if len(args) == 0 || args[0] != "create" {
-		return usagef(synopsis, "tenants: want the subcommand create")
+	const synopsis = "tenants create --name NAME [--plan starter|pro|growth|enterprise|enterprise_dedicated] | tenants list"
+	switch {
+	case len(args) > 0 && args[0] == "list":
+		return tenantsList(ctx, cfg, log, args[1:], stdout, synopsis)
+	case len(args) == 0 || args[0] != "create":
+		return usagef(synopsis, "tenants: want the subcommand create or list")
 	}
 	fs := newFlags("tenants create")
 	name := fs.String("name", "", "the tenant's name")
@@ -63,6 +70,37 @@ func tenantsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string
 		LiveKey  string `json:"live_key"`
 		TestKey  string `json:"test_key"`
 	}{t.ID, liveRaw, testRaw})
+}
+
+// tenantsList prints every tenant as a table: id, name, plan, the plan that
+// applies (held to starter by billing), billing status and creation time.
+func tenantsList(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer, synopsis string) error {
+	rest, err := parseFlags(newFlags("tenants list"), args)
+	if err != nil {
+		return usagef(synopsis, "tenants list: %v", err)
+	}
+	if len(rest) > 0 {
+		return usagef(synopsis, "tenants list: unexpected %q", rest[0])
+	}
+	store, done, err := openTenants(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ts, err := store.Tenants(ctx)
+	if err != nil {
+		return fmt.Errorf("tenants list: %w", err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT ID\tNAME\tPLAN\tEFFECTIVE PLAN\tBILLING STATUS\tCREATED")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Plan, tenant.EffectivePlanName(t.Plan, t.BillingStatus),
+			cmp.Or(t.BillingStatus, "-"), t.CreatedAt.UTC().Format(time.RFC3339))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	return nil
 }
 
 // checkPlan returns an error naming the plans there are unless name is one.

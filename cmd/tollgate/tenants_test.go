@@ -220,7 +220,11 @@ func TestCommandErrors(t *testing.T) {
 		{"key of malformed tenant", []string{"keys", "create", "--tenant", "acme"}, false, "no tenant acme"},
 		{"revoke without id", []string{"keys", "revoke"}, true, "want one KEY_ID"},
 		{"revoke unknown key", []string{"keys", "revoke", "key_nope"}, false, "no key key_nope"},
-		{"keys unknown subcommand", []string{"keys", "rotate"}, true, "want the subcommand create or revoke"},
+		{"keys unknown subcommand", []string{"keys", "rotate"}, true, "want the subcommand create, revoke or list"},
+		{"list keys without tenant", []string{"keys", "list"}, true, "--tenant is required"},
+		{"list keys of unknown tenant", []string{"keys", "list", "--tenant", "00000000-0000-0000-0000-000000000000"}, false, "no tenant 00000000-0000-0000-0000-000000000000"},
+		{"list keys of malformed tenant", []string{"keys", "list", "--tenant", "acme"}, false, "no tenant acme"},
+		{"tenants list with an argument", []string{"tenants", "list", "acme"}, true, `unexpected "acme"`},
 		{"plans without subcommand", []string{"plans"}, true, "want the subcommand"},
 		{"set without limits", []string{"plans", "set", "starter"}, true, "nothing to change"},
 		{"set zero", []string{"plans", "set", "starter", "--ip-per-minute", "0"}, true, "want a positive integer"},
@@ -246,5 +250,55 @@ func TestCommandErrors(t *testing.T) {
 				t.Errorf("usage error (exit 2): got %v, want %v", errors.Is(err, errUsage), c.wantUsage)
 			}
 		})
+	}
+}
+
+// TestListCommands: `tenants list` and `keys list` print tables an operator
+// reads, with the plan that applies and never a key's secret.
+func TestListCommands(t *testing.T) {
+	dsn := pgtest.New(t)
+	var acme, basic created
+	cliJSON(t, dsn, &acme, "tenants", "create", "--name", "Acme, Inc.", "--plan", "pro")
+	cliJSON(t, dsn, &basic, "tenants", "create", "--name", "Basic")
+	var revoked keyRevoked
+	var extra keyCreated
+	cliJSON(t, dsn, &extra, "keys", "create", "--tenant", acme.TenantID)
+	cliJSON(t, dsn, &revoked, "keys", "revoke", extra.KeyID)
+
+	out, err := cli(t, dsn, "tenants", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "TENANT ID") {
+		t.Fatalf("tenants list printed:\n%s", out)
+	}
+	for _, want := range []struct{ id, name, plan string }{{acme.TenantID, "Acme, Inc.", "pro"}, {basic.TenantID, "Basic", "starter"}} {
+		if !regexp.MustCompile(`(?m)^` + want.id + `\s+` + regexp.QuoteMeta(want.name) + `\s+` + want.plan + `\s+` + want.plan + `\s+active\s+\d{4}-\d\d-\d\dT`).MatchString(out) {
+			t.Errorf("tenants list lacks %s (%s, %s):\n%s", want.name, want.id, want.plan, out)
+		}
+	}
+
+	out, err = cli(t, dsn, "keys", "list", "--tenant", acme.TenantID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "KEY ID") {
+		t.Fatalf("keys list printed:\n%s", out)
+	}
+	for _, raw := range []string{acme.LiveKey, acme.TestKey, extra.Key} {
+		if strings.Contains(out, raw) || strings.Contains(out, raw[len(raw)-32:]) {
+			t.Errorf("keys list shows a secret:\n%s", out)
+		}
+		if !strings.Contains(out, raw[:len(raw)-32]+"…") {
+			t.Errorf("keys list lacks the key that begins %s:\n%s", raw[:len(raw)-32], out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^` + extra.KeyID + `\s+live\s+\S+\s+\S+\s+-\s+` + regexp.QuoteMeta(revoked.RevokedAt[:19])).MatchString(out) {
+		t.Errorf("keys list: the revoked key %s is not shown revoked at %s:\n%s", extra.KeyID, revoked.RevokedAt, out)
+	}
+	if n := strings.Count(out, " test "); n != 1 {
+		t.Errorf("keys list: %d test keys, want 1:\n%s", n, out)
 	}
 }
