@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
@@ -51,10 +52,10 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	maxIP := g.cfg.Tenants.MaxIPPerMinute(ctx)
 	perMinute := limit.Every(time.Minute)
 	failItem := counter.Item{Key: ck.authFail, Algorithm: limit.SlidingWindow, Limit: g.cfg.AuthFailuresPerMinute, Window: perMinute, Cost: 1}
-	pre, err := g.l1.Check(ctx, counter.Request{Mode: counter.Peek, Ceilings: 1, Now: now, Items: []counter.Item{
-		{Key: ck.pre, Algorithm: limit.SlidingWindow, Limit: maxIP, Window: perMinute, Cost: 1},
+	pre, err := g.localCheck(ctx, counter.Request{Mode: counter.Peek, Ceilings: 1, Now: now},
+		counter.Item{Key: ck.pre, Algorithm: limit.SlidingWindow, Limit: maxIP, Window: perMinute, Cost: 1},
 		failItem,
-	}})
+	)
 	switch {
 	case err != nil:
 		g.l1Bug(ctx, err)
@@ -68,7 +69,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	key, t, err := g.cfg.Tenants.Authenticate(ctx, req.Bearer)
 	if err != nil {
 		if errors.Is(err, tenant.ErrUnauthorized) {
-			if _, err := g.l1.Check(ctx, counter.Request{Now: now, Items: []counter.Item{failItem}}); err != nil {
+			if _, err := g.localCheck(ctx, counter.Request{Now: now}, failItem); err != nil {
 				g.l1Bug(ctx, err)
 			}
 		}
@@ -321,12 +322,27 @@ func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome stri
 
 // l1Check consumes one from an in-memory counter of this instance at now.
 func (g *Gate) l1Check(ctx context.Context, now time.Time, group, key string, alg limit.Algorithm, lim int64, w limit.Window) limit.Decision {
-	res, err := g.l1.Check(ctx, counter.Request{Now: now, Group: group, Items: []counter.Item{{Key: key, Algorithm: alg, Limit: lim, Window: w, Cost: 1}}})
+	res, err := g.localCheck(ctx, counter.Request{Now: now, Group: group}, counter.Item{Key: key, Algorithm: alg, Limit: lim, Window: w, Cost: 1})
 	if err != nil {
 		g.l1Bug(ctx, err)
 		return limit.Decision{Allowed: true}
 	}
 	return res.Decisions[0]
+}
+
+// localItems holds the items of a call of the local store, reused across
+// requests: Local is an interface, so the items of a slice literal passed
+// to it would be allocated on the heap on every request.
+var localItems = sync.Pool{New: func() any { return new([2]counter.Item) }}
+
+// localCheck asks the local store about req with items (one or two).
+func (g *Gate) localCheck(ctx context.Context, req counter.Request, items ...counter.Item) (counter.Result, error) {
+	buf := localItems.Get().(*[2]counter.Item)
+	req.Items = buf[:copy(buf[:], items)]
+	res, err := g.l1.Check(ctx, req)
+	*buf = [2]counter.Item{}
+	localItems.Put(buf)
+	return res, err
 }
 
 // l1Bug logs an in-memory layer's refusal of its own request. Only an
