@@ -1,9 +1,12 @@
 package gate
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/metrics"
 )
 
@@ -101,4 +104,31 @@ func (b *breakers) success(tenant string) {
 		b.metrics.BreakerOpen.Set(float64(b.open))
 	}
 	delete(b.m, tenant)
+}
+
+// throughBreaker makes one call of the shared store for tenantID through
+// the tenant's circuit breaker: skipped, as counter.ErrUnavailable, while the
+// circuit is open; otherwise timed and counted as a success or a failure of
+// the store. An invalid request is the caller's bug, not the store's
+// failure: it leaves the circuit as it was.
+func throughBreaker[T any](g *Gate, tenantID string, call func() (T, error)) (T, error) {
+	if !g.breakers.allow(tenantID, g.cfg.Now()) {
+		g.met.storeSkipped.Observe(0)
+		var zero T
+		return zero, fmt.Errorf("circuit open: %w", counter.ErrUnavailable)
+	}
+	start := time.Now()
+	res, err := call()
+	took := time.Since(start).Seconds()
+	switch {
+	case errors.Is(err, counter.ErrInvalid):
+		g.breakers.release(tenantID)
+	case err != nil:
+		g.breakers.failure(tenantID, g.cfg.Now())
+		g.met.storeDown.Observe(took)
+	default:
+		g.breakers.success(tenantID)
+		g.met.storeOK.Observe(took)
+	}
+	return res, err
 }

@@ -202,24 +202,7 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 // storeAcquire makes the acquire's one round trip, through the tenant's
 // circuit breaker, as storeCheck does for a check.
 func (g *Gate) storeAcquire(ctx context.Context, tenantID string, a counter.Acquire) (counter.Acquired, error) {
-	if !g.breakers.allow(tenantID, g.cfg.Now()) {
-		g.met.storeSkipped.Observe(0)
-		return counter.Acquired{}, fmt.Errorf("circuit open: %w", counter.ErrUnavailable)
-	}
-	start := time.Now()
-	res, err := g.cfg.Leases.Acquire(ctx, a)
-	took := time.Since(start).Seconds()
-	switch {
-	case errors.Is(err, counter.ErrInvalid):
-		g.breakers.release(tenantID)
-	case err != nil:
-		g.breakers.failure(tenantID, g.cfg.Now())
-		g.met.storeDown.Observe(took)
-	default:
-		g.breakers.success(tenantID)
-		g.met.storeOK.Observe(took)
-	}
-	return res, err
+	return throughBreaker(g, tenantID, func() (counter.Acquired, error) { return g.cfg.Leases.Acquire(ctx, a) })
 }
 
 // leaseDegraded answers without the shared store: the ceilings have passed

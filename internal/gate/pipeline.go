@@ -278,25 +278,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 
 // storeCheck makes the one round trip, through the tenant's circuit breaker.
 func (g *Gate) storeCheck(ctx context.Context, tenantID string, req counter.Request) (counter.Result, error) {
-	if !g.breakers.allow(tenantID, g.cfg.Now()) {
-		g.met.storeSkipped.Observe(0)
-		return counter.Result{}, fmt.Errorf("circuit open: %w", counter.ErrUnavailable)
-	}
-	start := time.Now()
-	res, err := g.cfg.Store.Check(ctx, req)
-	took := time.Since(start).Seconds()
-	if err != nil {
-		if errors.Is(err, counter.ErrInvalid) {
-			g.breakers.release(tenantID)
-			return res, err
-		}
-		g.breakers.failure(tenantID, g.cfg.Now())
-		g.met.storeDown.Observe(took)
-		return res, err
-	}
-	g.breakers.success(tenantID)
-	g.met.storeOK.Observe(took)
-	return res, nil
+	return throughBreaker(g, tenantID, func() (counter.Result, error) { return g.cfg.Store.Check(ctx, req) })
 }
 
 // refuse records a ceiling's refusal and returns the verdict carrying it.
