@@ -21,7 +21,8 @@ import (
 // set-password --email EMAIL`, which read the password from the first line
 // of stdin and print one JSON line. set-password also signs the admin out
 // everywhere.
-func adminsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func adminsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio cliIO) error {
+	stdin, stdout, stderr := cio.stdin, cio.stdout, cio.stderr
 	const synopsis = "admins create --email EMAIL | admins set-password --email EMAIL (password on stdin)"
 	if len(args) == 0 || (args[0] != "create" && args[0] != "set-password") {
 		return usagef(synopsis, "admins: want the subcommand create or set-password")

@@ -20,7 +20,7 @@ func admins(t *testing.T, dsn, stdin string, args ...string) (string, error) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	err = adminsCmd(context.Background(), cfg, slog.New(slog.DiscardHandler), args, strings.NewReader(stdin), &stdout, &stderr)
+	err = adminsCmd(context.Background(), cfg, slog.New(slog.DiscardHandler), args, cliIO{stdin: strings.NewReader(stdin), stdout: &stdout, stderr: &stderr})
 	if strings.Contains(stdout.String()+stderr.String(), "horse") {
 		t.Errorf("admins %v printed the password", args)
 	}

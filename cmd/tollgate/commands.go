@@ -38,9 +38,7 @@ var commands = []command{
 		summary:  "serve the API and the dashboard (the default command); --demo seeds a demo tenant, an admin and a little live traffic",
 		env:      "every TOLLGATE_* variable, DATABASE_URL, REDIS_URL and STRIPE_* (see the README); TOLLGATE_PEPPER is required unless TOLLGATE_DEV=1",
 		config:   loadConfig,
-		run: func(ctx context.Context, cfg Config, log *slog.Logger, args []string, io cliIO) error {
-			return serve(ctx, cfg, log, args, io.stdout)
-		},
+		run:      serve,
 	},
 	{
 		name:     "migrate",
@@ -48,9 +46,7 @@ var commands = []command{
 		summary:  "apply every migration, revert the last one, or show the schema version",
 		env:      storeEnv,
 		config:   loadStoreConfig,
-		run: func(ctx context.Context, cfg Config, log *slog.Logger, args []string, io cliIO) error {
-			return migrateCmd(ctx, cfg, log, args, io.stdout)
-		},
+		run:      migrateCmd,
 	},
 	{
 		name: "tenants",
@@ -61,9 +57,7 @@ var commands = []command{
 		summary: "create a tenant with a live and a test key (printed once, as JSON), or list the tenants",
 		env:     storeEnv,
 		config:  loadStoreConfig,
-		run: func(ctx context.Context, cfg Config, log *slog.Logger, args []string, io cliIO) error {
-			return tenantsCmd(ctx, cfg, log, args, io.stdout)
-		},
+		run:     tenantsCmd,
 	},
 	{
 		name: "keys",
@@ -75,9 +69,7 @@ var commands = []command{
 		summary: "create a key (printed once, as JSON), revoke one, or list a tenant's keys (never the secret)",
 		env:     storeEnv,
 		config:  loadStoreConfig,
-		run: func(ctx context.Context, cfg Config, log *slog.Logger, args []string, io cliIO) error {
-			return keysCmd(ctx, cfg, log, args, io.stdout)
-		},
+		run:     keysCmd,
 	},
 	{
 		name: "plans",
@@ -89,9 +81,7 @@ var commands = []command{
 		summary: "show the plans, map a Stripe price to a plan, or change a plan's limits",
 		env:     storeEnv,
 		config:  loadStoreConfig,
-		run: func(ctx context.Context, cfg Config, log *slog.Logger, args []string, io cliIO) error {
-			return plansCmd(ctx, cfg, log, args, io.stdout)
-		},
+		run:     plansCmd,
 	},
 	{
 		name: "admins",
@@ -102,9 +92,7 @@ var commands = []command{
 		summary: "create a dashboard admin, or change an admin's password and sign it out everywhere; the password is the first line of stdin",
 		env:     storeEnv,
 		config:  loadStoreConfig,
-		run: func(ctx context.Context, cfg Config, log *slog.Logger, args []string, io cliIO) error {
-			return adminsCmd(ctx, cfg, log, args, io.stdin, io.stdout, io.stderr)
-		},
+		run:     adminsCmd,
 	},
 	{
 		name:     "version",

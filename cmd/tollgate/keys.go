@@ -15,7 +15,8 @@ import (
 // new key (the only time it is shown), and `tollgate keys revoke KEY_ID`,
 // each one JSON line; and `tollgate keys list --tenant ID`, a table of the
 // tenant's keys without their secrets.
-func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
+func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio cliIO) error {
+	stdout := cio.stdout
 	const synopsis = "keys create --tenant TENANT_ID [--test] | keys revoke KEY_ID | keys list --tenant TENANT_ID"
 	if len(args) == 0 {
 		return usagef(synopsis, "keys: want the subcommand create, revoke or list")

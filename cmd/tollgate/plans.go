@@ -14,7 +14,8 @@ import (
 // plansCmd runs `tollgate plans list` (a table), `tollgate plans set-price
 // PLAN STRIPE_PRICE_ID` and `tollgate plans set PLAN [limits]`; the last two
 // print the plan as stored, as one JSON line.
-func plansCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
+func plansCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio cliIO) error {
+	stdout := cio.stdout
 	const synopsis = "plans list | plans set-price PLAN STRIPE_PRICE_ID | " +
 		"plans set PLAN [--ip-per-minute N] [--quota-per-minute N] [--quota-per-hour N] [--monthly-checks N|unlimited]"
 	if len(args) == 0 {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -34,7 +33,8 @@ import (
 // serve runs the HTTP server until ctx is cancelled, then shuts down in
 // order: stop taking requests and finish those in flight, close the counter
 // store, close the pool, stop the embedded database.
-func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
+func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio cliIO) error {
+	stdout := cio.stdout
 	fs := newFlags("serve")
 	demo := fs.Bool("demo", false, "seed a demo tenant, print its keys and send it a little live traffic")
 	rest, err := parseFlags(fs, args)
@@ -312,7 +312,8 @@ func counterStore(ctx context.Context, cfg Config, dsn string, log *slog.Logger)
 }
 
 // migrateCmd runs `tollgate migrate up|down|version`.
-func migrateCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
+func migrateCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio cliIO) error {
+	stdout := cio.stdout
 	if len(args) != 1 {
 		return fmt.Errorf("migrate up|down|version: %w", errUsage)
 	}

@@ -23,7 +23,8 @@ import (
 // which creates a tenant with one live and one test key and prints them, the
 // only time the keys are shown, as one JSON line; and `tollgate tenants
 // list`, a table of the tenants.
-func tenantsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
+func tenantsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio cliIO) error {
+	stdout := cio.stdout
 	const synopsis = "tenants create --name NAME [--plan starter|pro|growth|enterprise|enterprise_dedicated] | tenants list"
 	switch {
 	case len(args) > 0 && args[0] == "list":
