@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/faultnet"
+	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
 
@@ -53,25 +54,8 @@ const pepper = "blackbox-pepper-0123456789abcdef0123456789"
 // instance is one running `tollgate serve`.
 type instance struct {
 	base string
-	logs *lockedBuffer
+	logs *logbuf.Buffer
 	cmd  *exec.Cmd
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func freePort(t *testing.T) string {
@@ -99,7 +83,7 @@ func environ(dsn string, extra ...string) []string {
 func start(t *testing.T, dsn string, extra ...string) *instance {
 	t.Helper()
 	addr := freePort(t)
-	in := &instance{base: "http://" + addr, logs: &lockedBuffer{}}
+	in := &instance{base: "http://" + addr, logs: &logbuf.Buffer{}}
 	in.cmd = exec.Command(binary, "serve")
 	in.cmd.Env = environ(dsn, append([]string{"TOLLGATE_ADDR=" + addr}, extra...)...)
 	in.cmd.Stdout, in.cmd.Stderr = in.logs, in.logs

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/eventually"
+	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
 
@@ -111,7 +112,7 @@ func TestNoisyNeighbour(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := &lockedBuffer{}
+		out := &logbuf.Buffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

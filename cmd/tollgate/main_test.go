@@ -14,28 +14,11 @@ import (
 
 	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/faultnet"
+	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// syncBuffer is a log sink the server writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -59,11 +42,11 @@ func status(t *testing.T, u string) int {
 
 // startServer runs `tollgate serve` in-process with env and returns its base
 // URL, its log, and a function that stops it and returns run's error.
-func startServer(t *testing.T, env map[string]string) (string, *syncBuffer, func() error) {
+func startServer(t *testing.T, env map[string]string) (string, *logbuf.Buffer, func() error) {
 	t.Helper()
 	addr := freeAddr(t)
 	env["TOLLGATE_ADDR"] = addr
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	done := make(chan error, 1)
@@ -170,7 +153,7 @@ func TestMigrateCommand(t *testing.T) {
 func TestServeDemo(t *testing.T) {
 	dsn := pgtest.New(t)
 	addr := freeAddr(t)
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -1,7 +1,6 @@
 package batch_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -13,25 +12,8 @@ import (
 
 	"github.com/tollgate/tollgate/internal/batch"
 	"github.com/tollgate/tollgate/internal/eventually"
+	"github.com/tollgate/tollgate/internal/logbuf"
 )
-
-// syncBuffer is a log sink the loop writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestLoopFinalFlushOutlivesTheStop: stopping the loop (cancelling its
 // context) still writes what is pending, under a context that is not done,
@@ -68,7 +50,7 @@ func TestLoopFinalFlushOutlivesTheStop(t *testing.T) {
 // counted afresh; Tick runs after each flush.
 func TestLoopKeepsFlushingAndLogsDrops(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	var mu sync.Mutex
 	flushes, ticks := 0, 0
 	drops := &batch.Drops{}

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/dashboard"
 	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/policy"
@@ -481,7 +481,7 @@ func TestFloodsReadAsOneRow(t *testing.T) {
 // line names the tenant and what could not be read.
 func TestFailedPageSaysWhatFailed(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	// The traffic store's pool is closed: a real store that fails.
 	closed, err := pgxpool.New(context.Background(), pgtest.New(t))
 	if err != nil {
@@ -503,22 +503,4 @@ func TestFailedPageSaysWhatFailed(t *testing.T) {
 	if want := "tenant " + tn.ID + ": checks per minute: "; !strings.Contains(logs.String(), want) {
 		t.Errorf("log lacks %q:\n%s", want, logs)
 	}
-}
-
-// syncBuffer is a log sink the server writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing/stripeapi"
 	"github.com/tollgate/tollgate/internal/billing/stripeapi/stripemocktest"
 	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
@@ -32,24 +32,7 @@ const webhookSecret = "whsec_httpapi_test_0123456789"
 // the auth middleware that takes the bearer token as the tenant id.
 type billingInstance struct {
 	e    *echo.Echo
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *logbuf.Buffer
 }
 
 // billingWorld is a database of the test's own, with pro priced.
@@ -121,7 +104,7 @@ func (w *billingWorld) instance(stripe, secret bool, mods ...func(*Config)) *bil
 	if stripe {
 		payments = stripeapi.New(stripeapi.Config{Key: "sk_test_123", APIBase: stripemocktest.URL(w.t)})
 	}
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	// This instance's memory, as serve wires it: where billing links are
 	// counted without a shared store.
 	local := memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1})

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate/internal/eventually"
+	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
 
@@ -53,24 +53,6 @@ const (
 	// browser's sign-ins.
 	apiIP = "203.0.113.9"
 )
-
-// lockedBuffer collects the server's log.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func environ(dsn string, extra ...string) []string {
 	return append([]string{
@@ -117,7 +99,7 @@ func serve(t *testing.T, dsn string) string {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	logs := &lockedBuffer{}
+	logs := &logbuf.Buffer{}
 	cmd := exec.Command(binary, "serve")
 	cmd.Env = environ(dsn, "TOLLGATE_ADDR="+addr, "TOLLGATE_TRUSTED_PROXIES=127.0.0.1")
 	cmd.Stdout, cmd.Stderr = logs, logs
