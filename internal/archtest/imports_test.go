@@ -70,6 +70,14 @@ var webLayers = []string{mod + "internal/httpapi", mod + "internal/dashboard"}
 // may import: echomw adapts the client to Echo.
 var clientDeps = []string{"github.com/labstack/echo/v4"}
 
+// testOnly are the packages only tests (and each other) import: the code
+// that ships never reaches them.
+var testOnly = []string{
+	mod + "internal/pgtest", mod + "internal/redistest", mod + "internal/faultnet",
+	mod + "internal/counter/countertest", mod + "internal/billing/stripeapi/stripemocktest",
+	mod + "internal/eventually", mod + "internal/logbuf",
+}
+
 // drivers may be imported by adapters only.
 var drivers = []string{"github.com/jackc/pgx", "github.com/redis/go-redis", "github.com/stripe/stripe-go", "github.com/golang-migrate"}
 
@@ -89,7 +97,8 @@ func TestImportArrows(t *testing.T) {
 		rel := strings.TrimPrefix(p.ImportPath, mod)
 		adapter := isAdapter(p.ImportPath)
 		isClient := rel == "client" || strings.HasPrefix(rel, "client/")
-		isTestInfra := hasPrefix(rel, []string{"internal/pgtest", "internal/redistest", "internal/pglocal", "internal/faultnet", "internal/counter/countertest", "internal/archtest", "blackbox"})
+		isTestInfra := hasPrefix(rel, []string{"internal/pgtest", "internal/redistest", "internal/pglocal", "internal/faultnet", "internal/counter/countertest", "internal/archtest", "blackbox"}) ||
+			hasPrefix(p.ImportPath, testOnly)
 		for _, imp := range p.Imports {
 			ours := strings.HasPrefix(imp, mod)
 			switch {
@@ -103,6 +112,8 @@ func TestImportArrows(t *testing.T) {
 				t.Errorf("%s imports %s: sqlc output stays inside pgstore and counter/postgres", rel, imp)
 			case isAdapter(imp) && !strings.HasPrefix(rel, "cmd/") && !isTestInfra && !adapter:
 				t.Errorf("%s imports the adapter %s: only cmd/tollgate wires adapters", rel, imp)
+			case hasPrefix(imp, testOnly) && !isTestInfra:
+				t.Errorf("%s imports %s: only tests import it", rel, imp)
 			case adapter && hasPrefix(imp, webLayers):
 				t.Errorf("%s imports %s: an adapter serves the domain, never the HTTP layers", rel, imp)
 			case hasPrefix(imp, drivers) && !adapter && !isTestInfra && !strings.HasPrefix(rel, "cmd/"):
