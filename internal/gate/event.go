@@ -5,6 +5,19 @@
 // and finally the tenant's own policies, and returns a Verdict naming the
 // layer that refused, if one did.
 //
+// What is exact and what is leased: a tenant's policies are decided in the
+// counter store on every check, exactly, in one round trip. The service's
+// own shared ceilings (per-IP L2, quotas, allotment, sandbox) are leased
+// (lease.go): an instance takes blocks of units from their counters in the
+// round trips of checks that need the store anyway and spends them
+// locally, so that the store sees about one write per check; the fleet
+// never admits more than a ceiling's limit, and under-admits only by what
+// other instances hold when a counter runs out.
+//
+// One tenant cannot hurt another through the pipeline: each tenant has its
+// own circuit breaker (breaker.go), its own bound on work in progress and
+// on time spent matching wildcard overrides (inflight.go).
+//
 // gate imports no driver and no net/http.
 package gate
 
