@@ -15,6 +15,7 @@
 #                  once Tollgate has stopped and its connections are gone)
 #   p99            wrk's 99th percentile latency
 #   rss_mb         Tollgate's peak resident memory (VmHWM), in MiB
+#   allocs         heap allocations per check (go_memstats_mallocs_total)
 #
 # Usage (wrk: apt-get install wrk):
 #
@@ -161,6 +162,9 @@ written() {
   esac
 }
 
+# mallocs: the heap allocations Tollgate has made so far.
+mallocs() { curl -s "http://$addr/metrics" | awk '/^go_memstats_mallocs_total/ {printf "%.0f", $2}'; }
+
 storeports() {
   case "$1" in
     redis) echo 18379 ;;
@@ -176,7 +180,7 @@ storepids() {
   esac
 }
 
-printf '%-9s %10s %10s %7s %8s %8s %13s %6s %8s %9s %7s\n' store "req/s" "bare" ratio cpu_us bare_us store_cpu_us rows p99_ms degraded rss_mb
+printf '%-9s %10s %10s %7s %8s %8s %13s %6s %8s %9s %7s %7s\n' store "req/s" "bare" ratio cpu_us bare_us store_cpu_us rows p99_ms degraded rss_mb allocs
 for store in "${stores[@]}"; do
   db="tollgate_bench_$$_$store"
   psql -q "$DATABASE_URL" -c "CREATE DATABASE $db" >/dev/null
@@ -236,13 +240,13 @@ LUA
     read -r brps _ breqs _ < <(wrkrun "http://127.0.0.1:18280/")
     b1=$(cpu "$bare")
     spids=$(storepids "$store" || true)
-    c0=$(cpu "$server"); s0=$(cpu $spids)
+    c0=$(cpu "$server"); s0=$(cpu $spids); m0=$(mallocs)
     read -r rps p99 reqs deg < <(wrkrun "http://$addr/")
-    c1=$(cpu "$server"); s1=$(cpu $spids)
+    c1=$(cpu "$server"); s1=$(cpu $spids); m1=$(mallocs)
     total=$((total + reqs))
     awk -v b="$brps" -v r="$rps" -v p="$p99" -v n="$reqs" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v t="$tick" -v st="$store" -v d="$deg" \
-      -v bc=$((b1 - b0)) -v bn="$breqs" \
-      'BEGIN { printf "%s %.0f %.0f %.3f %.1f %.1f %.2f %d %.1f\n", st, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), p, d, bc/t/bn*1e6 }' >>"$work/rows"
+      -v bc=$((b1 - b0)) -v bn="$breqs" -v m="$(awk -v a="$m0" -v b="$m1" 'BEGIN {print b - a}')" \
+      'BEGIN { printf "%s %.0f %.0f %.3f %.1f %.1f %.2f %d %.1f %.1f\n", st, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), p, d, bc/t/bn*1e6, m/n }' >>"$work/rows"
   done
   rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$server/status")
   stop "$server"; server=""
@@ -251,7 +255,7 @@ LUA
   # Medians, column by column.
   row=$store
   for col in 2 3 4 5 9 6; do row="$row $(awk -v c=$col '{print $c}' "$work/rows" | median)"; done
-  row="$row $rows $(awk '{print $7}' "$work/rows" | median) $(awk '{n += $8} END {print n+0}' "$work/rows") $rss"
-  echo "$row" | awk '{printf "%-9s %10s %10s %7s %8s %8s %13s %6s %8s %9s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11}' 
+  row="$row $rows $(awk '{print $7}' "$work/rows" | median) $(awk '{n += $8} END {print n+0}' "$work/rows") $rss $(awk '{print $10}' "$work/rows" | median)"
+  echo "$row" | awk '{printf "%-9s %10s %10s %7s %8s %8s %13s %6s %8s %9s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}' 
   psql -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null; db=""
 done
