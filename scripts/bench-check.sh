@@ -14,6 +14,8 @@
 #                  over all runs (PostgreSQL's table statistics are complete
 #                  once Tollgate has stopped and its connections are gone)
 #   p99            wrk's 99th percentile latency
+#   rss_mb         Tollgate's peak resident memory (VmHWM), in MiB
+#   allocs         heap allocations per check (go_memstats_mallocs_total)
 #
 # Usage (wrk: apt-get install wrk):
 #
@@ -27,7 +29,9 @@
 #
 # Settings: RUNS (3), DURATION (8s), CONNS (64), SUBJECTS (100000),
 # TOLLGATE_BIN (a tollgate binary to measure instead of building the tree's),
-# SCOPE (subject, or global: every check on one keyless counter).
+# SCOPE (subject, or global: every check on one keyless counter),
+# CLIENTS (0: every request from 127.0.0.1; N: each from one of N client
+# addresses, sent as X-Forwarded-For from 127.0.0.1, a trusted proxy).
 # Tollgate, wrk and the stores share the machine: every figure is a
 # whole-box figure, and absolute req/s move with whatever else runs.
 set -euo pipefail
@@ -37,6 +41,7 @@ duration=${DURATION:-8s}
 conns=${CONNS:-64}
 subjects=${SUBJECTS:-100000}
 scope=${SCOPE:-subject}
+clients=${CLIENTS:-0}
 stores=("$@")
 [ ${#stores[@]} -gt 0 ] || stores=(memory redis postgres)
 
@@ -157,6 +162,9 @@ written() {
   esac
 }
 
+# mallocs: the heap allocations Tollgate has made so far.
+mallocs() { curl -s "http://$addr/metrics" | awk '/^go_memstats_mallocs_total/ {printf "%.0f", $2}'; }
+
 storeports() {
   case "$1" in
     redis) echo 18379 ;;
@@ -172,7 +180,7 @@ storepids() {
   esac
 }
 
-printf '%-9s %10s %10s %7s %8s %8s %13s %6s %8s %9s\n' store "req/s" "bare" ratio cpu_us bare_us store_cpu_us rows p99_ms degraded
+printf '%-9s %10s %10s %7s %8s %8s %13s %6s %8s %9s %7s %7s\n' store "req/s" "bare" ratio cpu_us bare_us store_cpu_us rows p99_ms degraded rss_mb allocs
 for store in "${stores[@]}"; do
   db="tollgate_bench_$$_$store"
   psql -q "$DATABASE_URL" -c "CREATE DATABASE $db" >/dev/null
@@ -189,7 +197,7 @@ for store in "${stores[@]}"; do
     *) echo "bench-check.sh: unknown store $store: want memory, redis, cluster or postgres" >&2; exit 2 ;;
   esac
   env DATABASE_URL="$DATABASE_URL_BENCH" TOLLGATE_DEV=1 TOLLGATE_ADDR=$addr TOLLGATE_LOG_LEVEL=error \
-    TOLLGATE_COUNTER_STORE="$kind" REDIS_URL="$url" "$bin" serve 2>"$work/serve.log" &
+    TOLLGATE_COUNTER_STORE="$kind" REDIS_URL="$url" TOLLGATE_TRUSTED_PROXIES=127.0.0.1 "$bin" serve 2>"$work/serve.log" &
   server=$!
   for _ in $(seq 100); do curl -sf "http://$addr/readyz" >/dev/null && break; sleep 0.1; done
   curl -sf "http://$addr/readyz" >/dev/null || { echo "tollgate did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
@@ -200,7 +208,12 @@ wrk.method = "POST"
 wrk.headers["Authorization"] = "Bearer $key"
 wrk.headers["Content-Type"] = "application/json"
 math.randomseed(os.time())
+local clients = $clients
 request = function()
+  if clients > 0 then
+    local n = math.random(clients)
+    wrk.headers["X-Forwarded-For"] = string.format("10.%d.%d.%d", math.floor(n / 65536) % 256, math.floor(n / 256) % 256, n % 256)
+  end
   return wrk.format(nil, "/v1/check", nil, '{"items":[{"policy":"bench","subject":"user-' .. math.random($subjects) .. '"}]}')
 end
 -- Answers given without the store (its deadline passed) are counted apart.
@@ -227,21 +240,22 @@ LUA
     read -r brps _ breqs _ < <(wrkrun "http://127.0.0.1:18280/")
     b1=$(cpu "$bare")
     spids=$(storepids "$store" || true)
-    c0=$(cpu "$server"); s0=$(cpu $spids)
+    c0=$(cpu "$server"); s0=$(cpu $spids); m0=$(mallocs)
     read -r rps p99 reqs deg < <(wrkrun "http://$addr/")
-    c1=$(cpu "$server"); s1=$(cpu $spids)
+    c1=$(cpu "$server"); s1=$(cpu $spids); m1=$(mallocs)
     total=$((total + reqs))
     awk -v b="$brps" -v r="$rps" -v p="$p99" -v n="$reqs" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v t="$tick" -v st="$store" -v d="$deg" \
-      -v bc=$((b1 - b0)) -v bn="$breqs" \
-      'BEGIN { printf "%s %.0f %.0f %.3f %.1f %.1f %.2f %d %.1f\n", st, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), p, d, bc/t/bn*1e6 }' >>"$work/rows"
+      -v bc=$((b1 - b0)) -v bn="$breqs" -v m="$(awk -v a="$m0" -v b="$m1" 'BEGIN {print b - a}')" \
+      'BEGIN { printf "%s %.0f %.0f %.3f %.1f %.1f %.2f %d %.1f %.1f\n", st, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), p, d, bc/t/bn*1e6, m/n }' >>"$work/rows"
   done
+  rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$server/status")
   stop "$server"; server=""
   sleep 1
   rows=$(awk -v w=$(( $(written "$store") - w0 )) -v n="$total" -v st="$store" 'BEGIN { printf "%.2f", (st=="memory" ? 0 : w/n) }')
   # Medians, column by column.
   row=$store
   for col in 2 3 4 5 9 6; do row="$row $(awk -v c=$col '{print $c}' "$work/rows" | median)"; done
-  row="$row $rows $(awk '{print $7}' "$work/rows" | median) $(awk '{n += $8} END {print n+0}' "$work/rows")"
-  echo "$row" | awk '{printf "%-9s %10s %10s %7s %8s %8s %13s %6s %8s %9s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10}' 
+  row="$row $rows $(awk '{print $7}' "$work/rows" | median) $(awk '{n += $8} END {print n+0}' "$work/rows") $rss $(awk '{print $10}' "$work/rows" | median)"
+  echo "$row" | awk '{printf "%-9s %10s %10s %7s %8s %8s %13s %6s %8s %9s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}' 
   psql -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null; db=""
 done

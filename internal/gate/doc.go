@@ -11,6 +11,19 @@
 // request's first items (counter.Request.Ceilings), so they count every call
 // that passes them even when a policy then refuses.
 //
+// What is exact and what is leased: a tenant's policies are decided in the
+// counter store on every check, exactly, in one round trip. The service's
+// own shared ceilings (per-IP L2, quotas, allotment, sandbox) are leased
+// (lease.go): an instance takes blocks of units from their counters in the
+// round trips of checks that need the store anyway and spends them
+// locally, so that the store sees about one write per check; the fleet
+// never admits more than a ceiling's limit, and under-admits only by what
+// other instances hold when a counter runs out.
+//
+// One tenant cannot hurt another through the pipeline: each tenant has its
+// own circuit breaker (breaker.go), its own bound on work in progress and
+// on time spent matching wildcard overrides (inflight.go).
+//
 // When the store cannot answer within its deadline the pipeline degrades
 // instead of failing: the ceilings keep their L1 verdicts, each policy
 // follows its fail_mode, and the Verdict says Degraded. A circuit breaker
