@@ -186,17 +186,13 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 	lv := &LeaseVerdict{Policy: p.Name, Allowed: res.Allowed, InFlight: res.InFlight, Limit: lim}
 	v.Lease, v.Allowed = lv, res.Allowed
 	var refusals []Refusal
-	outcome := OutcomeAllowed
 	if res.Allowed {
 		lv.ID, lv.ExpiresAt = id, res.ExpiresAt
 	} else {
 		lv.RetryAfter = max(0, res.ExpiresAt.Sub(res.Now))
-		outcome = LayerPolicy
 		refusals = []Refusal{{Layer: LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.ExpiresAt, Key: key, AlertAfter: p.AlertAfter}}
 	}
-	g.met.answered(v.Allowed, outcome)
-	g.observe(ctx, req, v, outcome, false, refusals)
-	return v, nil
+	return g.answer(ctx, req, v, false, refusals), nil
 }
 
 // storeAcquire makes the acquire's one round trip, through the tenant's
@@ -224,13 +220,7 @@ func (g *Gate) leaseDegraded(ctx context.Context, req Request, v Verdict, ceilin
 		lv.RetryAfter = time.Second
 	}
 	v.Lease, v.Allowed = lv, lv.Allowed
-	outcome := OutcomeAllowed
-	if !v.Allowed {
-		outcome = LayerPolicy
-	}
-	g.met.answered(v.Allowed, outcome)
-	g.observe(ctx, req, v, outcome, true, nil)
-	return v
+	return g.answer(ctx, req, v, true, nil)
 }
 
 // leaseRef returns the store's reference to the tenant's lease id, or a

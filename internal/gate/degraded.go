@@ -29,13 +29,7 @@ func (g *Gate) degraded(ctx context.Context, req Request, v Verdict, ceilings []
 		g.met.degraded[LayerPolicy].Inc()
 		v.Items = append(v.Items, ItemVerdict{Policy: p.name, Decision: d, Shadow: p.shadow, Degraded: true})
 	}
-	outcome := OutcomeAllowed
-	if !v.Allowed {
-		outcome = LayerPolicy
-	}
-	g.met.answered(v.Allowed, outcome)
-	g.observe(ctx, req, v, outcome, true, nil)
-	return v
+	return g.answer(ctx, req, v, true, nil)
 }
 
 // logDegraded writes the L2_DEGRADED line at most once a second.

@@ -207,9 +207,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		// Every ceiling was served from its lease and there is no policy:
 		// nothing for the store to decide.
 		v.Allowed = true
-		g.met.answered(true, OutcomeAllowed)
-		g.observe(ctx, req, v, OutcomeAllowed, false, nil)
-		return v, nil
+		return g.answer(ctx, req, v, false, nil), nil
 	}
 
 	res, err := g.storeCheck(ctx, t.ID, creq)
@@ -267,13 +265,19 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 			v.Tightest = tighter(v.Tightest, Quota{Name: p.name, Limit: p.Limit, Remaining: d.Remaining, Window: windowLength(p.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
 		}
 	}
+	return g.answer(ctx, req, v, false, refusals), nil
+}
+
+// answer counts and reports v, which no ceiling refused, as the pipeline's
+// answer: allowed, or refused by the tenant's policies.
+func (g *Gate) answer(ctx context.Context, req Request, v Verdict, degraded bool, refusals []Refusal) Verdict {
 	outcome := OutcomeAllowed
 	if !v.Allowed {
 		outcome = LayerPolicy
 	}
 	g.met.answered(v.Allowed, outcome)
-	g.observe(ctx, req, v, outcome, false, refusals)
-	return v, nil
+	g.observe(ctx, req, v, outcome, degraded, refusals)
+	return v
 }
 
 // storeCheck makes the one round trip, through the tenant's circuit breaker.
