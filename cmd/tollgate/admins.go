@@ -54,7 +54,7 @@ func adminsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string,
 	if err != nil {
 		return fmt.Errorf("admins %s: %s", sub, strings.TrimSuffix(err.Error(), ": "+admin.ErrInvalid.Error()))
 	}
-	store, done, err := openAdmins(ctx, cfg, log)
+	store, done, err := openStore(ctx, cfg, log, pgstore.NewAdmins)
 	if err != nil {
 		return err
 	}
@@ -92,23 +92,6 @@ func readPassword(r io.Reader) (string, error) {
 		return "", fmt.Errorf("no password on stdin: pipe it in, e.g. `printf '%%s\\n' \"$PASSWORD\" | tollgate admins create --email EMAIL`")
 	}
 	return line, nil
-}
-
-func openAdmins(ctx context.Context, cfg Config, log *slog.Logger) (*pgstore.Admins, func(), error) {
-	dsn, stopDB, err := database(ctx, cfg, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := pgstore.Migrate(dsn); err != nil {
-		stopDB()
-		return nil, nil, err
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		stopDB()
-		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	return pgstore.NewAdmins(pool), func() { pool.Close(); stopDB() }, nil
 }
 
 // demoAdminEmail is the admin `serve --demo` seeds.

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
 
@@ -35,7 +36,7 @@ func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, c
 		if *tenantID == "" {
 			return usagef(synopsis, "keys list: --tenant is required")
 		}
-		store, done, err := openTenants(ctx, cfg, log)
+		store, done, err := openStore(ctx, cfg, log, pgstore.NewTenants)
 		if err != nil {
 			return err
 		}
@@ -62,7 +63,7 @@ func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, c
 		if *tenantID == "" {
 			return usagef(synopsis, "keys create: --tenant is required")
 		}
-		store, done, err := openTenants(ctx, cfg, log)
+		store, done, err := openStore(ctx, cfg, log, pgstore.NewTenants)
 		if err != nil {
 			return err
 		}
@@ -88,7 +89,7 @@ func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, c
 		if len(rest) != 1 || rest[0] == "" {
 			return usagef(synopsis, "keys revoke: want one KEY_ID")
 		}
-		store, done, err := openTenants(ctx, cfg, log)
+		store, done, err := openStore(ctx, cfg, log, pgstore.NewTenants)
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
+	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
 
@@ -85,7 +86,7 @@ func plansCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, 
 		return usagef(synopsis, "plans %s: want the subcommand list, set-price or set", cmd)
 	}
 
-	store, done, err := openTenants(ctx, cfg, log)
+	store, done, err := openStore(ctx, cfg, log, pgstore.NewTenants)
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func tenantsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string
 	if err := tenant.ValidateName(*name); err != nil {
 		return usagef(synopsis, "tenants create: --%v", err)
 	}
-	store, done, err := openTenants(ctx, cfg, log)
+	store, done, err := openStore(ctx, cfg, log, pgstore.NewTenants)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func tenantsList(ctx context.Context, cfg Config, log *slog.Logger, args []strin
 	if len(rest) > 0 {
 		return usagef(synopsis, "tenants list: unexpected %q", rest[0])
 	}
-	store, done, err := openTenants(ctx, cfg, log)
+	store, done, err := openStore(ctx, cfg, log, pgstore.NewTenants)
 	if err != nil {
 		return err
 	}
@@ -120,23 +120,24 @@ func checkPlan(ctx context.Context, store *pgstore.Tenants, name string) error {
 	return fmt.Errorf("%q: no such plan; want one of %s", name, strings.Join(names, ", "))
 }
 
-// openTenants opens the tenant store on the database serve would use,
-// migrated; done closes it.
-func openTenants(ctx context.Context, cfg Config, log *slog.Logger) (store *pgstore.Tenants, done func(), err error) {
+// openStore opens a store (made by newStore: pgstore.NewTenants,
+// pgstore.NewAdmins) on the database serve would use, migrated; done closes
+// it.
+func openStore[S any](ctx context.Context, cfg Config, log *slog.Logger, newStore func(*pgxpool.Pool) S) (store S, done func(), err error) {
 	dsn, stopDB, err := database(ctx, cfg, log)
 	if err != nil {
-		return nil, nil, err
+		return store, nil, err
 	}
 	if err := pgstore.Migrate(dsn); err != nil {
 		stopDB()
-		return nil, nil, err
+		return store, nil, err
 	}
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		stopDB()
-		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+		return store, nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	return pgstore.NewTenants(pool), func() { pool.Close(); stopDB() }, nil
+	return newStore(pool), func() { pool.Close(); stopDB() }, nil
 }
 
 // usageError is a command line Tollgate cannot read; main exits 2 on it.
