@@ -765,7 +765,12 @@ func (c *stepClock) read() time.Time {
 // to the store.
 func quotaRun(t *testing.T, gates int, quota int64, n int, step time.Duration) (admitted, ceilingItems int) {
 	t.Helper()
-	store := memory.New(memory.Config{MaxKeys: 1 << 20})
+	// The store's clock stands still in the middle of a minute: the runs'
+	// virtual minutes are the gates' (their leases' rates and ends), and on
+	// the wall clock a run across a minute's end would find the quota's
+	// counter afresh and admit twice.
+	storeNow := time.Date(2026, 12, 1, 10, 0, 30, 0, time.UTC)
+	store := memory.New(memory.Config{MaxKeys: 1 << 20, Now: func() time.Time { return storeNow }})
 	clk := &stepClock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), step: step}
 	dir := directory{tenants: map[string]tenant.Tenant{"tenant-1": {ID: "tenant-1", Plan: tenant.PlanEnterprise, QuotaPerMinute: &quota}}}
 	cat := catalog{"tenant-1": policy.NewSet([]policy.Policy{mustPolicy(t, "open", `{"limit":1000000000,"window":"1h"}`)}, nil)}
@@ -850,9 +855,11 @@ func TestLeasedCeilingsAcrossInstances(t *testing.T) {
 func TestLeasedCeilingsUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	run := func(gates int, quota int64, n int) int64 {
-		store := memory.New(memory.Config{})
-		// Virtual time within one minute: 1 µs a reading.
+		// Virtual time within one minute: 1 µs a reading, the shared
+		// store's too (on the wall clock, a run across a minute's end
+		// would find the quota's counter afresh and admit twice).
 		clk := &stepClock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), step: time.Microsecond}
+		store := memory.New(memory.Config{Now: clk.read})
 		dir := directory{tenants: map[string]tenant.Tenant{"tenant-1": {ID: "tenant-1", Plan: tenant.PlanEnterprise, QuotaPerMinute: &quota}}}
 		cat := catalog{"tenant-1": policy.NewSet([]policy.Policy{mustPolicy(t, "open", `{"limit":1000000000,"window":"1h"}`)}, nil)}
 		var gs []*gate.Gate
