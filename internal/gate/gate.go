@@ -659,7 +659,9 @@ func (g *Gate) storeCheck(ctx context.Context, tenantID string, req counter.Requ
 	res, err := g.cfg.Store.Check(ctx, req)
 	took := time.Since(start).Seconds()
 	if err != nil {
-		if errors.Is(err, counter.ErrInvalid) {
+		if errors.Is(err, counter.ErrInvalid) || errors.Is(ctx.Err(), context.Canceled) {
+			// A malformed request, or a caller that went away (its client
+			// hung up), says nothing about the store's health.
 			g.breakers.release(tenantID)
 			return res, err
 		}
