@@ -249,6 +249,8 @@ LUA
       'BEGIN { printf "%s %.0f %.0f %.3f %.1f %.1f %.2f %d %.1f %.1f\n", st, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), p, d, bc/t/bn*1e6, m/n }' >>"$work/rows"
   done
   rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$server/status")
+  # Why answers were degraded, if some were (one line a second at most).
+  grep -h L2_DEGRADED "$work/serve.log" | head -3 | cut -c1-300 >&2 || true
   stop "$server"; server=""
   sleep 1
   rows=$(awk -v w=$(( $(written "$store") - w0 )) -v n="$total" -v st="$store" 'BEGIN { printf "%.2f", (st=="memory" ? 0 : w/n) }')

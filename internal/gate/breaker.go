@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -106,12 +107,13 @@ func (b *breakers) success(tenant string) {
 	delete(b.m, tenant)
 }
 
-// throughBreaker makes one call of the shared store for tenantID through
-// the tenant's circuit breaker: skipped, as counter.ErrUnavailable, while the
-// circuit is open; otherwise timed and counted as a success or a failure of
-// the store. An invalid request is the caller's bug, not the store's
-// failure: it leaves the circuit as it was.
-func throughBreaker[T any](g *Gate, tenantID string, call func() (T, error)) (T, error) {
+// throughBreaker makes one call of the shared store for tenantID, under
+// ctx, through the tenant's circuit breaker: skipped, as
+// counter.ErrUnavailable, while the circuit is open; otherwise timed and
+// counted as a success or a failure of the store. A malformed request (the
+// caller's bug) or a caller that went away (its client hung up) says
+// nothing about the store's health: it leaves the circuit as it was.
+func throughBreaker[T any](ctx context.Context, g *Gate, tenantID string, call func() (T, error)) (T, error) {
 	if !g.breakers.allow(tenantID, g.cfg.Now()) {
 		g.met.storeSkipped.Observe(0)
 		var zero T
@@ -121,7 +123,7 @@ func throughBreaker[T any](g *Gate, tenantID string, call func() (T, error)) (T,
 	res, err := call()
 	took := time.Since(start).Seconds()
 	switch {
-	case errors.Is(err, counter.ErrInvalid):
+	case errors.Is(err, counter.ErrInvalid), err != nil && errors.Is(ctx.Err(), context.Canceled):
 		g.breakers.release(tenantID)
 	case err != nil:
 		g.breakers.failure(tenantID, g.cfg.Now())

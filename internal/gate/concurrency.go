@@ -198,7 +198,7 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 // storeAcquire makes the acquire's one round trip, through the tenant's
 // circuit breaker, as storeCheck does for a check.
 func (g *Gate) storeAcquire(ctx context.Context, tenantID string, a counter.Acquire) (counter.Acquired, error) {
-	return throughBreaker(g, tenantID, func() (counter.Acquired, error) { return g.cfg.Leases.Acquire(ctx, a) })
+	return throughBreaker(ctx, g, tenantID, func() (counter.Acquired, error) { return g.cfg.Leases.Acquire(ctx, a) })
 }
 
 // leaseDegraded answers without the shared store: the ceilings have passed
