@@ -39,6 +39,7 @@ type Config struct {
 	WriteTimeout    time.Duration // TOLLGATE_WRITE_TIMEOUT: from the end of a request's headers to the end of its answer
 	IdleTimeout     time.Duration // TOLLGATE_IDLE_TIMEOUT: a kept-alive connection between requests
 	AuditRetention  time.Duration // TOLLGATE_AUDIT_RETENTION_DAYS: audit entries older than this are deleted
+	DebugAddr       string        // TOLLGATE_DEBUG_ADDR: a loopback address for Go's profiler; empty is off
 
 	// Billing with Stripe (internal/billing).
 	StripeWebhookSecrets []string // STRIPE_WEBHOOK_SECRET: comma-separated whsec_… signing secrets
@@ -167,6 +168,13 @@ func loadConfig(getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("TOLLGATE_COUNTER_TIMEOUT %q: want a duration from 1ms to 10s", v)
 		}
 	}
+	if v := getenv("TOLLGATE_DEBUG_ADDR"); v != "" {
+		host, _, err := net.SplitHostPort(v)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			return c, fmt.Errorf("TOLLGATE_DEBUG_ADDR %q: want a loopback host:port such as 127.0.0.1:6060 (the profiler must not face the network)", v)
+		}
+		c.DebugAddr = v
+	}
 	if v := getenv("TOLLGATE_SHUTDOWN_TIMEOUT"); v != "" {
 		if c.ShutdownTimeout, err = time.ParseDuration(v); err != nil || c.ShutdownTimeout <= 0 {
 			return c, fmt.Errorf("TOLLGATE_SHUTDOWN_TIMEOUT %q: want a positive duration", v)
@@ -290,6 +298,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("read_timeout", c.ReadTimeout),
 		slog.Duration("write_timeout", c.WriteTimeout),
 		slog.Duration("idle_timeout", c.IdleTimeout),
+		slog.String("debug_addr", c.DebugAddr),
 		slog.Duration("audit_retention", c.AuditRetention),
 		slog.String("log_format", c.LogFormat),
 		slog.String("log_level", c.LogLevel.String()),

@@ -35,6 +35,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"write timeout below read":     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_READ_TIMEOUT": "90s"}, "TOLLGATE_WRITE_TIMEOUT"},
 		"audit retention not days":     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_AUDIT_RETENTION_DAYS": "90d"}, "TOLLGATE_AUDIT_RETENTION_DAYS"},
 		"audit retention zero":         {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_AUDIT_RETENTION_DAYS": "0"}, "TOLLGATE_AUDIT_RETENTION_DAYS"},
+		"profiler on the network":      {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_DEBUG_ADDR": "0.0.0.0:6060"}, "TOLLGATE_DEBUG_ADDR"},
+		"profiler without a port":      {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_DEBUG_ADDR": "127.0.0.1"}, "TOLLGATE_DEBUG_ADDR"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

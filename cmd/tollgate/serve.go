@@ -179,6 +179,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	srv := httpServer(cfg, e, log)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	if cfg.DebugAddr != "" {
+		stop, err := serveDebug(cfg.DebugAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	log.InfoContext(ctx, "tollgate serving", "addr", ln.Addr().String(), "counter_store", cfg.CounterStore)
 	if *demo {
 		key, err := seedDemo(ctx, pool, cfg, stdout)
