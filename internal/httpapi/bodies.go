@@ -96,25 +96,24 @@ func (b *bodyBudget) give(ip string, n int64) {
 	b.metrics.BodyBytes.Sub(float64(n))
 }
 
-// middleware applies the budget to every request that may have a body.
-func (b *bodyBudget) middleware(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		r := c.Request()
-		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
-			return next(c)
-		}
-		n := bodyBound(r.URL.Path)
-		if r.ContentLength > 0 && r.ContentLength < n {
-			n = r.ContentLength
-		}
-		ip := c.RealIP()
-		if scope := b.take(ip, n); scope != "" {
-			b.metrics.BodiesRefused.WithLabelValues(scope).Inc()
-			return b.refuse(c, scope)
-		}
-		defer b.give(ip, n)
+// around serves c with next within the budget: every request that may have
+// a body (edge calls it for every request).
+func (b *bodyBudget) around(c echo.Context, next echo.HandlerFunc) error {
+	r := c.Request()
+	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
 		return next(c)
 	}
+	n := bodyBound(r.URL.Path)
+	if r.ContentLength > 0 && r.ContentLength < n {
+		n = r.ContentLength
+	}
+	ip := c.RealIP()
+	if scope := b.take(ip, n); scope != "" {
+		b.metrics.BodiesRefused.WithLabelValues(scope).Inc()
+		return b.refuse(c, scope)
+	}
+	defer b.give(ip, n)
+	return next(c)
 }
 
 // refuse answers a request whose body has no room, without reading the

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -40,23 +41,46 @@ type checkBody struct {
 // decodeJSON reads a bounded, strict JSON body into v; every fault is the
 // client's and says what it was.
 func decodeJSON(c echo.Context, limitBytes int64, v any) error {
-	body, err := readBounded(c, limitBytes)
+	buf := bodyBufs.Get().(*[]byte)
+	defer bodyBufs.Put(buf)
+	body, err := readInto(c, limitBytes, buf)
 	if err != nil {
 		return err
 	}
 	return unmarshalStrict(body, v)
 }
 
-// readBounded reads a request body of at most limitBytes.
-func readBounded(c echo.Context, limitBytes int64) ([]byte, error) {
-	body, err := io.ReadAll(io.LimitReader(c.Request().Body, limitBytes+1))
-	if err != nil {
-		return nil, &badRequest{field: "body", reason: "could not be read"}
+// bodyBufs holds buffers request bodies are read into and decoded from
+// (decoding copies what it keeps), so that reading a body allocates
+// nothing once the pool is warm.
+var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// readInto reads a request body of at most limitBytes into *buf, growing
+// it as needed, and returns the bytes read: valid until *buf goes back to
+// bodyBufs.
+func readInto(c echo.Context, limitBytes int64, buf *[]byte) ([]byte, error) {
+	b := (*buf)[:0]
+	r := c.Request().Body
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if int64(len(b)) > limitBytes {
+			return nil, &badRequest{field: "body", reason: fmt.Sprintf("larger than %d bytes", limitBytes)}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, &badRequest{field: "body", reason: "could not be read"}
+		}
 	}
-	if int64(len(body)) > limitBytes {
-		return nil, &badRequest{field: "body", reason: fmt.Sprintf("larger than %d bytes", limitBytes)}
+	if cap(b) <= 64<<10 {
+		*buf = b
 	}
-	return body, nil
+	return b, nil
 }
 
 // unmarshalStrict decodes one JSON value of body into v: no unknown
@@ -109,7 +133,9 @@ func (a *api) check(c echo.Context) error {
 // parseCheck reads a /v1/check body; every fault is the client's and names
 // its field.
 func parseCheck(c echo.Context) (*gate.Check, error) {
-	body, err := readBounded(c, maxCheckBody)
+	buf := bodyBufs.Get().(*[]byte)
+	defer bodyBufs.Put(buf)
+	body, err := readInto(c, maxCheckBody, buf)
 	if err != nil {
 		return nil, err
 	}

@@ -4,8 +4,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-
-	"github.com/labstack/echo/v4"
 )
 
 // hstsValue tells browsers to use only HTTPS for this host for a year. It
@@ -13,24 +11,13 @@ import (
 // those commit hosts Tollgate does not know about.
 const hstsValue = "max-age=31536000"
 
-// strictTransport sets Strict-Transport-Security on every answer to a
-// request that came over HTTPS: TLS ended by this server, a trusted proxy's
-// X-Forwarded-Proto: https (believed only from cfg.ClientIP.TrustedProxies,
-// like its forwarding headers), or cfg.SecureTransport. Browsers ignore the
-// header over plain HTTP, which is why it is not sent there.
-func strictTransport(cfg Config) echo.MiddlewareFunc {
-	secure, proxies := cfg.SecureTransport, cfg.ClientIP.TrustedProxies
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if overTLS(c.Request(), secure, proxies) {
-				c.Response().Header().Set("Strict-Transport-Security", hstsValue)
-			}
-			return next(c)
-		}
-	}
-}
+// edge sets Strict-Transport-Security on every answer to a request that
+// came over HTTPS (overTLS). Browsers ignore the header over plain HTTP,
+// which is why it is not sent there.
 
-// overTLS reports whether r reached Tollgate over HTTPS.
+// overTLS reports whether r reached Tollgate over HTTPS: TLS ended by this
+// server, a trusted proxy's X-Forwarded-Proto: https (believed only from
+// proxies, like its forwarding headers), or secure (Config.SecureTransport).
 func overTLS(r *http.Request, secure bool, proxies []*net.IPNet) bool {
 	if r.TLS != nil || secure {
 		return true

@@ -166,7 +166,9 @@ func (h leaseHandlers) renew(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	body, err := readBounded(c, maxLeaseBody)
+	buf := bodyBufs.Get().(*[]byte)
+	defer bodyBufs.Put(buf)
+	body, err := readInto(c, maxLeaseBody, buf)
 	if err != nil {
 		return err
 	}

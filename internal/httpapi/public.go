@@ -60,22 +60,18 @@ func publicRouteOf(path string) (publicRoute, bool) {
 	return publicOther, true
 }
 
-// publicCeiling refuses requests to the pages without an API key past their
-// client IP's limit or the instance ceiling, with the same 429 as /v1's
-// ceilings (Retry-After, X-RateLimit-Layer ip or instance, a problem body).
-func publicCeiling(cfg Config) echo.MiddlewareFunc {
-	a := &api{cfg: cfg}
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			route, ok := publicRouteOf(c.Request().URL.Path)
-			if !ok {
-				return next(c)
-			}
-			v := cfg.Public.Public(c.Request().Context(), route.name, clientIP(c), route.perMinute)
-			if v.Refusal != nil {
-				return a.writeRefusal(c, v)
-			}
-			return next(c)
-		}
+// publicRefusal answers c when it is a request to a page without an API key
+// past its client IP's limit or the instance ceiling, with the same 429 as
+// /v1's ceilings (Retry-After, X-RateLimit-Layer ip or instance, a problem
+// body), and reports whether it did (with the answer's error).
+func (a *api) publicRefusal(c echo.Context) (bool, error) {
+	route, ok := publicRouteOf(c.Request().URL.Path)
+	if !ok {
+		return false, nil
 	}
+	v := a.cfg.Public.Public(c.Request().Context(), route.name, clientIP(c), route.perMinute)
+	if v.Refusal != nil {
+		return true, a.writeRefusal(c, v)
+	}
+	return false, nil
 }
