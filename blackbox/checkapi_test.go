@@ -237,24 +237,27 @@ func TestCheckAnswers(t *testing.T) {
 		}
 		tests := []struct {
 			name, body, field string
+			detail            string // what the detail says, when it matters
 		}{
-			{"unknown policy", `{"items":[{"policy":"p","subject":"s"},{"policy":"nope","subject":"s"}]}`, "items[1].policy"},
-			{"missing subject", `{"items":[{"policy":"p"}]}`, "items[0].subject"},
-			{"empty subject", `{"items":[{"policy":"p","subject":""}]}`, "items[0].subject"},
-			{"subject too long", `{"items":[{"policy":"p","subject":"` + strings.Repeat("s", 513) + `"}]}`, "items[0].subject"},
-			{"cost 0", `{"items":[{"policy":"p","subject":"s","cost":0}]}`, "items[0].cost"},
-			{"cost negative", `{"items":[{"policy":"p","subject":"s","cost":-1}]}`, "items[0].cost"},
-			{"cost too large", `{"items":[{"policy":"p","subject":"s","cost":1000000001}]}`, "items[0].cost"},
-			{"cost not a number", `{"items":[{"policy":"p","subject":"s","cost":"1"}]}`, "items.cost"},
-			{"mode", `{"mode":"x","items":[{"policy":"p","subject":"s"}]}`, "mode"},
-			{"no items", `{"items":[]}`, "items"},
-			{"items missing", `{}`, "items"},
-			{"33 items", `{"items":` + items(33) + `}`, "items"},
-			{"70 KB", `{"items":[{"policy":"p","subject":"` + strings.Repeat("s", 70<<10) + `"}]}`, "body"},
-			{"not JSON", `items=p`, "body"},
-			{"empty", ``, "body"},
-			{"trailing data", `{"items":[{"policy":"p","subject":"s"}]} {}`, "body"},
-			{"unknown member", `{"items":[{"policy":"p","subject":"s"}],"burst":1}`, "body"},
+			{"unknown policy", `{"items":[{"policy":"p","subject":"s"},{"policy":"nope","subject":"s"}]}`, "items[1].policy", ""},
+			{"missing subject", `{"items":[{"policy":"p"}]}`, "items[0].subject", ""},
+			{"empty subject", `{"items":[{"policy":"p","subject":""}]}`, "items[0].subject", ""},
+			{"subject too long", `{"items":[{"policy":"p","subject":"` + strings.Repeat("s", 513) + `"}]}`, "items[0].subject", ""},
+			{"cost 0", `{"items":[{"policy":"p","subject":"s","cost":0}]}`, "items[0].cost", ""},
+			{"cost negative", `{"items":[{"policy":"p","subject":"s","cost":-1}]}`, "items[0].cost", ""},
+			{"cost too large", `{"items":[{"policy":"p","subject":"s","cost":1000000001}]}`, "items[0].cost", ""},
+			{"cost not a number", `{"items":[{"policy":"p","subject":"s","cost":"1"}]}`, "items.cost", "want an integer"},
+			{"items not an array", `{"items":"x"}`, "items", "want an array"},
+			{"mode not a string", `{"mode":1,"items":[{"policy":"p","subject":"s"}]}`, "mode", "want a string"},
+			{"mode", `{"mode":"x","items":[{"policy":"p","subject":"s"}]}`, "mode", ""},
+			{"no items", `{"items":[]}`, "items", ""},
+			{"items missing", `{}`, "items", ""},
+			{"33 items", `{"items":` + items(33) + `}`, "items", ""},
+			{"70 KB", `{"items":[{"policy":"p","subject":"` + strings.Repeat("s", 70<<10) + `"}]}`, "body", ""},
+			{"not JSON", `items=p`, "body", ""},
+			{"empty", ``, "body", ""},
+			{"trailing data", `{"items":[{"policy":"p","subject":"s"}]} {}`, "body", ""},
+			{"unknown member", `{"items":[{"policy":"p","subject":"s"}],"burst":1}`, "body", ""},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -262,6 +265,10 @@ func TestCheckAnswers(t *testing.T) {
 				p := problemOf(t, c, 400)
 				if p["type"] != "https://tollgate.dev/problems/invalid-request" || p["field"] != tt.field || p["detail"] == "" {
 					t.Errorf("problem %s, want field %q", c.body, tt.field)
+				}
+				// The detail speaks JSON, never Go.
+				if d, _ := p["detail"].(string); !strings.Contains(d, tt.detail) || strings.Contains(d, "struct {") {
+					t.Errorf("detail %q, want it to say %q", d, tt.detail)
 				}
 			})
 		}

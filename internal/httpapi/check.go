@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,6 +84,27 @@ func readInto(c echo.Context, limitBytes int64, buf *[]byte) ([]byte, error) {
 	return b, nil
 }
 
+// jsonKind names the JSON a Go type decodes from, in the words of a client
+// who never saw the Go type.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
+}
+
 // unmarshalStrict decodes one JSON value of body into v: no unknown
 // members, no trailing data, and every fault named.
 func unmarshalStrict(body []byte, v any) error {
@@ -91,7 +113,7 @@ func unmarshalStrict(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return &badRequest{field: te.Field, reason: "has the wrong type, want " + te.Type.String()}
+			return &badRequest{field: te.Field, reason: "has the wrong type, want " + jsonKind(te.Type)}
 		}
 		return &badRequest{field: "body", reason: "not valid JSON: " + err.Error()}
 	}
