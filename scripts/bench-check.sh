@@ -31,7 +31,10 @@
 # TOLLGATE_BIN (a tollgate binary to measure instead of building the tree's),
 # SCOPE (subject, or global: every check on one keyless counter),
 # CLIENTS (0: every request from 127.0.0.1; N: each from one of N client
-# addresses, sent as X-Forwarded-For from 127.0.0.1, a trusted proxy).
+# addresses, sent as X-Forwarded-For from 127.0.0.1, a trusted proxy),
+# PROFILE (a directory: Go's CPU and allocation profiles of Tollgate during
+# each store's last run are saved there as <store>.cpu and <store>.allocs,
+# for go tool pprof).
 # Tollgate, wrk and the stores share the machine: every figure is a
 # whole-box figure, and absolute req/s move with whatever else runs.
 set -euo pipefail
@@ -42,6 +45,8 @@ conns=${CONNS:-64}
 subjects=${SUBJECTS:-100000}
 scope=${SCOPE:-subject}
 clients=${CLIENTS:-0}
+profile=${PROFILE:-}
+[ -z "$profile" ] || mkdir -p "$profile"
 stores=("$@")
 [ ${#stores[@]} -gt 0 ] || stores=(memory redis postgres)
 
@@ -197,7 +202,8 @@ for store in "${stores[@]}"; do
     *) echo "bench-check.sh: unknown store $store: want memory, redis, cluster or postgres" >&2; exit 2 ;;
   esac
   env DATABASE_URL="$DATABASE_URL_BENCH" TOLLGATE_DEV=1 TOLLGATE_ADDR=$addr TOLLGATE_LOG_LEVEL=error \
-    TOLLGATE_COUNTER_STORE="$kind" REDIS_URL="$url" TOLLGATE_TRUSTED_PROXIES=127.0.0.1 "$bin" serve 2>"$work/serve.log" &
+    TOLLGATE_COUNTER_STORE="$kind" REDIS_URL="$url" TOLLGATE_TRUSTED_PROXIES=127.0.0.1 \
+    ${profile:+TOLLGATE_DEBUG_ADDR=127.0.0.1:18282} "$bin" serve 2>"$work/serve.log" &
   server=$!
   for _ in $(seq 100); do curl -sf "http://$addr/readyz" >/dev/null && break; sleep 0.1; done
   curl -sf "http://$addr/readyz" >/dev/null || { echo "tollgate did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
@@ -241,7 +247,17 @@ LUA
     b1=$(cpu "$bare")
     spids=$(storepids "$store" || true)
     c0=$(cpu "$server"); s0=$(cpu $spids); m0=$(mallocs)
+    prof=""
+    if [ -n "$profile" ] && [ "$run" = "$runs" ]; then
+      secs=$(( ${duration%s} > 2 ? ${duration%s} - 1 : 1 ))
+      curl -s -o "$profile/$store.cpu" "http://127.0.0.1:18282/debug/pprof/profile?seconds=$secs" &
+      prof=$!
+    fi
     read -r rps p99 reqs deg < <(wrkrun "http://$addr/")
+    if [ -n "$prof" ]; then
+      wait "$prof"
+      curl -s -o "$profile/$store.allocs" "http://127.0.0.1:18282/debug/pprof/allocs"
+    fi
     c1=$(cpu "$server"); s1=$(cpu $spids); m1=$(mallocs)
     total=$((total + reqs))
     awk -v b="$brps" -v r="$rps" -v p="$p99" -v n="$reqs" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v t="$tick" -v st="$store" -v d="$deg" \
