@@ -167,6 +167,15 @@ type Store interface {
 	Close() error
 }
 
+// IntoStore is a Store that can write a Check's decisions into a buffer of
+// the caller's (AnswerInto), valid until the caller reuses it: the
+// in-process store, which the gate asks two or three times a request and
+// for which a Result's own slice would be the call's only allocation.
+type IntoStore interface {
+	Store
+	CheckInto(ctx context.Context, req Request, into []limit.Decision) (Result, error)
+}
+
 // Validate checks a request's shape before it is sent anywhere. Its errors
 // wrap ErrInvalid.
 func Validate(req Request) error {
@@ -241,7 +250,16 @@ type Seen struct {
 // A store whose arithmetic disagrees with limit.Admit is a bug; the store's
 // own verdict stands, since it is what was written.
 func Answer(req Request, seen []Seen, now time.Time) Result {
-	res := Result{Allowed: true, Decisions: make([]limit.Decision, len(req.Items)), Now: now}
+	return AnswerInto(req, seen, now, nil)
+}
+
+// AnswerInto is Answer with the Result's decisions written into into when
+// it has room for them, else into a slice of their own.
+func AnswerInto(req Request, seen []Seen, now time.Time, into []limit.Decision) Result {
+	if cap(into) < len(req.Items) {
+		into = make([]limit.Decision, len(req.Items))
+	}
+	res := Result{Allowed: true, Decisions: into[:len(req.Items)], Now: now}
 	ceilingsOK, policiesOK := true, true
 	var nextBuf [8]limit.State
 	next := nextBuf[:0]

@@ -106,6 +106,7 @@ type Gate struct {
 	// ("subject", "ip").
 	digest   *digest.Digester
 	l1       counter.Store
+	l1Into   counter.IntoStore // l1, when it can answer into a buffer
 	breakers *breakers
 	inflight *inflight
 	matching *matchBudget
@@ -148,6 +149,7 @@ func New(cfg Config) (*Gate, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	l1Into, _ := cfg.Local.(counter.IntoStore)
 	return &Gate{
 		cfg:      cfg,
 		met:      newInstruments(cfg.Metrics),
@@ -155,6 +157,7 @@ func New(cfg Config) (*Gate, error) {
 		clients:  newClientKeyCache(),
 		digest:   digest.New(cfg.Pepper),
 		l1:       cfg.Local,
+		l1Into:   l1Into,
 		breakers: newBreakers(cfg.BreakerFailures, cfg.BreakerOpenFor, maxBreakers, cfg.Metrics),
 		inflight: newInflight(cfg.TenantInflight, cfg.InflightWait),
 		matching: newMatchBudget(matchShare, matchBurst),

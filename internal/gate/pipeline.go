@@ -59,11 +59,11 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	switch {
 	case err != nil:
 		g.l1Bug(ctx, err)
-	case !pre.Decisions[0].Allowed:
-		d := pre.Decisions[0]
+	case !pre[0].Allowed:
+		d := pre[0]
 		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: maxIP, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
-	case !pre.Decisions[1].Allowed:
-		d := pre.Decisions[1]
+	case !pre[1].Allowed:
+		d := pre[1]
 		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: failItem.Limit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
 	}
 	key, t, err := g.cfg.Tenants.Authenticate(ctx, req.Bearer)
@@ -308,27 +308,41 @@ func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome stri
 
 // l1Check consumes one from an in-memory counter of this instance at now.
 func (g *Gate) l1Check(ctx context.Context, now time.Time, group, key string, alg limit.Algorithm, lim int64, w limit.Window) limit.Decision {
-	res, err := g.localCheck(ctx, counter.Request{Now: now, Group: group}, counter.Item{Key: key, Algorithm: alg, Limit: lim, Window: w, Cost: 1})
+	d, err := g.localCheck(ctx, counter.Request{Now: now, Group: group}, counter.Item{Key: key, Algorithm: alg, Limit: lim, Window: w, Cost: 1})
 	if err != nil {
 		g.l1Bug(ctx, err)
 		return limit.Decision{Allowed: true}
 	}
-	return res.Decisions[0]
+	return d[0]
 }
 
-// localItems holds the items of a call of the local store, reused across
-// requests: Local is an interface, so the items of a slice literal passed
-// to it would be allocated on the heap on every request.
-var localItems = sync.Pool{New: func() any { return new([2]counter.Item) }}
+// localBuf holds the items and decisions of a call of the local store,
+// reused across requests: Local is an interface, so a slice literal passed
+// to it, or a Result's decisions, would be allocated on every request.
+type localBuf struct {
+	items     [2]counter.Item
+	decisions [2]limit.Decision
+}
 
-// localCheck asks the local store about req with items (one or two).
-func (g *Gate) localCheck(ctx context.Context, req counter.Request, items ...counter.Item) (counter.Result, error) {
-	buf := localItems.Get().(*[2]counter.Item)
-	req.Items = buf[:copy(buf[:], items)]
-	res, err := g.l1.Check(ctx, req)
-	*buf = [2]counter.Item{}
-	localItems.Put(buf)
-	return res, err
+var localBufs = sync.Pool{New: func() any { return new(localBuf) }}
+
+// localCheck asks the local store about req with items (one or two) and
+// returns their decisions.
+func (g *Gate) localCheck(ctx context.Context, req counter.Request, items ...counter.Item) ([2]limit.Decision, error) {
+	buf := localBufs.Get().(*localBuf)
+	req.Items = buf.items[:copy(buf.items[:], items)]
+	var res counter.Result
+	var err error
+	if g.l1Into != nil {
+		res, err = g.l1Into.CheckInto(ctx, req, buf.decisions[:0])
+	} else {
+		res, err = g.l1.Check(ctx, req)
+	}
+	var d [2]limit.Decision
+	copy(d[:], res.Decisions)
+	*buf = localBuf{}
+	localBufs.Put(buf)
+	return d, err
 }
 
 // l1Bug logs an in-memory layer's refusal of its own request. Only an

@@ -161,22 +161,15 @@ func parseCheck(c echo.Context) (*gate.Check, error) {
 	if err != nil {
 		return nil, err
 	}
-	fast, ok := decodeCheckFast(body)
-	if !ok {
-		var b checkBody
-		if err := unmarshalStrict(body, &b); err != nil {
-			return nil, err
-		}
-		fast = fastCheck{mode: b.Mode, items: make([]fastItem, len(b.Items))}
-		for i, it := range b.Items {
-			fast.items[i] = fastItem{policy: it.Policy, subject: it.Subject}
-			if it.Cost != nil {
-				fast.items[i].cost, fast.items[i].hasCost = *it.Cost, true
-			}
-		}
+	if chk, ok := decodeCheckFast(body); ok {
+		return chk, nil
+	}
+	var b checkBody
+	if err := unmarshalStrict(body, &b); err != nil {
+		return nil, err
 	}
 	chk := &gate.Check{}
-	switch fast.mode {
+	switch b.Mode {
 	case "", "consume":
 		chk.Mode = counter.Consume
 	case "peek":
@@ -184,14 +177,14 @@ func parseCheck(c echo.Context) (*gate.Check, error) {
 	default:
 		return nil, &badRequest{field: "mode", reason: `want "consume" or "peek"`}
 	}
-	chk.Items = make([]gate.Item, len(fast.items))
-	for i, it := range fast.items {
-		chk.Items[i] = gate.Item{Policy: it.policy, Subject: it.subject, Cost: 1}
-		if it.hasCost {
-			if it.cost < 1 {
+	chk.Items = make([]gate.Item, len(b.Items))
+	for i, it := range b.Items {
+		chk.Items[i] = gate.Item{Policy: it.Policy, Subject: it.Subject, Cost: 1}
+		if it.Cost != nil {
+			if *it.Cost < 1 {
 				return nil, &badRequest{field: fmt.Sprintf("items[%d].cost", i), reason: "must be at least 1"}
 			}
-			chk.Items[i].Cost = it.cost
+			chk.Items[i].Cost = *it.Cost
 		}
 	}
 	return chk, nil

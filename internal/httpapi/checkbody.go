@@ -3,63 +3,66 @@ package httpapi
 import (
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/gate"
 )
 
 // A /v1/check body is read on every check, so its common shape has a
-// decoder of its own: one pass over the bytes, no reflection, no
-// allocation but the item slice and the strings it keeps. It accepts only
-// what encoding/json would decode to the same checkBody (FuzzCheckBody holds
-// it to that); anything else, escapes and every error included, it leaves
-// to decodeJSON, whose messages name the field at fault.
-
-// fastCheck is the decoded body: mode as sent ("" when absent) and items
-// with cost 0 when absent.
-type fastCheck struct {
-	mode  string
-	items []fastItem
-}
-
-type fastItem struct {
-	policy, subject string
-	cost            int64
-	hasCost         bool
-}
+// decoder of its own: one pass over the bytes, no reflection, and two
+// allocations (one copy of the body, of which every string is a slice, and
+// the check with room for one item). It accepts only what encoding/json
+// would decode to the same checkBody, with a valid mode and costs of at
+// least 1 (FuzzCheckBody holds it to that); anything else, escapes and
+// every error included, it leaves to decodeJSON, whose messages name the
+// field at fault.
 
 // decodeCheckFast decodes body, reporting ok false for anything outside the
 // plain shape {"mode":"…","items":[{"policy":"…","subject":"…","cost":N}]}
 // with members in any order, strings without escapes or control
-// characters, costs that are plain integers.
-func decodeCheckFast(body []byte) (c fastCheck, ok bool) {
-	d := fastDecoder{b: body}
+// characters, costs that are plain integers of at least 1 (1 when absent),
+// and a mode of "consume" (or none) or "peek".
+func decodeCheckFast(body []byte) (chk *gate.Check, ok bool) {
+	d := fastDecoder{b: string(body)}
 	if !d.byte('{') {
-		return c, false
+		return nil, false
 	}
+	c := new(oneItemCheck)
+	c.Items = c.one[:0]
 	var seenMode, seenItems bool
 	if !d.peek('}') {
 		for {
 			key, ok := d.str()
 			if !ok || !d.byte(':') {
-				return c, false
+				return nil, false
 			}
 			switch key {
 			case "mode":
 				if seenMode {
-					return c, false
+					return nil, false
 				}
 				seenMode = true
-				if c.mode, ok = d.str(); !ok {
-					return c, false
+				mode, ok := d.str()
+				switch {
+				case !ok:
+					return nil, false
+				case mode == "" || mode == "consume":
+					c.Mode = counter.Consume
+				case mode == "peek":
+					c.Mode = counter.Peek
+				default:
+					return nil, false
 				}
 			case "items":
 				if seenItems {
-					return c, false
+					return nil, false
 				}
 				seenItems = true
-				if c.items, ok = d.items(); !ok {
-					return c, false
+				if c.Items, ok = d.items(c.Items); !ok {
+					return nil, false
 				}
 			default:
-				return c, false
+				return nil, false
 			}
 			if d.byte(',') {
 				continue
@@ -68,14 +71,24 @@ func decodeCheckFast(body []byte) (c fastCheck, ok bool) {
 		}
 	}
 	if !d.byte('}') {
-		return c, false
+		return nil, false
 	}
 	d.space()
-	return c, d.i == len(d.b)
+	if d.i != len(d.b) {
+		return nil, false
+	}
+	return &c.Check, true
+}
+
+// oneItemCheck is a check with room for one item, the common case: one
+// allocation for both.
+type oneItemCheck struct {
+	gate.Check
+	one [1]gate.Item
 }
 
 type fastDecoder struct {
-	b []byte
+	b string
 	i int
 }
 
@@ -117,10 +130,10 @@ func (d *fastDecoder) str() (string, bool) {
 		case c == '"':
 			s := d.b[start:d.i]
 			d.i++
-			if !ascii && !utf8.Valid(s) {
+			if !ascii && !utf8.ValidString(s) {
 				return "", false
 			}
-			return string(s), true
+			return s, true
 		case c == '\\' || c < 0x20:
 			return "", false
 		case c >= 0x80:
@@ -131,12 +144,11 @@ func (d *fastDecoder) str() (string, bool) {
 	return "", false
 }
 
-// items reads the items array.
-func (d *fastDecoder) items() ([]fastItem, bool) {
+// items reads the items array, appending them to items.
+func (d *fastDecoder) items(items []gate.Item) ([]gate.Item, bool) {
 	if !d.byte('[') {
 		return nil, false
 	}
-	items := make([]fastItem, 0, 1)
 	if d.byte(']') {
 		return items, true
 	}
@@ -154,7 +166,8 @@ func (d *fastDecoder) items() ([]fastItem, bool) {
 }
 
 // item reads one item object.
-func (d *fastDecoder) item() (it fastItem, ok bool) {
+func (d *fastDecoder) item() (it gate.Item, ok bool) {
+	it.Cost = 1
 	if !d.byte('{') {
 		return it, false
 	}
@@ -170,14 +183,14 @@ func (d *fastDecoder) item() (it fastItem, ok bool) {
 		var n int
 		switch key {
 		case "policy":
-			it.policy, ok = d.str()
+			it.Policy, ok = d.str()
 		case "subject":
 			n = 1
-			it.subject, ok = d.str()
+			it.Subject, ok = d.str()
 		case "cost":
 			n = 2
-			it.cost, ok = d.integer()
-			it.hasCost = true
+			it.Cost, ok = d.integer()
+			ok = ok && it.Cost >= 1
 		default:
 			return it, false
 		}
@@ -213,6 +226,6 @@ func (d *fastDecoder) integer() (int64, bool) {
 			return 0, false
 		}
 	}
-	n, err := strconv.ParseInt(string(d.b[start:d.i]), 10, 64)
+	n, err := strconv.ParseInt(d.b[start:d.i], 10, 64)
 	return n, err == nil
 }

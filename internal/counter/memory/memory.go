@@ -162,8 +162,16 @@ func (s *Store) Len() int {
 	return n
 }
 
+var _ counter.IntoStore = (*Store)(nil)
+
 // Check implements counter.Store. It fails only with counter.ErrInvalid.
-func (s *Store) Check(_ context.Context, req counter.Request) (counter.Result, error) {
+func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result, error) {
+	return s.CheckInto(ctx, req, nil)
+}
+
+// CheckInto implements counter.IntoStore: Check, its decisions written into
+// into when it has room.
+func (s *Store) CheckInto(_ context.Context, req counter.Request, into []limit.Decision) (counter.Result, error) {
 	if err := counter.Validate(req); err != nil {
 		return counter.Result{}, err
 	}
@@ -254,7 +262,7 @@ func (s *Store) Check(_ context.Context, req counter.Request) (counter.Result, e
 	for _, w := range keep {
 		s.shards[w.shard].put(buf[w.key.from:w.key.to], w.state, w.exp)
 	}
-	return counter.Answer(req, seen, now), nil
+	return counter.AnswerInto(req, seen, now, into), nil
 }
 
 // span is where a key lies in a request's key buffer.

@@ -112,3 +112,44 @@ func BenchmarkCheck(b *testing.B) {
 		})
 	})
 }
+
+// TestCheckIntoAnswersAsCheck: the gate's allocation-free call answers what
+// Check answers, in the caller's buffer, over a random stream of requests
+// with shared keys, both tiers, advisory items and both modes.
+func TestCheckIntoAnswersAsCheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a := memory.New(memory.Config{PruneEvery: -1})
+	b := memory.New(memory.Config{PruneEvery: -1})
+	defer a.Close()
+	defer b.Close()
+	rng := rand.New(rand.NewPCG(7, 9))
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	var buf [2]limit.Decision
+	for i := range 5000 {
+		now = now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		n := 1 + rng.IntN(2)
+		req := counter.Request{Now: now, Mode: counter.Mode(rng.IntN(2)), Ceilings: rng.IntN(n + 1)}
+		for range n {
+			req.Items = append(req.Items, counter.Item{
+				Key: fmt.Sprintf("k%d", rng.IntN(3)), Algorithm: limit.Algorithm(1 + rng.IntN(3)),
+				Limit: int64(1 + rng.IntN(5)), Window: limit.Every(time.Duration(1+rng.IntN(10)) * time.Second),
+				Cost: int64(1 + rng.IntN(2)), Advisory: rng.IntN(4) == 0,
+			})
+		}
+		want, err := a.Check(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.CheckInto(ctx, req, buf[:0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if &got.Decisions[0] != &buf[0] {
+			t.Fatalf("request %d: decisions not written into the caller's buffer", i)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("request %d %+v:\nCheckInto %+v\nCheck     %+v", i, req, got, want)
+		}
+	}
+}
