@@ -35,6 +35,7 @@ type Config struct {
 	SecureCookies   bool          // TOLLGATE_SECURE_COOKIES: dashboard cookies Secure behind a TLS-ending proxy
 	IPv6Prefix      int           // TOLLGATE_IPV6_PREFIX: the IPv6 network length clients are keyed by
 	TenantInflight  int64         // TOLLGATE_TENANT_INFLIGHT: work units one tenant may have in progress per instance
+	MemoryMaxKeys   int           // TOLLGATE_MEMORY_MAX_KEYS: counters the memory store holds (TOLLGATE_COUNTER_STORE=memory)
 	ReadTimeout     time.Duration // TOLLGATE_READ_TIMEOUT: a request's headers and body, from its first byte
 	WriteTimeout    time.Duration // TOLLGATE_WRITE_TIMEOUT: from the end of a request's headers to the end of its answer
 	IdleTimeout     time.Duration // TOLLGATE_IDLE_TIMEOUT: a kept-alive connection between requests
@@ -254,6 +255,12 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if v := getenv("TOLLGATE_TENANT_INFLIGHT"); v != "" {
 		if c.TenantInflight, err = strconv.ParseInt(v, 10, 64); err != nil || c.TenantInflight < 32 || c.TenantInflight > 1_000_000 {
 			return c, fmt.Errorf("TOLLGATE_TENANT_INFLIGHT %q: want check items in progress per tenant and instance, 32 to 1000000", v)
+		}
+	}
+	c.MemoryMaxKeys = 1_000_000
+	if v := getenv("TOLLGATE_MEMORY_MAX_KEYS"); v != "" {
+		if c.MemoryMaxKeys, err = strconv.Atoi(v); err != nil || c.MemoryMaxKeys < 1000 || c.MemoryMaxKeys > 100_000_000 {
+			return c, fmt.Errorf("TOLLGATE_MEMORY_MAX_KEYS %q: want the counters the memory store holds, 1000 to 100000000", v)
 		}
 	}
 	if strings.HasPrefix(c.Addr, ":") {

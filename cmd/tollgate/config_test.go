@@ -37,6 +37,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"audit retention zero":         {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_AUDIT_RETENTION_DAYS": "0"}, "TOLLGATE_AUDIT_RETENTION_DAYS"},
 		"profiler on the network":      {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_DEBUG_ADDR": "0.0.0.0:6060"}, "TOLLGATE_DEBUG_ADDR"},
 		"profiler without a port":      {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_DEBUG_ADDR": "127.0.0.1"}, "TOLLGATE_DEBUG_ADDR"},
+		"memory store too small":       {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_MEMORY_MAX_KEYS": "10"}, "TOLLGATE_MEMORY_MAX_KEYS"},
+		"memory store not a number":    {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_MEMORY_MAX_KEYS": "1M"}, "TOLLGATE_MEMORY_MAX_KEYS"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -56,7 +58,7 @@ func TestConfigDefaultsAndValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Addr != ":8080" || c.CounterStore != "redis" || c.CounterTimeout != 50*time.Millisecond || c.LogFormat != "json" ||
-		c.ReadTimeout != 30*time.Second || c.WriteTimeout != time.Minute || c.IdleTimeout != time.Minute {
+		c.ReadTimeout != 30*time.Second || c.WriteTimeout != time.Minute || c.IdleTimeout != time.Minute || c.MemoryMaxKeys != 1_000_000 {
 		t.Fatalf("defaults: got %+v", c)
 	}
 	if len(c.TrustedProxies) != 2 || c.TrustedProxies[1].String() != "192.0.2.1/32" {

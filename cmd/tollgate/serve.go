@@ -286,7 +286,10 @@ func logRun(log *slog.Logger, what string, err error) {
 func counterStore(ctx context.Context, cfg Config, dsn string, log *slog.Logger) (counter.Store, error) {
 	switch cfg.CounterStore {
 	case "memory":
-		return memory.New(memory.Config{}), nil
+		// The store of a single instance: its bound is every counter the
+		// instance can count exactly at once (past it the least recently
+		// used is forgotten), not a damper's.
+		return memory.New(memory.Config{MaxKeys: cfg.MemoryMaxKeys}), nil
 	case "redis":
 		s, err := rediscounter.New(rediscounter.Config{URL: cfg.RedisURL, Timeout: cfg.CounterTimeout, Logger: log})
 		if err != nil {
