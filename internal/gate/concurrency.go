@@ -136,7 +136,7 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 	}
 	set, err := g.cfg.Policies.For(ctx, t.ID)
 	if err != nil {
-		return v, fmt.Errorf("policies of tenant %s: %w", t.ID, err)
+		return v, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, t.ID, err)
 	}
 	p, err := leasePolicy(set, l.Policy)
 	if err != nil {

@@ -68,10 +68,11 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	}
 	key, t, err := g.cfg.Tenants.Authenticate(ctx, req.Bearer)
 	if err != nil {
-		if errors.Is(err, tenant.ErrUnauthorized) {
-			if _, err := g.localCheck(ctx, counter.Request{Now: now}, failItem); err != nil {
-				g.l1Bug(ctx, err)
-			}
+		if !errors.Is(err, tenant.ErrUnauthorized) {
+			return v, fmt.Errorf("%w: key: %w", ErrUnavailable, err)
+		}
+		if _, err := g.localCheck(ctx, counter.Request{Now: now}, failItem); err != nil {
+			g.l1Bug(ctx, err)
 		}
 		g.met.authFail.Inc()
 		return v, err
@@ -84,7 +85,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	weight := int64(1)
 	if req.Check != nil {
 		if set, err = g.cfg.Policies.For(ctx, t.ID); err != nil {
-			return v, fmt.Errorf("policies of tenant %s: %w", t.ID, err)
+			return v, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, t.ID, err)
 		}
 		weight = checkWeight(set, req.Check)
 	}
@@ -109,7 +110,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	defer work.release()
 	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
 	if err != nil {
-		return v, fmt.Errorf("effective plan of tenant %s: %w", t.ID, err)
+		return v, fmt.Errorf("%w: effective plan of tenant %s: %w", ErrUnavailable, t.ID, err)
 	}
 
 	// 2b. Per-IP L1: a local damper before the shared counter.

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -22,6 +23,12 @@ const (
 // fault) for a check the client got wrong: an unknown policy, a missing
 // subject, a cost out of range.
 var ErrInvalid = policy.ErrInvalid
+
+// ErrUnavailable is returned (wrapped) when what a request is decided by,
+// the key's tenant, its plan or its policies, is neither cached nor
+// readable from the database: nothing can be decided, and the caller may
+// retry.
+var ErrUnavailable = errors.New("tenant data unavailable")
 
 // itemErr builds a field error for items[i].field.
 func itemErr(i int, field, reason string) error {

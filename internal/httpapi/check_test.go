@@ -288,3 +288,33 @@ func TestDegradedCheckMatchesTheDocument(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestSystemOfRecordDownIs503: with the database that holds keys and
+// policies out of reach, a check whose tenant is not cached yet cannot be
+// decided: 503 with Retry-After, in the API's problem form, never a 500.
+func TestSystemOfRecordDownIs503(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.New(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultnet.New(t, u.Host)
+	u.Host = proxy.Addr()
+	a := newTenantAPI(t, u.String(), nil)
+	cold, _ := a.tenant(tenant.PlanPro)
+	warm, _ := a.tenant(tenant.PlanPro)
+	wantStatus(t, a.do(warm, http.MethodPut, "/v1/policies/p", `{"limit":10,"window":"1m"}`), 200)
+	wantStatus(t, a.do(cold, http.MethodPut, "/v1/policies/p", `{"limit":10,"window":"1m"}`), 200)
+	body := `{"items":[{"policy":"p","subject":"s"}]}`
+	wantStatus(t, a.do(warm, http.MethodPost, "/v1/check", body), 200)
+
+	proxy.Cut()
+	r := a.do(cold, http.MethodPost, "/v1/check", body)
+	wantStatus(t, r, http.StatusServiceUnavailable)
+	if r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "unavailable") {
+		t.Errorf("cold tenant with the database down: %v %s", r.header, r.body)
+	}
+	// A tenant already cached is still answered.
+	wantStatus(t, a.do(warm, http.MethodPost, "/v1/check", body), 200)
+}

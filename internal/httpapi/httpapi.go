@@ -157,6 +157,10 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		if !known {
 			log.ErrorContext(c.Request().Context(), "request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
 		}
+		if p.Status == http.StatusServiceUnavailable {
+			// Unavailable for now, not for good: when to ask again.
+			c.Response().Header().Set("Retry-After", "1")
+		}
 		sendProblem(c, p)
 	}
 }

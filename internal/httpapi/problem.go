@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
@@ -40,6 +41,7 @@ var problemKinds = []problemKind{
 	// Leases (leases.go).
 	{counter.ErrNoLease, http.StatusNotFound, "lease-not-found", "No such lease: it was released, it expired, or it never was"},
 	{counter.ErrUnavailable, http.StatusServiceUnavailable, "store-unavailable", "The counter store is unavailable; retry"},
+	{gate.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Tollgate cannot read this key's tenant, plan or policies from its database right now; retry"},
 	// Billing (billing.go, webhooks.go).
 	{billing.ErrBadWebhook, http.StatusBadRequest, "invalid-webhook", "Invalid Stripe webhook signature or body"},
 	{billing.ErrNotConfigured, http.StatusServiceUnavailable, "billing-not-configured", "Billing with Stripe is not configured on this server"},
