@@ -33,8 +33,8 @@
 # CLIENTS (0: every request from 127.0.0.1; N: each from one of N client
 # addresses, sent as X-Forwarded-For from 127.0.0.1, a trusted proxy),
 # PROFILE (a directory: Go's CPU and allocation profiles of Tollgate during
-# each store's last run are saved there as <store>.cpu and <store>.allocs,
-# for go tool pprof).
+# each store's last run are saved there as <store>.cpu, <store>.allocs and
+# <store>.mutex (contended locks), for go tool pprof).
 # Tollgate, wrk and the stores share the machine: every figure is a
 # whole-box figure, and absolute req/s move with whatever else runs.
 set -euo pipefail
@@ -257,6 +257,7 @@ LUA
     if [ -n "$prof" ]; then
       wait "$prof"
       curl -s -o "$profile/$store.allocs" "http://127.0.0.1:18282/debug/pprof/allocs"
+      curl -s -o "$profile/$store.mutex" "http://127.0.0.1:18282/debug/pprof/mutex"
     fi
     c1=$(cpu "$server"); s1=$(cpu $spids); m1=$(mallocs)
     total=$((total + reqs))

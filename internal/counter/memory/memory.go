@@ -213,9 +213,16 @@ func (s *Store) CheckInto(_ context.Context, req counter.Request, into []limit.D
 	for _, i := range locked {
 		s.shards[i].mu.Lock()
 	}
-	defer func() {
+	unlock := func() {
 		for _, i := range locked {
 			s.shards[i].mu.Unlock()
+		}
+		locked = nil
+	}
+	// A bug's panic must not leave the shards locked.
+	defer func() {
+		if locked != nil {
+			unlock()
 		}
 	}()
 
@@ -262,6 +269,9 @@ func (s *Store) CheckInto(_ context.Context, req counter.Request, into []limit.D
 	for _, w := range keep {
 		s.shards[w.shard].put(buf[w.key.from:w.key.to], w.state, w.exp)
 	}
+	// The answer is arithmetic on what was seen: out of the locks, which
+	// every check of a hot key (one client address, one tenant) waits for.
+	unlock()
 	return counter.AnswerInto(req, seen, now, into), nil
 }
 
