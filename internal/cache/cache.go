@@ -62,7 +62,7 @@ type Config[V any] struct {
 type Cache[V any] struct {
 	cfg Config[V]
 
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	hits    map[string]hit[V]
 	weight  int // of hits
 	flights map[string]*flight[V]
@@ -115,6 +115,14 @@ func New[V any](cfg Config[V]) *Cache[V] {
 // load fails.
 func (c *Cache[V]) Get(ctx context.Context, key string) (V, error) {
 	now := c.cfg.Now()
+	// A hit, every request's case, only reads: readers do not wait for
+	// each other.
+	c.mu.RLock()
+	h, ok := c.hits[key]
+	c.mu.RUnlock()
+	if ok && now.Before(h.exp) {
+		return h.v, nil
+	}
 	c.mu.Lock()
 	if h, ok := c.hits[key]; ok && now.Before(h.exp) {
 		c.mu.Unlock()

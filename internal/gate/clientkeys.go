@@ -35,7 +35,7 @@ type clientKeyCache struct {
 	seed       maphash.Seed
 	unresolved *clientKeys
 	shards     [clientKeyShards]struct {
-		mu sync.Mutex
+		mu sync.RWMutex // a hit only reads: one client's requests never wait for each other
 		m  map[netip.Addr]*clientKeys
 	}
 }
@@ -60,9 +60,9 @@ func (c *clientKeyCache) get(ip netip.Addr, digest func(netip.Addr) string) *cli
 	}
 	a := ip.As16()
 	sh := &c.shards[maphash.Bytes(c.seed, a[:])%clientKeyShards]
-	sh.mu.Lock()
+	sh.mu.RLock()
 	k := sh.m[ip]
-	sh.mu.Unlock()
+	sh.mu.RUnlock()
 	if k != nil {
 		return k
 	}

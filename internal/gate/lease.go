@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
@@ -56,7 +57,11 @@ type leases struct {
 }
 
 type leaseShard struct {
-	mu sync.Mutex
+	// mu guards m and every lease's fields but cur, which take reads and
+	// spends without waiting: a hot ceiling (a tenant's quota) is taken
+	// from by every check of the tenant, and take holds the lock for
+	// reading only, so those checks never wait for each other.
+	mu sync.RWMutex
 	m  map[leaseID]*lease
 }
 
@@ -66,12 +71,10 @@ type leaseID struct{ group, key string }
 
 // lease is one counter's lease. Times are this instance's clock.
 type lease struct {
-	end   time.Time // the units lapse then
-	left  int64     // units taken and not yet spent
+	// cur holds the units to spend: replaced, never changed but for its
+	// units, at each grant.
+	cur   atomic.Pointer[units]
 	limit int64
-	// remaining is what the counter had left after the last grant, as the
-	// store said: the share of it other instances may still take.
-	remaining int64
 	// rate is the units a second this instance spent, estimated at each
 	// grant from how fast the previous lease went.
 	rate    float64
@@ -81,6 +84,43 @@ type lease struct {
 	// that requests meanwhile ask for one unit each rather than a lease each;
 	// it lapses at renewing's time in case that request never comes back.
 	renewing time.Time
+}
+
+// units are a grant's units not yet spent, until end; remaining is what the
+// counter had left after the grant, as the store said: the share of it
+// other instances may still take.
+type units struct {
+	end       time.Time
+	remaining int64
+	left      atomic.Int64
+}
+
+// retired is what a replaced grant's left is set to: no take spends from it
+// again (a take that loaded it still finds nothing, and goes to the store).
+const retired = math.MinInt64 / 2
+
+// spend takes one of u's units at now, if it holds one.
+func (u *units) spend(now time.Time) bool {
+	if u == nil || !now.Before(u.end) {
+		return false
+	}
+	for {
+		n := u.left.Load()
+		if n <= 0 {
+			return false
+		}
+		if u.left.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// held is how many units u holds, at most: 0 for none or retired ones.
+func (u *units) held() int64 {
+	if u == nil {
+		return 0
+	}
+	return max(u.left.Load(), 0)
 }
 
 func newLeases() *leases {
@@ -98,28 +138,30 @@ func (l *leases) shard(k leaseID) *leaseShard {
 // take spends one unit of the lease on k, if there is one with units left
 // at now, and reports it with what the counter has left as far as this
 // instance knows (what it holds and what the store had after the last
-// grant) and when the lease lapses.
-func (l *leases) take(k leaseID, now time.Time) (ok bool, remaining int64, resetIn time.Duration) {
+// grant), when the lease lapses, and the units it was spent from, for
+// giveBack.
+func (l *leases) take(k leaseID, now time.Time) (ok bool, remaining int64, resetIn time.Duration, from *units) {
 	sh := l.shard(k)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh.mu.RLock()
 	ls := sh.m[k]
-	if ls == nil || ls.left <= 0 || !now.Before(ls.end) {
-		return false, 0, 0
+	sh.mu.RUnlock()
+	if ls == nil {
+		return false, 0, 0, nil
 	}
-	ls.left--
-	return true, ls.remaining + ls.left, ls.end.Sub(now)
+	u := ls.cur.Load()
+	if !u.spend(now) {
+		return false, 0, 0, nil
+	}
+	return true, u.remaining + u.held(), u.end.Sub(now), u
 }
 
-// giveBack returns a unit take spent, for a request another ceiling
-// refused: its ceilings are all counted or none is.
-func (l *leases) giveBack(k leaseID) {
-	sh := l.shard(k)
-	sh.mu.Lock()
-	if ls := sh.m[k]; ls != nil {
-		ls.left++
+// giveBack returns a unit take spent from u, for a request another ceiling
+// refused: its ceilings are all counted or none is. A unit given back to
+// units a grant has replaced since lapses.
+func (l *leases) giveBack(u *units) {
+	if u != nil {
+		u.left.Add(1)
 	}
-	sh.mu.Unlock()
 }
 
 // size is how many units to ask for on k at now, to lapse at end: 1 when
@@ -133,8 +175,12 @@ func (l *leases) size(k leaseID, now, end time.Time) int64 {
 	if ls == nil || now.Before(ls.renewing) {
 		return 1
 	}
+	var remaining int64
+	if u := ls.cur.Load(); u != nil {
+		remaining = u.remaining
+	}
 	want := ls.nextRate(now) * min(leaseTraffic, end.Sub(now)).Seconds()
-	n := min(want, float64(ls.remaining)/leaseShare, maxLease)
+	n := min(want, float64(remaining)/leaseShare, maxLease)
 	if math.IsNaN(n) || n < 2 {
 		return 1
 	}
@@ -161,26 +207,37 @@ func (l *leases) grant(k leaseID, now, end time.Time, lim, granted, remaining in
 	if granted > 1 {
 		ls.renewing = time.Time{}
 	}
-	if granted == 1 && ls.left > 0 && now.Before(ls.end) {
+	old := ls.cur.Load()
+	if granted == 1 && old.held() > 0 && now.Before(old.end) {
 		// One unit asked for and spent while the lease still holds units:
 		// the lease is as it was, but for what the store says is left.
-		ls.remaining = remaining
+		next := &units{end: old.end, remaining: remaining}
+		next.left.Store(max(old.left.Swap(retired), 0))
+		ls.cur.Store(next)
 		return
 	}
 	ls.rate = ls.nextRate(now)
+	next := &units{end: end, remaining: remaining}
 	left := granted - 1
-	if now.Before(ls.end) && ls.end.Sub(end).Abs() < time.Second/2 {
-		// The same window (its end as two requests' clocks put it).
-		left += max(ls.left, 0)
+	if old != nil {
+		// Whatever takes spent of old's units until now stays spent; what
+		// is left moves over, if it is of the same window (its end as two
+		// requests' clocks put it), or lapses.
+		held := max(old.left.Swap(retired), 0)
+		if now.Before(old.end) && old.end.Sub(end).Abs() < time.Second/2 {
+			left += held
+		}
 	}
-	ls.end, ls.left, ls.limit, ls.remaining = end, left, lim, remaining
+	next.left.Store(left)
+	ls.cur.Store(next)
+	ls.limit = lim
 	ls.takenAt, ls.granted = now, granted
 }
 
 // nextRate is the rate estimate once the lease is renewed at now: the
 // previous estimate averaged with how fast the lease's spent units went.
 func (ls *lease) nextRate(now time.Time) float64 {
-	spent := ls.granted - max(ls.left, 0)
+	spent := ls.granted - ls.cur.Load().held()
 	dt := now.Sub(ls.takenAt).Seconds()
 	if spent <= 0 || dt <= 0 {
 		return ls.rate / 2
@@ -194,7 +251,7 @@ func (sh *leaseShard) evict(now time.Time) {
 	seen := 0
 	var any leaseID
 	for k, ls := range sh.m {
-		if ls.left <= 0 || !now.Before(ls.end) {
+		if u := ls.cur.Load(); u.held() <= 0 || !now.Before(u.end) {
 			delete(sh.m, k)
 			return
 		}

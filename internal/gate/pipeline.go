@@ -182,16 +182,16 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	if req.Check != nil {
 		creq.Mode = req.Check.Mode
 	}
-	var spentBuf [4]leaseID
-	spent := spentBuf[:0] // leases spent here, given back if a ceiling refuses
+	var spentBuf [4]*units
+	spent := spentBuf[:0] // lease units spent here, given back if a ceiling refuses
 	for i := range ceilings {
 		c := &ceilings[i]
 		// A plan may allow more than a counter holds; beyond MaxLimit a
 		// ceiling is as good as none.
 		c.Limit = min(c.Limit, limit.MaxLimit)
 		c.lease = leaseID{t.ID, c.Key}
-		if ok, remaining, resetIn := g.leases.take(c.lease, now); ok {
-			spent = append(spent, c.lease)
+		if ok, remaining, resetIn, from := g.leases.take(c.lease, now); ok {
+			spent = append(spent, from)
 			c.at = -1
 			v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining, Window: windowLength(c.Window, now), ResetIn: resetIn})
 			continue
@@ -226,8 +226,8 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		if d := res.Decisions[c.at]; !d.Allowed {
 			// The store counted none of the ceilings: give back what the
 			// leases spent.
-			for _, k := range spent {
-				g.leases.giveBack(k)
+			for _, u := range spent {
+				g.leases.giveBack(u)
 			}
 			return g.refuse(ctx, req, v, Refusal{
 				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
