@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/batch"
@@ -59,6 +61,39 @@ type Recorder struct {
 	mu      sync.Mutex
 	pending minutes
 	rows    int // cells in pending
+	// hot holds a counter for each cell of the newest minute observed
+	// (hotMinute) that has a row: Observe adds to it without taking mu,
+	// which every check of every tenant would otherwise wait for. Counts
+	// move from hot to pending (fold) before anything reads pending.
+	hot       sync.Map // hotKey → *hotCount
+	hotMinute int64
+}
+
+// hotKey is a cell of a minute.
+type hotKey struct {
+	minute int64
+	cell   cell
+}
+
+// hotCount is a cell's count not yet in pending; retired (once its minute
+// is no longer the newest), it takes no more counts, and an Observe that
+// finds it so counts under mu instead.
+type hotCount struct{ n atomic.Int64 }
+
+// retiredCount marks a retired hotCount: no count reaches it.
+const retiredCount = math.MinInt64
+
+// add counts one, unless h is retired.
+func (h *hotCount) add() bool {
+	for {
+		n := h.n.Load()
+		if n == retiredCount {
+			return false
+		}
+		if h.n.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 var _ gate.Observer = (*Recorder)(nil)
@@ -103,9 +138,11 @@ func NewRecorder(cfg Config) (*Recorder, error) {
 	return r, nil
 }
 
-// Observe counts e. It takes one mutex for a map increment and never blocks
-// on I/O. Events without a tenant (refused before the key was known) are not
-// counted: there is no one to meter. An empty Outcome counts as allowed.
+// Observe counts e. The count of a cell of the newest minute is one atomic
+// add; a new cell, or an older minute's, takes one mutex for a map
+// increment. It never blocks on I/O. Events without a tenant (refused before
+// the key was known) are not counted: there is no one to meter. An empty
+// Outcome counts as allowed.
 func (r *Recorder) Observe(_ context.Context, e gate.Event) {
 	if e.TenantID == "" {
 		return
@@ -119,9 +156,45 @@ func (r *Recorder) Observe(_ context.Context, e gate.Event) {
 	if c.outcome == "" {
 		c.outcome = gate.OutcomeAllowed
 	}
+	k := hotKey{m, c}
+	if h, ok := r.hot.Load(k); ok && h.(*hotCount).add() {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if m > r.hotMinute {
+		r.retireHotLocked()
+		r.hotMinute = m
+	}
 	r.addLocked(m, c, 1)
+	if _, kept := r.pending[m][c]; kept && m == r.hotMinute {
+		r.hot.Store(k, &hotCount{})
+	}
+}
+
+// foldLocked moves the hot counts into pending, as rows of their own where
+// a flush took theirs; r.mu is held.
+func (r *Recorder) foldLocked() {
+	r.hot.Range(func(k, h any) bool {
+		// Counts added after the swap are folded next time. (No count
+		// here is retired: retiring deletes it, under r.mu.)
+		if n := h.(*hotCount).n.Swap(0); n > 0 {
+			r.addLocked(k.(hotKey).minute, k.(hotKey).cell, n)
+		}
+		return true
+	})
+}
+
+// retireHotLocked folds the hot counts into pending and retires them, the
+// newest minute having moved on; r.mu is held.
+func (r *Recorder) retireHotLocked() {
+	r.hot.Range(func(k, h any) bool {
+		if n := h.(*hotCount).n.Swap(retiredCount); n > 0 {
+			r.addLocked(k.(hotKey).minute, k.(hotKey).cell, n)
+		}
+		r.hot.Delete(k)
+		return true
+	})
 }
 
 // addLocked adds n to a cell, making room by dropping the oldest minute when
@@ -189,6 +262,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		return fmt.Errorf("flush usage: %w", err)
 	}
 	r.mu.Lock()
+	r.foldLocked()
 	t := taken{counts: r.pending, rows: r.rows}
 	r.pending, r.rows = minutes{}, 0
 	r.mu.Unlock()
@@ -209,6 +283,7 @@ func (r *Recorder) Pending() int {
 	r.flushMu.RUnlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.foldLocked()
 	if held != nil {
 		return r.rows + held.Items.rows
 	}

@@ -84,6 +84,7 @@ func (r *Recorder) Usage(ctx context.Context, tenantID string, now time.Time) (R
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.foldLocked()
 	rep.addPending(r.pending, tenantID, p)
 	return rep, nil
 }

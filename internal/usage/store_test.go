@@ -100,6 +100,26 @@ var outcomes = []string{gate.OutcomeAllowed, gate.LayerPolicy, gate.LayerIP, gat
 
 func TestConcurrentRecordersFlushExactTotals(t *testing.T) {
 	t.Parallel()
+	start := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+	testConcurrentTotals(t, func(g, i int) time.Time {
+		return start.Add(time.Duration(i%5)*time.Minute + time.Duration(g)*time.Second)
+	})
+}
+
+// TestConcurrentTotalsAsMinutesTurn: the newest minute moves on while other
+// goroutines add to its counts without a lock and flushes fold them.
+func TestConcurrentTotalsAsMinutesTurn(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+	testConcurrentTotals(t, func(g, i int) time.Time {
+		return start.Add(time.Duration(i/40)*time.Minute + time.Duration(g)*time.Millisecond)
+	})
+}
+
+// testConcurrentTotals has 16 goroutines observe 3000 events each (at
+// at(g, i)) into two recorders flushing every few milliseconds, and wants
+// every event in usage_minutes exactly once.
+func testConcurrentTotals(t *testing.T, at func(g, i int) time.Time) {
 	pool := newDB(t)
 	tenants := []string{newTenant(t, pool), newTenant(t, pool), newTenant(t, pool)}
 	// Two instances on one database, flushing often, so that flushes race
@@ -109,10 +129,9 @@ func TestConcurrentRecordersFlushExactTotals(t *testing.T) {
 	stopA, stopB := run(a), run(b)
 
 	const goroutines, events = 16, 3000
-	start := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 	event := func(g, i int) gate.Event {
 		return gate.Event{
-			At:       start.Add(time.Duration(i%5)*time.Minute + time.Duration(g)*time.Second),
+			At:       at(g, i),
 			TenantID: tenants[(g+i)%len(tenants)],
 			Live:     i%3 != 0,
 			Checked:  i%4 != 0,
