@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -22,15 +23,18 @@ type inflight struct {
 	limit int64
 	wait  time.Duration
 
-	mu   sync.Mutex
+	// mu guards m: read-locked to find a tenant's entry and join its
+	// users (so that no sweep can drop an entry a request is joining),
+	// locked to add or sweep entries.
+	mu   sync.RWMutex
 	m    map[string]*tenantWork
-	idle int // entries left idle since the last sweep, at most
+	idle atomic.Int64 // entries left idle since the last sweep, at most
 }
 
 // tenantWork is one tenant's semaphore and how many requests hold or await it.
 type tenantWork struct {
 	sem   *semaphore.Weighted
-	users int
+	users atomic.Int64
 }
 
 func newInflight(limit int64, wait time.Duration) *inflight {
@@ -39,15 +43,14 @@ func newInflight(limit int64, wait time.Duration) *inflight {
 
 // held is units a request holds; release gives them back.
 type held struct {
-	f      *inflight
-	tenant string
-	w      *tenantWork
-	n      int64
+	f *inflight
+	w *tenantWork
+	n int64
 }
 
 func (h held) release() {
 	h.w.sem.Release(h.n)
-	h.f.leave(h.tenant, h.w)
+	h.f.leave(h.w)
 }
 
 // acquire takes n units for tenant, waiting at most f.wait (and no longer
@@ -55,44 +58,52 @@ func (h held) release() {
 // units stayed taken.
 func (f *inflight) acquire(ctx context.Context, tenant string, n int64) (h held, ok bool) {
 	n = min(max(n, 1), f.limit)
-	f.mu.Lock()
+	f.mu.RLock()
 	w := f.m[tenant]
-	if w == nil {
-		w = &tenantWork{sem: semaphore.NewWeighted(f.limit)}
-		f.m[tenant] = w
+	if w != nil {
+		w.users.Add(1)
 	}
-	w.users++
-	f.mu.Unlock()
+	f.mu.RUnlock()
+	if w == nil {
+		f.mu.Lock()
+		if w = f.m[tenant]; w == nil {
+			w = &tenantWork{sem: semaphore.NewWeighted(f.limit)}
+			f.m[tenant] = w
+		}
+		w.users.Add(1)
+		f.mu.Unlock()
+	}
 
 	if !w.sem.TryAcquire(n) {
 		wctx, cancel := context.WithTimeout(ctx, f.wait)
 		err := w.sem.Acquire(wctx, n)
 		cancel()
 		if err != nil {
-			f.leave(tenant, w)
+			f.leave(w)
 			return held{}, false
 		}
 	}
-	return held{f: f, tenant: tenant, w: w, n: n}, true
+	return held{f: f, w: w, n: n}, true
 }
 
 // leave notes that a request no longer holds or awaits the tenant's units.
 // Entries nobody holds are kept for the tenant's next request (a semaphore
 // a request would cost an allocation) until idleTenants of them pile up,
 // then swept.
-func (f *inflight) leave(tenant string, w *tenantWork) {
+func (f *inflight) leave(w *tenantWork) {
+	if w.users.Add(-1) != 0 || f.idle.Add(1) <= idleTenants {
+		return
+	}
 	f.mu.Lock()
-	w.users--
-	if w.users == 0 {
-		f.idle++
-		if f.idle > idleTenants {
-			for k, e := range f.m {
-				if e.users == 0 {
-					delete(f.m, k)
-				}
+	if f.idle.Load() > idleTenants {
+		for k, e := range f.m {
+			// Under the lock no request joins e: one that has not joined
+			// yet will find no entry and make one.
+			if e.users.Load() == 0 {
+				delete(f.m, k)
 			}
-			f.idle = 0
 		}
+		f.idle.Store(0)
 	}
 	f.mu.Unlock()
 }
