@@ -93,6 +93,7 @@ func clusterOptions(raw string, timeout time.Duration, dial dialer) (*goredis.Cl
 	opt.WriteTimeout = timeout
 	opt.PoolTimeout = timeout
 	opt.DisableIdentity = true
+	opt.Protocol = protocol
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	// Scripts have keys and go by their slot; the request-policy routing
 	// would first fetch COMMAND's table from a node, a round trip that

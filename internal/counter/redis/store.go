@@ -70,8 +70,8 @@ type Config struct {
 	//
 	// A cluster URL names seed nodes (the host, then each addr); any one
 	// that answers is enough, the others are learnt from it. A cluster has
-	// database 0 only. Timeouts and retries in the query are overridden by
-	// the store's own.
+	// database 0 only. Timeouts, retries and the protocol in the query are
+	// overridden by the store's own.
 	URL string
 	// Prefix starts every key the store writes; it must not hold '{' or '}',
 	// which would move the keys' hash tag.
@@ -190,6 +190,12 @@ func newStore(cfg Config, dial dialer) (*Store, error) {
 	return s, nil
 }
 
+// protocol is the RESP version the store speaks. RESP2 has no push
+// notifications, which the store does not use: with RESP3 go-redis peeks at
+// the socket for them before every command, a system call per round trip,
+// and connecting costs a HELLO.
+const protocol = 2
+
 // bound makes every wait inside go-redis end by the Check's deadline: a
 // retry, a dial backoff or a longer socket timeout would outlive it.
 func bound(opt *goredis.Options, timeout time.Duration) {
@@ -202,6 +208,7 @@ func bound(opt *goredis.Options, timeout time.Duration) {
 	opt.PoolTimeout = timeout
 	// Fewer commands on connect: a reconnect under load must fit the deadline.
 	opt.DisableIdentity = true
+	opt.Protocol = protocol
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
@@ -235,13 +242,18 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 	if err := counter.Validate(req); err != nil {
 		return counter.Result{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	j := newJob()
 	s.encode(j, req)
+	j.deadline = time.Now().Add(s.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(j.deadline) {
+		j.deadline = d
+	}
 	if err := s.call(ctx, j); err != nil {
 		// A job given up on may still be in a sender's hands: it is left
 		// to the collector, not reused.
+		if ctx.Err() == nil && !time.Now().Before(j.deadline) {
+			err = context.DeadlineExceeded
+		}
 		return counter.Result{}, unavailable(ctx, err)
 	}
 	us, seen, err := decode(j.reply, j.seen[:0], len(req.Items))
@@ -293,10 +305,14 @@ func (s *Store) verify(ctx context.Context, req counter.Request, seen []counter.
 func unavailable(ctx context.Context, err error) error { return failed(ctx, "redis check", err) }
 
 // failed turns an error of go-redis or the network in the operation what
-// into ErrUnavailable, keeping the context's own error for errors.Is.
+// into ErrUnavailable, keeping the context's own error, or the store's
+// deadline's, for errors.Is.
 func failed(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, cerr)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, context.DeadlineExceeded)
 	}
 	return fmt.Errorf("%s: %w: %s", what, counter.ErrUnavailable, err.Error())
 }
