@@ -20,7 +20,13 @@
 
 local spec = ARGV[1]
 local _, _, n, t = struct.unpack('<BBBd', spec)
-local now = instant(t)
+-- The lease's instant, which decide uses for the ceilings too.
+local now = t
+if t < 0 then
+  local c = redis.call('TIME')
+  servernow = c[1] * 1000000 + c[2]
+  now = servernow
+end
 local lx, ids, exps = KEYS[n + 1], KEYS[n + 2], KEYS[n + 3]
 local id, key, tally = ARGV[2], ARGV[3], ARGV[4]
 local lim, ttl = ARGV[5] + 0, ARGV[6] + 0

@@ -171,7 +171,7 @@ func (s *Store) runOne(ctx context.Context, j *job) error {
 	for n := 0; ; n++ {
 		cmd := script(ctx, false, one)
 		err := s.c.Process(ctx, onceCmd{cmd})
-		if goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		if noScript(err) {
 			// A restart, a failover or SCRIPT FLUSH: EVAL sends the body and
 			// caches it again.
 			cmd = script(ctx, true, one)
@@ -368,12 +368,12 @@ func (s *Store) exec(ctx context.Context, calls []batchCall) {
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	missing := false
 	for _, c := range calls {
-		missing = missing || goredis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT")
+		missing = missing || noScript(c.cmd.Err())
 	}
 	if missing {
 		pipe = s.c.Pipeline()
 		for i, c := range calls {
-			if goredis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			if noScript(c.cmd.Err()) {
 				calls[i].cmd = script(ctx, true, c.jobs)
 				_ = pipe.Process(ctx, onceCmd{calls[i].cmd})
 			}
@@ -381,6 +381,11 @@ func (s *Store) exec(ctx context.Context, calls []batchCall) {
 		_, _ = pipe.Exec(ctx)
 	}
 }
+
+// noScript reports whether err is the server's answer to EVALSHA when it
+// does not have the script. (goredis.HasErrorPrefix allocates even for a
+// nil error.)
+func noScript(err error) bool { return err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // script makes the EVALSHA (or, with body set, EVAL) command that decides
 // the requests of jobs in their order (check.lua).

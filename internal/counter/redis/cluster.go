@@ -138,8 +138,8 @@ func (onceCmd) NoRetry() bool { return true }
 // CLUSTERDOWN is not resent: it lasts seconds, not the milliseconds of a
 // check's deadline.
 func resendable(err error) bool {
-	return goredis.HasErrorPrefix(err, "TRYAGAIN") || goredis.HasErrorPrefix(err, "MOVED") ||
-		goredis.HasErrorPrefix(err, "ASK")
+	return err != nil && (goredis.HasErrorPrefix(err, "TRYAGAIN") || goredis.HasErrorPrefix(err, "MOVED") ||
+		goredis.HasErrorPrefix(err, "ASK"))
 }
 
 // afterFailure asks go-redis to reload the cluster's slot map when err says
