@@ -15,8 +15,9 @@ import (
 // prefix{group}!lx, !ids and !exp: the '!' after the hash tag sets them
 // apart from every counter key, which is prefix{group}:key. Each operation
 // is one script on the group's keys alone, so on a cluster it runs on the
-// node of the group's slot, as its checks do. An acquire runs check.lua for
-// its ceilings inside its own script (acquire.lua).
+// node of the group's slot, as its checks do. An acquire decides its
+// ceilings with the checks' own arithmetic (checklib.lua) inside its own
+// script (acquire.lua).
 
 var _ counter.Leaser = (*Store)(nil)
 

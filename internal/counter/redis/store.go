@@ -1,10 +1,11 @@
 // Package redis is the counter.Store kept in Redis, on one server or on a
-// Redis Cluster: each Check is one Lua script (check.lua, run with EVALSHA)
-// that reads, decides and writes all of a request's counters atomically with
-// the arithmetic of internal/limit, in one round trip; concurrent Checks
-// share round trips (each still its own script). The store turns every
-// go-redis and network error into counter.ErrUnavailable within its
-// deadline.
+// Redis Cluster: a Lua script (check.lua, run with EVALSHA) reads, decides
+// and writes all of a request's counters atomically with the arithmetic of
+// internal/limit, in one round trip. Concurrent Checks share round trips
+// and scripts: one script decides the checks that met in the queue, one
+// after the other, each seeing what the ones before it counted (batch.go).
+// The store turns every go-redis and network error into
+// counter.ErrUnavailable within its deadline.
 //
 // On a cluster, go-redis's ClusterClient routes each script to the node that
 // owns its keys' hash slot and follows MOVED and ASK redirects; the store
@@ -79,8 +80,9 @@ type Config struct {
 	// Timeout bounds each Check, connecting included; DefaultTimeout when zero.
 	Timeout time.Duration
 	// Logger receives an error record when the script's verdict differs
-	// from limit.Admit's (a bug: check.lua no longer matches internal/limit);
-	// nothing is logged when nil. Failed checks are returned, not logged.
+	// from limit.Admit's (a bug: checklib.lua no longer matches
+	// internal/limit); nothing is logged when nil. Failed checks are
+	// returned, not logged.
 	Logger *slog.Logger
 }
 
@@ -106,8 +108,9 @@ type Store struct {
 
 	// drift counts verdicts of the script that limit.Admit does not share.
 	drift atomic.Int64
-	// resent counts scripts sent again after the cluster refused them before
-	// running them (TRYAGAIN, or MOVED and ASK past go-redis's redirects).
+	// resent counts checks sent again after the cluster refused their
+	// script before running it (TRYAGAIN, or MOVED and ASK past go-redis's
+	// redirects).
 	resent atomic.Int64
 
 	mu     sync.Mutex
@@ -256,6 +259,11 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 		}
 		return counter.Result{}, unavailable(ctx, err)
 	}
+	return s.result(ctx, req, j)
+}
+
+// result reads req's answer from j's reply and frees j.
+func (s *Store) result(ctx context.Context, req counter.Request, j *job) (counter.Result, error) {
 	us, seen, err := decode(j.reply, j.seen[:0], len(req.Items))
 	j.seen = seen
 	if err != nil {
@@ -273,7 +281,7 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 }
 
 // verify repeats the script's verdicts with limit.Admit on the states it saw.
-// A difference is a bug (check.lua no longer matches internal/limit); the
+// A difference is a bug (checklib.lua no longer matches internal/limit); the
 // script's verdict stands, since it is what was written, and the store logs
 // the first difference and then ever more rarely.
 func (s *Store) verify(ctx context.Context, req counter.Request, seen []counter.Seen, now time.Time) {
