@@ -1,68 +1,64 @@
 -- acquire.lua decides a lease request (counter.Acquire) in one script:
--- first its ceilings, with check.lua itself, as one request in consume
--- mode whose items are all ceilings; then, when every enforced ceiling is
--- admitted, a lease among at most limit live leases of its key. The store
--- runs it as leaselib.lua, then this, with check.lua put in place of the
--- include line below.
+-- first its ceilings, with checklib.lua's decide, as one request in
+-- consume mode whose items are all ceilings; then, when every enforced
+-- ceiling is admitted, a lease among at most limit live leases of its key.
+-- The store runs it as leaselib.lua, checklib.lua, then this.
 --
--- KEYS[1..n]      the ceilings' counter keys, as check.lua takes them
+-- KEYS[1..n]      the ceilings' counter keys
 -- KEYS[n+1..n+3]  the group's LX, IDS and EXP keys (leaselib.lua)
--- ARGV[1..3+5n]   the ceilings, as check.lua takes them ("consume", now
---                 or '', n, then five values per item)
--- ARGV[4+5n..]    the lease id, key, tally ('' for none), limit, and ttl
+-- ARGV[1]         the ceilings' request, laid out as checklib.lua says
+-- ARGV[2..6]      the lease id, key, tally ('' for none), limit, and ttl
 --                 in µs
 --
--- Returns check.lua's reply, then: 1 or 0 (the lease taken), the live
--- leases of the key after it (0 when a ceiling refused), and the lease's
--- expiry when taken, else the earliest expiry among the live leases (0
--- when none, or when a ceiling refused). An id the group still holds live
--- is an error reply: 'tollgate: lease id in use'.
+-- Returns {reply, taken, live, expiry}: reply as check.lua's for the one
+-- request; 1 or 0 (the lease taken); the live leases of the key after it
+-- (0 when a ceiling refused); and the lease's expiry when taken, else the
+-- earliest expiry among the live leases (0 when none, or when a ceiling
+-- refused). An id the group still holds live is an error reply:
+-- 'tollgate: lease id in use'; so is a ceiling's key that holds no
+-- counter state.
 
-local NCEIL = ARGV[3] + 0
-local ALLKEYS = KEYS
-
--- ceilings runs check.lua on the ceilings' keys alone: check.lua reads
--- KEYS, which here is this local table.
-local function ceilings()
-  local KEYS = {}
-  for i = 1, NCEIL do KEYS[i] = ALLKEYS[i] end
-  -- @include check.lua
+local spec = ARGV[1]
+local _, _, n, t = struct.unpack('<BBBd', spec)
+-- The lease's instant, which decide uses for the ceilings too.
+local now = t
+if t < 0 then
+  local c = redis.call('TIME')
+  servernow = c[1] * 1000000 + c[2]
+  now = servernow
 end
-
-local lx, ids, exps = ALLKEYS[NCEIL + 1], ALLKEYS[NCEIL + 2], ALLKEYS[NCEIL + 3]
-local b = 3 + 5 * NCEIL
-local id, key, tally = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
-local lim, ttl = ARGV[b + 4] + 0, ARGV[b + 5] + 0
+local lx, ids, exps = KEYS[n + 1], KEYS[n + 2], KEYS[n + 3]
+local id, key, tally = ARGV[2], ARGV[3], ARGV[4]
+local lim, ttl = ARGV[5] + 0, ARGV[6] + 0
 
 -- An id in use is refused before anything is written: a script's error
 -- does not undo its writes.
 local held = redis.call('ZSCORE', exps, id)
-if held and held + 0 > clock(2) then
+if held and held + 0 > now then
   return redis.error_reply('ERR tollgate: lease id in use')
 end
 
-local out = ceilings()
-if out.err then return out end
-local nout = #out
-for i = 1, NCEIL do
-  if out[2 * i + 1] == 0 and ARGV[5 * i + 3] ~= '1' then
-    out[nout + 1], out[nout + 2], out[nout + 3] = 0, 0, 0
-    return out
-  end
+local out = {struct.pack('<d', now)}
+local nout, v, all = decide(spec, 1, KEYS, 0, out, 1)
+if not nout then
+  -- v is why.
+  return redis.error_reply('ERR ' .. v)
+end
+flush()
+local reply = table.concat(out, '', 1, nout)
+if not all then
+  return {reply, 0, 0, 0}
 end
 
-local now = out[1]
 prune(lx, ids, exps, now)
 -- An expired lease of the same id is forgotten.
 forget(lx, ids, exps, id)
 local kp = prefix('K', key)
-local n, first = live(lx, kp, now)
-if n < lim then
+local live_n, first = live(lx, kp, now)
+if live_n < lim then
   local exp = now + ttl
   put(lx, ids, exps, id, key, tally, exp)
   keep(lx, ids, exps, now)
-  out[nout + 1], out[nout + 2], out[nout + 3] = 1, n + 1, exp
-else
-  out[nout + 1], out[nout + 2], out[nout + 3] = 0, n, first or 0
+  return {reply, 1, live_n + 1, exp}
 end
-return out
+return {reply, 0, live_n, first or 0}

@@ -93,6 +93,7 @@ func clusterOptions(raw string, timeout time.Duration, dial dialer) (*goredis.Cl
 	opt.WriteTimeout = timeout
 	opt.PoolTimeout = timeout
 	opt.DisableIdentity = true
+	opt.Protocol = protocol
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	// Scripts have keys and go by their slot; the request-policy routing
 	// would first fetch COMMAND's table from a node, a round trip that
@@ -130,24 +131,6 @@ type onceCmd struct{ *goredis.Cmd }
 // NoRetry tells go-redis not to resend the command after it may have run.
 func (onceCmd) NoRetry() bool { return true }
 
-// script makes the EVALSHA (or, with body set, EVAL) command of a check.
-func script(ctx context.Context, body bool, keys []string, args []any) *goredis.Cmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	if body {
-		a = append(a, "eval", checkLua)
-	} else {
-		a = append(a, "evalsha", checkSHA)
-	}
-	a = append(a, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	a = append(a, args...)
-	cmd := goredis.NewCmd(ctx, a...)
-	cmd.SetFirstKeyPos(3)
-	return cmd
-}
-
 // resendable reports whether err is a cluster's refusal of a script that did
 // not run, which may be sent again: TRYAGAIN (its slot is being migrated and
 // its keys are split between the nodes, which lasts while the keys move), or
@@ -155,8 +138,8 @@ func script(ctx context.Context, body bool, keys []string, args []any) *goredis.
 // CLUSTERDOWN is not resent: it lasts seconds, not the milliseconds of a
 // check's deadline.
 func resendable(err error) bool {
-	return goredis.HasErrorPrefix(err, "TRYAGAIN") || goredis.HasErrorPrefix(err, "MOVED") ||
-		goredis.HasErrorPrefix(err, "ASK")
+	return err != nil && (goredis.HasErrorPrefix(err, "TRYAGAIN") || goredis.HasErrorPrefix(err, "MOVED") ||
+		goredis.HasErrorPrefix(err, "ASK"))
 }
 
 // afterFailure asks go-redis to reload the cluster's slot map when err says

@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -16,8 +15,9 @@ import (
 // prefix{group}!lx, !ids and !exp: the '!' after the hash tag sets them
 // apart from every counter key, which is prefix{group}:key. Each operation
 // is one script on the group's keys alone, so on a cluster it runs on the
-// node of the group's slot, as its checks do. An acquire runs check.lua for
-// its ceilings inside its own script (acquire.lua).
+// node of the group's slot, as its checks do. An acquire decides its
+// ceilings with the checks' own arithmetic (checklib.lua) inside its own
+// script (acquire.lua).
 
 var _ counter.Leaser = (*Store)(nil)
 
@@ -32,7 +32,7 @@ var (
 
 // The lease scripts, put together from their parts.
 var (
-	acquireLua = leaseLibLua + strings.Replace(acquireTailLua, "-- @include check.lua\n", checkLua+"\n", 1)
+	acquireLua = leaseLibLua + checkLibLua + acquireTailLua
 	acquireSHA = goredis.NewScript(acquireLua).Hash()
 	opsLua     = leaseLibLua + leaseOpsLua
 	opsSHA     = goredis.NewScript(opsLua).Hash()
@@ -83,10 +83,12 @@ func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquire
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	creq := a.CeilingRequest()
-	keys, args := s.encode(creq)
+	keys := make([]string, 0, len(creq.Items)+3)
+	for _, it := range creq.Items {
+		keys = append(keys, s.key(a.Group, it.Key))
+	}
 	keys = append(keys, s.leaseKeys(a.Group)...)
-	args = append(args, a.ID, a.Key, a.Tally, a.Limit, a.TTL.Microseconds())
-	v, err := s.eval(ctx, acquireLua, acquireSHA, keys, args...)
+	v, err := s.eval(ctx, acquireLua, acquireSHA, keys, appendRequest(nil, creq), a.ID, a.Key, a.Tally, a.Limit, a.TTL.Microseconds())
 	if err != nil {
 		if goredis.HasErrorPrefix(err, "tollgate: lease id in use") {
 			return counter.Acquired{}, fmt.Errorf("acquire lease: id in use: %w", counter.ErrInvalid)
@@ -94,13 +96,15 @@ func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquire
 		return counter.Acquired{}, failed(ctx, "acquire lease", err)
 	}
 	reply, ok := v.([]any)
-	if !ok || len(reply) != 1+2*len(a.Ceilings)+3 {
+	if !ok || len(reply) != 4 {
 		return counter.Acquired{}, fmt.Errorf("acquire lease: %w: %w", counter.ErrUnavailable, errReply)
 	}
-	seen, now, err := decode(reply[:1+2*len(a.Ceilings)], len(a.Ceilings))
+	ceilings, _ := reply[0].(string)
+	us, seen, err := decode(ceilings, nil, len(a.Ceilings))
 	if err != nil {
 		return counter.Acquired{}, fmt.Errorf("acquire lease: %w: %w", counter.ErrUnavailable, err)
 	}
+	now := time.UnixMicro(us).UTC()
 	if !a.Now.IsZero() {
 		now = a.Now.Truncate(time.Microsecond)
 	}
@@ -199,8 +203,7 @@ func (s *Store) Reset(ctx context.Context, group, key string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	ckeys, _ := s.encode(counter.Request{Group: group, Items: []counter.Item{{Key: key}}})
-	keys := append(s.leaseKeys(group), ckeys[0])
+	keys := append(s.leaseKeys(group), s.key(group, key))
 	if _, err := s.eval(ctx, opsLua, opsSHA, keys, "reset", "", key); err != nil {
 		return failed(ctx, "reset counter", err)
 	}

@@ -1,10 +1,11 @@
 // Package redis is the counter.Store kept in Redis, on one server or on a
-// Redis Cluster: each Check is one Lua script (check.lua, run with EVALSHA)
-// that reads, decides and writes all of a request's counters atomically with
-// the arithmetic of internal/limit, in one round trip; concurrent Checks
-// share round trips (each still its own script). The store turns every
-// go-redis and network error into counter.ErrUnavailable within its
-// deadline.
+// Redis Cluster: a Lua script (check.lua, run with EVALSHA) reads, decides
+// and writes all of a request's counters atomically with the arithmetic of
+// internal/limit, in one round trip. Concurrent Checks share round trips
+// and scripts: one script decides the checks that met in the queue, one
+// after the other, each seeing what the ones before it counted (batch.go).
+// The store turns every go-redis and network error into
+// counter.ErrUnavailable within its deadline.
 //
 // On a cluster, go-redis's ClusterClient routes each script to the node that
 // owns its keys' hash slot and follows MOVED and ASK redirects; the store
@@ -16,8 +17,10 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,11 +48,18 @@ const DefaultTimeout = 50 * time.Millisecond
 // so that it names no one else's counters.
 const noGroup = "~"
 
-//go:embed check.lua
-var checkLua string
+var (
+	//go:embed checklib.lua
+	checkLibLua string
+	//go:embed check.lua
+	checkTailLua string
+)
 
-// checkSHA names the script for EVALSHA.
-var checkSHA = goredis.NewScript(checkLua).Hash()
+// checkLua decides a batch of checks; checkSHA names it for EVALSHA.
+var (
+	checkLua = checkLibLua + checkTailLua
+	checkSHA = goredis.NewScript(checkLua).Hash()
+)
 
 // Config configures a Store.
 type Config struct {
@@ -61,8 +71,8 @@ type Config struct {
 	//
 	// A cluster URL names seed nodes (the host, then each addr); any one
 	// that answers is enough, the others are learnt from it. A cluster has
-	// database 0 only. Timeouts and retries in the query are overridden by
-	// the store's own.
+	// database 0 only. Timeouts, retries and the protocol in the query are
+	// overridden by the store's own.
 	URL string
 	// Prefix starts every key the store writes; it must not hold '{' or '}',
 	// which would move the keys' hash tag.
@@ -70,8 +80,9 @@ type Config struct {
 	// Timeout bounds each Check, connecting included; DefaultTimeout when zero.
 	Timeout time.Duration
 	// Logger receives an error record when the script's verdict differs
-	// from limit.Admit's (a bug: check.lua no longer matches internal/limit);
-	// nothing is logged when nil. Failed checks are returned, not logged.
+	// from limit.Admit's (a bug: checklib.lua no longer matches
+	// internal/limit); nothing is logged when nil. Failed checks are
+	// returned, not logged.
 	Logger *slog.Logger
 }
 
@@ -97,8 +108,9 @@ type Store struct {
 
 	// drift counts verdicts of the script that limit.Admit does not share.
 	drift atomic.Int64
-	// resent counts scripts sent again after the cluster refused them before
-	// running them (TRYAGAIN, or MOVED and ASK past go-redis's redirects).
+	// resent counts checks sent again after the cluster refused their
+	// script before running it (TRYAGAIN, or MOVED and ASK past go-redis's
+	// redirects).
 	resent atomic.Int64
 
 	mu     sync.Mutex
@@ -181,6 +193,12 @@ func newStore(cfg Config, dial dialer) (*Store, error) {
 	return s, nil
 }
 
+// protocol is the RESP version the store speaks. RESP2 has no push
+// notifications, which the store does not use: with RESP3 go-redis peeks at
+// the socket for them before every command, a system call per round trip,
+// and connecting costs a HELLO.
+const protocol = 2
+
 // bound makes every wait inside go-redis end by the Check's deadline: a
 // retry, a dial backoff or a longer socket timeout would outlive it.
 func bound(opt *goredis.Options, timeout time.Duration) {
@@ -193,6 +211,7 @@ func bound(opt *goredis.Options, timeout time.Duration) {
 	opt.PoolTimeout = timeout
 	// Fewer commands on connect: a reconnect under load must fit the deadline.
 	opt.DisableIdentity = true
+	opt.Protocol = protocol
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
@@ -215,8 +234,9 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Check runs req as one script under the store's timeout (or ctx's earlier
-// deadline). Errors wrap counter.ErrInvalid for a malformed request
+// Check decides req in one script, alone or among the checks queued with
+// it (batch.go), under the store's timeout (or ctx's earlier deadline).
+// Errors wrap counter.ErrInvalid for a malformed request
 // (counter.Validate's bounds on Now keep it below 2^53 µs, which the
 // script's Lua numbers hold exactly) and counter.ErrUnavailable for anything
 // the server or the network did, including the deadline, with the context's
@@ -225,27 +245,43 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 	if err := counter.Validate(req); err != nil {
 		return counter.Result{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	keys, args := s.encode(req)
-	reply, err := s.call(ctx, keys, args)
-	if err != nil {
+	j := newJob()
+	s.encode(j, req)
+	j.deadline = time.Now().Add(s.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(j.deadline) {
+		j.deadline = d
+	}
+	if err := s.call(ctx, j); err != nil {
+		// A job given up on may still be in a sender's hands: it is left
+		// to the collector, not reused.
+		if ctx.Err() == nil && !time.Now().Before(j.deadline) {
+			err = context.DeadlineExceeded
+		}
 		return counter.Result{}, unavailable(ctx, err)
 	}
-	seen, now, err := decode(reply, len(req.Items))
+	return s.result(ctx, req, j)
+}
+
+// result reads req's answer from j's reply and frees j.
+func (s *Store) result(ctx context.Context, req counter.Request, j *job) (counter.Result, error) {
+	us, seen, err := decode(j.reply, j.seen[:0], len(req.Items))
+	j.seen = seen
 	if err != nil {
 		return counter.Result{}, fmt.Errorf("redis check: %w: %w", counter.ErrUnavailable, err)
 	}
+	now := time.UnixMicro(us).UTC()
 	if !req.Now.IsZero() {
 		// What the script used, to the microsecond every store keeps.
 		now = req.Now.Truncate(time.Microsecond)
 	}
 	s.verify(ctx, req, seen, now)
-	return counter.Answer(req, seen, now), nil
+	res := counter.Answer(req, seen, now)
+	j.free()
+	return res, nil
 }
 
 // verify repeats the script's verdicts with limit.Admit on the states it saw.
-// A difference is a bug (check.lua no longer matches internal/limit); the
+// A difference is a bug (checklib.lua no longer matches internal/limit); the
 // script's verdict stands, since it is what was written, and the store logs
 // the first difference and then ever more rarely.
 func (s *Store) verify(ctx context.Context, req counter.Request, seen []counter.Seen, now time.Time) {
@@ -277,16 +313,32 @@ func (s *Store) verify(ctx context.Context, req counter.Request, seen []counter.
 func unavailable(ctx context.Context, err error) error { return failed(ctx, "redis check", err) }
 
 // failed turns an error of go-redis or the network in the operation what
-// into ErrUnavailable, keeping the context's own error for errors.Is.
+// into ErrUnavailable, keeping the context's own error, or the store's
+// deadline's, for errors.Is.
 func failed(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, cerr)
 	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, context.DeadlineExceeded)
+	}
 	return fmt.Errorf("%s: %w: %s", what, counter.ErrUnavailable, err.Error())
 }
 
-// encode builds the script's KEYS and ARGV. The keys are substrings of one
-// string: prefix{group}:key.
+// key is the Redis key of the counter named key in group.
+func (s *Store) key(group, key string) string {
+	return s.prefix + "{" + cmp.Or(group, noGroup) + "}:" + key
+}
+
+// The sizes of checklib.lua's layouts: a request's header, and an item.
+const (
+	headerLen = 11
+	itemLen   = 26
+)
+
+// encode lays req out in j for the script: its items' keys and the
+// request's layout (checklib.lua). The keys are substrings of one string:
+// prefix{group}:key.
 //
 // Every key of one request carries the same hash tag, so a whole check lands
 // in one hash slot of a Redis Cluster and runs as one script on one node,
@@ -299,19 +351,15 @@ func failed(ctx context.Context, what string, err error) error {
 // one shard's script throughput (one Redis core; the README's benchmarks
 // measure it) is that tenant's ceiling, however many shards the cluster has.
 // A very hot tenant cannot be spread further without splitting its checks
-// across slots, which would give up their atomicity. The plan to relieve
-// that shard is issue 9, not landed yet: the gate's own ceilings will be
-// leased, an instance taking a block of units per shared write and spending
-// it locally, so the tenant's shard sees a fraction of today's writes while
-// its own policies stay exact per check.
+// across slots, which would give up their atomicity. What relieves its
+// shard: the gate's own ceilings are leased (an instance takes a block of
+// units per shared write and spends it locally), and the checks of one
+// tenant that meet in a queue are decided by one script (batch.go).
 //
 // A request without a Group gets the fixed tag noGroup: one slot too.
-func (s *Store) encode(req counter.Request) ([]string, []any) {
-	group := req.Group
-	if group == "" {
-		group = noGroup
-	}
-	head := len(s.prefix) + len(group) + 3
+func (s *Store) encode(j *job, req counter.Request) {
+	j.group = cmp.Or(req.Group, noGroup)
+	head := len(s.prefix) + len(j.group) + 3
 	n := 0
 	for _, it := range req.Items {
 		n += head + len(it.Key)
@@ -321,34 +369,45 @@ func (s *Store) encode(req counter.Request) ([]string, []any) {
 	for _, it := range req.Items {
 		b.WriteString(s.prefix)
 		b.WriteByte('{')
-		b.WriteString(group)
+		b.WriteString(j.group)
 		b.WriteString("}:")
 		b.WriteString(it.Key)
 	}
 	all := b.String()
-	keys := make([]string, len(req.Items))
-	args := make([]any, 3, 3+5*len(req.Items))
-	args[0] = "consume"
-	if req.Mode == counter.Peek {
-		args[0] = "peek"
-	}
-	args[1] = ""
-	if !req.Now.IsZero() {
-		args[1] = req.Now.UnixMicro()
-	}
-	args[2] = int64(req.Ceilings)
+	j.keys = j.keys[:0]
 	off := 0
-	for i, it := range req.Items {
+	for _, it := range req.Items {
 		end := off + head + len(it.Key)
-		keys[i] = all[off:end]
+		j.keys = append(j.keys, all[off:end])
 		off = end
-		advisory := int64(0)
+	}
+	j.spec = appendRequest(j.spec[:0], req)
+}
+
+// appendRequest appends req's layout (checklib.lua) to b. Every number is
+// a whole number below 2^53 (counter.Validate), exact in a float64.
+func appendRequest(b []byte, req counter.Request) []byte {
+	peek := byte(0)
+	if req.Mode == counter.Peek {
+		peek = 1
+	}
+	now := -1.0
+	if !req.Now.IsZero() {
+		now = float64(req.Now.UnixMicro())
+	}
+	b = append(b, peek, byte(req.Ceilings), byte(len(req.Items)))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(now))
+	for _, it := range req.Items {
+		advisory := byte(0)
 		if it.Advisory {
 			advisory = 1
 		}
-		args = append(args, int64(it.Algorithm), it.Limit, it.Window.Micros(), it.Cost, advisory)
+		b = append(b, byte(it.Algorithm), advisory)
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(it.Limit)))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(it.Window.Micros())))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(it.Cost)))
 	}
-	return keys, args
+	return b
 }
 
 var errReply = errors.New("unexpected script reply")
@@ -356,37 +415,30 @@ var errReply = errors.New("unexpected script reply")
 // stateLen is the size of a packed limit.State: four little-endian float64s.
 const stateLen = 32
 
-// decode reads the script's reply: the instant it used, then per item the
-// state it saw and its verdict.
-func decode(reply []any, n int) ([]counter.Seen, time.Time, error) {
-	if len(reply) != 1+2*n {
-		return nil, time.Time{}, fmt.Errorf("%d values for %d items: %w", len(reply), n, errReply)
+// replyLen is the size of a decided request's part of the script's reply.
+func replyLen(items int) int { return 8 + (stateLen+1)*items }
+
+// decode reads a request's part of the script's reply: the instant it used
+// (Unix µs), then per item the state it saw and its verdict, appended to
+// seen.
+func decode(reply string, seen []counter.Seen, n int) (int64, []counter.Seen, error) {
+	if len(reply) != replyLen(n) {
+		return 0, seen, fmt.Errorf("%d bytes for %d items: %w", len(reply), n, errReply)
 	}
-	now, ok := reply[0].(int64)
-	if !ok {
-		return nil, time.Time{}, fmt.Errorf("now %T: %w", reply[0], errReply)
+	now := f64(reply)
+	for i := range n {
+		b := reply[8+(stateLen+1)*i:]
+		st := limit.State{Start: int64(f64(b)), Count: int64(f64(b[8:])), Prev: int64(f64(b[16:])), TAT: f64(b[24:])}
+		seen = append(seen, counter.Seen{State: st, Allowed: b[stateLen] == 1})
 	}
-	seen := make([]counter.Seen, n)
-	for i := range seen {
-		st, ok1 := reply[1+2*i].(string)
-		admitted, ok2 := reply[2+2*i].(int64)
-		if !ok1 || !ok2 || len(st) != stateLen {
-			return nil, time.Time{}, fmt.Errorf("item %d: %w", i, errReply)
-		}
-		seen[i] = counter.Seen{State: unpack(st), Allowed: admitted == 1}
-	}
-	return seen, time.UnixMicro(now).UTC(), nil
+	return int64(now), seen, nil
 }
 
-// unpack reads what the script's struct.pack('<dddd', start, count, prev,
-// tat) wrote. The counts and instants are whole numbers below 2^53, exact
-// in a float64.
-func unpack(b string) limit.State {
-	f := func(i int) float64 {
-		b := b[8*i : 8*i+8]
-		_ = b[7]
-		return math.Float64frombits(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)
-	}
-	return limit.State{Start: int64(f(0)), Count: int64(f(1)), Prev: int64(f(2)), TAT: f(3)}
+// f64 reads the little-endian float64 at the start of b, as the script's
+// struct.pack('<d') wrote it. The counts and instants are whole numbers
+// below 2^53, exact in a float64.
+func f64(b string) float64 {
+	_ = b[7]
+	return math.Float64frombits(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)
 }
