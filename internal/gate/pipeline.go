@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -178,7 +179,11 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	// when it has one (lease.go), or goes to the store in this request,
 	// renewing the lease on the way. The policies always go to the store,
 	// exact per check.
-	creq := counter.Request{Group: t.ID, Items: make([]counter.Item, 0, 2*len(ceilings)+len(pols))}
+	// The items are gathered on the stack and sent in a slice of their
+	// exact size: with the ceilings leased, most checks send one item.
+	var itemBuf [16]counter.Item
+	items := itemBuf[:0]
+	creq := counter.Request{Group: t.ID}
 	if req.Check != nil {
 		creq.Mode = req.Check.Mode
 	}
@@ -196,20 +201,21 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 			v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining, Window: windowLength(c.Window, now), ResetIn: resetIn})
 			continue
 		}
-		c.at = len(creq.Items)
+		c.at = len(items)
 		c.size = g.leases.size(c.lease, now, leaseEnd(c.Window, now, now))
-		creq.Items = append(creq.Items, leasedItems(c.Item, c.size)...)
+		items = append(items, leasedItems(c.Item, c.size)...)
 	}
-	creq.Ceilings = len(creq.Items)
+	creq.Ceilings = len(items)
 	for _, p := range pols {
-		creq.Items = append(creq.Items, p.Item)
+		items = append(items, p.Item)
 	}
-	if len(creq.Items) == 0 {
+	if len(items) == 0 {
 		// Every ceiling was served from its lease and there is no policy:
 		// nothing for the store to decide.
 		v.Allowed = true
 		return g.answer(ctx, req, v, false, nil), nil
 	}
+	creq.Items = slices.Clone(items)
 
 	res, err := g.storeCheck(ctx, t.ID, creq)
 	if errors.Is(err, counter.ErrInvalid) {
