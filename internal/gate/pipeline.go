@@ -163,10 +163,12 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	}
 
 	// 5. The tenant's policies.
-	var pols []policyItem
+	// The policy items stay on the stack for the common checks.
+	var polBuf [4]policyItem
+	pols := polBuf[:0]
 	if req.Check != nil {
 		var matching time.Duration
-		pols, matching, err = g.policyItems(t.ID, set, key.Test, req.Check, now)
+		pols, matching, err = g.policyItems(pols, t.ID, set, key.Test, req.Check, now)
 		if matchEstimate > 0 {
 			g.matching.settle(t.ID, g.cfg.Now(), matching, matchEstimate)
 		}

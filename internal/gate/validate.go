@@ -48,16 +48,15 @@ type policyItem struct {
 // sandbox's, apart from the live ones ("t:" in front of the key), so that
 // trying an integration out never moves what live traffic is answered.
 //
-// It also returns the time spent matching wildcard overrides, for the
-// tenant's matching budget.
-func (g *Gate) policyItems(tenantID string, set policy.Set, test bool, c *Check, now time.Time) (_ []policyItem, matching time.Duration, _ error) {
+// It appends them to out, and also returns the time spent matching wildcard
+// overrides, for the tenant's matching budget.
+func (g *Gate) policyItems(out []policyItem, tenantID string, set policy.Set, test bool, c *Check, now time.Time) (_ []policyItem, matching time.Duration, _ error) {
 	if len(c.Items) == 0 {
 		return nil, 0, &policy.FieldError{Field: "items", Reason: "at least one item is required"}
 	}
 	if len(c.Items) > MaxItems {
 		return nil, 0, &policy.FieldError{Field: "items", Reason: fmt.Sprintf("at most %d items per check", MaxItems)}
 	}
-	out := make([]policyItem, 0, len(c.Items))
 	for i, it := range c.Items {
 		p, ok := set.Lookup(it.Policy)
 		if !ok {
