@@ -73,7 +73,11 @@ type Config struct {
 	// it too); zero means DefaultInflight. Checks arriving meanwhile gather
 	// into the next batch. More batches at once use more database cores on
 	// distinct keys, but on a hot key they only queue for its row lock, and
-	// fewer, larger batches do the same work in fewer statements.
+	// fewer, larger batches do the same work in fewer statements: on a
+	// 2-core box a call costs the database about 130 µs of CPU, and each
+	// item about 15 µs more. There, with Tollgate on the same cores, 2
+	// batches at once (a Window of 0.2 to 1 ms) cost the database 10 to
+	// 40 % more CPU a check than 1, for no more checks a second.
 	Inflight int
 	// Window is how long a batch gathers once its first Check has arrived,
 	// when fewer than Inflight batches are in flight but some are (an idle
