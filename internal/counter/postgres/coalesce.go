@@ -2,15 +2,25 @@ package postgres
 
 import "time"
 
-// enqueue adds c to the batch being gathered.
-func (s *Store) enqueue(c *call) error {
+// enqueue adds c to the batch being gathered, or, when c has a Now of its
+// own, sends it on its own. It returns the channel that is closed when c's
+// wait is over.
+func (s *Store) enqueue(c *call) (<-chan struct{}, error) {
+	now := time.Now()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return errClosed
+		return nil, errClosed
+	}
+	expired := s.expiry(now)
+	if !c.req.Now.IsZero() {
+		s.mu.Unlock()
+		us := c.req.Now.UnixMicro()
+		go s.send([]*call{c}, &us)
+		return expired, nil
 	}
 	if len(s.pending) == 0 {
-		s.firstAt = time.Now()
+		s.firstAt = now
 	}
 	s.pending = append(s.pending, c)
 	before := s.items
@@ -26,7 +36,22 @@ func (s *Store) enqueue(c *call) error {
 		default:
 		}
 	}
-	return nil
+	return expired, nil
+}
+
+// expiry returns the channel that is closed once a Check that arrived at
+// now has waited s.timeout, rounded up to a whole millisecond since the
+// store opened: the Checks of one millisecond share one timer, where a
+// context.WithTimeout each would cost every Check a timer and two
+// allocations. Its caller holds s.mu.
+func (s *Store) expiry(now time.Time) <-chan struct{} {
+	ms := int64(now.Sub(s.opened) / time.Millisecond)
+	if s.expired == nil || ms != s.expiredMs {
+		ch := make(chan struct{})
+		time.AfterFunc(s.opened.Add(time.Duration(ms+1)*time.Millisecond+s.timeout).Sub(now), func() { close(ch) })
+		s.expired, s.expiredMs = ch, ms
+	}
+	return s.expired
 }
 
 // loop sends the gathered calls as batches: at once when no batch is in
@@ -54,7 +79,7 @@ func (s *Store) loop() {
 			s.mu.Unlock()
 			for _, c := range rest {
 				c.err = errClosed
-				close(c.done)
+				c.done <- struct{}{}
 			}
 			for ; inflight > 0; inflight-- {
 				<-s.freed

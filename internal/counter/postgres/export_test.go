@@ -17,7 +17,7 @@ func CheckBatch(s *Store, reqs []counter.Request, now time.Time) ([]counter.Resu
 		if err := counter.Validate(r); err != nil {
 			return nil, err
 		}
-		calls[i] = &call{req: r, done: make(chan struct{})}
+		calls[i] = &call{req: r, done: make(chan struct{}, 1)}
 	}
 	us := now.UnixMicro()
 	s.send(calls, &us)
@@ -31,3 +31,7 @@ func CheckBatch(s *Store, reqs []counter.Request, now time.Time) ([]counter.Resu
 	}
 	return res, nil
 }
+
+// RegisterArrayEncoders is registerArrayEncoders, for testing it on a
+// connection of the test's own.
+var RegisterArrayEncoders = registerArrayEncoders

@@ -150,7 +150,7 @@ func (s *Store) Reset(ctx context.Context, group, key string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := s.q.ResetKey(ctx, sqlcgen.ResetKeyParams{Grp: group, Key: []byte(key), CounterKey: rowKey(group, key)}); err != nil {
+	if err := s.q.ResetKey(ctx, sqlcgen.ResetKeyParams{Grp: group, Key: []byte(key), CounterKey: string(appendRowKey(nil, group, key))}); err != nil {
 		return s.failed(ctx, "reset counter", err)
 	}
 	return nil

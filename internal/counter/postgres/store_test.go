@@ -391,3 +391,64 @@ func TestNew(t *testing.T) {
 		}
 	})
 }
+
+// TestMalformedBatchesAreRefused calls tollgate_check with arguments the
+// store never sends: each must raise, and count nothing.
+func TestMalformedBatchesAreRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// A batch of one request of two items on keys a and b, which each case
+	// breaks in one place.
+	type batch struct {
+		keys              []string
+		reqs, slots       []any
+		advisory          []any
+		consume, ceilings []any
+	}
+	ok := func() batch {
+		return batch{
+			keys: []string{"a", "b"}, reqs: []any{1, 1}, slots: []any{1, 2}, advisory: []any{false, false},
+			consume: []any{true}, ceilings: []any{0},
+		}
+	}
+	cases := []struct {
+		name  string
+		spoil func(*batch)
+	}{
+		{"item arrays of different lengths", func(b *batch) { b.slots = []any{1} }},
+		{"a NULL advisory", func(b *batch) { b.advisory = []any{false, nil} }},
+		{"keys out of order", func(b *batch) { b.keys = []string{"b", "a"} }},
+		{"a key twice", func(b *batch) { b.keys = []string{"a", "a"} }},
+		{"a request without consume", func(b *batch) { b.consume = []any{} }},
+		{"a request without ceilings", func(b *batch) { b.ceilings = []any{nil} }},
+		{"more ceilings than items", func(b *batch) { b.ceilings = []any{3} }},
+		{"negative ceilings", func(b *batch) { b.ceilings = []any{-1} }},
+		{"a NULL request number", func(b *batch) { b.reqs = []any{1, nil} }},
+	}
+	const call = `SELECT * FROM tollgate_check($1::text[], $2::integer[], $3::integer[], '{1,1}', '{10,10}',
+		'{3600000000,3600000000}', '{1,1}', $4::boolean[], $5::boolean[], $6::integer[], NULL)`
+	b := ok()
+	if _, err := conn.Exec(ctx, call, b.keys, b.reqs, b.slots, b.advisory, b.consume, b.ceilings); err != nil {
+		t.Fatalf("the well-formed batch: %v", err)
+	}
+	for _, c := range cases {
+		b := ok()
+		c.spoil(&b)
+		_, err := conn.Exec(ctx, call, b.keys, b.reqs, b.slots, b.advisory, b.consume, b.ceilings)
+		if err == nil || !strings.Contains(err.Error(), "tollgate_check:") {
+			t.Errorf("%s: got %v, want an error from tollgate_check", c.name, err)
+		}
+	}
+	var counted int64
+	if err := conn.QueryRow(ctx, "SELECT coalesce(sum(count), 0) FROM counters WHERE key IN ('a', 'b')").Scan(&counted); err != nil {
+		t.Fatal(err)
+	}
+	if counted != 2 {
+		t.Errorf("a and b counted %d in all, want 2 (the well-formed batch alone)", counted)
+	}
+}
