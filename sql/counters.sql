@@ -1,6 +1,6 @@
 -- name: CheckCounters :many
 -- CheckCounters decides one coalesced batch; see tollgate_check in
--- migrations/000002_counter_check.up.sql for the arguments. Now is NULL
+-- migrations/000013_counter_check_lean.up.sql for the arguments. Now is NULL
 -- for the database clock. (The casts give sqlc the column types: it does not
 -- read a function's RETURNS TABLE.)
 SELECT c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,

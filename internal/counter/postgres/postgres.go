@@ -1,13 +1,16 @@
 // Package postgres is the counter.Store that keeps counters in PostgreSQL's
 // counters table, so that every Tollgate instance sharing a database shares
 // its counts exactly. The arithmetic runs inside the database, in the
-// function tollgate_check (migrations/000002_counter_check.up.sql), which
-// reproduces internal/limit's steps operation for operation.
+// function tollgate_check (migrations/000013_counter_check_lean.up.sql),
+// which reproduces internal/limit's steps operation for operation.
 //
 // Throughput comes from coalescing: concurrent Checks are gathered while the
 // previous batch is in the database and decided by one function call, one
 // round trip and one transaction, in arrival order, so that a hot key (a
-// tenant's quota) costs one row update per batch instead of one per request.
+// tenant's quota) costs one row update per batch instead of one per request,
+// and the call's fixed cost (most of a lone Check's) is shared. What a
+// Check costs Tollgate on its own is kept to a pooled call, a share of a
+// timer and its Answer; the rest is per batch.
 //
 // postgres imports internal/counter, internal/limit, the sqlc output in
 // internal/pgstore/sqlcgen and pgx; only cmd/tollgate imports it, and no pgx

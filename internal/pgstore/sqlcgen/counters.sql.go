@@ -52,7 +52,7 @@ type CheckCountersRow struct {
 }
 
 // CheckCounters decides one coalesced batch; see tollgate_check in
-// migrations/000002_counter_check.up.sql for the arguments. Now is NULL
+// migrations/000013_counter_check_lean.up.sql for the arguments. Now is NULL
 // for the database clock. (The casts give sqlc the column types: it does not
 // read a function's RETURNS TABLE.)
 func (q *Queries) CheckCounters(ctx context.Context, arg CheckCountersParams) ([]CheckCountersRow, error) {
