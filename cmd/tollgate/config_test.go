@@ -1,9 +1,15 @@
 package main
 
 import (
+	"context"
+	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/limit"
 )
 
 func envOf(kv map[string]string) func(string) string {
@@ -108,6 +114,43 @@ func TestConfigRedisURLForms(t *testing.T) {
 		}
 		if !ok && (err == nil || !strings.Contains(err.Error(), "REDIS_URL") || !strings.Contains(err.Error(), "redis+cluster://")) {
 			t.Errorf("REDIS_URL=%s: got %v, want an error naming REDIS_URL and both forms", url, err)
+		}
+	}
+}
+
+// TestMemoryStoreKeepsEveryLiveCounter: the memory store of a single
+// instance holds more counters than the L1 damper's 50,000: 60,000 subjects
+// each at their limit stay refused (a forgotten counter would admit again).
+func TestMemoryStoreKeepsEveryLiveCounter(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig(envOf(map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_COUNTER_STORE": "memory"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := counterStore(context.Background(), cfg, "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	check := func(i int) bool {
+		res, err := s.Check(context.Background(), counter.Request{Now: now, Group: "tenant", Items: []counter.Item{{
+			Key: "p:" + strconv.Itoa(i), Algorithm: limit.FixedWindow, Limit: 1, Window: limit.Every(time.Hour), Cost: 1,
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Allowed
+	}
+	const subjects = 60_000
+	for i := range subjects {
+		if !check(i) {
+			t.Fatalf("subject %d refused on its first check", i)
+		}
+	}
+	for i := range subjects {
+		if check(i) {
+			t.Fatalf("subject %d admitted twice at a limit of 1: its counter was forgotten", i)
 		}
 	}
 }
