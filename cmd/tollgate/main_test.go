@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/eventually"
-	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
@@ -79,13 +77,11 @@ func startServer(t *testing.T, env map[string]string) (string, *logbuf.Buffer, f
 
 func TestServeHealthReadinessAndGracefulStop(t *testing.T) {
 	dsn := pgtest.New(t)
-	u, _ := url.Parse(dsn)
-	proxy := faultnet.New(t, u.Host)
-	u.Host = proxy.Addr()
+	proxied, proxy := pgtest.Proxied(t, dsn)
 	for _, store := range []string{"postgres", "memory"} {
 		t.Run(store, func(t *testing.T) {
 			base, logs, stop := startServer(t, map[string]string{
-				"DATABASE_URL":           u.String(),
+				"DATABASE_URL":           proxied,
 				"TOLLGATE_PEPPER":        testPepper,
 				"TOLLGATE_COUNTER_STORE": store,
 			})

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http/httptest"
 	"net/netip"
-	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -22,7 +21,6 @@ import (
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
 	"github.com/tollgate/tollgate/internal/eventually"
-	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -621,14 +619,9 @@ func metric(t *testing.T, m *metrics.Metrics, name string) string {
 func TestBreaker(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.New(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := faultnet.New(t, u.Host)
-	u.Host = proxy.Addr()
+	proxied, proxy := pgtest.Proxied(t, dsn)
 	ctx := context.Background()
-	store, err := pgcounter.New(ctx, pgcounter.Config{DSN: u.String(), Timeout: 500 * time.Millisecond})
+	store, err := pgcounter.New(ctx, pgcounter.Config{DSN: proxied, Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +17,6 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
-	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -255,13 +253,8 @@ func TestCheckAndUsageMatchTheDocument(t *testing.T) {
 func TestDegradedCheckMatchesTheDocument(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.New(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := faultnet.New(t, u.Host)
-	u.Host = proxy.Addr()
-	store, err := pgcounter.New(context.Background(), pgcounter.Config{DSN: u.String(), Timeout: 50 * time.Millisecond})
+	proxied, proxy := pgtest.Proxied(t, dsn)
+	store, err := pgcounter.New(context.Background(), pgcounter.Config{DSN: proxied, Timeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,13 +288,8 @@ func ptr[T any](v T) *T { return &v }
 func TestSystemOfRecordDownIs503(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.New(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := faultnet.New(t, u.Host)
-	u.Host = proxy.Addr()
-	a := newTenantAPI(t, u.String(), nil)
+	proxied, proxy := pgtest.Proxied(t, dsn)
+	a := newTenantAPI(t, proxied, nil)
 	cold, _ := a.tenant(tenant.PlanPro)
 	warm, _ := a.tenant(tenant.PlanPro)
 	wantStatus(t, a.do(warm, http.MethodPut, "/v1/policies/p", `{"limit":10,"window":"1m"}`), 200)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate/internal/eventually"
-	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
 
@@ -156,14 +155,9 @@ func TestListenReconnects(t *testing.T) {
 	t.Parallel()
 	s, dsn := newStore(t)
 	ctx := context.Background()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := faultnet.New(t, u.Host)
-	u.Host = proxy.Addr()
+	proxied, proxy := pgtest.Proxied(t, dsn)
 	logs := make(logged, 100)
-	ch, co := events(t, pgstore.ListenQuick, u.String(), slog.New(logs))
+	ch, co := events(t, pgstore.ListenQuick, proxied, slog.New(logs))
 	waitConnect(t, co)
 
 	for _, fault := range []struct {

@@ -17,13 +17,8 @@ import (
 func NewBehindProxy(t *testing.T) (viaProxy *pgxpool.Pool, proxy *faultnet.Proxy, direct *pgxpool.Pool) {
 	t.Helper()
 	dsn := New(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy = faultnet.New(t, u.Host)
-	u.Host = proxy.Addr()
-	cfg, err := pgxpool.ParseConfig(u.String())
+	proxied, proxy := Proxied(t, dsn)
+	cfg, err := pgxpool.ParseConfig(proxied)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +36,19 @@ func NewBehindProxy(t *testing.T) (viaProxy *pgxpool.Pool, proxy *faultnet.Proxy
 	}
 	t.Cleanup(direct.Close)
 	return viaProxy, proxy, direct
+}
+
+// Proxied returns dsn with its host replaced by a proxy to it that the test
+// can cut, and the proxy.
+func Proxied(t testing.TB, dsn string) (string, *faultnet.Proxy) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultnet.New(t, u.Host)
+	u.Host = proxy.Addr()
+	return u.String(), proxy
 }
 
 // WaitFor polls cond until it holds, failing the test after 5 seconds.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,18 +75,13 @@ func newDB(t *testing.T) *db {
 	t.Helper()
 	ctx := context.Background()
 	dsn := pgtest.New(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := faultnet.New(t, u.Host)
-	u.Host = proxy.Addr()
+	proxiedDSN, proxy := pgtest.Proxied(t, dsn)
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	proxied, err := pgxpool.New(ctx, u.String())
+	proxied, err := pgxpool.New(ctx, proxiedDSN)
 	if err != nil {
 		t.Fatal(err)
 	}

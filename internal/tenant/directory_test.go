@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -132,18 +131,13 @@ func newDB(t *testing.T) *db {
 	t.Helper()
 	ctx := context.Background()
 	dsn := pgtest.New(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := faultnet.New(t, u.Host)
-	u.Host = proxy.Addr()
+	proxiedDSN, proxy := pgtest.Proxied(t, dsn)
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	proxied, err := pgxpool.New(ctx, u.String())
+	proxied, err := pgxpool.New(ctx, proxiedDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
