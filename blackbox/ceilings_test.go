@@ -286,8 +286,8 @@ func TestCeilings(t *testing.T) {
 		bad := []string{
 			"",         // no key
 			"nonsense", // not a key at all
-			starter.LiveKey[:len(starter.LiveKey)-1] + "x", // a known prefix, the wrong secret
-			"tg_live_" + strings.Repeat("A", 40),           // well formed, unknown
+			starter.LiveKey[:len(starter.LiveKey)-1] + flip(starter.LiveKey[len(starter.LiveKey)-1]), // a known prefix, the wrong secret
+			"tg_live_" + strings.Repeat("A", 40),                                                     // well formed, unknown
 		}
 		// Each attempt comes from a fresh address: until the change reaches
 		// the instance (within a second), all eleven are 401.
