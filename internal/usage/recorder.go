@@ -168,7 +168,12 @@ func (r *Recorder) Observe(_ context.Context, e gate.Event) {
 	}
 	r.addLocked(m, c, 1)
 	if _, kept := r.pending[m][c]; kept && m == r.hotMinute {
-		r.hot.Store(k, &hotCount{})
+		// Another Observe of k may have made its count while this one
+		// waited for mu: replacing it would lose what it holds. (Counts are
+		// made and dropped only under mu.)
+		if _, ok := r.hot.Load(k); !ok {
+			r.hot.Store(k, &hotCount{})
+		}
 	}
 }
 

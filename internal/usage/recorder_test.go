@@ -3,6 +3,7 @@ package usage_test
 import (
 	"context"
 	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,5 +212,42 @@ func TestNewRecorderNeedsStore(t *testing.T) {
 	t.Parallel()
 	if _, err := usage.NewRecorder(usage.Config{}); err == nil {
 		t.Error("NewRecorder without a store: got nil error")
+	}
+}
+
+// TestRecorderNewCellRaceLosesNothing: goroutines released together all
+// count one new cell, minute after minute, so that several wait for the
+// mutex to make its count while others already add to it.
+func TestRecorderNewCellRaceLosesNothing(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	tenant := newTenant(t, pool)
+	r := newRecorder(t, pool, usage.Config{})
+	ctx := context.Background()
+	const goroutines, minutes, each = 16, 100, 20
+	for m := range minutes {
+		at := base.Add(time.Duration(m) * time.Minute)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range goroutines {
+			wg.Go(func() {
+				<-start
+				for range each {
+					r.Observe(ctx, gate.Event{At: at, TenantID: tenant, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+	}
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := stored(t, pool)
+	for m := range minutes {
+		k := rowKey{tenant, base.Add(time.Duration(m) * time.Minute), true, true, gate.OutcomeAllowed}
+		if got[k] != goroutines*each {
+			t.Fatalf("minute %d: %d counted, want %d", m, got[k], goroutines*each)
+		}
 	}
 }
