@@ -13,6 +13,9 @@
 #   rows           counter rows (PostgreSQL) or keys (Redis) written per check,
 #                  over all runs (PostgreSQL's table statistics are complete
 #                  once Tollgate has stopped and its connections are gone)
+#   batch          checks per call of the store: per committed transaction
+#                  of the benchmark's database (PostgreSQL), per script run
+#                  (Redis), over all runs
 #   p99            wrk's 99th percentile latency
 #   rss_mb         Tollgate's peak resident memory (VmHWM), in MiB
 #   allocs         heap allocations per check (go_memstats_mallocs_total)
@@ -168,6 +171,16 @@ written() {
 }
 
 # mallocs: the heap allocations Tollgate has made so far.
+# calls: the store's calls so far: committed transactions of the
+# benchmark's database (PostgreSQL), scripts run (Redis).
+calls() {
+  case "$1" in
+    postgres) psql -qtA "$DATABASE_URL" -c "SELECT xact_commit FROM pg_stat_database WHERE datname = '$db'" ;;
+    redis|cluster) local p; for p in $(storeports "$1"); do redis-cli -p "$p" info commandstats; done | awk -F'[=,:]' '/^cmdstat_(evalsha|eval|fcall)/ {n += $3} END {print n+0}' ;;
+    *) echo 0 ;;
+  esac
+}
+
 mallocs() { curl -s "http://$addr/metrics" | awk '/^go_memstats_mallocs_total/ {printf "%.0f", $2}'; }
 
 storeports() {
@@ -185,7 +198,7 @@ storepids() {
   esac
 }
 
-printf '%-9s %10s %10s %7s %8s %8s %13s %6s %8s %9s %7s %7s\n' store "req/s" "bare" ratio cpu_us bare_us store_cpu_us rows p99_ms degraded rss_mb allocs
+printf '%-9s %10s %10s %7s %8s %8s %13s %6s %6s %8s %9s %7s %7s\n' store "req/s" "bare" ratio cpu_us bare_us store_cpu_us rows batch p99_ms degraded rss_mb allocs
 for store in "${stores[@]}"; do
   db="tollgate_bench_$$_$store"
   psql -q "$DATABASE_URL" -c "CREATE DATABASE $db" >/dev/null
@@ -240,7 +253,7 @@ LUA
   : >"$work/rows"
   total=0
   sleep 1
-  w0=$(written "$store")
+  w0=$(written "$store"); k0=$(calls "$store")
   for run in $(seq "$runs"); do
     b0=$(cpu "$bare")
     read -r brps _ breqs _ < <(wrkrun "http://127.0.0.1:18280/")
@@ -271,10 +284,11 @@ LUA
   stop "$server"; server=""
   sleep 1
   rows=$(awk -v w=$(( $(written "$store") - w0 )) -v n="$total" -v st="$store" 'BEGIN { printf "%.2f", (st=="memory" ? 0 : w/n) }')
+  batch=$(awk -v k=$(( $(calls "$store") - k0 )) -v n="$total" 'BEGIN { printf "%.1f", (k > 0 ? n/k : 0) }')
   # Medians, column by column.
   row=$store
   for col in 2 3 4 5 9 6; do row="$row $(awk -v c=$col '{print $c}' "$work/rows" | median)"; done
-  row="$row $rows $(awk '{print $7}' "$work/rows" | median) $(awk '{n += $8} END {print n+0}' "$work/rows") $rss $(awk '{print $10}' "$work/rows" | median)"
-  echo "$row" | awk '{printf "%-9s %10s %10s %7s %8s %8s %13s %6s %8s %9s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}' 
+  row="$row $rows $batch $(awk '{print $7}' "$work/rows" | median) $(awk '{n += $8} END {print n+0}' "$work/rows") $rss $(awk '{print $10}' "$work/rows" | median)"
+  echo "$row" | awk '{printf "%-9s %10s %10s %7s %8s %8s %13s %6s %6s %8s %9s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13}' 
   psql -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null; db=""
 done

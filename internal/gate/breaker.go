@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
@@ -25,15 +26,18 @@ import (
 // Only tenants with a failure streak have an entry, so the map holds the
 // tenants in trouble, not every tenant; beyond max of them a new failure is
 // not tracked (that tenant's calls still run under the store deadline).
+// While no tenant has one (the store is healthy), allow and success read
+// one atomic and take no lock.
 type breakers struct {
 	failures int
 	openFor  time.Duration
 	max      int
 	metrics  *metrics.Metrics
 
-	mu   sync.Mutex
-	m    map[string]*circuit
-	open int // circuits with streak >= failures
+	mu      sync.Mutex
+	m       map[string]*circuit
+	tracked atomic.Int64 // len(m), written under mu
+	open    int          // circuits with streak >= failures
 }
 
 // circuit is one tenant's breaker state.
@@ -49,6 +53,9 @@ func newBreakers(failures int, openFor time.Duration, max int, m *metrics.Metric
 
 // allow reports whether a call for tenant may go to the store now.
 func (b *breakers) allow(tenant string, now time.Time) bool {
+	if b.tracked.Load() == 0 {
+		return true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.m[tenant]
@@ -72,6 +79,7 @@ func (b *breakers) failure(tenant string, now time.Time) {
 		}
 		c = &circuit{}
 		b.m[tenant] = c
+		b.tracked.Store(int64(len(b.m)))
 	}
 	c.streak++
 	c.probing = false
@@ -86,6 +94,9 @@ func (b *breakers) failure(tenant string, now time.Time) {
 
 // release ends a call that says nothing about the store's health.
 func (b *breakers) release(tenant string) {
+	if b.tracked.Load() == 0 {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if c := b.m[tenant]; c != nil {
@@ -94,6 +105,9 @@ func (b *breakers) release(tenant string) {
 }
 
 func (b *breakers) success(tenant string) {
+	if b.tracked.Load() == 0 {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.m[tenant]
@@ -105,6 +119,7 @@ func (b *breakers) success(tenant string) {
 		b.metrics.BreakerOpen.Set(float64(b.open))
 	}
 	delete(b.m, tenant)
+	b.tracked.Store(int64(len(b.m)))
 }
 
 // throughBreaker makes one call of the shared store for tenantID, under

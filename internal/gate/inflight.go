@@ -5,8 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/semaphore"
 )
 
 // inflight bounds each tenant's work in progress on this instance: a check
@@ -31,10 +29,24 @@ type inflight struct {
 	idle atomic.Int64 // entries left idle since the last sweep, at most
 }
 
-// tenantWork is one tenant's semaphore and how many requests hold or await it.
+// tenantWork is one tenant's units and how many requests hold or await
+// them. Every check passes through it, so taking and returning units is one
+// atomic compare-and-swap while nobody waits; only requests that must wait,
+// and returns that may let a waiter in, take the lock.
 type tenantWork struct {
-	sem   *semaphore.Weighted
-	users atomic.Int64
+	users  atomic.Int64 // requests holding or awaiting units
+	held   atomic.Int64 // units held
+	queued atomic.Int64 // len(waiters), readable without mu
+
+	mu      sync.Mutex
+	waiters []*waiter // first come, first served
+}
+
+// waiter is a request waiting for n units; ready is closed once they are
+// its.
+type waiter struct {
+	n     int64
+	ready chan struct{}
 }
 
 func newInflight(limit int64, wait time.Duration) *inflight {
@@ -49,7 +61,12 @@ type held struct {
 }
 
 func (h held) release() {
-	h.w.sem.Release(h.n)
+	h.w.held.Add(-h.n)
+	if h.w.queued.Load() > 0 {
+		h.w.mu.Lock()
+		h.f.admitWaiters(h.w)
+		h.w.mu.Unlock()
+	}
 	h.f.leave(h.w)
 }
 
@@ -67,23 +84,96 @@ func (f *inflight) acquire(ctx context.Context, tenant string, n int64) (h held,
 	if w == nil {
 		f.mu.Lock()
 		if w = f.m[tenant]; w == nil {
-			w = &tenantWork{sem: semaphore.NewWeighted(f.limit)}
+			w = &tenantWork{}
 			f.m[tenant] = w
 		}
 		w.users.Add(1)
 		f.mu.Unlock()
 	}
+	// Nobody waiting: take the units if they are free. Requests that
+	// wait go first, so a stream of new ones cannot starve them.
+	if w.queued.Load() == 0 && f.tryTake(w, n) {
+		return held{f: f, w: w, n: n}, true
+	}
+	if f.queue(ctx, w, n) {
+		return held{f: f, w: w, n: n}, true
+	}
+	f.leave(w)
+	return held{}, false
+}
 
-	if !w.sem.TryAcquire(n) {
-		wctx, cancel := context.WithTimeout(ctx, f.wait)
-		err := w.sem.Acquire(wctx, n)
-		cancel()
-		if err != nil {
-			f.leave(w)
-			return held{}, false
+// tryTake takes n of w's units if they are free.
+func (f *inflight) tryTake(w *tenantWork, n int64) bool {
+	for {
+		c := w.held.Load()
+		if c+n > f.limit {
+			return false
+		}
+		if w.held.CompareAndSwap(c, c+n) {
+			return true
 		}
 	}
-	return held{f: f, w: w, n: n}, true
+}
+
+// queue waits in line for n of w's units, for at most f.wait and no longer than
+// ctx; true when they were taken.
+//
+// No wakeup is lost: a waiter is counted in queued before it last looks at
+// held, under mu, and every release lowers held before it looks at queued,
+// then admits waiters under mu.
+func (f *inflight) queue(ctx context.Context, w *tenantWork, n int64) bool {
+	w.mu.Lock()
+	w.queued.Add(1)
+	if len(w.waiters) == 0 && f.tryTake(w, n) {
+		w.queued.Add(-1)
+		w.mu.Unlock()
+		return true
+	}
+	me := &waiter{n: n, ready: make(chan struct{})}
+	w.waiters = append(w.waiters, me)
+	w.mu.Unlock()
+
+	timer := time.NewTimer(f.wait)
+	defer timer.Stop()
+	select {
+	case <-me.ready:
+		return true
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-me.ready:
+		// Admitted as it gave up: the units are its.
+		return true
+	default:
+	}
+	for i, o := range w.waiters {
+		if o == me {
+			w.waiters = append(w.waiters[:i], w.waiters[i+1:]...)
+			w.queued.Add(-1)
+			break
+		}
+	}
+	// It may have been the first in line, too big to fit: the next may.
+	f.admitWaiters(w)
+	return false
+}
+
+// admitWaiters gives free units to the waiters in order, until the first
+// that does not fit. The caller holds w.mu.
+func (f *inflight) admitWaiters(w *tenantWork) {
+	for len(w.waiters) > 0 {
+		first := w.waiters[0]
+		if !f.tryTake(w, first.n) {
+			return
+		}
+		w.waiters[0] = nil
+		w.waiters = w.waiters[1:]
+		w.queued.Add(-1)
+		close(first.ready)
+	}
 }
 
 // leave notes that a request no longer holds or awaits the tenant's units.

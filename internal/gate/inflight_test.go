@@ -1,6 +1,10 @@
 package gate
 
 import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -49,4 +53,113 @@ func TestMatchBudget(t *testing.T) {
 	if held {
 		t.Error("a full bucket is still held")
 	}
+}
+
+// Many requests of one tenant racing for its units with checks of 1 to 4
+// items: no more than the limit is ever held, every request gets its turn
+// (a wakeup lost would leave one waiting out its 10 s), and when all are
+// done nothing is held or queued.
+func TestInflightUnitsUnderRace(t *testing.T) {
+	t.Parallel()
+	const limit = 4
+	f := newInflight(limit, 10*time.Second)
+	var held atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 3000 {
+				n := int64(1 + (g+i)%limit)
+				h, ok := f.acquire(context.Background(), "t", n)
+				if !ok {
+					t.Errorf("a request of %d units was refused after waiting", n)
+					return
+				}
+				if now := held.Add(n); now > limit {
+					t.Errorf("%d units held, more than %d", now, limit)
+				}
+				if i%7 == 0 {
+					runtime.Gosched()
+				}
+				held.Add(-n)
+				h.release()
+			}
+		}()
+	}
+	wg.Wait()
+	w := f.m["t"]
+	if w == nil {
+		return // swept: nothing held
+	}
+	if w.held.Load() != 0 || w.queued.Load() != 0 || len(w.waiters) != 0 || w.users.Load() != 0 {
+		t.Errorf("after every release: held %d, queued %d, waiters %d, users %d", w.held.Load(), w.queued.Load(), len(w.waiters), w.users.Load())
+	}
+}
+
+// Waiters are served in the order they came: a big request first in line is
+// not overtaken by small ones that arrive after it, and a waiter that gives
+// up lets the next in at once.
+func TestInflightFirstComeFirstServed(t *testing.T) {
+	t.Parallel()
+	f := newInflight(4, 10*time.Second)
+	queued := func(n int64) func() bool {
+		return func() bool {
+			f.mu.RLock()
+			defer f.mu.RUnlock()
+			return f.m["t"].queued.Load() == n
+		}
+	}
+	first, _ := f.acquire(context.Background(), "t", 3)
+	bigGot := make(chan held)
+	go func() {
+		h, ok := f.acquire(context.Background(), "t", 4)
+		if !ok {
+			t.Error("the big request was refused")
+		}
+		bigGot <- h
+	}()
+	waitFor(t, queued(1))
+	// One unit is free, but the big request is first in line.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	if _, ok := f.acquire(ctx, "t", 1); ok {
+		t.Error("a small request overtook the big one waiting")
+	}
+	cancel()
+	first.release()
+	(<-bigGot).release()
+
+	// Three units held, a request of four first in line, one of one behind
+	// it: when the first gives up, the second fits and goes in.
+	first, _ = f.acquire(context.Background(), "t", 3)
+	ctx, cancel = context.WithCancel(context.Background())
+	gaveUp := make(chan bool)
+	go func() { _, ok := f.acquire(ctx, "t", 4); gaveUp <- ok }()
+	waitFor(t, queued(1))
+	second := make(chan held)
+	go func() {
+		h, ok := f.acquire(context.Background(), "t", 1)
+		if !ok {
+			t.Error("the request behind the one that gave up was refused")
+		}
+		second <- h
+	}()
+	waitFor(t, queued(2))
+	cancel()
+	if <-gaveUp {
+		t.Error("the cancelled waiter got units")
+	}
+	(<-second).release()
+	first.release()
+}
+
+// waitFor polls cond until it holds, for at most 5 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not reached in 5 s")
 }

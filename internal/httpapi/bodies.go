@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/labstack/echo/v4"
 
@@ -45,16 +46,25 @@ func bodyBound(path string) int64 {
 // reservation is returned when its handler is done. So however many slow
 // clients trickle bodies, the bodies held in memory stay under the total,
 // and one client (one address, or one IPv6 network where the IP extractor
-// keys by network) cannot take more than its share. It is safe for
-// concurrent use.
+// keys by network) cannot take more than its share.
+//
+// Every request with a body passes through it, so it takes no lock: the
+// total is one atomic counter, and each client with bodies in flight has
+// an atomic counter of its own in a sync.Map, removed when it drops to
+// zero. It is safe for concurrent use.
 type bodyBudget struct {
 	perIP, total int64
 	metrics      *metrics.Metrics
 
-	mu   sync.Mutex
-	used int64
-	byIP map[string]int64 // only clients with bodies in flight
+	used atomic.Int64
+	byIP sync.Map // client IP -> *ipBytes, only clients with bodies in flight
 }
+
+// ipBytes is one client's reserved bytes; retired (-1) once removed from
+// bodyBudget.byIP, so that no reservation lands in a counter nobody sees.
+type ipBytes struct{ n atomic.Int64 }
+
+const retired = -1
 
 func newBodyBudget(perIP, total int64, m *metrics.Metrics) *bodyBudget {
 	if perIP <= 0 {
@@ -66,33 +76,48 @@ func newBodyBudget(perIP, total int64, m *metrics.Metrics) *bodyBudget {
 	if m == nil {
 		m = metrics.New()
 	}
-	return &bodyBudget{perIP: perIP, total: total, metrics: m, byIP: map[string]int64{}}
+	return &bodyBudget{perIP: perIP, total: total, metrics: m}
 }
 
-// take reserves n bytes for ip; it returns "" when it did, else the scope
-// that has no room ("ip" or "instance").
-func (b *bodyBudget) take(ip string, n int64) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case b.byIP[ip]+n > b.perIP:
-		return "ip"
-	case b.used+n > b.total:
-		return "instance"
+// take reserves n bytes for ip; it returns the client's counter and "" when
+// it did, else the scope that has no room ("ip" or "instance").
+func (b *bodyBudget) take(ip string, n int64) (*ipBytes, string) {
+	if b.used.Add(n) > b.total {
+		b.used.Add(-n)
+		return nil, "instance"
 	}
-	b.byIP[ip] += n
-	b.used += n
-	b.metrics.BodyBytes.Add(float64(n))
-	return ""
+	for {
+		v, ok := b.byIP.Load(ip)
+		if !ok {
+			v, _ = b.byIP.LoadOrStore(ip, new(ipBytes))
+		}
+		c := v.(*ipBytes)
+		for {
+			held := c.n.Load()
+			if held == retired {
+				// Being removed: help, then look again.
+				b.byIP.CompareAndDelete(ip, c)
+				break
+			}
+			if held+n > b.perIP {
+				b.used.Add(-n)
+				return nil, "ip"
+			}
+			if c.n.CompareAndSwap(held, held+n) {
+				b.metrics.BodyBytes.Add(float64(n))
+				return c, ""
+			}
+		}
+	}
 }
 
-func (b *bodyBudget) give(ip string, n int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.byIP[ip] -= n; b.byIP[ip] <= 0 {
-		delete(b.byIP, ip)
+// give returns n bytes taken for ip in c, and removes c from the map when
+// nothing is left in it.
+func (b *bodyBudget) give(ip string, c *ipBytes, n int64) {
+	if c.n.Add(-n) == 0 && c.n.CompareAndSwap(0, retired) {
+		b.byIP.CompareAndDelete(ip, c)
 	}
-	b.used -= n
+	b.used.Add(-n)
 	b.metrics.BodyBytes.Sub(float64(n))
 }
 
@@ -108,11 +133,12 @@ func (b *bodyBudget) around(c echo.Context, next echo.HandlerFunc) error {
 		n = r.ContentLength
 	}
 	ip := c.RealIP()
-	if scope := b.take(ip, n); scope != "" {
+	held, scope := b.take(ip, n)
+	if scope != "" {
 		b.metrics.BodiesRefused.WithLabelValues(scope).Inc()
 		return b.refuse(c, scope)
 	}
-	defer b.give(ip, n)
+	defer b.give(ip, held, n)
 	return next(c)
 }
 

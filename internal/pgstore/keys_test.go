@@ -184,3 +184,66 @@ func TestDirectoryWritesLastUseInOneStatement(t *testing.T) {
 		}
 	}
 }
+
+// Uses racing with flushes every millisecond: each key's written last use is
+// its latest, none lost to a flush that removed the key's entry as a
+// request noted a use in it.
+func TestDirectoryLastUseRacingFlushes(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	var raws []string
+	var keys []tenant.Key
+	for range 3 {
+		raw, k := newKey(t, false)
+		raws, keys = append(raws, raw), append(keys, k)
+	}
+	acme, err := s.CreateTenant(ctx, "Acme", tenant.PlanPro, keys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := tenant.NewDirectory(tenant.DirectoryConfig{Store: s, FlushEvery: time.Millisecond})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	var mu sync.Mutex
+	latest := map[string]time.Time{} // key ID -> just before its last use
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 400 {
+				raw := raws[(g+i)%len(raws)]
+				before := time.Now()
+				k, _, err := d.Authenticate(ctx, raw)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if before.After(latest[k.ID]) {
+					latest[k.ID] = before
+				}
+				mu.Unlock()
+				if i%50 == 0 {
+					time.Sleep(time.Millisecond) // let a flush find the entries idle
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.Keys(ctx, acme.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range stored {
+		if k.LastUsedAt == nil || k.LastUsedAt.Before(latest[k.ID].Truncate(time.Microsecond)) {
+			t.Errorf("key %s last used %v, but it was used after %v", k.ID, k.LastUsedAt, latest[k.ID])
+		}
+	}
+}

@@ -55,8 +55,38 @@ type Directory struct {
 	// maxIP is the last MaxIPPerMinute computed, for when the store fails.
 	maxIP atomic.Int64
 
-	mu   sync.Mutex
-	used map[string]time.Time // key ID -> last use, not yet written
+	// used is the keys' last use not yet written: key ID -> *lastUse.
+	// Every check notes one, so it takes no lock.
+	used sync.Map
+}
+
+// lastUse is a key's last use not yet written, in Unix nanoseconds: 0 when
+// there is none, retiredUse once flush has removed it from the map (so no
+// use lands in an entry nobody will read).
+type lastUse struct{ at atomic.Int64 }
+
+const retiredUse = -1
+
+// noteUse records that key id was used at t, unless a later use is noted.
+func (d *Directory) noteUse(id string, t time.Time) {
+	at := t.UnixNano()
+	for {
+		v, ok := d.used.Load(id)
+		if !ok {
+			v, _ = d.used.LoadOrStore(id, new(lastUse))
+		}
+		u := v.(*lastUse)
+		for {
+			old := u.at.Load()
+			if old == retiredUse {
+				d.used.CompareAndDelete(id, u)
+				break
+			}
+			if old >= at || u.at.CompareAndSwap(old, at) {
+				return
+			}
+		}
+	}
 }
 
 // NewDirectory returns a Directory in front of cfg.Store. Call Run to have
@@ -97,7 +127,6 @@ func NewDirectory(cfg DirectoryConfig) *Directory {
 			Load: func(ctx context.Context, _ string) ([]Plan, error) { return s.Plans(ctx) },
 			TTL:  cfg.TTL, Timeout: storeTimeout, Now: cfg.Now,
 		}),
-		used: map[string]time.Time{},
 	}
 }
 
@@ -129,9 +158,7 @@ func (d *Directory) Authenticate(ctx context.Context, bearer string) (Key, Tenan
 	if err != nil {
 		return Key{}, Tenant{}, fmt.Errorf("authenticate: %w", err)
 	}
-	d.mu.Lock()
-	d.used[k.ID] = d.now()
-	d.mu.Unlock()
+	d.noteUse(k.ID, d.now())
 	k.Hash = nil
 	return k, t, nil
 }
@@ -232,12 +259,19 @@ func (d *Directory) Run(ctx context.Context) error {
 }
 
 // flush writes the uses noted since the last flush; when that fails, they
-// are kept for the next one.
+// are kept for the next one. Keys not used since the last flush leave the
+// map.
 func (d *Directory) flush(ctx context.Context) error {
-	d.mu.Lock()
-	used := d.used
-	d.used = make(map[string]time.Time, len(used))
-	d.mu.Unlock()
+	used := map[string]time.Time{}
+	d.used.Range(func(k, v any) bool {
+		u := v.(*lastUse)
+		if at := u.at.Swap(0); at != 0 {
+			used[k.(string)] = time.Unix(0, at).UTC()
+		} else if u.at.CompareAndSwap(0, retiredUse) {
+			d.used.CompareAndDelete(k, u)
+		}
+		return true
+	})
 	if len(used) == 0 {
 		return nil
 	}
@@ -245,12 +279,8 @@ func (d *Directory) flush(ctx context.Context) error {
 	if err == nil {
 		return nil
 	}
-	d.mu.Lock()
 	for id, at := range used {
-		if at.After(d.used[id]) {
-			d.used[id] = at
-		}
+		d.noteUse(id, at)
 	}
-	d.mu.Unlock()
 	return fmt.Errorf("last use of %d keys: %w", len(used), err)
 }
