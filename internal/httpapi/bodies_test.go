@@ -11,7 +11,7 @@ import (
 // once: no address ever holds more than its share, the instance never more
 // than its total, and when all are done nothing is left reserved and no
 // address is still tracked.
-func TestBodyBudgetBoundsUnderRacingClients(t *testing.T) {
+func TestBodyBudgetRaceOfClients(t *testing.T) {
 	const perIP, total = 100, 250
 	b := newBodyBudget(perIP, total, nil)
 	// Two addresses: each goroutine keeps finding its address's counter
@@ -62,7 +62,7 @@ func TestBodyBudgetBoundsUnderRacingClients(t *testing.T) {
 // Two clients of one address whose bodies together fit its share are never
 // refused, however their reservations and returns interleave with the
 // address's counter being removed and made again.
-func TestBodyBudgetNeverRefusesWhatFits(t *testing.T) {
+func TestBodyBudgetRaceNeverRefusesWhatFits(t *testing.T) {
 	b := newBodyBudget(2*64, 1<<20, nil)
 	var wg sync.WaitGroup
 	var refused atomic.Int64

@@ -188,7 +188,7 @@ func TestDirectoryWritesLastUseInOneStatement(t *testing.T) {
 // Uses racing with flushes every millisecond: each key's written last use is
 // its latest, none lost to a flush that removed the key's entry as a
 // request noted a use in it.
-func TestDirectoryLastUseRacingFlushes(t *testing.T) {
+func TestDirectoryLastUseRaceWithFlushes(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
