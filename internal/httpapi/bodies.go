@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -49,16 +50,27 @@ func bodyBound(path string) int64 {
 // keys by network) cannot take more than its share.
 //
 // Every request with a body passes through it, so it takes no lock: the
-// total is one atomic counter, and each client with bodies in flight has
-// an atomic counter of its own in a sync.Map, removed when it drops to
-// zero. It is safe for concurrent use.
+// total is one atomic counter, and each client has an atomic counter of its
+// own in a sync.Map. A client's counter stays while it is in use (making
+// it again for each request of a busy client would cost allocations);
+// counters at zero are swept at most once every sweepEvery (a second), once
+// sweepAfter of them have dropped to zero since the last sweep, so the map
+// holds about the clients of the last sweepEvery. It is safe for
+// concurrent use.
 type bodyBudget struct {
 	perIP, total int64
 	metrics      *metrics.Metrics
+	sweepEvery   time.Duration
+	sweepAfter   int64
 
-	used atomic.Int64
-	byIP sync.Map // client IP -> *ipBytes, only clients with bodies in flight
+	used      atomic.Int64
+	byIP      sync.Map     // client IP -> *ipBytes
+	idle      atomic.Int64 // counters dropped to zero since the last sweep
+	lastSweep atomic.Int64 // Unix nanoseconds
 }
+
+// sweepAfter is how many counters must have dropped to zero before a sweep.
+const sweepAfter = 1024
 
 // ipBytes is one client's reserved bytes; retired (-1) once removed from
 // bodyBudget.byIP, so that no reservation lands in a counter nobody sees.
@@ -76,7 +88,7 @@ func newBodyBudget(perIP, total int64, m *metrics.Metrics) *bodyBudget {
 	if m == nil {
 		m = metrics.New()
 	}
-	return &bodyBudget{perIP: perIP, total: total, metrics: m}
+	return &bodyBudget{perIP: perIP, total: total, metrics: m, sweepEvery: time.Second, sweepAfter: sweepAfter}
 }
 
 // take reserves n bytes for ip; it returns the client's counter and "" when
@@ -111,14 +123,31 @@ func (b *bodyBudget) take(ip string, n int64) (*ipBytes, string) {
 	}
 }
 
-// give returns n bytes taken for ip in c, and removes c from the map when
-// nothing is left in it.
-func (b *bodyBudget) give(ip string, c *ipBytes, n int64) {
-	if c.n.Add(-n) == 0 && c.n.CompareAndSwap(0, retired) {
-		b.byIP.CompareAndDelete(ip, c)
-	}
+// give returns n bytes taken in c.
+func (b *bodyBudget) give(c *ipBytes, n int64) {
 	b.used.Add(-n)
 	b.metrics.BodyBytes.Sub(float64(n))
+	if c.n.Add(-n) == 0 && b.idle.Add(1) >= b.sweepAfter {
+		b.sweep(false)
+	}
+}
+
+// sweep removes the counters at zero, unless another sweep ran less than
+// b.sweepEvery ago (force: whenever). A counter is retired before it is
+// removed, so that no reservation lands in it afterwards (take).
+func (b *bodyBudget) sweep(force bool) {
+	now := time.Now().UnixNano()
+	last := b.lastSweep.Load()
+	if !force && now-last < int64(b.sweepEvery) || !b.lastSweep.CompareAndSwap(last, now) {
+		return
+	}
+	b.idle.Store(0)
+	b.byIP.Range(func(ip, v any) bool {
+		if c := v.(*ipBytes); c.n.CompareAndSwap(0, retired) {
+			b.byIP.CompareAndDelete(ip, c)
+		}
+		return true
+	})
 }
 
 // around serves c with next within the budget: every request that may have
@@ -138,7 +167,7 @@ func (b *bodyBudget) around(c echo.Context, next echo.HandlerFunc) error {
 		b.metrics.BodiesRefused.WithLabelValues(scope).Inc()
 		return b.refuse(c, scope)
 	}
-	defer b.give(ip, held, n)
+	defer b.give(held, n)
 	return next(c)
 }
 
