@@ -94,10 +94,29 @@ func newBodyBudget(perIP, total int64, m *metrics.Metrics) *bodyBudget {
 // take reserves n bytes for ip; it returns the client's counter and "" when
 // it did, else the scope that has no room ("ip" or "instance").
 func (b *bodyBudget) take(ip string, n int64) (*ipBytes, string) {
-	if b.used.Add(n) > b.total {
-		b.used.Add(-n)
-		return nil, "instance"
+	// The client's share first: a client past it touches nothing the
+	// others see. Each reservation is a compare-and-swap, not an add and an
+	// undo, so that one that does not fit never shows, however briefly.
+	c := b.takeIP(ip, n)
+	if c == nil {
+		return nil, "ip"
 	}
+	for {
+		used := b.used.Load()
+		if used+n > b.total {
+			b.returnIP(c, n)
+			return nil, "instance"
+		}
+		if b.used.CompareAndSwap(used, used+n) {
+			b.metrics.BodyBytes.Add(float64(n))
+			return c, ""
+		}
+	}
+}
+
+// takeIP reserves n bytes in ip's counter and returns it, or nil when the
+// client's share has no room.
+func (b *bodyBudget) takeIP(ip string, n int64) *ipBytes {
 	for {
 		v, ok := b.byIP.Load(ip)
 		if !ok {
@@ -112,12 +131,10 @@ func (b *bodyBudget) take(ip string, n int64) (*ipBytes, string) {
 				break
 			}
 			if held+n > b.perIP {
-				b.used.Add(-n)
-				return nil, "ip"
+				return nil
 			}
 			if c.n.CompareAndSwap(held, held+n) {
-				b.metrics.BodyBytes.Add(float64(n))
-				return c, ""
+				return c
 			}
 		}
 	}
@@ -127,6 +144,11 @@ func (b *bodyBudget) take(ip string, n int64) (*ipBytes, string) {
 func (b *bodyBudget) give(c *ipBytes, n int64) {
 	b.used.Add(-n)
 	b.metrics.BodyBytes.Sub(float64(n))
+	b.returnIP(c, n)
+}
+
+// returnIP returns n bytes to a client's counter c.
+func (b *bodyBudget) returnIP(c *ipBytes, n int64) {
 	if c.n.Add(-n) == 0 && b.idle.Add(1) >= b.sweepAfter {
 		b.sweep(false)
 	}

@@ -131,3 +131,46 @@ func TestBodyBudgetRaceOfSweeps(t *testing.T) {
 		t.Errorf("%d bytes still reserved", u)
 	}
 }
+
+// A client at its share keeps sending: its refused reservations never show
+// in the instance's total, so another client whose body fits beside it is
+// never refused for the instance.
+func TestBodyBudgetRaceRefusedClientTakesNothing(t *testing.T) {
+	b := newBodyBudget(100, 150, nil)
+	if _, scope := b.take("198.51.100.66", 100); scope != "" {
+		t.Fatal(scope)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, scope := b.take("198.51.100.66", 100); scope != "ip" {
+					t.Errorf("the client past its share: scope %q, want ip", scope)
+					return
+				}
+			}
+		}()
+	}
+	refused := 0
+	for range 100000 {
+		c, scope := b.take("198.51.100.77", 50)
+		if scope != "" {
+			refused++
+			continue
+		}
+		b.give(c, 50)
+	}
+	close(stop)
+	wg.Wait()
+	if refused > 0 {
+		t.Errorf("%d of 100,000 bodies that fit beside the full client were refused", refused)
+	}
+}
