@@ -69,8 +69,9 @@ type bodyBudget struct {
 	lastSweep atomic.Int64 // Unix nanoseconds
 }
 
-// sweepAfter is how many counters must have dropped to zero before a sweep.
-const sweepAfter = 1024
+// defaultSweepAfter is bodyBudget.sweepAfter: how many counters must have
+// dropped to zero before a sweep.
+const defaultSweepAfter = 1024
 
 // ipBytes is one client's reserved bytes; retired (-1) once removed from
 // bodyBudget.byIP, so that no reservation lands in a counter nobody sees.
@@ -88,7 +89,7 @@ func newBodyBudget(perIP, total int64, m *metrics.Metrics) *bodyBudget {
 	if m == nil {
 		m = metrics.New()
 	}
-	return &bodyBudget{perIP: perIP, total: total, metrics: m, sweepEvery: time.Second, sweepAfter: sweepAfter}
+	return &bodyBudget{perIP: perIP, total: total, metrics: m, sweepEvery: time.Second, sweepAfter: defaultSweepAfter}
 }
 
 // take reserves n bytes for ip; it returns the client's counter and "" when

@@ -124,7 +124,7 @@ func TestBodyBudgetRaceOfSweeps(t *testing.T) {
 	wg.Wait()
 	tracked := 0
 	b.byIP.Range(func(k, v any) bool { tracked++; return true })
-	if tracked > 4*sweepAfter {
+	if tracked > 4*defaultSweepAfter {
 		t.Errorf("%d addresses tracked after 200,000 came and went: the sweeps do not keep up", tracked)
 	}
 	if u := b.used.Load(); u != 0 {
