@@ -3,12 +3,12 @@ package httpapi
 import (
 	"fmt"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/atomicmap"
 	"github.com/tollgate/tollgate/internal/metrics"
 )
 
@@ -50,8 +50,8 @@ func bodyBound(path string) int64 {
 // keys by network) cannot take more than its share.
 //
 // Every request with a body passes through it, so it takes no lock: the
-// total is one atomic counter, and each client has an atomic counter of its
-// own in a sync.Map. A client's counter stays while it is in use (making
+// total is one atomic counter, and each client has a counter of its own in
+// an atomicmap.Map. A client's counter stays while it is in use (making
 // it again for each request of a busy client would cost allocations);
 // counters at zero are swept at most once every sweepEvery (a second), once
 // sweepAfter of them have dropped to zero since the last sweep, so the map
@@ -64,20 +64,14 @@ type bodyBudget struct {
 	sweepAfter   int64
 
 	used      atomic.Int64
-	byIP      sync.Map     // client IP -> *ipBytes
-	idle      atomic.Int64 // counters dropped to zero since the last sweep
-	lastSweep atomic.Int64 // Unix nanoseconds
+	byIP      atomicmap.Map[string] // client IP -> bytes reserved
+	idle      atomic.Int64          // counters dropped to zero since the last sweep
+	lastSweep atomic.Int64          // Unix nanoseconds
 }
 
 // defaultSweepAfter is bodyBudget.sweepAfter: how many counters must have
 // dropped to zero before a sweep.
 const defaultSweepAfter = 1024
-
-// ipBytes is one client's reserved bytes; retired (-1) once removed from
-// bodyBudget.byIP, so that no reservation lands in a counter nobody sees.
-type ipBytes struct{ n atomic.Int64 }
-
-const retired = -1
 
 func newBodyBudget(perIP, total int64, m *metrics.Metrics) *bodyBudget {
 	if perIP <= 0 {
@@ -94,7 +88,7 @@ func newBodyBudget(perIP, total int64, m *metrics.Metrics) *bodyBudget {
 
 // take reserves n bytes for ip; it returns the client's counter and "" when
 // it did, else the scope that has no room ("ip" or "instance").
-func (b *bodyBudget) take(ip string, n int64) (*ipBytes, string) {
+func (b *bodyBudget) take(ip string, n int64) (*atomicmap.Cell, string) {
 	// The client's share first: a client past it touches nothing the
 	// others see. Each reservation is a compare-and-swap, not an add and an
 	// undo, so that one that does not fit never shows, however briefly.
@@ -117,47 +111,31 @@ func (b *bodyBudget) take(ip string, n int64) (*ipBytes, string) {
 
 // takeIP reserves n bytes in ip's counter and returns it, or nil when the
 // client's share has no room.
-func (b *bodyBudget) takeIP(ip string, n int64) *ipBytes {
-	for {
-		v, ok := b.byIP.Load(ip)
-		if !ok {
-			v, _ = b.byIP.LoadOrStore(ip, new(ipBytes))
-		}
-		c := v.(*ipBytes)
-		for {
-			held := c.n.Load()
-			if held == retired {
-				// Being removed: help, then look again.
-				b.byIP.CompareAndDelete(ip, c)
-				break
-			}
-			if held+n > b.perIP {
-				return nil
-			}
-			if c.n.CompareAndSwap(held, held+n) {
-				return c
-			}
-		}
+func (b *bodyBudget) takeIP(ip string, n int64) *atomicmap.Cell {
+	c, ok := b.byIP.Update(ip, func(held int64) (int64, bool) { return held + n, held+n <= b.perIP })
+	if !ok {
+		return nil
 	}
+	return c
 }
 
 // give returns n bytes taken in c.
-func (b *bodyBudget) give(c *ipBytes, n int64) {
+func (b *bodyBudget) give(c *atomicmap.Cell, n int64) {
 	b.used.Add(-n)
 	b.metrics.BodyBytes.Sub(float64(n))
 	b.returnIP(c, n)
 }
 
 // returnIP returns n bytes to a client's counter c.
-func (b *bodyBudget) returnIP(c *ipBytes, n int64) {
-	if c.n.Add(-n) == 0 && b.idle.Add(1) >= b.sweepAfter {
+func (b *bodyBudget) returnIP(c *atomicmap.Cell, n int64) {
+	// Never retired here: only counters at zero are, and c holds n.
+	if left, _ := c.Add(-n); left == 0 && b.idle.Add(1) >= b.sweepAfter {
 		b.sweep(false)
 	}
 }
 
 // sweep removes the counters at zero, unless another sweep ran less than
-// b.sweepEvery ago (force: whenever). A counter is retired before it is
-// removed, so that no reservation lands in it afterwards (take).
+// b.sweepEvery ago (force: whenever).
 func (b *bodyBudget) sweep(force bool) {
 	now := time.Now().UnixNano()
 	last := b.lastSweep.Load()
@@ -165,12 +143,7 @@ func (b *bodyBudget) sweep(force bool) {
 		return
 	}
 	b.idle.Store(0)
-	b.byIP.Range(func(ip, v any) bool {
-		if c := v.(*ipBytes); c.n.CompareAndSwap(0, retired) {
-			b.byIP.CompareAndDelete(ip, c)
-		}
-		return true
-	})
+	b.byIP.Sweep()
 }
 
 // around serves c with next within the budget: every request that may have

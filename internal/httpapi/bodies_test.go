@@ -55,17 +55,15 @@ func TestBodyBudgetRaceOfClients(t *testing.T) {
 	if u := b.used.Load(); u != 0 {
 		t.Errorf("%d bytes still reserved after every body was returned", u)
 	}
-	b.byIP.Range(func(k, v any) bool {
-		if n := v.(*ipBytes).n.Load(); n != 0 {
-			t.Errorf("address %v still holds %d bytes", k, n)
+	for _, ip := range ips {
+		if c, ok := b.byIP.Load(ip); ok && c.Value() != 0 {
+			t.Errorf("address %s still holds %d bytes", ip, c.Value())
 		}
-		return true
-	})
+	}
 	b.sweep(true)
-	b.byIP.Range(func(k, v any) bool {
-		t.Errorf("address %v still tracked after a sweep", k)
-		return true
-	})
+	if n := b.byIP.Len(); n != 0 {
+		t.Errorf("%d addresses still tracked after a sweep", n)
+	}
 }
 
 // Two clients of one address whose bodies together fit its share are never
@@ -122,9 +120,7 @@ func TestBodyBudgetRaceOfSweeps(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	tracked := 0
-	b.byIP.Range(func(k, v any) bool { tracked++; return true })
-	if tracked > 4*defaultSweepAfter {
+	if tracked := b.byIP.Len(); tracked > 4*defaultSweepAfter {
 		t.Errorf("%d addresses tracked after 200,000 came and went: the sweeps do not keep up", tracked)
 	}
 	if u := b.used.Load(); u != 0 {

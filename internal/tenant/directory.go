@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/atomicmap"
 	"github.com/tollgate/tollgate/internal/batch"
 	"github.com/tollgate/tollgate/internal/cache"
 )
@@ -55,38 +55,15 @@ type Directory struct {
 	// maxIP is the last MaxIPPerMinute computed, for when the store fails.
 	maxIP atomic.Int64
 
-	// used is the keys' last use not yet written: key ID -> *lastUse.
-	// Every check notes one, so it takes no lock.
-	used sync.Map
+	// used is the keys' last use not yet written, in Unix nanoseconds, by
+	// key ID. Every check notes one, so it takes no lock.
+	used atomicmap.Map[string]
 }
-
-// lastUse is a key's last use not yet written, in Unix nanoseconds: 0 when
-// there is none, retiredUse once flush has removed it from the map (so no
-// use lands in an entry nobody will read).
-type lastUse struct{ at atomic.Int64 }
-
-const retiredUse = -1
 
 // noteUse records that key id was used at t, unless a later use is noted.
 func (d *Directory) noteUse(id string, t time.Time) {
 	at := t.UnixNano()
-	for {
-		v, ok := d.used.Load(id)
-		if !ok {
-			v, _ = d.used.LoadOrStore(id, new(lastUse))
-		}
-		u := v.(*lastUse)
-		for {
-			old := u.at.Load()
-			if old == retiredUse {
-				d.used.CompareAndDelete(id, u)
-				break
-			}
-			if old >= at || u.at.CompareAndSwap(old, at) {
-				return
-			}
-		}
-	}
+	d.used.Update(id, func(last int64) (int64, bool) { return at, at > last })
 }
 
 // NewDirectory returns a Directory in front of cfg.Store. Call Run to have
@@ -263,15 +240,7 @@ func (d *Directory) Run(ctx context.Context) error {
 // map.
 func (d *Directory) flush(ctx context.Context) error {
 	used := map[string]time.Time{}
-	d.used.Range(func(k, v any) bool {
-		u := v.(*lastUse)
-		if at := u.at.Swap(0); at != 0 {
-			used[k.(string)] = time.Unix(0, at).UTC()
-		} else if u.at.CompareAndSwap(0, retiredUse) {
-			d.used.CompareAndDelete(k, u)
-		}
-		return true
-	})
+	d.used.Take(func(id string, at int64) { used[id] = time.Unix(0, at).UTC() })
 	if len(used) == 0 {
 		return nil
 	}

@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/atomicmap"
 	"github.com/tollgate/tollgate/internal/batch"
 	"github.com/tollgate/tollgate/internal/gate"
 )
@@ -65,7 +64,7 @@ type Recorder struct {
 	// (hotMinute) that has a row: Observe adds to it without taking mu,
 	// which every check of every tenant would otherwise wait for. Counts
 	// move from hot to pending (fold) before anything reads pending.
-	hot       sync.Map // hotKey → *hotCount
+	hot       atomicmap.Map[hotKey]
 	hotMinute int64
 }
 
@@ -73,27 +72,6 @@ type Recorder struct {
 type hotKey struct {
 	minute int64
 	cell   cell
-}
-
-// hotCount is a cell's count not yet in pending; retired (once its minute
-// is no longer the newest), it takes no more counts, and an Observe that
-// finds it so counts under mu instead.
-type hotCount struct{ n atomic.Int64 }
-
-// retiredCount marks a retired hotCount: no count reaches it.
-const retiredCount = math.MinInt64
-
-// add counts one, unless h is retired.
-func (h *hotCount) add() bool {
-	for {
-		n := h.n.Load()
-		if n == retiredCount {
-			return false
-		}
-		if h.n.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
 }
 
 var _ gate.Observer = (*Recorder)(nil)
@@ -157,8 +135,11 @@ func (r *Recorder) Observe(_ context.Context, e gate.Event) {
 		c.outcome = gate.OutcomeAllowed
 	}
 	k := hotKey{m, c}
-	if h, ok := r.hot.Load(k); ok && h.(*hotCount).add() {
-		return
+	if h, ok := r.hot.Load(k); ok {
+		if _, counted := h.Add(1); counted {
+			return
+		}
+		// Retired: its minute is done, or a fold found it idle.
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -169,37 +150,23 @@ func (r *Recorder) Observe(_ context.Context, e gate.Event) {
 	r.addLocked(m, c, 1)
 	if _, kept := r.pending[m][c]; kept && m == r.hotMinute {
 		// Another Observe of k may have made its count while this one
-		// waited for mu: replacing it would lose what it holds. (Counts are
-		// made and dropped only under mu.)
-		if _, ok := r.hot.Load(k); !ok {
-			r.hot.Store(k, &hotCount{})
-		}
+		// waited for mu: Ensure keeps it. (Counts are made and dropped only
+		// under mu.)
+		r.hot.Ensure(k)
 	}
 }
 
 // foldLocked moves the hot counts into pending, as rows of their own where
-// a flush took theirs; r.mu is held.
+// a flush took theirs; the counts idle since the last fold leave hot. r.mu
+// is held.
 func (r *Recorder) foldLocked() {
-	r.hot.Range(func(k, h any) bool {
-		// Counts added after the swap are folded next time. (No count
-		// here is retired: retiring deletes it, under r.mu.)
-		if n := h.(*hotCount).n.Swap(0); n > 0 {
-			r.addLocked(k.(hotKey).minute, k.(hotKey).cell, n)
-		}
-		return true
-	})
+	r.hot.Take(func(k hotKey, n int64) { r.addLocked(k.minute, k.cell, n) })
 }
 
 // retireHotLocked folds the hot counts into pending and retires them, the
 // newest minute having moved on; r.mu is held.
 func (r *Recorder) retireHotLocked() {
-	r.hot.Range(func(k, h any) bool {
-		if n := h.(*hotCount).n.Swap(retiredCount); n > 0 {
-			r.addLocked(k.(hotKey).minute, k.(hotKey).cell, n)
-		}
-		r.hot.Delete(k)
-		return true
-	})
+	r.hot.RetireAll(func(k hotKey, n int64) { r.addLocked(k.minute, k.cell, n) })
 }
 
 // addLocked adds n to a cell, making room by dropping the oldest minute when
