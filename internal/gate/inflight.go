@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"container/list"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,7 @@ type tenantWork struct {
 	queued atomic.Int64 // len(waiters), readable without mu
 
 	mu      sync.Mutex
-	waiters []*waiter // first come, first served
+	waiters list.List // of *waiter, first come, first served
 }
 
 // waiter is a request waiting for n units; ready is closed once they are
@@ -124,13 +125,13 @@ func (f *inflight) tryTake(w *tenantWork, n int64) bool {
 func (f *inflight) queue(ctx context.Context, w *tenantWork, n int64) bool {
 	w.mu.Lock()
 	w.queued.Add(1)
-	if len(w.waiters) == 0 && f.tryTake(w, n) {
+	if w.waiters.Len() == 0 && f.tryTake(w, n) {
 		w.queued.Add(-1)
 		w.mu.Unlock()
 		return true
 	}
 	me := &waiter{n: n, ready: make(chan struct{})}
-	w.waiters = append(w.waiters, me)
+	place := w.waiters.PushBack(me)
 	w.mu.Unlock()
 
 	timer := time.NewTimer(f.wait)
@@ -149,13 +150,10 @@ func (f *inflight) queue(ctx context.Context, w *tenantWork, n int64) bool {
 		return true
 	default:
 	}
-	for i, o := range w.waiters {
-		if o == me {
-			w.waiters = append(w.waiters[:i], w.waiters[i+1:]...)
-			w.queued.Add(-1)
-			break
-		}
-	}
+	// Out of line at once, wherever it stood: a tenant's thousands of
+	// waiters giving up together each cost one step, not a walk of the line.
+	w.waiters.Remove(place)
+	w.queued.Add(-1)
 	// It may have been the first in line, too big to fit: the next may.
 	f.admitWaiters(w)
 	return false
@@ -164,13 +162,12 @@ func (f *inflight) queue(ctx context.Context, w *tenantWork, n int64) bool {
 // admitWaiters gives free units to the waiters in order, until the first
 // that does not fit. The caller holds w.mu.
 func (f *inflight) admitWaiters(w *tenantWork) {
-	for len(w.waiters) > 0 {
-		first := w.waiters[0]
+	for e := w.waiters.Front(); e != nil; e = w.waiters.Front() {
+		first := e.Value.(*waiter)
 		if !f.tryTake(w, first.n) {
 			return
 		}
-		w.waiters[0] = nil
-		w.waiters = w.waiters[1:]
+		w.waiters.Remove(e)
 		w.queued.Add(-1)
 		close(first.ready)
 	}

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/eventually"
 )
 
 // TestMatchBudget: a tenant's matching time comes from a bucket of burst
@@ -92,8 +94,8 @@ func TestInflightUnitsUnderRace(t *testing.T) {
 	if w == nil {
 		return // swept: nothing held
 	}
-	if w.held.Load() != 0 || w.queued.Load() != 0 || len(w.waiters) != 0 || w.users.Load() != 0 {
-		t.Errorf("after every release: held %d, queued %d, waiters %d, users %d", w.held.Load(), w.queued.Load(), len(w.waiters), w.users.Load())
+	if w.held.Load() != 0 || w.queued.Load() != 0 || w.waiters.Len() != 0 || w.users.Load() != 0 {
+		t.Errorf("after every release: held %d, queued %d, waiters %d, users %d", w.held.Load(), w.queued.Load(), w.waiters.Len(), w.users.Load())
 	}
 }
 
@@ -119,7 +121,7 @@ func TestInflightFirstComeFirstServed(t *testing.T) {
 		}
 		bigGot <- h
 	}()
-	waitFor(t, queued(1))
+	eventually.True(t, 5*time.Second, "one waiter in line", queued(1))
 	// One unit is free, but the big request is first in line.
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	if _, ok := f.acquire(ctx, "t", 1); ok {
@@ -135,7 +137,7 @@ func TestInflightFirstComeFirstServed(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	gaveUp := make(chan bool)
 	go func() { _, ok := f.acquire(ctx, "t", 4); gaveUp <- ok }()
-	waitFor(t, queued(1))
+	eventually.True(t, 5*time.Second, "one waiter in line", queued(1))
 	second := make(chan held)
 	go func() {
 		h, ok := f.acquire(context.Background(), "t", 1)
@@ -144,22 +146,11 @@ func TestInflightFirstComeFirstServed(t *testing.T) {
 		}
 		second <- h
 	}()
-	waitFor(t, queued(2))
+	eventually.True(t, 5*time.Second, "two waiters in line", queued(2))
 	cancel()
 	if <-gaveUp {
 		t.Error("the cancelled waiter got units")
 	}
 	(<-second).release()
 	first.release()
-}
-
-// waitFor polls cond until it holds, for at most 5 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatal("condition not reached in 5 s")
 }

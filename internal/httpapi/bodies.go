@@ -135,7 +135,9 @@ func (b *bodyBudget) returnIP(c *atomicmap.Cell, n int64) {
 }
 
 // sweep removes the counters at zero, unless another sweep ran less than
-// b.sweepEvery ago (force: whenever).
+// b.sweepEvery ago (force: whenever, and before it returns). A sweep walks
+// the clients of the last second, tens of thousands under a flood of
+// addresses: it runs beside the request that called for it, not in it.
 func (b *bodyBudget) sweep(force bool) {
 	now := time.Now().UnixNano()
 	last := b.lastSweep.Load()
@@ -143,7 +145,11 @@ func (b *bodyBudget) sweep(force bool) {
 		return
 	}
 	b.idle.Store(0)
-	b.byIP.Sweep()
+	if force {
+		b.byIP.Sweep()
+		return
+	}
+	go b.byIP.Sweep()
 }
 
 // around serves c with next within the budget: every request that may have
