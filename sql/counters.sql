@@ -20,6 +20,22 @@ FROM tollgate_check(
     sqlc.narg('now')::bigint
 ) AS c;
 
+-- name: CheckCountersFixed :many
+-- CheckCountersFixed decides a batch of one-item consuming fixed-window
+-- requests on distinct keys; see tollgate_check_fixed in
+-- migrations/000014_counter_check_fixed.up.sql. Keys are sorted bytewise and
+-- the rows come back in their order.
+SELECT c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
+    c.seen_prev::bigint AS seen_prev, c.seen_tat::double precision AS seen_tat,
+    c.allowed::boolean AS allowed, c.now_us::bigint AS now_us
+FROM tollgate_check_fixed(
+    @keys::text[],
+    @limits::bigint[],
+    @windows::bigint[],
+    @costs::bigint[],
+    sqlc.narg('now')::bigint
+) AS c;
+
 -- name: PruneCounters :execrows
 -- PruneCounters deletes up to batch expired counters, skipping rows a check
 -- holds: a counter past its expiry is the same as no counter. The locking

@@ -9,6 +9,10 @@ import (
 // Batches returns the number of function calls s has sent.
 func Batches(s *Store) int64 { return s.batches.Load() }
 
+// FixedBatches returns the number of those that went to
+// tollgate_check_fixed.
+func FixedBatches(s *Store) int64 { return s.fixedBatches.Load() }
+
 // CheckBatch sends reqs as one batch decided at instant now, as the
 // coalescer would send concurrent Checks, and answers each.
 func CheckBatch(s *Store, reqs []counter.Request, now time.Time) ([]counter.Result, error) {

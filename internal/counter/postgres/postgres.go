@@ -134,15 +134,17 @@ type Store struct {
 	// may have broken connections: connections idle since before it are
 	// pinged before their next use.
 	lastFailure atomic.Int64
-	// batches counts the function calls sent, for tests.
-	batches atomic.Int64
+	// batches counts the function calls sent, and fixedBatches those of
+	// them that went to tollgate_check_fixed, for tests.
+	batches      atomic.Int64
+	fixedBatches atomic.Int64
 }
 
 var _ counter.Store = (*Store)(nil)
 
 // New opens a store on cfg.DSN and returns once one connection is ready
 // (under ctx). An unreachable database wraps counter.ErrUnavailable; a
-// database without tollgate_check is an error of its own.
+// database without tollgate_check or tollgate_check_fixed is an error of its own.
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(cfg.DSN)
 	if err != nil {
@@ -209,7 +211,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		s.pool.Close()
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42883" { // undefined_function
-			return nil, errors.New("open counter store: function tollgate_check is missing: migrate the database")
+			return nil, errors.New("open counter store: function tollgate_check or tollgate_check_fixed is missing: migrate the database")
 		}
 		return nil, fmt.Errorf("open counter store: %w: %v", counter.ErrUnavailable, err)
 	}
@@ -321,13 +323,7 @@ func (s *Store) send(calls []*call, now *int64) {
 		reqs[i] = c.req
 		n += len(c.req.Items)
 	}
-	p := checkParams(reqs, n)
-	p.Now = now
-
-	rows, err := s.q.CheckCounters(ctx, p)
-	if err == nil && len(rows) != n {
-		err = fmt.Errorf("%d rows for %d items", len(rows), n)
-	}
+	seen, at, err := s.decide(ctx, reqs, n, now)
 	if err != nil {
 		err = s.unavailable(ctx, err)
 		for _, c := range calls {
@@ -336,16 +332,6 @@ func (s *Store) send(calls []*call, now *int64) {
 		}
 		return
 	}
-	at := time.UnixMicro(rows[0].NowUs).UTC()
-	// One slice for the batch: each call's part is read by Answer, before
-	// its caller returns.
-	seen := make([]counter.Seen, n)
-	for i, r := range rows {
-		seen[i] = counter.Seen{
-			State:   limit.State{Start: r.SeenStart, Count: r.SeenCount, Prev: r.SeenPrev, TAT: r.SeenTat},
-			Allowed: r.Allowed,
-		}
-	}
 	for _, c := range calls {
 		k := len(c.req.Items)
 		c.seen, c.now = seen[:k:k], at
@@ -353,6 +339,80 @@ func (s *Store) send(calls []*call, now *int64) {
 		// The call is its caller's again after this.
 		c.done <- struct{}{}
 	}
+}
+
+// decide makes the round trip for reqs, of n items in all, and returns
+// what each item saw, in order, in one slice for the batch (each call's part
+// is read by Answer before its caller returns), and the instant used. A batch
+// of one-item consuming fixed-window requests on distinct keys, the common
+// one, goes to tollgate_check_fixed, one statement for the batch; any other
+// to tollgate_check, which decides item by item.
+func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *int64) ([]counter.Seen, time.Time, error) {
+	seen := make([]counter.Seen, n)
+	if p, order, ok := fixedParams(reqs); ok {
+		s.fixedBatches.Add(1)
+		p.Now = now
+		rows, err := s.q.CheckCountersFixed(ctx, p)
+		if err == nil && len(rows) != n {
+			err = fmt.Errorf("%d rows for %d items", len(rows), n)
+		}
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		for j, r := range rows {
+			seen[order[j]] = seenOf(sqlcgen.CheckCountersRow(r))
+		}
+		return seen, time.UnixMicro(rows[0].NowUs).UTC(), nil
+	}
+	p := checkParams(reqs, n)
+	p.Now = now
+	rows, err := s.q.CheckCounters(ctx, p)
+	if err == nil && len(rows) != n {
+		err = fmt.Errorf("%d rows for %d items", len(rows), n)
+	}
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	for i, r := range rows {
+		seen[i] = seenOf(r)
+	}
+	return seen, time.UnixMicro(rows[0].NowUs).UTC(), nil
+}
+
+func seenOf(r sqlcgen.CheckCountersRow) counter.Seen {
+	return counter.Seen{
+		State:   limit.State{Start: r.SeenStart, Count: r.SeenCount, Prev: r.SeenPrev, TAT: r.SeenTat},
+		Allowed: r.Allowed,
+	}
+}
+
+// fixedParams lays out reqs as tollgate_check_fixed takes them, with order[j]
+// the request of its j-th key, when every request is one consuming
+// fixed-window item and no two name the same row; ok is false otherwise.
+// (For one item, advisory or a ceiling or neither, tollgate_check keeps its
+// count exactly when it is admitted, as tollgate_check_fixed does.)
+func fixedParams(reqs []counter.Request) (p sqlcgen.CheckCountersFixedParams, order []int32, ok bool) {
+	for _, req := range reqs {
+		if len(req.Items) != 1 || req.Mode != counter.Consume || req.Items[0].Algorithm != limit.FixedWindow {
+			return p, nil, false
+		}
+	}
+	keys, order := rowKeys(reqs, len(reqs))
+	n := len(reqs)
+	p = sqlcgen.CheckCountersFixedParams{
+		Keys:    make([]string, n),
+		Limits:  make([]int64, n),
+		Windows: make([]int64, n),
+		Costs:   make([]int64, n),
+	}
+	for j, i := range order {
+		if j > 0 && keys[i] == p.Keys[j-1] {
+			return p, nil, false
+		}
+		it := reqs[i].Items[0]
+		p.Keys[j], p.Limits[j], p.Windows[j], p.Costs[j] = keys[i], it.Limit, it.Window.Micros(), it.Cost
+	}
+	return p, order, true
 }
 
 // checkParams lays out reqs, of n items in all, as tollgate_check takes
@@ -370,22 +430,11 @@ func checkParams(reqs []counter.Request, n int) sqlcgen.CheckCountersParams {
 		Consume:    make([]bool, len(reqs)),
 		Ceilings:   make([]int32, len(reqs)),
 	}
-	// The row keys, built into one buffer and cut out of one string: an
-	// allocation a batch rather than one an item.
-	size := 0
-	for _, req := range reqs {
-		for _, it := range req.Items {
-			size += len(req.Group) + len(it.Key) + 5
-		}
-	}
-	buf, ends := make([]byte, 0, size), make([]int, 0, n)
 	for i, req := range reqs {
 		p.Consume[i] = req.Mode == counter.Consume
 		p.Ceilings[i] = int32(req.Ceilings)
 		for _, it := range req.Items {
 			p.Reqs = append(p.Reqs, int32(i+1))
-			buf = appendRowKey(buf, req.Group, it.Key)
-			ends = append(ends, len(buf))
 			p.Algorithms = append(p.Algorithms, int16(it.Algorithm))
 			p.Limits = append(p.Limits, it.Limit)
 			p.Windows = append(p.Windows, it.Window.Micros())
@@ -393,15 +442,7 @@ func checkParams(reqs []counter.Request, n int) sqlcgen.CheckCountersParams {
 			p.Advisory = append(p.Advisory, it.Advisory)
 		}
 	}
-	all, keys, start := string(buf), make([]string, n), 0
-	for i, end := range ends {
-		keys[i], start = all[start:end], end
-	}
-	order := make([]int32, n)
-	for i := range order {
-		order[i] = int32(i)
-	}
-	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(keys[a], keys[b]) })
+	keys, order := rowKeys(reqs, n)
 	p.Keys = make([]string, 0, n)
 	for _, i := range order {
 		if len(p.Keys) == 0 || p.Keys[len(p.Keys)-1] != keys[i] {
@@ -410,6 +451,37 @@ func checkParams(reqs []counter.Request, n int) sqlcgen.CheckCountersParams {
 		p.Slots[i] = int32(len(p.Keys))
 	}
 	return p
+}
+
+// rowKeys returns the row key of each of reqs' n items, in order, and the
+// items' indexes sorted by it, bytewise (the lock order). The keys are built
+// into one buffer and cut out of one string: an allocation a batch rather
+// than one an item.
+func rowKeys(reqs []counter.Request, n int) (keys []string, order []int32) {
+	size := 0
+	for _, req := range reqs {
+		for _, it := range req.Items {
+			size += len(req.Group) + len(it.Key) + 5
+		}
+	}
+	buf, ends := make([]byte, 0, size), make([]int, 0, n)
+	for _, req := range reqs {
+		for _, it := range req.Items {
+			buf = appendRowKey(buf, req.Group, it.Key)
+			ends = append(ends, len(buf))
+		}
+	}
+	all, start := string(buf), 0
+	keys = make([]string, n)
+	for i, end := range ends {
+		keys[i], start = all[start:end], end
+	}
+	order = make([]int32, n)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(keys[a], keys[b]) })
+	return keys, order
 }
 
 // unavailable turns a failed round trip of a Check into
@@ -462,7 +534,7 @@ const warmUpKey = "~warm-up"
 
 // warmUp readies a new connection for Checks and leases: it registers the
 // store's array encoders, prepares CheckCounters and runs each path of
-// tollgate_check, and of the lease functions, once, since PL/pgSQL plans
+// tollgate_check and tollgate_check_fixed, and of the lease functions, once, since PL/pgSQL plans
 // each statement on its first use in a session, so that no caller's batch
 // pays for it. The first call in a session takes far longer than the
 // sessions' statement_timeout allows a Check, hence a transaction with its
@@ -491,6 +563,16 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 		Ceilings:   []int32{0},
 	})
 	if err != nil {
+		return err
+	}
+	// tollgate_check_fixed, both of its ways out: all admitted, and one
+	// refused (its cost above its limit).
+	if _, err := sqlcgen.New(tx).CheckCountersFixed(ctx, sqlcgen.CheckCountersFixedParams{
+		Keys:    []string{warmUpKey, warmUpKey + "/month"},
+		Limits:  []int64{limit.MaxLimit, 1},
+		Windows: []int64{second, limit.Month.Micros()},
+		Costs:   []int64{1, 2},
+	}); err != nil {
 		return err
 	}
 	// The lease functions, each path once: a lease taken, one refused, a

@@ -94,6 +94,73 @@ func (q *Queries) CheckCounters(ctx context.Context, arg CheckCountersParams) ([
 	return items, nil
 }
 
+const checkCountersFixed = `-- name: CheckCountersFixed :many
+SELECT c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
+    c.seen_prev::bigint AS seen_prev, c.seen_tat::double precision AS seen_tat,
+    c.allowed::boolean AS allowed, c.now_us::bigint AS now_us
+FROM tollgate_check_fixed(
+    $1::text[],
+    $2::bigint[],
+    $3::bigint[],
+    $4::bigint[],
+    $5::bigint
+) AS c
+`
+
+type CheckCountersFixedParams struct {
+	Keys    []string
+	Limits  []int64
+	Windows []int64
+	Costs   []int64
+	Now     *int64
+}
+
+type CheckCountersFixedRow struct {
+	SeenStart int64
+	SeenCount int64
+	SeenPrev  int64
+	SeenTat   float64
+	Allowed   bool
+	NowUs     int64
+}
+
+// CheckCountersFixed decides a batch of one-item consuming fixed-window
+// requests on distinct keys; see tollgate_check_fixed in
+// migrations/000014_counter_check_fixed.up.sql. Keys are sorted bytewise and
+// the rows come back in their order.
+func (q *Queries) CheckCountersFixed(ctx context.Context, arg CheckCountersFixedParams) ([]CheckCountersFixedRow, error) {
+	rows, err := q.db.Query(ctx, checkCountersFixed,
+		arg.Keys,
+		arg.Limits,
+		arg.Windows,
+		arg.Costs,
+		arg.Now,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CheckCountersFixedRow
+	for rows.Next() {
+		var i CheckCountersFixedRow
+		if err := rows.Scan(
+			&i.SeenStart,
+			&i.SeenCount,
+			&i.SeenPrev,
+			&i.SeenTat,
+			&i.Allowed,
+			&i.NowUs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const pruneCounters = `-- name: PruneCounters :execrows
 WITH expired AS MATERIALIZED (
     SELECT key FROM counters

@@ -1,0 +1,159 @@
+package postgres_test
+
+// The set-based path, tollgate_check_fixed, against the model and against
+// the item-by-item path racing it on the same rows.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/countertest"
+	"github.com/tollgate/tollgate/internal/counter/postgres"
+	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/pgtest"
+)
+
+// TestFixedBatchesMatchSequentialModel sends random batches of one-item
+// consuming fixed-window requests, each on a key of its own, as one call
+// each: costs up to one above the limit, minute, hour and month windows, a
+// clock that jumps ahead and steps back, keys new and old, advisory items
+// and ceilings. Every batch must take the set-based path and answer, to the
+// microsecond of each reset and retry, what the model answers, and each row
+// an admitted item wrote must expire when its window ends (limit.Expiry), no
+// sooner: the pruner deletes by it.
+func TestFixedBatchesMatchSequentialModel(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.New(t)
+	s := open(t, postgres.Config{DSN: dsn, Timeout: 10 * time.Second})
+	conn := connect(t, dsn)
+	windows := []limit.Window{limit.Every(time.Second), limit.Every(time.Minute), limit.Every(time.Hour), limit.Month}
+	rapid.Check(t, func(rt *rapid.T) {
+		group := fmt.Sprintf("g%d", rand.Uint64())
+		var defs []counter.Item
+		for i := range rapid.IntRange(1, 12).Draw(rt, "counters") {
+			defs = append(defs, counter.Item{
+				Key:       fmt.Sprintf("k%d", i),
+				Algorithm: limit.FixedWindow,
+				Limit:     rapid.Int64Range(1, 6).Draw(rt, "limit"),
+				Window:    rapid.SampledFrom(windows).Draw(rt, "window"),
+			})
+		}
+		m := countertest.NewModel()
+		now := base.Add(time.Duration(rapid.Int64Range(0, int64(60*24*time.Hour)).Draw(rt, "start"))).Truncate(time.Microsecond)
+		rounds := rapid.IntRange(1, 10).Draw(rt, "rounds")
+		before := postgres.FixedBatches(s)
+		for round := range rounds {
+			now = now.Add(rapid.SampledFrom([]time.Duration{0, time.Microsecond, 300 * time.Millisecond, time.Second, time.Minute, 24 * time.Hour, -time.Millisecond, -time.Second}).Draw(rt, "jump"))
+			var reqs []counter.Request
+			for _, i := range rapid.Permutation(defs).Draw(rt, "keys")[:rapid.IntRange(1, len(defs)).Draw(rt, "requests")] {
+				it := i
+				it.Cost = rapid.Int64Range(1, it.Limit+1).Draw(rt, "cost")
+				it.Advisory = rapid.IntRange(0, 3).Draw(rt, "advisory") == 0
+				reqs = append(reqs, counter.Request{Group: group, Items: []counter.Item{it}, Ceilings: rapid.IntRange(0, 1).Draw(rt, "ceilings")})
+			}
+			got, err := postgres.CheckBatch(s, reqs, now)
+			if err != nil {
+				rt.Fatalf("round %d: %v", round, err)
+			}
+			for i, req := range reqs {
+				what := fmt.Sprintf("round %d request %d", round, i)
+				sameResult(rt, what, req, got[i], m.Check(req, now))
+				if !got[i].Decisions[0].Allowed {
+					continue
+				}
+				it := req.Items[0]
+				var start int64
+				var exp time.Time
+				row := fmt.Sprintf("%d:%s/%s", len(group), group, it.Key)
+				if err := conn.QueryRow(context.Background(), "SELECT start, expires_at FROM counters WHERE key = $1", row).Scan(&start, &exp); err != nil {
+					rt.Fatalf("%s: row %s: %v", what, row, err)
+				}
+				if want := limit.Expiry(limit.FixedWindow, limit.State{Start: start}, it.Window); exp.UnixMicro() != want {
+					rt.Fatalf("%s: row %s of window %+v starting %d expires at %d, want %d", what, row, it.Window, start, exp.UnixMicro(), want)
+				}
+			}
+		}
+		if fast := postgres.FixedBatches(s) - before; fast != int64(rounds) {
+			rt.Fatalf("%d of %d batches took the set-based path", fast, rounds)
+		}
+	})
+}
+
+// TestFixedAndItemwiseBatchesRaceExactly races three stores on one database:
+// on each, one goroutine a key sends one-item checks (batches of distinct
+// keys: the set-based path) and others send two-item checks over
+// neighbouring keys (the item-by-item path), all on the same rows at once.
+// Each key must end with exactly its limit admitted, counted from the
+// answers, and no batch may deadlock or fail.
+func TestFixedAndItemwiseBatchesRaceExactly(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.New(t)
+	var stores []*postgres.Store
+	for range 3 {
+		stores = append(stores, open(t, postgres.Config{DSN: dsn, Timeout: 10 * time.Second}))
+	}
+	const keys, lim, singles, pairs = 12, 40, 30, 10
+	group := fmt.Sprintf("race-%d", rand.Uint64())
+	item := func(k int) counter.Item {
+		return counter.Item{Key: fmt.Sprintf("k%02d", k%keys), Algorithm: limit.FixedWindow, Limit: lim, Window: limit.Every(time.Hour), Cost: 1}
+	}
+	var admitted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, s := range stores {
+		for k := range keys {
+			wg.Go(func() {
+				<-start
+				req := counter.Request{Group: group, Items: []counter.Item{item(k)}}
+				for range singles {
+					res, err := s.Check(context.Background(), req)
+					if err != nil {
+						t.Errorf("key %d: %v", k, err)
+						return
+					}
+					if res.Allowed {
+						admitted[k].Add(1)
+					}
+				}
+			})
+			wg.Go(func() {
+				<-start
+				req := counter.Request{Group: group, Items: []counter.Item{item(k), item(k + 1)}}
+				for range pairs {
+					res, err := s.Check(context.Background(), req)
+					if err != nil {
+						t.Errorf("keys %d and %d: %v", k, k+1, err)
+						return
+					}
+					if res.Allowed {
+						admitted[k].Add(1)
+						admitted[(k+1)%keys].Add(1)
+					}
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	for k := range keys {
+		if got := admitted[k].Load(); got != lim {
+			t.Errorf("key %d: %d admitted at limit %d (%d attempts)", k, got, lim, len(stores)*(singles+2*pairs))
+		}
+	}
+	var fast, all int64
+	for _, s := range stores {
+		fast, all = fast+postgres.FixedBatches(s), all+postgres.Batches(s)
+	}
+	if fast == 0 || fast == all {
+		t.Errorf("%d of %d batches set-based: the race did not mix the two paths", fast, all)
+	}
+	t.Logf("%d of %d batches set-based", fast, all)
+}

@@ -1,0 +1,1 @@
+DROP FUNCTION tollgate_check_fixed(text[], bigint[], bigint[], bigint[], bigint);
