@@ -1,1 +1,1 @@
-DROP FUNCTION tollgate_check_fixed(text[], bigint[], bigint[], bigint[], bigint);
+DROP FUNCTION tollgate_check_fixed(text[], integer[], bigint[], bigint[], bigint[], bigint);

@@ -22,14 +22,14 @@ FROM tollgate_check(
 
 -- name: CheckCountersFixed :many
 -- CheckCountersFixed decides a batch of one-item consuming fixed-window
--- requests on distinct keys; see tollgate_check_fixed in
--- migrations/000014_counter_check_fixed.up.sql. Keys are sorted bytewise and
--- the rows come back in their order.
+-- requests, those on one key alike; see tollgate_check_fixed in
+-- migrations/000014_counter_check_fixed.up.sql. Keys are distinct and sorted
+-- bytewise, and the rows come back in their order.
 SELECT c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
-    c.seen_prev::bigint AS seen_prev, c.seen_tat::double precision AS seen_tat,
-    c.allowed::boolean AS allowed, c.now_us::bigint AS now_us
+    c.admitted::integer AS admitted, c.now_us::bigint AS now_us
 FROM tollgate_check_fixed(
     @keys::text[],
+    @ns::integer[],
     @limits::bigint[],
     @windows::bigint[],
     @costs::bigint[],

@@ -62,7 +62,8 @@ type Config struct {
 	// this store alone.
 	DSN string
 	// MaxConns bounds the pool. Zero keeps the DSN's pool_max_conns, or
-	// pgxpool's default (the larger of 4 and the number of CPUs).
+	// pgxpool's default (the larger of 4 and the number of CPUs). The pool
+	// keeps that many open (unless the DSN sets pool_min_conns).
 	MaxConns int32
 	// Timeout bounds every Check, queueing included (rounded up to a whole
 	// millisecond, so that the Checks of one millisecond share a timer);
@@ -142,8 +143,8 @@ type Store struct {
 
 var _ counter.Store = (*Store)(nil)
 
-// New opens a store on cfg.DSN and returns once one connection is ready
-// (under ctx). An unreachable database wraps counter.ErrUnavailable; a
+// New opens a store on cfg.DSN and returns once its connections are open
+// and warmed up (under ctx). An unreachable database wraps counter.ErrUnavailable; a
 // database without tollgate_check or tollgate_check_fixed is an error of its own.
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(cfg.DSN)
@@ -173,7 +174,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s.inflight = min(orDefault(cfg.Inflight, DefaultInflight), int(pc.MaxConns))
 	s.freed = make(chan struct{}, s.inflight)
 	if pc.MinConns == 0 {
-		pc.MinConns = int32(s.inflight)
+		// Every connection open and warm from the start and kept so: a
+		// connection opened under load would put its warm-up (tens of
+		// milliseconds, longer on a busy server) in the path of the lease
+		// acquire that waits for it, past its deadline.
+		pc.MinConns = pc.MaxConns
 	}
 
 	params := pc.ConnConfig.RuntimeParams
@@ -206,8 +211,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("open counter store: %v", err)
 	}
 	s.q = sqlcgen.New(s.pool)
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
+	if err := s.warmPool(ctx, pc.MinConns); err != nil {
 		s.pool.Close()
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42883" { // undefined_function
@@ -215,9 +219,27 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open counter store: %w: %v", counter.ErrUnavailable, err)
 	}
-	conn.Release()
 	go s.loop()
 	return s, nil
+}
+
+// warmPool holds n of the pool's connections at once (at least one), so
+// that each is opened and warmed up before New returns, and gives them back.
+func (s *Store) warmPool(ctx context.Context, n int32) error {
+	conns := make([]*pgxpool.Conn, 0, max(n, 1))
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range max(n, 1) {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	return nil
 }
 
 // orDefault returns v, or def when v is zero or negative.
@@ -344,23 +366,27 @@ func (s *Store) send(calls []*call, now *int64) {
 // decide makes the round trip for reqs, of n items in all, and returns
 // what each item saw, in order, in one slice for the batch (each call's part
 // is read by Answer before its caller returns), and the instant used. A batch
-// of one-item consuming fixed-window requests on distinct keys, the common
-// one, goes to tollgate_check_fixed, one statement for the batch; any other
-// to tollgate_check, which decides item by item.
+// of one-item consuming fixed-window requests, those on one key alike, the
+// common one, goes to tollgate_check_fixed, set-based; any other to
+// tollgate_check, which decides item by item.
 func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *int64) ([]counter.Seen, time.Time, error) {
 	seen := make([]counter.Seen, n)
-	if p, order, ok := fixedParams(reqs); ok {
+	if p, at, ok := fixedParams(reqs); ok {
 		s.fixedBatches.Add(1)
 		p.Now = now
 		rows, err := s.q.CheckCountersFixed(ctx, p)
-		if err == nil && len(rows) != n {
-			err = fmt.Errorf("%d rows for %d items", len(rows), n)
+		if err == nil && len(rows) != len(p.Keys) {
+			err = fmt.Errorf("%d rows for %d keys", len(rows), len(p.Keys))
 		}
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		for j, r := range rows {
-			seen[order[j]] = seenOf(sqlcgen.CheckCountersRow(r))
+		// Request i is the at[i].nth on its key: the ones before it that were
+		// admitted counted its cost each.
+		for i, a := range at {
+			r, cost := rows[a.key], reqs[i].Items[0].Cost
+			before := min(a.nth, r.Admitted)
+			seen[i] = counter.Seen{State: limit.State{Start: r.SeenStart, Count: r.SeenCount + int64(before)*cost}, Allowed: a.nth < r.Admitted}
 		}
 		return seen, time.UnixMicro(rows[0].NowUs).UTC(), nil
 	}
@@ -386,33 +412,53 @@ func seenOf(r sqlcgen.CheckCountersRow) counter.Seen {
 	}
 }
 
-// fixedParams lays out reqs as tollgate_check_fixed takes them, with order[j]
-// the request of its j-th key, when every request is one consuming
-// fixed-window item and no two name the same row; ok is false otherwise.
-// (For one item, advisory or a ceiling or neither, tollgate_check keeps its
-// count exactly when it is admitted, as tollgate_check_fixed does.)
-func fixedParams(reqs []counter.Request) (p sqlcgen.CheckCountersFixedParams, order []int32, ok bool) {
+// fixedAt places a request of a tollgate_check_fixed batch: the index of
+// its key, and how many requests on that key came before it.
+type fixedAt struct{ key, nth int32 }
+
+// fixedParams lays out reqs as tollgate_check_fixed takes them, and where
+// each request is among them, when every request is one consuming
+// fixed-window item and the requests on one row agree on its limit, window
+// and cost; ok is false otherwise. (For one item, advisory or a ceiling or
+// neither, tollgate_check keeps its count exactly when it is admitted, as
+// tollgate_check_fixed does.)
+func fixedParams(reqs []counter.Request) (p sqlcgen.CheckCountersFixedParams, at []fixedAt, ok bool) {
 	for _, req := range reqs {
 		if len(req.Items) != 1 || req.Mode != counter.Consume || req.Items[0].Algorithm != limit.FixedWindow {
 			return p, nil, false
 		}
 	}
-	keys, order := rowKeys(reqs, len(reqs))
 	n := len(reqs)
+	keys, order := rowKeys(reqs, n)
 	p = sqlcgen.CheckCountersFixedParams{
-		Keys:    make([]string, n),
-		Limits:  make([]int64, n),
-		Windows: make([]int64, n),
-		Costs:   make([]int64, n),
+		Keys:    make([]string, 0, n),
+		Ns:      make([]int32, 0, n),
+		Limits:  make([]int64, 0, n),
+		Windows: make([]int64, 0, n),
+		Costs:   make([]int64, 0, n),
 	}
-	for j, i := range order {
-		if j > 0 && keys[i] == p.Keys[j-1] {
-			return p, nil, false
-		}
+	at = make([]fixedAt, n)
+	for _, i := range order {
 		it := reqs[i].Items[0]
-		p.Keys[j], p.Limits[j], p.Windows[j], p.Costs[j] = keys[i], it.Limit, it.Window.Micros(), it.Cost
+		k := len(p.Keys) - 1
+		if k >= 0 && keys[i] == p.Keys[k] {
+			if it.Limit != p.Limits[k] || it.Window.Micros() != p.Windows[k] || it.Cost != p.Costs[k] {
+				return p, nil, false
+			}
+			// order is a stable sort: the requests on one key keep
+			// their arrival order.
+			at[i] = fixedAt{key: int32(k), nth: p.Ns[k]}
+			p.Ns[k]++
+			continue
+		}
+		at[i] = fixedAt{key: int32(k + 1)}
+		p.Keys = append(p.Keys, keys[i])
+		p.Ns = append(p.Ns, 1)
+		p.Limits = append(p.Limits, it.Limit)
+		p.Windows = append(p.Windows, it.Window.Micros())
+		p.Costs = append(p.Costs, it.Cost)
 	}
-	return p, order, true
+	return p, at, true
 }
 
 // checkParams lays out reqs, of n items in all, as tollgate_check takes
@@ -456,7 +502,7 @@ func checkParams(reqs []counter.Request, n int) sqlcgen.CheckCountersParams {
 // rowKeys returns the row key of each of reqs' n items, in order, and the
 // items' indexes sorted by it, bytewise (the lock order). The keys are built
 // into one buffer and cut out of one string: an allocation a batch rather
-// than one an item.
+// than one an item. Items on one key keep their order.
 func rowKeys(reqs []counter.Request, n int) (keys []string, order []int32) {
 	size := 0
 	for _, req := range reqs {
@@ -480,7 +526,7 @@ func rowKeys(reqs []counter.Request, n int) (keys []string, order []int32) {
 	for i := range order {
 		order[i] = int32(i)
 	}
-	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(keys[a], keys[b]) })
+	slices.SortStableFunc(order, func(a, b int32) int { return strings.Compare(keys[a], keys[b]) })
 	return keys, order
 }
 
@@ -529,16 +575,17 @@ func appendRowKey(buf []byte, group, key string) []byte {
 	return buf
 }
 
-// warmUpKey is the counter warmUp uses; no row key starts with "~".
+// warmUpKey starts the counters and lease groups warmUp uses, each
+// session its own; no row key starts with "~".
 const warmUpKey = "~warm-up"
 
 // warmUp readies a new connection for Checks and leases: it registers the
-// store's array encoders, prepares CheckCounters and runs each path of
-// tollgate_check and tollgate_check_fixed, and of the lease functions, once, since PL/pgSQL plans
-// each statement on its first use in a session, so that no caller's batch
-// pays for it. The first call in a session takes far longer than the
-// sessions' statement_timeout allows a Check, hence a transaction with its
-// own.
+// store's array encoders, prepares the statements and runs each path of
+// tollgate_check, tollgate_check_fixed and the lease functions once, since
+// PL/pgSQL plans each statement on its first use in a session, so that no
+// caller's batch pays for it. The first call in a session takes far longer
+// than the sessions' statement_timeout allows a Check, hence a transaction
+// with its own, rolled back: prepared statements and plans outlive it.
 func warmUp(ctx context.Context, conn *pgx.Conn) error {
 	registerArrayEncoders(conn.TypeMap())
 	tx, err := conn.Begin(ctx)
@@ -549,9 +596,13 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '30s'"); err != nil {
 		return err
 	}
+	// Rows and leases of this session's own, so that connections warming
+	// up at once (a pool filling under load, several instances starting)
+	// never wait for each other's locks; none of it is kept.
+	key := warmUpKey + "/" + strconv.FormatUint(uint64(conn.PgConn().PID()), 10)
 	second, hour := limit.Every(time.Second).Micros(), limit.Every(time.Hour).Micros()
 	_, err = sqlcgen.New(tx).CheckCounters(ctx, sqlcgen.CheckCountersParams{
-		Keys:       []string{warmUpKey},
+		Keys:       []string{key},
 		Reqs:       []int32{1, 1, 1, 1},
 		Slots:      []int32{1, 1, 1, 1},
 		Algorithms: []int16{int16(limit.FixedWindow), int16(limit.FixedWindow), int16(limit.SlidingWindow), int16(limit.TokenBucket)},
@@ -565,37 +616,40 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	// tollgate_check_fixed, both of its ways out: all admitted, and one
-	// refused (its cost above its limit).
-	if _, err := sqlcgen.New(tx).CheckCountersFixed(ctx, sqlcgen.CheckCountersFixedParams{
-		Keys:    []string{warmUpKey, warmUpKey + "/month"},
-		Limits:  []int64{limit.MaxLimit, 1},
-		Windows: []int64{second, limit.Month.Micros()},
-		Costs:   []int64{1, 2},
-	}); err != nil {
-		return err
-	}
-	// The lease functions, each path once: a lease taken, one refused, a
-	// renewal, a release and a count. The warm-up group is none that
-	// counter.Validate accepts.
+	// tollgate_check_fixed, each of its ways: every key admitted, one
+	// refused (its cost above its limit), and several requests on a key.
 	q := sqlcgen.New(tx)
-	for _, id := range []string{"a", "b"} {
-		if _, err := q.AcquireLease(ctx, sqlcgen.AcquireLeaseParams{
-			Keys: []string{warmUpKey}, Slots: []int32{1}, Algorithms: []int16{int16(limit.FixedWindow)},
-			Limits: []int64{limit.MaxLimit}, Windows: []int64{second}, Costs: []int64{1}, Advisory: []bool{false},
-			Grp: warmUpKey, Key: []byte("k"), Tally: []byte("t"), ID: []byte(id), Max: 1, TtlUs: second,
+	for _, ns := range []int32{1, 2} {
+		if _, err := q.CheckCountersFixed(ctx, sqlcgen.CheckCountersFixedParams{
+			Keys:    []string{key, key + "/month"},
+			Ns:      []int32{ns, 1},
+			Limits:  []int64{limit.MaxLimit, 1},
+			Windows: []int64{second, limit.Month.Micros()},
+			Costs:   []int64{1, 2},
 		}); err != nil {
 			return err
 		}
 	}
-	if _, err := q.RenewLease(ctx, sqlcgen.RenewLeaseParams{Grp: warmUpKey, ID: []byte("a"), TtlUs: second}); err != nil {
+	// The lease functions, each path once: a lease taken, one refused, a
+	// renewal, a release and a count. The warm-up group is none that
+	// counter.Validate accepts.
+	for _, id := range []string{"a", "b"} {
+		if _, err := q.AcquireLease(ctx, sqlcgen.AcquireLeaseParams{
+			Keys: []string{key}, Slots: []int32{1}, Algorithms: []int16{int16(limit.FixedWindow)},
+			Limits: []int64{limit.MaxLimit}, Windows: []int64{second}, Costs: []int64{1}, Advisory: []bool{false},
+			Grp: key, Key: []byte("k"), Tally: []byte("t"), ID: []byte(id), Max: 1, TtlUs: second,
+		}); err != nil {
+			return err
+		}
+	}
+	if _, err := q.RenewLease(ctx, sqlcgen.RenewLeaseParams{Grp: key, ID: []byte("a"), TtlUs: second}); err != nil {
 		return err
 	}
-	if _, err := q.HeldLeases(ctx, sqlcgen.HeldLeasesParams{Grp: warmUpKey, Tallies: [][]byte{[]byte("t")}}); err != nil {
+	if _, err := q.HeldLeases(ctx, sqlcgen.HeldLeasesParams{Grp: key, Tallies: [][]byte{[]byte("t")}}); err != nil {
 		return err
 	}
-	if _, err := q.ReleaseLease(ctx, sqlcgen.ReleaseLeaseParams{Grp: warmUpKey, ID: []byte("a")}); err != nil {
+	if _, err := q.ReleaseLease(ctx, sqlcgen.ReleaseLeaseParams{Grp: key, ID: []byte("a")}); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	return nil
 }

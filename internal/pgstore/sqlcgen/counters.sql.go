@@ -96,19 +96,20 @@ func (q *Queries) CheckCounters(ctx context.Context, arg CheckCountersParams) ([
 
 const checkCountersFixed = `-- name: CheckCountersFixed :many
 SELECT c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
-    c.seen_prev::bigint AS seen_prev, c.seen_tat::double precision AS seen_tat,
-    c.allowed::boolean AS allowed, c.now_us::bigint AS now_us
+    c.admitted::integer AS admitted, c.now_us::bigint AS now_us
 FROM tollgate_check_fixed(
     $1::text[],
-    $2::bigint[],
+    $2::integer[],
     $3::bigint[],
     $4::bigint[],
-    $5::bigint
+    $5::bigint[],
+    $6::bigint
 ) AS c
 `
 
 type CheckCountersFixedParams struct {
 	Keys    []string
+	Ns      []int32
 	Limits  []int64
 	Windows []int64
 	Costs   []int64
@@ -118,19 +119,18 @@ type CheckCountersFixedParams struct {
 type CheckCountersFixedRow struct {
 	SeenStart int64
 	SeenCount int64
-	SeenPrev  int64
-	SeenTat   float64
-	Allowed   bool
+	Admitted  int32
 	NowUs     int64
 }
 
 // CheckCountersFixed decides a batch of one-item consuming fixed-window
-// requests on distinct keys; see tollgate_check_fixed in
-// migrations/000014_counter_check_fixed.up.sql. Keys are sorted bytewise and
-// the rows come back in their order.
+// requests, those on one key alike; see tollgate_check_fixed in
+// migrations/000014_counter_check_fixed.up.sql. Keys are distinct and sorted
+// bytewise, and the rows come back in their order.
 func (q *Queries) CheckCountersFixed(ctx context.Context, arg CheckCountersFixedParams) ([]CheckCountersFixedRow, error) {
 	rows, err := q.db.Query(ctx, checkCountersFixed,
 		arg.Keys,
+		arg.Ns,
 		arg.Limits,
 		arg.Windows,
 		arg.Costs,
@@ -146,9 +146,7 @@ func (q *Queries) CheckCountersFixed(ctx context.Context, arg CheckCountersFixed
 		if err := rows.Scan(
 			&i.SeenStart,
 			&i.SeenCount,
-			&i.SeenPrev,
-			&i.SeenTat,
-			&i.Allowed,
+			&i.Admitted,
 			&i.NowUs,
 		); err != nil {
 			return nil, err
