@@ -400,16 +400,12 @@ func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *
 		return nil, time.Time{}, err
 	}
 	for i, r := range rows {
-		seen[i] = seenOf(r)
+		seen[i] = counter.Seen{
+			State:   limit.State{Start: r.SeenStart, Count: r.SeenCount, Prev: r.SeenPrev, TAT: r.SeenTat},
+			Allowed: r.Allowed,
+		}
 	}
 	return seen, time.UnixMicro(rows[0].NowUs).UTC(), nil
-}
-
-func seenOf(r sqlcgen.CheckCountersRow) counter.Seen {
-	return counter.Seen{
-		State:   limit.State{Start: r.SeenStart, Count: r.SeenCount, Prev: r.SeenPrev, TAT: r.SeenTat},
-		Allowed: r.Allowed,
-	}
 }
 
 // fixedAt places a request of a tollgate_check_fixed batch: the index of
