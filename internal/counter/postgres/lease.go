@@ -44,7 +44,9 @@ func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquire
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	creq := a.CeilingRequest()
-	cp := checkParams([]counter.Request{creq}, len(a.Ceilings))
+	reqs := []counter.Request{creq}
+	keys, order := rowKeys(reqs, len(a.Ceilings))
+	cp := checkParams(reqs, len(a.Ceilings), keys, order)
 	rows, err := s.q.AcquireLease(ctx, sqlcgen.AcquireLeaseParams{
 		Keys: cp.Keys, Slots: cp.Slots, Algorithms: cp.Algorithms, Limits: cp.Limits, Windows: cp.Windows,
 		Costs: cp.Costs, Advisory: cp.Advisory,

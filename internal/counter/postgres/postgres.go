@@ -223,16 +223,16 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// warmPool holds n of the pool's connections at once (at least one), so
-// that each is opened and warmed up before New returns, and gives them back.
+// warmPool holds n of the pool's connections at once, so that each is
+// opened and warmed up before New returns, and gives them back.
 func (s *Store) warmPool(ctx context.Context, n int32) error {
-	conns := make([]*pgxpool.Conn, 0, max(n, 1))
+	conns := make([]*pgxpool.Conn, 0, n)
 	defer func() {
 		for _, c := range conns {
 			c.Release()
 		}
 	}()
-	for range max(n, 1) {
+	for range n {
 		c, err := s.pool.Acquire(ctx)
 		if err != nil {
 			return err
@@ -371,7 +371,8 @@ func (s *Store) send(calls []*call, now *int64) {
 // tollgate_check, which decides item by item.
 func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *int64) ([]counter.Seen, time.Time, error) {
 	seen := make([]counter.Seen, n)
-	if p, at, ok := fixedParams(reqs); ok {
+	keys, order := rowKeys(reqs, n)
+	if p, at, ok := fixedParams(reqs, keys, order); ok {
 		s.fixedBatches.Add(1)
 		p.Now = now
 		rows, err := s.q.CheckCountersFixed(ctx, p)
@@ -390,7 +391,7 @@ func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *
 		}
 		return seen, time.UnixMicro(rows[0].NowUs).UTC(), nil
 	}
-	p := checkParams(reqs, n)
+	p := checkParams(reqs, n, keys, order)
 	p.Now = now
 	rows, err := s.q.CheckCounters(ctx, p)
 	if err == nil && len(rows) != n {
@@ -412,20 +413,20 @@ func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *
 // its key, and how many requests on that key came before it.
 type fixedAt struct{ key, nth int32 }
 
-// fixedParams lays out reqs as tollgate_check_fixed takes them, and where
-// each request is among them, when every request is one consuming
+// fixedParams lays out reqs, whose row keys and their order rowKeys gave,
+// as tollgate_check_fixed takes them, and where each request is among them,
+// when every request is one consuming
 // fixed-window item and the requests on one row agree on its limit, window
 // and cost; ok is false otherwise. (For one item, advisory or a ceiling or
 // neither, tollgate_check keeps its count exactly when it is admitted, as
 // tollgate_check_fixed does.)
-func fixedParams(reqs []counter.Request) (p sqlcgen.CheckCountersFixedParams, at []fixedAt, ok bool) {
+func fixedParams(reqs []counter.Request, keys []string, order []int32) (p sqlcgen.CheckCountersFixedParams, at []fixedAt, ok bool) {
 	for _, req := range reqs {
 		if len(req.Items) != 1 || req.Mode != counter.Consume || req.Items[0].Algorithm != limit.FixedWindow {
 			return p, nil, false
 		}
 	}
 	n := len(reqs)
-	keys, order := rowKeys(reqs, n)
 	p = sqlcgen.CheckCountersFixedParams{
 		Keys:    make([]string, 0, n),
 		Ns:      make([]int32, 0, n),
@@ -457,10 +458,11 @@ func fixedParams(reqs []counter.Request) (p sqlcgen.CheckCountersFixedParams, at
 	return p, at, true
 }
 
-// checkParams lays out reqs, of n items in all, as tollgate_check takes
-// them: the batch's distinct row keys in byte order (its lock order), and
-// each item's request, position among them and arguments.
-func checkParams(reqs []counter.Request, n int) sqlcgen.CheckCountersParams {
+// checkParams lays out reqs, of n items in all, whose row keys and their
+// order rowKeys gave, as tollgate_check takes them: the batch's distinct row
+// keys in byte order (its lock order), and each item's request, position
+// among them and arguments.
+func checkParams(reqs []counter.Request, n int, keys []string, order []int32) sqlcgen.CheckCountersParams {
 	p := sqlcgen.CheckCountersParams{
 		Reqs:       make([]int32, 0, n),
 		Slots:      make([]int32, n),
@@ -484,7 +486,6 @@ func checkParams(reqs []counter.Request, n int) sqlcgen.CheckCountersParams {
 			p.Advisory = append(p.Advisory, it.Advisory)
 		}
 	}
-	keys, order := rowKeys(reqs, n)
 	p.Keys = make([]string, 0, n)
 	for _, i := range order {
 		if len(p.Keys) == 0 || p.Keys[len(p.Keys)-1] != keys[i] {
@@ -597,7 +598,8 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 	// never wait for each other's locks; none of it is kept.
 	key := warmUpKey + "/" + strconv.FormatUint(uint64(conn.PgConn().PID()), 10)
 	second, hour := limit.Every(time.Second).Micros(), limit.Every(time.Hour).Micros()
-	_, err = sqlcgen.New(tx).CheckCounters(ctx, sqlcgen.CheckCountersParams{
+	q := sqlcgen.New(tx)
+	_, err = q.CheckCounters(ctx, sqlcgen.CheckCountersParams{
 		Keys:       []string{key},
 		Reqs:       []int32{1, 1, 1, 1},
 		Slots:      []int32{1, 1, 1, 1},
@@ -614,7 +616,6 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 	}
 	// tollgate_check_fixed, each of its ways: every key admitted, one
 	// refused (its cost above its limit), and several requests on a key.
-	q := sqlcgen.New(tx)
 	for _, ns := range []int32{1, 2} {
 		if _, err := q.CheckCountersFixed(ctx, sqlcgen.CheckCountersFixedParams{
 			Keys:    []string{key, key + "/month"},
