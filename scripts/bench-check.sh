@@ -31,14 +31,18 @@
 # from 18101 up.
 #
 # Settings: RUNS (3), DURATION (8s), CONNS (64), SUBJECTS (100000),
-# TOLLGATE_BIN (a tollgate binary to measure instead of building the tree's),
+# TOLLGATE_BIN (a tollgate binary to measure instead of building the tree's;
+# several, separated by spaces, are measured in turn within each run, each
+# with a database and a server of its own, and reported as store#1, #2, …:
+# on a shared box only builds measured in one sitting compare),
 # SCOPE (subject, or global: every check on one keyless counter),
 # CLIENTS (0: every request from 127.0.0.1; N: each from one of N client
 # addresses, sent as X-Forwarded-For from 127.0.0.1, a trusted proxy),
 # PROFILE (a directory: Go's CPU and allocation profiles of Tollgate during
 # each store's last run are saved there as <store>.cpu, <store>.allocs and
 # <store>.mutex (contended locks), for go tool pprof).
-# Tollgate, wrk and the stores share the machine: every figure is a
+# Each run starts the server afresh and warms it up for 2 s before it is
+# measured. Tollgate, wrk and the stores share the machine: every figure is a
 # whole-box figure, and absolute req/s move with whatever else runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,10 +59,15 @@ stores=("$@")
 
 mkdir -p bin
 go build -o bin/bare ./scripts/bare
-bin=${TOLLGATE_BIN:-}
-if [ -z "$bin" ]; then
+read -r -a bins <<<"${TOLLGATE_BIN:-}"
+if [ ${#bins[@]} -eq 0 ]; then
   go build -o bin/tollgate ./cmd/tollgate
-  bin=./bin/tollgate
+  bins=(./bin/tollgate)
+fi
+bin=${bins[0]}
+declare -a tot wsum ksum rss dbs keys
+if [ ${#bins[@]} -gt 1 ]; then
+  for i in "${!bins[@]}"; do echo "#$((i + 1)) ${bins[i]}"; done
 fi
 
 tick=$(getconf CLK_TCK)
@@ -93,7 +102,7 @@ cleanup() {
     rm -rf "$cluster_dir"
   fi
   declare -F pgstop >/dev/null && pgstop
-  rm -rf "$script" "$work"
+  rm -rf "$script" "$script".* "$work"
   true
 }
 trap cleanup EXIT
@@ -148,7 +157,7 @@ start_cluster() {
 # wrkrun URL: runs wrk with the check script, prints "req/s p99_ms requests
 # degraded".
 wrkrun() {
-  wrk -t2 -c"$conns" -d"$duration" --latency -s "$script" "$1" >"$work/wrk.out"
+  wrk -t2 -c"$conns" -d"$duration" --latency -s "$2" "$1" >"$work/wrk.out"
   local rps p99 reqs deg
   rps=$(awk '/Requests\/sec/ {print $2}' "$work/wrk.out")
   reqs=$(awk '/requests in/ {print $1}' "$work/wrk.out")
@@ -198,31 +207,27 @@ storepids() {
   esac
 }
 
-printf '%-9s %10s %10s %7s %8s %8s %13s %6s %6s %8s %9s %7s %7s\n' store "req/s" "bare" ratio cpu_us bare_us store_cpu_us rows batch p99_ms degraded rss_mb allocs
+printf '%-11s %10s %10s %7s %8s %8s %13s %6s %6s %8s %9s %7s %7s\n' store "req/s" "bare" ratio cpu_us bare_us store_cpu_us rows batch p99_ms degraded rss_mb allocs
 for store in "${stores[@]}"; do
-  db="tollgate_bench_$$_$store"
-  psql -q "$DATABASE_URL" -c "CREATE DATABASE $db" >/dev/null
-  export DATABASE_URL_BENCH="${DATABASE_URL%/*}/$db?sslmode=disable"
   addr=127.0.0.1:18281
-  env DATABASE_URL="$DATABASE_URL_BENCH" TOLLGATE_DEV=1 "$bin" migrate up >/dev/null
-  # Ceilings far above what one box can send: the policy is what is measured.
-  env DATABASE_URL="$DATABASE_URL_BENCH" TOLLGATE_DEV=1 "$bin" plans set enterprise --ip-per-minute 1000000000 --quota-per-minute 1000000000 --quota-per-hour 1000000000 >/dev/null
-  key=$(env DATABASE_URL="$DATABASE_URL_BENCH" TOLLGATE_DEV=1 "$bin" tenants create --name bench --plan enterprise | sed -E 's/.*"live_key":"([^"]+)".*/\1/')
   url=$REDIS_URL kind=$store
   case "$store" in
     cluster) [ -n "${cluster_dir:-}" ] || start_cluster; url=$cluster_url kind=redis ;;
     memory | redis | postgres) ;;
     *) echo "bench-check.sh: unknown store $store: want memory, redis, cluster or postgres" >&2; exit 2 ;;
   esac
-  env DATABASE_URL="$DATABASE_URL_BENCH" TOLLGATE_DEV=1 TOLLGATE_ADDR=$addr TOLLGATE_LOG_LEVEL=error \
-    TOLLGATE_COUNTER_STORE="$kind" REDIS_URL="$url" TOLLGATE_TRUSTED_PROXIES=127.0.0.1 \
-    ${profile:+TOLLGATE_DEBUG_ADDR=127.0.0.1:18282} "$bin" serve 2>"$work/serve.log" &
-  server=$!
-  for _ in $(seq 100); do curl -sf "http://$addr/readyz" >/dev/null && break; sleep 0.1; done
-  curl -sf "http://$addr/readyz" >/dev/null || { echo "tollgate did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
-  curl -sf -X PUT "http://$addr/v1/policies/bench" -H "Authorization: Bearer $key" \
-    -d "{\"limit\":1000000000,\"window\":\"1h\",\"algorithm\":\"fixed_window\",\"scope\":\"$scope\"}" >/dev/null
-  cat >"$script" <<LUA
+  # A database, a tenant and a key for each build, so that builds with
+  # different migrations can be compared.
+  for i in "${!bins[@]}"; do
+    dbs[i]="tollgate_bench_$$_${store}_$i"
+    psql -q "$DATABASE_URL" -c "CREATE DATABASE ${dbs[i]}" >/dev/null
+    dsn="${DATABASE_URL%/*}/${dbs[i]}?sslmode=disable"
+    env DATABASE_URL="$dsn" TOLLGATE_DEV=1 "${bins[i]}" migrate up >/dev/null
+    # Ceilings far above what one box can send: the policy is what is measured.
+    env DATABASE_URL="$dsn" TOLLGATE_DEV=1 "${bins[i]}" plans set enterprise --ip-per-minute 1000000000 --quota-per-minute 1000000000 --quota-per-hour 1000000000 >/dev/null
+    key=$(env DATABASE_URL="$dsn" TOLLGATE_DEV=1 "${bins[i]}" tenants create --name bench --plan enterprise | sed -E 's/.*"live_key":"([^"]+)".*/\1/')
+    keys[i]=$key
+    cat >"$script.$i" <<LUA
 wrk.method = "POST"
 wrk.headers["Authorization"] = "Bearer $key"
 wrk.headers["Content-Type"] = "application/json"
@@ -248,47 +253,70 @@ done = function(summary, latency, requests)
   io.write(string.format("degraded answers: %d\n", d))
 end
 LUA
-  # Warm-up: caches, connections, the JIT of nothing.
-  DURATION=2s wrk -t2 -c"$conns" -d2s -s "$script" "http://$addr/" >/dev/null
-  : >"$work/rows"
-  total=0
-  sleep 1
-  w0=$(written "$store"); k0=$(calls "$store")
-  for run in $(seq "$runs"); do
-    b0=$(cpu "$bare")
-    read -r brps _ breqs _ < <(wrkrun "http://127.0.0.1:18280/")
-    b1=$(cpu "$bare")
-    spids=$(storepids "$store" || true)
-    c0=$(cpu "$server"); s0=$(cpu $spids); m0=$(mallocs)
-    prof=""
-    if [ -n "$profile" ] && [ "$run" = "$runs" ]; then
-      secs=$(( ${duration%s} > 2 ? ${duration%s} - 1 : 1 ))
-      curl -s -o "$profile/$store.cpu" "http://127.0.0.1:18282/debug/pprof/profile?seconds=$secs" &
-      prof=$!
-    fi
-    read -r rps p99 reqs deg < <(wrkrun "http://$addr/")
-    if [ -n "$prof" ]; then
-      wait "$prof"
-      curl -s -o "$profile/$store.allocs" "http://127.0.0.1:18282/debug/pprof/allocs"
-      curl -s -o "$profile/$store.mutex" "http://127.0.0.1:18282/debug/pprof/mutex"
-    fi
-    c1=$(cpu "$server"); s1=$(cpu $spids); m1=$(mallocs)
-    total=$((total + reqs))
-    awk -v b="$brps" -v r="$rps" -v p="$p99" -v n="$reqs" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v t="$tick" -v st="$store" -v d="$deg" \
-      -v bc=$((b1 - b0)) -v bn="$breqs" -v m="$(awk -v a="$m0" -v b="$m1" 'BEGIN {print b - a}')" \
-      'BEGIN { printf "%s %.0f %.0f %.3f %.1f %.1f %.2f %d %.1f %.1f\n", st, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), p, d, bc/t/bn*1e6, m/n }' >>"$work/rows"
   done
-  rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$server/status")
-  # Why answers were degraded, if some were (one line a second at most).
-  grep -h L2_DEGRADED "$work/serve.log" | head -3 | cut -c1-300 >&2 || true
-  stop "$server"; server=""
-  sleep 1
-  rows=$(awk -v w=$(( $(written "$store") - w0 )) -v n="$total" -v st="$store" 'BEGIN { printf "%.2f", (st=="memory" ? 0 : w/n) }')
-  batch=$(awk -v k=$(( $(calls "$store") - k0 )) -v n="$total" 'BEGIN { printf "%.1f", (k > 0 ? n/k : 0) }')
-  # Medians, column by column.
-  row=$store
-  for col in 2 3 4 5 9 6; do row="$row $(awk -v c=$col '{print $c}' "$work/rows" | median)"; done
-  row="$row $rows $batch $(awk '{print $7}' "$work/rows" | median) $(awk '{n += $8} END {print n+0}' "$work/rows") $rss $(awk '{print $10}' "$work/rows" | median)"
-  echo "$row" | awk '{printf "%-9s %10s %10s %7s %8s %8s %13s %6s %6s %8s %9s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13}' 
-  psql -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null; db=""
+  for i in "${!bins[@]}"; do : >"$work/rows.$i"; tot[i]=0 wsum[i]=0 ksum[i]=0 rss[i]=0; done
+  for run in $(seq "$runs"); do
+    # Each build in turn, a server of its own for each run, so that builds
+    # compared in one sitting meet the same machine.
+    for i in "${!bins[@]}"; do
+      db=${dbs[i]} key=${keys[i]}
+      env DATABASE_URL="${DATABASE_URL%/*}/$db?sslmode=disable" TOLLGATE_DEV=1 TOLLGATE_ADDR=$addr TOLLGATE_LOG_LEVEL=error \
+        TOLLGATE_COUNTER_STORE="$kind" REDIS_URL="$url" TOLLGATE_TRUSTED_PROXIES=127.0.0.1 \
+        ${profile:+TOLLGATE_DEBUG_ADDR=127.0.0.1:18282} "${bins[i]}" serve 2>"$work/serve.log" &
+      server=$!
+      for _ in $(seq 100); do curl -sf "http://$addr/readyz" >/dev/null && break; sleep 0.1; done
+      curl -sf "http://$addr/readyz" >/dev/null || { echo "tollgate did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
+      curl -sf -X PUT "http://$addr/v1/policies/bench" -H "Authorization: Bearer $key" \
+        -d "{\"limit\":1000000000,\"window\":\"1h\",\"algorithm\":\"fixed_window\",\"scope\":\"$scope\"}" >/dev/null
+      # Warm-up: caches, connections, the JIT of nothing.
+      wrk -t2 -c"$conns" -d2s -s "$script.$i" "http://$addr/" >/dev/null
+      sleep 1
+      w0=$(written "$store"); k0=$(calls "$store")
+      b0=$(cpu "$bare")
+      read -r brps _ breqs _ < <(wrkrun "http://127.0.0.1:18280/" "$script.$i")
+      b1=$(cpu "$bare")
+      spids=$(storepids "$store" || true)
+      c0=$(cpu "$server"); s0=$(cpu $spids); m0=$(mallocs)
+      prof=""
+      name=$store
+      [ ${#bins[@]} -eq 1 ] || name="$store#$((i + 1))"
+      if [ -n "$profile" ] && [ "$run" = "$runs" ]; then
+        secs=$(( ${duration%s} > 2 ? ${duration%s} - 1 : 1 ))
+        curl -s -o "$profile/$name.cpu" "http://127.0.0.1:18282/debug/pprof/profile?seconds=$secs" &
+        prof=$!
+      fi
+      read -r rps p99 reqs deg < <(wrkrun "http://$addr/" "$script.$i")
+      if [ -n "$prof" ]; then
+        wait "$prof"
+        curl -s -o "$profile/$name.allocs" "http://127.0.0.1:18282/debug/pprof/allocs"
+        curl -s -o "$profile/$name.mutex" "http://127.0.0.1:18282/debug/pprof/mutex"
+      fi
+      c1=$(cpu "$server"); s1=$(cpu $spids); m1=$(mallocs)
+      awk -v b="$brps" -v r="$rps" -v p="$p99" -v n="$reqs" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v t="$tick" -v st="$store" -v d="$deg" \
+        -v bc=$((b1 - b0)) -v bn="$breqs" -v m="$(awk -v a="$m0" -v b="$m1" 'BEGIN {print b - a}')" \
+        'BEGIN { printf "%s %.0f %.0f %.3f %.1f %.1f %.2f %d %.1f %.1f\n", st, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), p, d, bc/t/bn*1e6, m/n }' >>"$work/rows.$i"
+      rss[i]=$(awk -v r="${rss[i]}" '/VmHWM/ {v = $2/1024; printf "%.0f", (v > r ? v : r)}' "/proc/$server/status")
+      # Why answers were degraded, if some were (one line a second at most).
+      grep -h L2_DEGRADED "$work/serve.log" | head -3 | cut -c1-300 >&2 || true
+      stop "$server"; server=""
+      # PostgreSQL's table statistics are complete once the server's
+      # connections are gone.
+      sleep 1
+      tot[i]=$((tot[i] + reqs))
+      wsum[i]=$((wsum[i] + $(written "$store") - w0))
+      ksum[i]=$((ksum[i] + $(calls "$store") - k0))
+    done
+  done
+  for i in "${!bins[@]}"; do
+    rows=$(awk -v w="${wsum[i]}" -v n="${tot[i]}" -v st="$store" 'BEGIN { printf "%.2f", (st=="memory" ? 0 : w/n) }')
+    batch=$(awk -v k="${ksum[i]}" -v n="${tot[i]}" 'BEGIN { printf "%.1f", (k > 0 ? n/k : 0) }')
+    # Medians, column by column.
+    row=$store
+    [ ${#bins[@]} -eq 1 ] || row="$store#$((i + 1))"
+    for col in 2 3 4 5 9 6; do row="$row $(awk -v c=$col '{print $c}' "$work/rows.$i" | median)"; done
+    row="$row $rows $batch $(awk '{print $7}' "$work/rows.$i" | median) $(awk '{n += $8} END {print n+0}' "$work/rows.$i") ${rss[i]} $(awk '{print $10}' "$work/rows.$i" | median)"
+    echo "$row" | awk '{printf "%-11s %10s %10s %7s %8s %8s %13s %6s %6s %8s %9s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13}'
+  done
+  for db in "${dbs[@]}"; do psql -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null; done
+  dbs=() db=""
 done
