@@ -35,6 +35,8 @@
 # several, separated by spaces, are measured in turn within each run, each
 # with a database and a server of its own, and reported as store#1, #2, …:
 # on a shared box only builds measured in one sitting compare),
+# VERBOSE (set: each run's figures too, on stderr, as
+#   store req/s bare ratio cpu_us store_cpu_us p99 degraded bare_us allocs),
 # SCOPE (subject, or global: every check on one keyless counter),
 # CLIENTS (0: every request from 127.0.0.1; N: each from one of N client
 # addresses, sent as X-Forwarded-For from 127.0.0.1, a trusted proxy),
@@ -315,6 +317,7 @@ LUA
     [ ${#bins[@]} -eq 1 ] || row="$store#$((i + 1))"
     for col in 2 3 4 5 9 6; do row="$row $(awk -v c=$col '{print $c}' "$work/rows.$i" | median)"; done
     row="$row $rows $batch $(awk '{print $7}' "$work/rows.$i" | median) $(awk '{n += $8} END {print n+0}' "$work/rows.$i") ${rss[i]} $(awk '{print $10}' "$work/rows.$i" | median)"
+    [ -z "${VERBOSE:-}" ] || sed "s/^/  run: /" "$work/rows.$i" >&2
     echo "$row" | awk '{printf "%-11s %10s %10s %7s %8s %8s %13s %6s %6s %8s %9s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13}'
   done
   for db in "${dbs[@]}"; do psql -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null; done
