@@ -15,10 +15,10 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 )
 
-// Coalescing. A Check that finds a free sending slot and nothing queued
+// Coalescing. A Check that finds the sending slot free and nothing queued
 // sends its own script at once, from its own goroutine: alone, it pays no
-// hand-off. When all slots are busy it queues, and whichever slot frees
-// first drains the queue, up to maxBatch checks at a time, in one pipeline
+// hand-off. While the slot is busy it queues, and when the slot frees, a
+// drain sends the queue, up to maxBatch checks at a time, in one pipeline
 // of as few scripts as it may: one script (check.lua) decides many
 // requests, in their order of arrival, each as it would alone, and writes
 // each key once. On a single server one script takes the whole batch; on a
@@ -27,20 +27,36 @@ import (
 // the one-request script it replaced (9.6 against 9.4 µs a call in
 // INFO commandstats, within the noise), so there is one script to keep.
 //
+// A single server has one slot, as the PostgreSQL store keeps one batch in
+// flight: end to end (scripts/bench-check.sh's load, wrk, Tollgate
+// and Redis on the same two cores), one slot against four made batches of
+// 19 checks a script instead of 7 and, measured with every server up and
+// ten rounds alternating, 10 to 15 % more checks a second in each round,
+// about 10 % less of Tollgate's CPU and 15 % less of Redis's a check. In
+// the store's own benchmark, with CPU to spare, four slots were about as
+// fast (64 callers on random keys: 10 to 12 µs a check either way); a lone
+// caller is as fast either way (it sends its own script). A cluster master
+// has four (clusterSenders): while a hash slot migrates, go-redis follows
+// the ASK and MOVED replies of a pipeline with pauses of its own, inside
+// the pipeline, so that a lone slot holds up every check bound for that
+// master for the migration's length (TestClusterReshardExact: checks of a
+// key in the moving slot waited out whole migrations, over a second), and
+// batching gains little there, a script taking one tenant's checks.
+//
 // Measured on two cores against a redis-server of its own (one-item checks
 // on random keys of one tenant, two rounds interleaved with the store that
-// sent a script per check): a lone caller is as fast (about 15k checks/s
-// either way); 16 concurrent callers get 1.25 times the checks per second
-// (63k to 79k), at 8.6 µs of Tollgate's CPU and 8.9 µs of Redis's per check
-// instead of 11.1 and 11.3; 64 callers 1.6 times (105k to 170k), at 3.2 and
-// 5.3 µs instead of 5.5 and 8.1. BenchmarkCheckParallel: a hot key 78k to
-// 170k checks/s, random keys 67k to 107k, 3 to 10 allocations per check
-// instead of 24 to 46. Queueing every check for background senders cost a
-// lone caller 40 %. Four slots beat one and two (at 16 callers 81k checks/s
-// against 62k and 71k); eight gained nothing.
+// sent a script per check), when coalescing came in: a lone caller is as
+// fast (about 15k checks/s either way); 16 concurrent callers get 1.25
+// times the checks per second (63k to 79k), at 8.6 µs of Tollgate's CPU and
+// 8.9 µs of Redis's per check instead of 11.1 and 11.3; 64 callers 1.6
+// times (105k to 170k), at 3.2 and 5.3 µs instead of 5.5 and 8.1.
+// BenchmarkCheckParallel: a hot key 78k to 170k checks/s, random keys 67k
+// to 107k, 3 to 10 allocations per check instead of 24 to 46. Queueing
+// every check for background senders cost a lone caller 40 %.
 const (
-	senders  = 4
-	maxBatch = 64
+	senders        = 1
+	clusterSenders = 4
+	maxBatch       = 64
 	// maxQueue bounds the checks waiting for a slot. Healthy, the queue holds
 	// about one check per concurrent caller; past this the server is not
 	// keeping up, and a check fails at once rather than wait out its deadline.
@@ -64,6 +80,7 @@ var errOverloaded = errors.New("too many checks waiting for the server")
 type lane struct {
 	queue  []*job // checks waiting for a slot
 	active int    // slots taken, by callers sending alone and by drains
+	slots  int    // senders or clusterSenders
 }
 
 // job is one Check on its way to the server, kept for reuse once its
@@ -134,24 +151,22 @@ func (s *Store) call(ctx context.Context, j *job) error {
 	l := s.one
 	if s.cluster != nil {
 		if l = s.lanes[addr]; l == nil {
-			l = &lane{}
+			l = &lane{slots: clusterSenders}
 			s.lanes[addr] = l
 		}
 	}
-	if l.active < senders && len(l.queue) == 0 {
+	if l.active < l.slots && len(l.queue) == 0 {
 		l.active++
 		s.inflight.Add(1)
 		s.mu.Unlock()
-		err := s.runOne(ctx, j)
-		s.release(l)
-		return err
+		return s.runOne(ctx, j, l)
 	}
 	if len(l.queue) >= maxQueue {
 		s.mu.Unlock()
 		return errOverloaded
 	}
 	l.queue = append(l.queue, j)
-	if l.active < senders {
+	if l.active < l.slots {
 		l.active++
 		s.inflight.Add(1)
 		go s.drain(l)
@@ -170,9 +185,19 @@ func (s *Store) call(ctx context.Context, j *job) error {
 }
 
 // runOne sends j's script on the caller's goroutine and context, bounded
-// by j's deadline, again after each refusal that proves it did not run
-// (cluster.go).
-func (s *Store) runOne(ctx context.Context, j *job) error {
+// by j's deadline, holding a slot of l, which it gives back. A refusal that
+// proves the script did not run (cluster.go) is sent again after a pause,
+// with the slot given back first: a migrating hash slot then holds up only
+// its own checks, not every check bound for its master.
+func (s *Store) runOne(ctx context.Context, j *job, l *lane) error {
+	held := true
+	defer func() {
+		if held {
+			s.release(l)
+		} else {
+			s.inflight.Done()
+		}
+	}()
 	if d, ok := ctx.Deadline(); !ok || d.After(j.deadline) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, j.deadline)
@@ -192,6 +217,12 @@ func (s *Store) runOne(ctx context.Context, j *job) error {
 			s.afterFailure(err)
 			answer(cmd, one)
 			return j.err
+		}
+		if held {
+			// Close still waits for this caller.
+			s.inflight.Add(1)
+			s.release(l)
+			held = false
 		}
 		if !pause(ctx, n) {
 			return err
@@ -270,8 +301,8 @@ type batchCall struct {
 
 // flush decides the live jobs of batch in as few scripts as it may (split),
 // sent in one pipeline, falling back to EVAL when the server has no script,
-// sends again those a cluster refused before running them (cluster.go), and
-// hands every job its answer.
+// and hands every job its answer; those a cluster refused before running
+// them (cluster.go) are answered later, by resend.
 func (s *Store) flush(batch []*job, calls []batchCall) []batchCall {
 	now := time.Now()
 	live := batch[:0]
@@ -287,59 +318,90 @@ func (s *Store) flush(batch []*job, calls []batchCall) []batchCall {
 			deadline = j.deadline
 		}
 	}
+	if len(live) == 0 {
+		return calls
+	}
 	// The earliest deadline of the batch bounds the pipeline, so that no
 	// caller waits past its own (call). The checks of a batch were queued
 	// within a round trip of each other, and a server that cannot answer by
 	// the first's deadline is not answering the others either.
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
 	calls = s.split(live, calls)
+	s.exec(ctx, calls)
+	again := s.settle(calls)
+	if len(again) == 0 {
+		cancel()
+		return calls
+	}
+	// Scripts a cluster refused before running them (their hash slot is
+	// migrating) are sent again after a pause, off the lane's slot, which
+	// goes on with the lane's other checks meanwhile. Their jobs leave the
+	// drain's buffers, which it reuses.
+	resend := make([]batchCall, len(again))
+	for i, c := range again {
+		resend[i] = batchCall{jobs: slices.Clone(c.jobs)}
+	}
+	clear(again)
+	s.inflight.Add(1)
+	go func() {
+		defer s.inflight.Done()
+		defer cancel()
+		s.resend(ctx, resend)
+	}()
+	return calls
+}
+
+// resend sends calls again, after a pause each time, until a cluster
+// runs them or ctx ends (cluster.go), and hands every job its answer.
+func (s *Store) resend(ctx context.Context, calls []batchCall) {
 	for n := 0; len(calls) > 0; n++ {
-		s.exec(ctx, calls)
-		again := calls[:0]
-		for _, c := range calls {
-			err := c.cmd.Err()
-			if s.cluster != nil && resendable(err) {
-				// Sent again without the checks whose callers gave up.
-				waiting := c.jobs[:0]
-				for _, j := range c.jobs {
-					if j.gone.Load() || !time.Now().Before(j.deadline) {
-						j.err = context.DeadlineExceeded
-						j.answered()
-					} else {
-						waiting = append(waiting, j)
-					}
-				}
-				if len(waiting) > 0 {
-					again = append(again, batchCall{jobs: waiting})
-				}
-				continue
-			}
-			s.afterFailure(err)
-			answer(c.cmd, c.jobs)
-			for _, j := range c.jobs {
-				j.answered()
-			}
-		}
-		clear(calls[len(again):])
-		if len(again) == 0 {
-			return again
-		}
 		if !pause(ctx, n) {
-			for _, c := range again {
+			for _, c := range calls {
 				for _, j := range c.jobs {
 					j.err = ctx.Err()
 					j.answered()
 				}
 			}
-			return again[:0]
+			return
 		}
-		for _, c := range again {
+		for _, c := range calls {
 			s.resent.Add(int64(len(c.jobs)))
 		}
-		calls = again
+		s.exec(ctx, calls)
+		calls = s.settle(calls)
 	}
-	return calls
+}
+
+// settle hands each job of calls, whose scripts exec sent, its answer, but
+// for the scripts a cluster refused before running them: it returns those,
+// without the jobs whose callers gave up meanwhile, in calls' own array.
+func (s *Store) settle(calls []batchCall) []batchCall {
+	again := calls[:0]
+	for _, c := range calls {
+		err := c.cmd.Err()
+		if s.cluster != nil && resendable(err) {
+			waiting := c.jobs[:0]
+			for _, j := range c.jobs {
+				if j.gone.Load() || !time.Now().Before(j.deadline) {
+					j.err = context.DeadlineExceeded
+					j.answered()
+				} else {
+					waiting = append(waiting, j)
+				}
+			}
+			if len(waiting) > 0 {
+				again = append(again, batchCall{jobs: waiting})
+			}
+			continue
+		}
+		s.afterFailure(err)
+		answer(c.cmd, c.jobs)
+		for _, j := range c.jobs {
+			j.answered()
+		}
+	}
+	clear(calls[len(again):])
+	return again
 }
 
 // split groups the jobs of a batch into scripts of at most maxScriptItems

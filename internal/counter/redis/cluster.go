@@ -156,9 +156,11 @@ func (s *Store) afterFailure(err error) {
 }
 
 // resendPause is how long the store waits before sending a refused script
-// again, the n-th time: a slot's keys migrate in milliseconds.
+// again, the n-th time: a slot's keys migrate in milliseconds. (The shift
+// is bounded: past 43 doublings a millisecond overflows, and a negative
+// pause would resend at once, over and over.)
 func resendPause(n int) time.Duration {
-	return min(time.Millisecond<<n, 8*time.Millisecond)
+	return time.Millisecond << min(n, 3)
 }
 
 // Verify asks each server the URL names whether it is in cluster mode, under

@@ -234,6 +234,22 @@ func storedCount(t *testing.T, raw *goredis.ClusterClient, key string) int64 {
 	return int64(unpackFloat(v, 1))
 }
 
+// TestResendPauseStaysBounded: a script a migrating slot keeps refusing is
+// sent again after a pause of a millisecond or more and 8 at most, however
+// long it has been refused (its deadline, not the pause, ends the tries): a
+// pause that reached zero or below would send it again at once, in a loop.
+func TestResendPauseStaysBounded(t *testing.T) {
+	t.Parallel()
+	last := time.Duration(0)
+	for n := range 10_000 {
+		p := tgredis.ResendPause(n)
+		if p < time.Millisecond || p > 8*time.Millisecond || p < last {
+			t.Fatalf("pause before resend %d: %v (the one before: %v), want 1 to 8 ms, never shorter than the one before", n, p, last)
+		}
+		last = p
+	}
+}
+
 // TestClusterReshardExact moves a busy tenant's slot from master to master
 // and back, key by key as redis-cli --cluster reshard does, while sixteen
 // goroutines check its counters (two-key checks, which the moving slot

@@ -49,3 +49,7 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 	}
 	return res, errs, scripts
 }
+
+// ResendPause is resendPause, the pause before a refused script is sent
+// again the n-th time.
+var ResendPause = resendPause
