@@ -32,19 +32,22 @@
 #
 # Settings: RUNS (3), DURATION (8s), CONNS (64), SUBJECTS (100000),
 # TOLLGATE_BIN (a tollgate binary to measure instead of building the tree's;
-# several, separated by spaces, are measured in turn within each run, each
-# with a database and a server of its own, and reported as store#1, #2, …:
-# on a shared box only builds measured in one sitting compare),
+# several, separated by spaces, are measured side by side: each with a
+# database and a server of its own, all up at once, each run taking the
+# builds in turn in an order that rotates from run to run; they are reported
+# as store#1, #2, … with vs#1, the median over the runs of a build's checks a
+# second over #1's in the same run: on a shared box only builds measured
+# side by side compare),
 # VERBOSE (set: each run's figures too, on stderr, as
-#   store req/s bare ratio cpu_us store_cpu_us p99 degraded bare_us allocs),
+#   store req/s bare ratio cpu_us store_cpu_us p99 degraded bare_us allocs run),
 # SCOPE (subject, or global: every check on one keyless counter),
 # CLIENTS (0: every request from 127.0.0.1; N: each from one of N client
 # addresses, sent as X-Forwarded-For from 127.0.0.1, a trusted proxy),
 # PROFILE (a directory: Go's CPU and allocation profiles of Tollgate during
 # each store's last run are saved there as <store>.cpu, <store>.allocs and
-# <store>.mutex (contended locks), for go tool pprof).
-# Each run starts the server afresh and warms it up for 2 s before it is
-# measured. Tollgate, wrk and the stores share the machine: every figure is a
+# <store>.mutex (contended locks), for go tool pprof; <store>#N.… for build N).
+# Each server is warmed up for 2 s before the runs. Tollgate, wrk and the
+# stores share the machine: every figure is a
 # whole-box figure, and absolute req/s move with whatever else runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +70,7 @@ if [ ${#bins[@]} -eq 0 ]; then
   bins=(./bin/tollgate)
 fi
 bin=${bins[0]}
-declare -a tot wsum ksum rss dbs keys
+declare -a tot wsum ksum rss dbs keys servers w0 k0
 if [ ${#bins[@]} -gt 1 ]; then
   for i in "${!bins[@]}"; do echo "#$((i + 1)) ${bins[i]}"; done
 fi
@@ -96,7 +99,8 @@ stop() {
   kill -9 "$1" 2>/dev/null || true
 }
 cleanup() {
-  stop "$server"
+  local p
+  for p in $server; do stop "$p"; done
   stop "${bare:-}"
   stop "${redis:-}"
   if [ -n "${cluster_dir:-}" ]; then
@@ -209,7 +213,9 @@ storepids() {
   esac
 }
 
-printf '%-11s %10s %10s %7s %8s %8s %13s %6s %6s %8s %9s %7s %7s\n' store "req/s" "bare" ratio cpu_us bare_us store_cpu_us rows batch p99_ms degraded rss_mb allocs
+vs=""
+[ ${#bins[@]} -eq 1 ] || vs="vs#1"
+printf '%-11s %10s %10s %7s %8s %8s %13s %6s %6s %8s %9s %7s %7s %s\n' store "req/s" "bare" ratio cpu_us bare_us store_cpu_us rows batch p99_ms degraded rss_mb allocs "$vs"
 for store in "${stores[@]}"; do
   addr=127.0.0.1:18281
   url=$REDIS_URL kind=$store
@@ -256,69 +262,94 @@ done = function(summary, latency, requests)
 end
 LUA
   done
-  for i in "${!bins[@]}"; do : >"$work/rows.$i"; tot[i]=0 wsum[i]=0 ksum[i]=0 rss[i]=0; done
+  # Every build's server is up at once (an idle one costs nothing), and
+  # the runs take the builds in turn, in an order that rotates from run to
+  # run: on a shared box only builds measured side by side compare.
+  for i in "${!bins[@]}"; do
+    : >"$work/rows.$i"; tot[i]=0 ksum[i]=0
+    port=$((18281 + i))
+    env DATABASE_URL="${DATABASE_URL%/*}/${dbs[i]}?sslmode=disable" TOLLGATE_DEV=1 TOLLGATE_ADDR=127.0.0.1:$port TOLLGATE_LOG_LEVEL=error \
+      TOLLGATE_COUNTER_STORE="$kind" REDIS_URL="$url" TOLLGATE_TRUSTED_PROXIES=127.0.0.1 \
+      ${profile:+TOLLGATE_DEBUG_ADDR=127.0.0.1:$((18381 + i))} "${bins[i]}" serve 2>"$work/serve.$i.log" &
+    servers[i]=$!
+    server=${servers[*]}
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
+    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || { echo "tollgate did not start:" >&2; cat "$work/serve.$i.log" >&2; exit 1; }
+    curl -sf -X PUT "http://127.0.0.1:$port/v1/policies/bench" -H "Authorization: Bearer ${keys[i]}" \
+      -d "{\"limit\":1000000000,\"window\":\"1h\",\"algorithm\":\"fixed_window\",\"scope\":\"$scope\"}" >/dev/null
+    # Warm-up: caches, connections, the JIT of nothing.
+    wrk -t2 -c"$conns" -d2s -s "$script.$i" "http://127.0.0.1:$port/" >/dev/null
+  done
+  sleep 1
+  # PostgreSQL keeps statistics per database, and each build has its own:
+  # they are read after the warm-up and once its servers have stopped.
+  # Redis's are the server's, read around each run.
+  for i in "${!bins[@]}"; do db=${dbs[i]}; w0[i]=$(written "$store"); k0[i]=$(calls "$store"); wsum[i]=0 ksum[i]=0; done
+  n=${#bins[@]}
   for run in $(seq "$runs"); do
-    # Each build in turn, a server of its own for each run, so that builds
-    # compared in one sitting meet the same machine.
-    for i in "${!bins[@]}"; do
-      db=${dbs[i]} key=${keys[i]}
-      env DATABASE_URL="${DATABASE_URL%/*}/$db?sslmode=disable" TOLLGATE_DEV=1 TOLLGATE_ADDR=$addr TOLLGATE_LOG_LEVEL=error \
-        TOLLGATE_COUNTER_STORE="$kind" REDIS_URL="$url" TOLLGATE_TRUSTED_PROXIES=127.0.0.1 \
-        ${profile:+TOLLGATE_DEBUG_ADDR=127.0.0.1:18282} "${bins[i]}" serve 2>"$work/serve.log" &
-      server=$!
-      for _ in $(seq 100); do curl -sf "http://$addr/readyz" >/dev/null && break; sleep 0.1; done
-      curl -sf "http://$addr/readyz" >/dev/null || { echo "tollgate did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
-      curl -sf -X PUT "http://$addr/v1/policies/bench" -H "Authorization: Bearer $key" \
-        -d "{\"limit\":1000000000,\"window\":\"1h\",\"algorithm\":\"fixed_window\",\"scope\":\"$scope\"}" >/dev/null
-      # Warm-up: caches, connections, the JIT of nothing.
-      wrk -t2 -c"$conns" -d2s -s "$script.$i" "http://$addr/" >/dev/null
-      sleep 1
-      w0=$(written "$store"); k0=$(calls "$store")
+    for k in $(seq 0 $((n - 1))); do
+      i=$(( (k + run - 1) % n ))
+      db=${dbs[i]} addr=127.0.0.1:$((18281 + i))
       b0=$(cpu "$bare")
       read -r brps _ breqs _ < <(wrkrun "http://127.0.0.1:18280/" "$script.$i")
       b1=$(cpu "$bare")
       spids=$(storepids "$store" || true)
-      c0=$(cpu "$server"); s0=$(cpu $spids); m0=$(mallocs)
+      c0=$(cpu "${servers[i]}"); s0=$(cpu $spids); m0=$(mallocs); rw0=$(written "$store"); rk0=$(calls "$store")
       prof=""
       name=$store
-      [ ${#bins[@]} -eq 1 ] || name="$store#$((i + 1))"
+      [ "$n" -eq 1 ] || name="$store#$((i + 1))"
       if [ -n "$profile" ] && [ "$run" = "$runs" ]; then
         secs=$(( ${duration%s} > 2 ? ${duration%s} - 1 : 1 ))
-        curl -s -o "$profile/$name.cpu" "http://127.0.0.1:18282/debug/pprof/profile?seconds=$secs" &
+        curl -s -o "$profile/$name.cpu" "http://127.0.0.1:$((18381 + i))/debug/pprof/profile?seconds=$secs" &
         prof=$!
       fi
       read -r rps p99 reqs deg < <(wrkrun "http://$addr/" "$script.$i")
       if [ -n "$prof" ]; then
         wait "$prof"
-        curl -s -o "$profile/$name.allocs" "http://127.0.0.1:18282/debug/pprof/allocs"
-        curl -s -o "$profile/$name.mutex" "http://127.0.0.1:18282/debug/pprof/mutex"
+        curl -s -o "$profile/$name.allocs" "http://127.0.0.1:$((18381 + i))/debug/pprof/allocs"
+        curl -s -o "$profile/$name.mutex" "http://127.0.0.1:$((18381 + i))/debug/pprof/mutex"
       fi
-      c1=$(cpu "$server"); s1=$(cpu $spids); m1=$(mallocs)
-      awk -v b="$brps" -v r="$rps" -v p="$p99" -v n="$reqs" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v t="$tick" -v st="$store" -v d="$deg" \
-        -v bc=$((b1 - b0)) -v bn="$breqs" -v m="$(awk -v a="$m0" -v b="$m1" 'BEGIN {print b - a}')" \
-        'BEGIN { printf "%s %.0f %.0f %.3f %.1f %.1f %.2f %d %.1f %.1f\n", st, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), p, d, bc/t/bn*1e6, m/n }' >>"$work/rows.$i"
-      rss[i]=$(awk -v r="${rss[i]}" '/VmHWM/ {v = $2/1024; printf "%.0f", (v > r ? v : r)}' "/proc/$server/status")
-      # Why answers were degraded, if some were (one line a second at most).
-      grep -h L2_DEGRADED "$work/serve.log" | head -3 | cut -c1-300 >&2 || true
-      stop "$server"; server=""
-      # PostgreSQL's table statistics are complete once the server's
-      # connections are gone.
-      sleep 1
+      c1=$(cpu "${servers[i]}"); s1=$(cpu $spids); m1=$(mallocs)
+      if [ "$store" != postgres ]; then
+        wsum[i]=$((wsum[i] + $(written "$store") - rw0)) ksum[i]=$((ksum[i] + $(calls "$store") - rk0))
+      fi
       tot[i]=$((tot[i] + reqs))
-      wsum[i]=$((wsum[i] + $(written "$store") - w0))
-      ksum[i]=$((ksum[i] + $(calls "$store") - k0))
+      awk -v b="$brps" -v r="$rps" -v p="$p99" -v n="$reqs" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v t="$tick" -v st="$store" -v d="$deg" \
+        -v bc=$((b1 - b0)) -v bn="$breqs" -v m="$(awk -v a="$m0" -v b="$m1" 'BEGIN {print b - a}')" -v run="$run" \
+        'BEGIN { printf "%s %.0f %.0f %.3f %.1f %.1f %.2f %d %.1f %.1f %d\n", st, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), p, d, bc/t/bn*1e6, m/n, run }' >>"$work/rows.$i"
+      # Why answers were degraded, if some were (one line a second at most).
+      grep -h L2_DEGRADED "$work/serve.$i.log" | head -3 | cut -c1-300 >&2 || true
     done
   done
+  for i in "${!bins[@]}"; do
+    rss[i]=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/${servers[i]}/status")
+    stop "${servers[i]}"
+  done
+  server=""
+  # PostgreSQL's statistics (each build has a database of its own) are
+  # complete once the servers' connections are gone.
+  sleep 1
+  if [ "$store" = postgres ]; then
+    for i in "${!bins[@]}"; do
+      db=${dbs[i]}
+      wsum[i]=$(( $(written "$store") - w0[i] )) ksum[i]=$(( $(calls "$store") - k0[i] ))
+    done
+  fi
   for i in "${!bins[@]}"; do
     rows=$(awk -v w="${wsum[i]}" -v n="${tot[i]}" -v st="$store" 'BEGIN { printf "%.2f", (st=="memory" ? 0 : w/n) }')
     batch=$(awk -v k="${ksum[i]}" -v n="${tot[i]}" 'BEGIN { printf "%.1f", (k > 0 ? n/k : 0) }')
     # Medians, column by column.
     row=$store
-    [ ${#bins[@]} -eq 1 ] || row="$store#$((i + 1))"
+    [ "$n" -eq 1 ] || row="$store#$((i + 1))"
     for col in 2 3 4 5 9 6; do row="$row $(awk -v c=$col '{print $c}' "$work/rows.$i" | median)"; done
     row="$row $rows $batch $(awk '{print $7}' "$work/rows.$i" | median) $(awk '{n += $8} END {print n+0}' "$work/rows.$i") ${rss[i]} $(awk '{print $10}' "$work/rows.$i" | median)"
+    # Against build #1: the median of the runs' checks a second over #1's
+    # in the same run.
+    if [ "$n" -gt 1 ]; then
+      row="$row $(LC_ALL=C join <(awk '{print $11, $2}' "$work/rows.0" | LC_ALL=C sort) <(awk '{print $11, $2}' "$work/rows.$i" | LC_ALL=C sort) | awk '{printf "%.3f\n", $3 / $2}' | median)"
+    fi
     [ -z "${VERBOSE:-}" ] || sed "s/^/  run: /" "$work/rows.$i" >&2
-    echo "$row" | awk '{printf "%-11s %10s %10s %7s %8s %8s %13s %6s %6s %8s %9s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13}'
+    echo "$row" | awk '{printf "%-11s %10s %10s %7s %8s %8s %13s %6s %6s %8s %9s %7s %7s %s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14}'
   done
   for db in "${dbs[@]}"; do psql -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null; done
   dbs=() db=""
