@@ -225,11 +225,11 @@ func (s *Store) Reset(_ context.Context, group, key string) error {
 		return err
 	}
 	k := group + "\x00" + key
-	sh := &s.shards[s.shardOf(k)]
+	d := s.digestOf([]byte(k))
+	sh := &s.shards[shardOf(d)]
 	sh.mu.Lock()
-	if e, ok := sh.keys[k]; ok {
-		sh.remove(e)
-		delete(sh.keys, k)
+	if i, ok := sh.keys[d]; ok {
+		sh.remove(i)
 	}
 	sh.mu.Unlock()
 	s.leaseMu.Lock()
