@@ -15,10 +15,10 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 )
 
-// Coalescing. A Check that finds the sending slot free and nothing queued
+// Coalescing. A Check that finds a free sending slot and nothing queued
 // sends its own script at once, from its own goroutine: alone, it pays no
-// hand-off. While the slot is busy it queues, and when the slot frees, a
-// drain sends the queue, up to maxBatch checks at a time, in one pipeline
+// hand-off. When all slots are busy it queues, and whichever slot frees
+// first drains the queue, up to maxBatch checks at a time, in one pipeline
 // of as few scripts as it may: one script (check.lua) decides many
 // requests, in their order of arrival, each as it would alone, and writes
 // each key once. On a single server one script takes the whole batch; on a
@@ -27,21 +27,21 @@ import (
 // the one-request script it replaced (9.6 against 9.4 µs a call in
 // INFO commandstats, within the noise), so there is one script to keep.
 //
-// A single server has one slot, as the PostgreSQL store keeps one batch in
-// flight: end to end (scripts/bench-check.sh's load, wrk, Tollgate
-// and Redis on the same two cores), one slot against four made batches of
-// 19 checks a script instead of 7 and, measured with every server up and
-// ten rounds alternating, 10 to 15 % more checks a second in each round,
-// about 10 % less of Tollgate's CPU and 15 % less of Redis's a check. In
-// the store's own benchmark, with CPU to spare, four slots were about as
-// fast (64 callers on random keys: 10 to 12 µs a check either way); a lone
-// caller is as fast either way (it sends its own script). A cluster master
-// has four (clusterSenders): while a hash slot migrates, go-redis follows
-// the ASK and MOVED replies of a pipeline with pauses of its own, inside
-// the pipeline, so that a lone slot holds up every check bound for that
-// master for the migration's length (TestClusterReshardExact: checks of a
-// key in the moving slot waited out whole migrations, over a second), and
-// batching gains little there, a script taking one tenant's checks.
+// Four slots a server (a cluster master). One slot, as the PostgreSQL
+// store keeps one batch in flight, was measured against four on two cores
+// shared with wrk (scripts/bench-check.sh): batches of 19 checks a script
+// instead of 7 and 5 to 15 % less of Redis's CPU a check, but checks a
+// second between -3 % and +15 % from sitting to sitting, which this box
+// cannot resolve; and beside a tenant flooding the heaviest checks from 200
+// connections, a light tenant on 8 connections got about a fifth fewer
+// checks a second (3.9k against 4.9k, medians of seven rounds; never a
+// degraded or wrong answer), its checks waiting behind the flood's script
+// in flight; two slots, 4.2k. Isolation decides. In the store's own
+// benchmark, with CPU to spare, one and four slots are about as fast (64
+// callers on random keys: 10 to 12 µs a check). On a cluster a single slot
+// also starved a migrating hash slot's checks: go-redis follows a
+// pipeline's ASK and MOVED replies with pauses of its own, inside the
+// pipeline (TestClusterReshardExact waited out whole migrations).
 //
 // Measured on two cores against a redis-server of its own (one-item checks
 // on random keys of one tenant, two rounds interleaved with the store that
@@ -54,9 +54,8 @@ import (
 // to 107k, 3 to 10 allocations per check instead of 24 to 46. Queueing
 // every check for background senders cost a lone caller 40 %.
 const (
-	senders        = 1
-	clusterSenders = 4
-	maxBatch       = 64
+	senders  = 4
+	maxBatch = 64
 	// maxQueue bounds the checks waiting for a slot. Healthy, the queue holds
 	// about one check per concurrent caller; past this the server is not
 	// keeping up, and a check fails at once rather than wait out its deadline.
@@ -80,7 +79,6 @@ var errOverloaded = errors.New("too many checks waiting for the server")
 type lane struct {
 	queue  []*job // checks waiting for a slot
 	active int    // slots taken, by callers sending alone and by drains
-	slots  int    // senders or clusterSenders
 }
 
 // job is one Check on its way to the server, kept for reuse once its
@@ -151,11 +149,11 @@ func (s *Store) call(ctx context.Context, j *job) error {
 	l := s.one
 	if s.cluster != nil {
 		if l = s.lanes[addr]; l == nil {
-			l = &lane{slots: clusterSenders}
+			l = &lane{}
 			s.lanes[addr] = l
 		}
 	}
-	if l.active < l.slots && len(l.queue) == 0 {
+	if l.active < senders && len(l.queue) == 0 {
 		l.active++
 		s.inflight.Add(1)
 		s.mu.Unlock()
@@ -166,7 +164,7 @@ func (s *Store) call(ctx context.Context, j *job) error {
 		return errOverloaded
 	}
 	l.queue = append(l.queue, j)
-	if l.active < l.slots {
+	if l.active < senders {
 		l.active++
 		s.inflight.Add(1)
 		go s.drain(l)

@@ -189,7 +189,7 @@ func newStore(cfg Config, dial dialer) (*Store, error) {
 	bound(opt, timeout)
 	s.c = goredis.NewClient(opt)
 	s.seeds = []*goredis.Options{&seed}
-	s.one = &lane{slots: senders}
+	s.one = &lane{}
 	return s, nil
 }
 
