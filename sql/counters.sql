@@ -20,14 +20,15 @@ FROM tollgate_check(
     sqlc.narg('now')::bigint
 ) AS c;
 
--- name: CheckCountersFixed :many
--- CheckCountersFixed decides a batch of one-item consuming fixed-window
--- requests, those on one key alike; see tollgate_check_fixed in
--- migrations/000014_counter_check_fixed.up.sql. Keys are distinct and sorted
--- bytewise, and the rows come back in their order.
-SELECT c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
-    c.admitted::integer AS admitted, c.now_us::bigint AS now_us
-FROM tollgate_check_fixed(
+-- name: CheckCountersFixedPacked :one
+-- CheckCountersFixedPacked decides a batch of one-item consuming
+-- fixed-window requests, those on one key alike; see
+-- tollgate_check_fixed_packed in
+-- migrations/000015_counter_check_fixed_packed.up.sql. Keys are distinct
+-- and sorted bytewise, and the answers come back in their order, as arrays.
+SELECT c.starts::bigint[] AS starts, c.counts::bigint[] AS counts,
+    c.admitted::integer[] AS admitted, c.now_us::bigint AS now_us
+FROM tollgate_check_fixed_packed(
     @keys::text[],
     @ns::integer[],
     @limits::bigint[],

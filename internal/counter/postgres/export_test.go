@@ -10,7 +10,7 @@ import (
 func Batches(s *Store) int64 { return s.batches.Load() }
 
 // FixedBatches returns the number of those that went to
-// tollgate_check_fixed.
+// tollgate_check_fixed_packed.
 func FixedBatches(s *Store) int64 { return s.fixedBatches.Load() }
 
 // CheckBatch sends reqs as one batch decided at instant now, as the

@@ -1,6 +1,6 @@
 package postgres_test
 
-// The set-based path, tollgate_check_fixed, against the model and against
+// The set-based path, tollgate_check_fixed_packed, against the model and against
 // the item-by-item path racing it on the same rows. These tests run alone,
 // before the package's parallel ones: the race loads the 2-core box enough
 // to push the conformance suite's lease cases, whose deadline is a second,

@@ -136,7 +136,7 @@ type Store struct {
 	// pinged before their next use.
 	lastFailure atomic.Int64
 	// batches counts the function calls sent, and fixedBatches those of
-	// them that went to tollgate_check_fixed, for tests.
+	// them that went to tollgate_check_fixed_packed, for tests.
 	batches      atomic.Int64
 	fixedBatches atomic.Int64
 }
@@ -145,7 +145,7 @@ var _ counter.Store = (*Store)(nil)
 
 // New opens a store on cfg.DSN and returns once its connections are open
 // and warmed up (under ctx). An unreachable database wraps counter.ErrUnavailable; a
-// database without tollgate_check or tollgate_check_fixed is an error of its own.
+// database without tollgate_check or tollgate_check_fixed_packed is an error of its own.
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(cfg.DSN)
 	if err != nil {
@@ -215,7 +215,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		s.pool.Close()
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42883" { // undefined_function
-			return nil, errors.New("open counter store: function tollgate_check or tollgate_check_fixed is missing: migrate the database")
+			return nil, errors.New("open counter store: function tollgate_check or tollgate_check_fixed_packed is missing: migrate the database")
 		}
 		return nil, fmt.Errorf("open counter store: %w: %v", counter.ErrUnavailable, err)
 	}
@@ -367,7 +367,7 @@ func (s *Store) send(calls []*call, now *int64) {
 // what each item saw, in order, in one slice for the batch (each call's part
 // is read by Answer before its caller returns), and the instant used. A batch
 // of one-item consuming fixed-window requests, those on one key alike, the
-// common one, goes to tollgate_check_fixed, set-based; any other to
+// common one, goes to tollgate_check_fixed_packed, set-based; any other to
 // tollgate_check, which decides item by item.
 func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *int64) ([]counter.Seen, time.Time, error) {
 	seen := make([]counter.Seen, n)
@@ -375,21 +375,25 @@ func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *
 	if p, at, ok := fixedParams(reqs, keys, order); ok {
 		s.fixedBatches.Add(1)
 		p.Now = now
-		rows, err := s.q.CheckCountersFixed(ctx, p)
-		if err == nil && len(rows) != len(p.Keys) {
-			err = fmt.Errorf("%d rows for %d keys", len(rows), len(p.Keys))
+		r, err := s.q.CheckCountersFixedPacked(ctx, p)
+		if err == nil && (len(r.Starts) != len(p.Keys) || len(r.Counts) != len(p.Keys) || len(r.Admitted) != len(p.Keys)) {
+			err = fmt.Errorf("%d, %d and %d answers for %d keys", len(r.Starts), len(r.Counts), len(r.Admitted), len(p.Keys))
 		}
 		if err != nil {
 			return nil, time.Time{}, err
 		}
 		// Request i is the at[i].nth on its key: the ones before it that were
-		// admitted counted its cost each.
+		// admitted counted its cost each, and the key holds what all its
+		// admitted ones counted.
 		for i, a := range at {
-			r, cost := rows[a.key], reqs[i].Items[0].Cost
-			before := min(a.nth, r.Admitted)
-			seen[i] = counter.Seen{State: limit.State{Start: r.SeenStart, Count: r.SeenCount + int64(before)*cost}, Allowed: a.nth < r.Admitted}
+			cost, admitted := reqs[i].Items[0].Cost, int64(r.Admitted[a.key])
+			before := min(int64(a.nth), admitted)
+			seen[i] = counter.Seen{
+				State:   limit.State{Start: r.Starts[a.key], Count: r.Counts[a.key] - (admitted-before)*cost},
+				Allowed: int64(a.nth) < admitted,
+			}
 		}
-		return seen, time.UnixMicro(rows[0].NowUs).UTC(), nil
+		return seen, time.UnixMicro(r.NowUs).UTC(), nil
 	}
 	p := checkParams(reqs, n, keys, order)
 	p.Now = now
@@ -409,25 +413,25 @@ func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *
 	return seen, time.UnixMicro(rows[0].NowUs).UTC(), nil
 }
 
-// fixedAt places a request of a tollgate_check_fixed batch: the index of
+// fixedAt places a request of a tollgate_check_fixed_packed batch: the index of
 // its key, and how many requests on that key came before it.
 type fixedAt struct{ key, nth int32 }
 
 // fixedParams lays out reqs, whose row keys and their order rowKeys gave,
-// as tollgate_check_fixed takes them, and where each request is among them,
+// as tollgate_check_fixed_packed takes them, and where each request is among them,
 // when every request is one consuming
 // fixed-window item and the requests on one row agree on its limit, window
 // and cost; ok is false otherwise. (For one item, advisory or a ceiling or
 // neither, tollgate_check keeps its count exactly when it is admitted, as
-// tollgate_check_fixed does.)
-func fixedParams(reqs []counter.Request, keys []string, order []int32) (p sqlcgen.CheckCountersFixedParams, at []fixedAt, ok bool) {
+// tollgate_check_fixed_packed does.)
+func fixedParams(reqs []counter.Request, keys []string, order []int32) (p sqlcgen.CheckCountersFixedPackedParams, at []fixedAt, ok bool) {
 	for _, req := range reqs {
 		if len(req.Items) != 1 || req.Mode != counter.Consume || req.Items[0].Algorithm != limit.FixedWindow {
 			return p, nil, false
 		}
 	}
 	n := len(reqs)
-	p = sqlcgen.CheckCountersFixedParams{
+	p = sqlcgen.CheckCountersFixedPackedParams{
 		Keys:    make([]string, 0, n),
 		Ns:      make([]int32, 0, n),
 		Limits:  make([]int64, 0, n),
@@ -578,7 +582,7 @@ const warmUpKey = "~warm-up"
 
 // warmUp readies a new connection for Checks and leases: it registers the
 // store's array encoders, prepares the statements and runs each path of
-// tollgate_check, tollgate_check_fixed and the lease functions once, since
+// tollgate_check, tollgate_check_fixed_packed and the lease functions once, since
 // PL/pgSQL plans each statement on its first use in a session, so that no
 // caller's batch pays for it. The first call in a session takes far longer
 // than the sessions' statement_timeout allows a Check, hence a transaction
@@ -614,10 +618,10 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	// tollgate_check_fixed, each of its ways: every key admitted, one
+	// tollgate_check_fixed_packed, each of its ways: every key admitted, one
 	// refused (its cost above its limit), and several requests on a key.
 	for _, ns := range []int32{1, 2} {
-		if _, err := q.CheckCountersFixed(ctx, sqlcgen.CheckCountersFixedParams{
+		if _, err := q.CheckCountersFixedPacked(ctx, sqlcgen.CheckCountersFixedPackedParams{
 			Keys:    []string{key, key + "/month"},
 			Ns:      []int32{ns, 1},
 			Limits:  []int64{limit.MaxLimit, 1},

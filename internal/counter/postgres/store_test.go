@@ -455,3 +455,42 @@ func TestMalformedBatchesAreRefused(t *testing.T) {
 		t.Errorf("a and b counted %d in all, want 2 (the well-formed batch alone)", counted)
 	}
 }
+
+// TestMalformedFixedBatchesAreRefused: tollgate_check_fixed_packed refuses
+// a batch it cannot read as one, counting nothing: arrays of different
+// lengths, a key without requests (none, or NULL).
+func TestMalformedFixedBatchesAreRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	const call = `SELECT * FROM tollgate_check_fixed_packed('{a,b}', $1::integer[], $2::bigint[], '{3600000000,3600000000}', '{1,1}', NULL)`
+	if _, err := conn.Exec(ctx, call, []any{1, 2}, []any{10, 10}); err != nil {
+		t.Fatalf("the well-formed batch: %v", err)
+	}
+	cases := []struct {
+		name   string
+		ns     []any
+		limits []any
+	}{
+		{"arrays of different lengths", []any{1, 1}, []any{10}},
+		{"a key without requests", []any{1, 0}, []any{10, 10}},
+		{"a key with NULL requests", []any{nil, 1}, []any{10, 10}},
+	}
+	for _, c := range cases {
+		_, err := conn.Exec(ctx, call, c.ns, c.limits)
+		if err == nil || !strings.Contains(err.Error(), "tollgate_check_fixed_packed:") {
+			t.Errorf("%s: got %v, want an error from tollgate_check_fixed_packed", c.name, err)
+		}
+	}
+	var counted int64
+	if err := conn.QueryRow(ctx, "SELECT coalesce(sum(count), 0) FROM counters WHERE key IN ('a', 'b')").Scan(&counted); err != nil {
+		t.Fatal(err)
+	}
+	if counted != 3 {
+		t.Errorf("a and b counted %d in all, want 3 (the well-formed batch alone)", counted)
+	}
+}

@@ -94,10 +94,10 @@ func (q *Queries) CheckCounters(ctx context.Context, arg CheckCountersParams) ([
 	return items, nil
 }
 
-const checkCountersFixed = `-- name: CheckCountersFixed :many
-SELECT c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
-    c.admitted::integer AS admitted, c.now_us::bigint AS now_us
-FROM tollgate_check_fixed(
+const checkCountersFixedPacked = `-- name: CheckCountersFixedPacked :one
+SELECT c.starts::bigint[] AS starts, c.counts::bigint[] AS counts,
+    c.admitted::integer[] AS admitted, c.now_us::bigint AS now_us
+FROM tollgate_check_fixed_packed(
     $1::text[],
     $2::integer[],
     $3::bigint[],
@@ -107,7 +107,7 @@ FROM tollgate_check_fixed(
 ) AS c
 `
 
-type CheckCountersFixedParams struct {
+type CheckCountersFixedPackedParams struct {
 	Keys    []string
 	Ns      []int32
 	Limits  []int64
@@ -116,19 +116,20 @@ type CheckCountersFixedParams struct {
 	Now     *int64
 }
 
-type CheckCountersFixedRow struct {
-	SeenStart int64
-	SeenCount int64
-	Admitted  int32
-	NowUs     int64
+type CheckCountersFixedPackedRow struct {
+	Starts   []int64
+	Counts   []int64
+	Admitted []int32
+	NowUs    int64
 }
 
-// CheckCountersFixed decides a batch of one-item consuming fixed-window
-// requests, those on one key alike; see tollgate_check_fixed in
-// migrations/000014_counter_check_fixed.up.sql. Keys are distinct and sorted
-// bytewise, and the rows come back in their order.
-func (q *Queries) CheckCountersFixed(ctx context.Context, arg CheckCountersFixedParams) ([]CheckCountersFixedRow, error) {
-	rows, err := q.db.Query(ctx, checkCountersFixed,
+// CheckCountersFixedPacked decides a batch of one-item consuming
+// fixed-window requests, those on one key alike; see
+// tollgate_check_fixed_packed in
+// migrations/000015_counter_check_fixed_packed.up.sql. Keys are distinct
+// and sorted bytewise, and the answers come back in their order, as arrays.
+func (q *Queries) CheckCountersFixedPacked(ctx context.Context, arg CheckCountersFixedPackedParams) (CheckCountersFixedPackedRow, error) {
+	row := q.db.QueryRow(ctx, checkCountersFixedPacked,
 		arg.Keys,
 		arg.Ns,
 		arg.Limits,
@@ -136,27 +137,14 @@ func (q *Queries) CheckCountersFixed(ctx context.Context, arg CheckCountersFixed
 		arg.Costs,
 		arg.Now,
 	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []CheckCountersFixedRow
-	for rows.Next() {
-		var i CheckCountersFixedRow
-		if err := rows.Scan(
-			&i.SeenStart,
-			&i.SeenCount,
-			&i.Admitted,
-			&i.NowUs,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+	var i CheckCountersFixedPackedRow
+	err := row.Scan(
+		&i.Starts,
+		&i.Counts,
+		&i.Admitted,
+		&i.NowUs,
+	)
+	return i, err
 }
 
 const pruneCounters = `-- name: PruneCounters :execrows

@@ -1,0 +1,1 @@
+DROP FUNCTION tollgate_check_fixed_packed(text[], integer[], bigint[], bigint[], bigint[], bigint);
