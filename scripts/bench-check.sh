@@ -43,6 +43,8 @@
 # SCOPE (subject, or global: every check on one keyless counter),
 # CLIENTS (0: every request from 127.0.0.1; N: each from one of N client
 # addresses, sent as X-Forwarded-For from 127.0.0.1, a trusted proxy),
+# PROCS (unset: Go's default, one P per core; N: GOMAXPROCS=N for Tollgate
+# and the bare handler alike),
 # PROFILE (a directory: Go's CPU and allocation profiles of Tollgate during
 # each store's last run are saved there as <store>.cpu, <store>.allocs and
 # <store>.mutex (contended locks), for go tool pprof; <store>#N.… for build N).
@@ -58,6 +60,7 @@ subjects=${SUBJECTS:-100000}
 scope=${SCOPE:-subject}
 clients=${CLIENTS:-0}
 profile=${PROFILE:-}
+procs=${PROCS:-}
 [ -z "$profile" ] || mkdir -p "$profile"
 stores=("$@")
 [ ${#stores[@]} -gt 0 ] || stores=(memory redis postgres)
@@ -113,7 +116,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-bin/bare -addr 127.0.0.1:18280 &
+env ${procs:+GOMAXPROCS=$procs} bin/bare -addr 127.0.0.1:18280 &
 bare=$!
 
 # A PostgreSQL and a Redis of the benchmark's own.
@@ -270,7 +273,7 @@ LUA
     port=$((18281 + i))
     env DATABASE_URL="${DATABASE_URL%/*}/${dbs[i]}?sslmode=disable" TOLLGATE_DEV=1 TOLLGATE_ADDR=127.0.0.1:$port TOLLGATE_LOG_LEVEL=error \
       TOLLGATE_COUNTER_STORE="$kind" REDIS_URL="$url" TOLLGATE_TRUSTED_PROXIES=127.0.0.1 \
-      ${profile:+TOLLGATE_DEBUG_ADDR=127.0.0.1:$((18381 + i))} "${bins[i]}" serve 2>"$work/serve.$i.log" &
+      ${profile:+TOLLGATE_DEBUG_ADDR=127.0.0.1:$((18381 + i))} ${procs:+GOMAXPROCS=$procs} "${bins[i]}" serve 2>"$work/serve.$i.log" &
     servers[i]=$!
     server=${servers[*]}
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
