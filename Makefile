@@ -19,7 +19,8 @@ test: check-generated vet
 	$(GO) test -count=1 -timeout 8m -skip 'TestNoisyNeighbour' $$($(GO) list ./... | grep -v /browsertest$$)
 	@# The browser suite and the noisy-neighbour test run alone: one Chromium
 	@# beside the black-box suite would squeeze its timing on 2 cores, and
-	@# the noisy neighbour measures latency, which other tests would blur.
+	@# the noisy neighbour's attacker loads both cores, which would push other
+	@# tests past their stores' deadlines.
 	$(GO) test -count=1 -timeout 3m ./internal/dashboard/browsertest/
 	set -o pipefail; $(GO) test -count=1 -timeout 3m -run 'TestNoisyNeighbour' -v ./blackbox/ | grep -vE '^(=== (PAUSE|CONT)|\s*$$)'
 	$(GO) test -count=1 -timeout 8m -race -run 'Conformance|Property|Concurr|Catalog|Recorder|Race|Breaker' $(RACE_PKGS)

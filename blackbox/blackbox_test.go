@@ -58,7 +58,7 @@ type instance struct {
 	cmd  *exec.Cmd
 }
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -80,7 +80,7 @@ func environ(dsn string, extra ...string) []string {
 }
 
 // start runs an instance on dsn and waits until it is ready.
-func start(t *testing.T, dsn string, extra ...string) *instance {
+func start(t testing.TB, dsn string, extra ...string) *instance {
 	t.Helper()
 	addr := freePort(t)
 	in := &instance{base: "http://" + addr, logs: &logbuf.Buffer{}}
@@ -131,7 +131,7 @@ func tail(s string, n int) string {
 }
 
 // cli runs a tollgate command and decodes its one JSON line into v.
-func cli(t *testing.T, dsn string, v any, args ...string) {
+func cli(t testing.TB, dsn string, v any, args ...string) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Env = environ(dsn)
@@ -153,7 +153,7 @@ type newTenant struct {
 	TestKey  string `json:"test_key"`
 }
 
-func createTenant(t *testing.T, dsn, plan string) newTenant {
+func createTenant(t testing.TB, dsn, plan string) newTenant {
 	t.Helper()
 	var nt newTenant
 	cli(t, dsn, &nt, "tenants", "create", "--name", "blackbox "+plan, "--plan", plan)
@@ -170,14 +170,14 @@ type call struct {
 	body   []byte
 }
 
-func (c call) json(t *testing.T, v any) {
+func (c call) json(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal(c.body, v); err != nil {
 		t.Fatalf("answer %d %q: %v", c.status, c.body, err)
 	}
 }
 
-func do(t *testing.T, method, u, key string, body any, headers ...string) call {
+func do(t testing.TB, method, u, key string, body any, headers ...string) call {
 	t.Helper()
 	var r io.Reader
 	if body != nil {
@@ -223,14 +223,14 @@ type checkAnswer struct {
 	} `json:"items"`
 }
 
-func putPolicy(t *testing.T, in *instance, key, name string, p map[string]any) {
+func putPolicy(t testing.TB, in *instance, key, name string, p map[string]any) {
 	t.Helper()
 	if c := do(t, "PUT", in.base+"/v1/policies/"+name, key, p); c.status != 200 {
 		t.Fatalf("PUT policy %s: %d %s", name, c.status, c.body)
 	}
 }
 
-func check(t *testing.T, in *instance, key string, items ...map[string]any) call {
+func check(t testing.TB, in *instance, key string, items ...map[string]any) call {
 	t.Helper()
 	return do(t, "POST", in.base+"/v1/check", key, map[string]any{"items": items})
 }
