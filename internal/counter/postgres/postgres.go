@@ -2,7 +2,10 @@
 // counters table, so that every Tollgate instance sharing a database shares
 // its counts exactly. The arithmetic runs inside the database, in the
 // function tollgate_check (migrations/000013_counter_check_lean.up.sql),
-// which reproduces internal/limit's steps operation for operation.
+// which reproduces internal/limit's steps operation for operation, and, for
+// the common batch of one-item consuming fixed-window checks, in
+// tollgate_check_fixed_packed (migrations/000015_counter_check_fixed_packed.up.sql),
+// one set-based statement with the same answers.
 //
 // Throughput comes from coalescing: concurrent Checks are gathered while the
 // previous batch is in the database and decided by one function call, one
