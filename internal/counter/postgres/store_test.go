@@ -447,11 +447,7 @@ func TestMalformedBatchesAreRefused(t *testing.T) {
 			t.Errorf("%s: got %v, want an error from tollgate_check", c.name, err)
 		}
 	}
-	var counted int64
-	if err := conn.QueryRow(ctx, "SELECT coalesce(sum(count), 0) FROM counters WHERE key IN ('a', 'b')").Scan(&counted); err != nil {
-		t.Fatal(err)
-	}
-	if counted != 2 {
+	if counted := countedOn(t, conn, "a", "b"); counted != 2 {
 		t.Errorf("a and b counted %d in all, want 2 (the well-formed batch alone)", counted)
 	}
 }
@@ -486,11 +482,17 @@ func TestMalformedFixedBatchesAreRefused(t *testing.T) {
 			t.Errorf("%s: got %v, want an error from tollgate_check_fixed_packed", c.name, err)
 		}
 	}
-	var counted int64
-	if err := conn.QueryRow(ctx, "SELECT coalesce(sum(count), 0) FROM counters WHERE key IN ('a', 'b')").Scan(&counted); err != nil {
-		t.Fatal(err)
-	}
-	if counted != 3 {
+	if counted := countedOn(t, conn, "a", "b"); counted != 3 {
 		t.Errorf("a and b counted %d in all, want 3 (the well-formed batch alone)", counted)
 	}
+}
+
+// countedOn returns what the counters of keys hold in all.
+func countedOn(t *testing.T, conn *pgx.Conn, keys ...string) int64 {
+	t.Helper()
+	var n int64
+	if err := conn.QueryRow(context.Background(), "SELECT coalesce(sum(count), 0) FROM counters WHERE key = ANY($1)", keys).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
