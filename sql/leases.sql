@@ -72,3 +72,35 @@ WITH expired AS MATERIALIZED (
 DELETE FROM leases AS l
 USING expired AS e
 WHERE l.grp = e.grp AND l.id = e.id;
+
+-- name: LeaseOps :many
+-- LeaseOps decides one coalesced batch of lease operations: a row per
+-- ceiling item (op 0), then a row per operation; see tollgate_lease_ops in
+-- migrations/000016_lease_ops.up.sql. Now is NULL for the database clock.
+SELECT c.op::integer AS op,
+    c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
+    c.seen_prev::bigint AS seen_prev, c.seen_tat::double precision AS seen_tat,
+    c.allowed::boolean AS allowed, c.status::smallint AS status,
+    c.in_flight::bigint AS in_flight, c.expires_us::bigint AS expires_us, c.now_us::bigint AS now_us
+FROM tollgate_lease_ops(
+    @keys::text[],
+    @reqs::integer[],
+    @slots::integer[],
+    @algorithms::smallint[],
+    @limits::bigint[],
+    @windows::bigint[],
+    @costs::bigint[],
+    @advisory::boolean[],
+    @consume::boolean[],
+    @ceilings::integer[],
+    @ops::smallint[],
+    @creqs::integer[],
+    @grps::text[],
+    @lease_keys::bytea[],
+    @tallies::bytea[],
+    @ids::bytea[],
+    @maxes::bigint[],
+    @ttls::bigint[],
+    @group_limits::bigint[],
+    sqlc.narg('now')::bigint
+) AS c;

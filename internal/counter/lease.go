@@ -54,6 +54,12 @@ type Acquire struct {
 	// TTL is how long the lease lives unless renewed, MinLeaseTTL to
 	// MaxLeaseTTL; the store keeps microseconds.
 	TTL time.Duration
+	// GroupLimit, when not zero, is how many live leases the whole Group
+	// may hold, whatever their keys (0 to limit.MaxLimit): a bound on what
+	// one owner keeps in the store. The store may count leases that
+	// expired or were reset within the last second or two as still held;
+	// never fewer than are live.
+	GroupLimit int64
 	// Now, when not zero, replaces the store's clock, as Request.Now does.
 	Now time.Time
 }
@@ -64,9 +70,13 @@ type Acquired struct {
 	// Result whose Decisions follow the Ceilings; Allowed when every
 	// enforced one allowed, and only then were they consumed).
 	Ceilings Result
-	// Allowed says the lease was taken: the ceilings allowed and Key had
-	// fewer than Limit live leases.
+	// Allowed says the lease was taken: the ceilings allowed, Key had
+	// fewer than Limit live leases and the group fewer than GroupLimit.
 	Allowed bool
+	// GroupFull says the lease was refused because the group holds
+	// GroupLimit leases already (InFlight and ExpiresAt then describe Key's
+	// leases as for any refusal).
+	GroupFull bool
 	// InFlight is how many live leases Key holds after the request, this
 	// one included when Allowed; zero when a ceiling refused (the leases
 	// were not looked at).
@@ -132,6 +142,9 @@ func ValidateAcquire(a Acquire) error {
 	}
 	if a.Limit < 1 || a.Limit > limit.MaxLimit {
 		return fmt.Errorf("lease limit %d: must be 1 to %d: %w", a.Limit, limit.MaxLimit, ErrInvalid)
+	}
+	if a.GroupLimit < 0 || a.GroupLimit > limit.MaxLimit {
+		return fmt.Errorf("group lease limit %d: must be 0 to %d: %w", a.GroupLimit, limit.MaxLimit, ErrInvalid)
 	}
 	return nil
 }

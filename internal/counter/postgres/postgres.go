@@ -64,9 +64,12 @@ type Config struct {
 	// which a rate limit tolerates. Counts that bill money must not rely on
 	// this store alone.
 	DSN string
-	// MaxConns bounds the pool. Zero keeps the DSN's pool_max_conns, or
-	// pgxpool's default (the larger of 4 and the number of CPUs). The pool
-	// keeps that many open (unless the DSN sets pool_min_conns).
+	// MaxConns bounds the pool: at least 3, for the Checks' batches
+	// (Inflight of them), the lease operations' batches (one) and the rest
+	// (Reset, Held, pruning: those left). Zero keeps the DSN's
+	// pool_max_conns, or pgxpool's default (the larger of 4 and the number
+	// of CPUs). The pool keeps that many open (unless the DSN sets
+	// pool_min_conns).
 	MaxConns int32
 	// Timeout bounds every Check, queueing included (rounded up to a whole
 	// millisecond, so that the Checks of one millisecond share a timer);
@@ -139,9 +142,17 @@ type Store struct {
 	// pinged before their next use.
 	lastFailure atomic.Int64
 	// batches counts the function calls sent, and fixedBatches those of
-	// them that went to tollgate_check_fixed_packed, for tests.
+	// them that went to tollgate_check_fixed_packed, for tests;
+	// leaseBatches the calls of tollgate_lease_ops.
 	batches      atomic.Int64
 	fixedBatches atomic.Int64
+	leaseBatches atomic.Int64
+
+	// leases is the lane of lease operations (leaseops.go), which holds one
+	// connection at most; directSlots bounds the calls outside both lanes
+	// (Reset, Held) to the connections the lanes leave.
+	leases      leaseLane
+	directSlots chan struct{}
 }
 
 var _ counter.Store = (*Store)(nil)
@@ -174,8 +185,13 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
 	}
-	s.inflight = min(orDefault(cfg.Inflight, DefaultInflight), int(pc.MaxConns))
+	if pc.MaxConns < 3 {
+		// A connection for each lane and one for the rest.
+		pc.MaxConns = 3
+	}
+	s.inflight = min(orDefault(cfg.Inflight, DefaultInflight), int(pc.MaxConns)-2)
 	s.freed = make(chan struct{}, s.inflight)
+	s.directSlots = make(chan struct{}, int(pc.MaxConns)-s.inflight-1)
 	if pc.MinConns == 0 {
 		// Every connection open and warm from the start and kept so: a
 		// connection opened under load would put its warm-up (tens of
@@ -318,6 +334,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.quit)
 		<-s.loopDone
+		s.closeLeases()
 		s.pool.Close()
 	})
 	return nil
@@ -654,6 +671,22 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 	}
 	if _, err := q.ReleaseLease(ctx, sqlcgen.ReleaseLeaseParams{Grp: key, ID: []byte("a")}); err != nil {
 		return err
+	}
+	// tollgate_lease_ops, each way: an acquire with a ceiling taken, one
+	// refused for want of a slot, one over its group's cap, a renewal and
+	// a release.
+	for range 2 {
+		acq := []*leaseOp{
+			{kind: opAcquire, acq: counter.Acquire{Group: key, Key: "k2", Tally: "t", ID: "c", Limit: 1, TTL: time.Second, GroupLimit: 10,
+				Ceilings: []counter.Item{{Key: "c", Algorithm: limit.FixedWindow, Limit: limit.MaxLimit, Window: limit.Every(time.Second), Cost: 1}}}},
+			{kind: opAcquire, acq: counter.Acquire{Group: key, Key: "k2", ID: "d", Limit: 1, TTL: time.Second, GroupLimit: 10}},
+			{kind: opAcquire, acq: counter.Acquire{Group: key, Key: "k3", ID: "e", Limit: 1, TTL: time.Second, GroupLimit: 1}},
+			{kind: opRenew, ref: counter.LeaseRef{Group: key, ID: "c", TTL: time.Second}},
+			{kind: opRelease, ref: counter.LeaseRef{Group: key, ID: "c"}},
+		}
+		if _, err := q.LeaseOps(ctx, leaseOpsParams(acq)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -36,6 +36,13 @@ func (s *Store) Prune(ctx context.Context) (int64, error) {
 }
 
 func (s *Store) pruneBatchOnce(ctx context.Context, leases bool) (int64, error) {
+	// A connection of those left by the lanes.
+	select {
+	case s.directSlots <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-s.directSlots }()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, err

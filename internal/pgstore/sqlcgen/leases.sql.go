@@ -152,6 +152,127 @@ func (q *Queries) HeldLeases(ctx context.Context, arg HeldLeasesParams) ([]HeldL
 	return items, nil
 }
 
+const leaseOps = `-- name: LeaseOps :many
+SELECT c.op::integer AS op,
+    c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
+    c.seen_prev::bigint AS seen_prev, c.seen_tat::double precision AS seen_tat,
+    c.allowed::boolean AS allowed, c.status::smallint AS status,
+    c.in_flight::bigint AS in_flight, c.expires_us::bigint AS expires_us, c.now_us::bigint AS now_us
+FROM tollgate_lease_ops(
+    $1::text[],
+    $2::integer[],
+    $3::integer[],
+    $4::smallint[],
+    $5::bigint[],
+    $6::bigint[],
+    $7::bigint[],
+    $8::boolean[],
+    $9::boolean[],
+    $10::integer[],
+    $11::smallint[],
+    $12::integer[],
+    $13::text[],
+    $14::bytea[],
+    $15::bytea[],
+    $16::bytea[],
+    $17::bigint[],
+    $18::bigint[],
+    $19::bigint[],
+    $20::bigint
+) AS c
+`
+
+type LeaseOpsParams struct {
+	Keys        []string
+	Reqs        []int32
+	Slots       []int32
+	Algorithms  []int16
+	Limits      []int64
+	Windows     []int64
+	Costs       []int64
+	Advisory    []bool
+	Consume     []bool
+	Ceilings    []int32
+	Ops         []int16
+	Creqs       []int32
+	Grps        []string
+	LeaseKeys   [][]byte
+	Tallies     [][]byte
+	Ids         [][]byte
+	Maxes       []int64
+	Ttls        []int64
+	GroupLimits []int64
+	Now         *int64
+}
+
+type LeaseOpsRow struct {
+	Op        int32
+	SeenStart int64
+	SeenCount int64
+	SeenPrev  int64
+	SeenTat   float64
+	Allowed   bool
+	Status    int16
+	InFlight  int64
+	ExpiresUs int64
+	NowUs     int64
+}
+
+// LeaseOps decides one coalesced batch of lease operations: a row per
+// ceiling item (op 0), then a row per operation; see tollgate_lease_ops in
+// migrations/000016_lease_ops.up.sql. Now is NULL for the database clock.
+func (q *Queries) LeaseOps(ctx context.Context, arg LeaseOpsParams) ([]LeaseOpsRow, error) {
+	rows, err := q.db.Query(ctx, leaseOps,
+		arg.Keys,
+		arg.Reqs,
+		arg.Slots,
+		arg.Algorithms,
+		arg.Limits,
+		arg.Windows,
+		arg.Costs,
+		arg.Advisory,
+		arg.Consume,
+		arg.Ceilings,
+		arg.Ops,
+		arg.Creqs,
+		arg.Grps,
+		arg.LeaseKeys,
+		arg.Tallies,
+		arg.Ids,
+		arg.Maxes,
+		arg.Ttls,
+		arg.GroupLimits,
+		arg.Now,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LeaseOpsRow
+	for rows.Next() {
+		var i LeaseOpsRow
+		if err := rows.Scan(
+			&i.Op,
+			&i.SeenStart,
+			&i.SeenCount,
+			&i.SeenPrev,
+			&i.SeenTat,
+			&i.Allowed,
+			&i.Status,
+			&i.InFlight,
+			&i.ExpiresUs,
+			&i.NowUs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const pruneLeases = `-- name: PruneLeases :execrows
 WITH expired AS MATERIALIZED (
     SELECT grp, id FROM leases

@@ -116,6 +116,12 @@ type Lease struct {
 	ExpiresUs int64
 }
 
+type LeaseGroup struct {
+	Grp       string
+	Held      int64
+	CountedUs int64
+}
+
 type Plan struct {
 	Name           string
 	IpPerMinute    int64
