@@ -37,10 +37,13 @@ CREATE TABLE lease_groups (
 -- are ignored ('' or 0).
 --
 -- Locks are taken in one order by every batch, so that batches of any
--- number of instances never deadlock: the ceilings' counter rows (sorted,
--- by tollgate_check), then the keys' advisory locks (sorted, the locks of
--- tollgate_lease_lock, so that tollgate_acquire and tollgate_renew still
--- exclude these), then the capped groups' rows (sorted), then lease rows.
+-- number of instances never deadlock: the keys' advisory locks (sorted, the
+-- locks of tollgate_lease_lock, so that tollgate_acquire and tollgate_renew
+-- still exclude these), then the ceilings' counter rows (sorted, by
+-- tollgate_check, as every batch of checks takes them), then the capped
+-- groups' rows (sorted), then lease rows. (tollgate_acquire, for instances
+-- of an earlier release during an upgrade, takes rows before its key's
+-- lock; a cycle with it is broken by PostgreSQL's deadlock detection.)
 -- p_now is the instant (Unix µs), NULL for the database clock, read once
 -- the locks are held.
 --
@@ -122,6 +125,18 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- The keys' locks come first, before any row: a batch waiting for a
+    -- hot key's lock (another instance's batch holds it) must not hold the
+    -- ceilings' rows meanwhile, which every check of the tenant needs.
+    FOR v_lock IN
+        SELECT DISTINCT hashtextextended('tollgate lease ' || p_grp[i] || '/' || encode(v_key[i], 'hex'), 0)
+          FROM generate_subscripts(p_op, 1) AS i
+         WHERE v_key[i] IS NOT NULL AND p_op[i] IN (1, 2)
+         ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(v_lock);
+    END LOOP;
+
     v_ok := array_fill(true, ARRAY[greatest(v_nreq, 1)]);
     IF coalesce(cardinality(p_req), 0) > 0 THEN
         FOR seen_start, seen_count, seen_prev, seen_tat, allowed, now_us IN
@@ -140,16 +155,6 @@ BEGIN
             RETURN NEXT;
         END LOOP;
     END IF;
-
-    FOR v_lock IN
-        SELECT DISTINCT hashtextextended('tollgate lease ' || p_grp[i] || '/' || encode(v_key[i], 'hex'), 0)
-          FROM generate_subscripts(p_op, 1) AS i
-         WHERE v_key[i] IS NOT NULL
-           AND ((p_op[i] = 1 AND (p_creq[i] = 0 OR v_ok[p_creq[i]])) OR p_op[i] = 2)
-         ORDER BY 1
-    LOOP
-        PERFORM pg_advisory_xact_lock(v_lock);
-    END LOOP;
 
     -- The rows of the groups whose bound this batch may move: those of its
     -- capped acquires (made when new), and those its releases find.

@@ -35,6 +35,7 @@ type Config struct {
 	SecureCookies   bool          // TOLLGATE_SECURE_COOKIES: dashboard cookies Secure behind a TLS-ending proxy
 	IPv6Prefix      int           // TOLLGATE_IPV6_PREFIX: the IPv6 network length clients are keyed by
 	TenantInflight  int64         // TOLLGATE_TENANT_INFLIGHT: work units one tenant may have in progress per instance
+	TenantMaxLeases int64         // TOLLGATE_TENANT_MAX_LEASES: leases of concurrency policies one tenant may hold at once
 	MemoryMaxKeys   int           // TOLLGATE_MEMORY_MAX_KEYS: counters the memory store holds (TOLLGATE_COUNTER_STORE=memory)
 	ReadTimeout     time.Duration // TOLLGATE_READ_TIMEOUT: a request's headers and body, from its first byte
 	WriteTimeout    time.Duration // TOLLGATE_WRITE_TIMEOUT: from the end of a request's headers to the end of its answer
@@ -257,6 +258,12 @@ func loadConfig(getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("TOLLGATE_TENANT_INFLIGHT %q: want check items in progress per tenant and instance, 32 to 1000000", v)
 		}
 	}
+	c.TenantMaxLeases = 10_000
+	if v := getenv("TOLLGATE_TENANT_MAX_LEASES"); v != "" {
+		if c.TenantMaxLeases, err = strconv.ParseInt(v, 10, 64); err != nil || c.TenantMaxLeases < 1 || c.TenantMaxLeases > 10_000_000 {
+			return c, fmt.Errorf("TOLLGATE_TENANT_MAX_LEASES %q: want the leases one tenant may hold at once, 1 to 10000000", v)
+		}
+	}
 	c.MemoryMaxKeys = 1_000_000
 	if v := getenv("TOLLGATE_MEMORY_MAX_KEYS"); v != "" {
 		if c.MemoryMaxKeys, err = strconv.Atoi(v); err != nil || c.MemoryMaxKeys < 1000 || c.MemoryMaxKeys > 100_000_000 {
@@ -302,6 +309,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("secure_cookies", c.SecureCookies),
 		slog.Int("ipv6_prefix", c.IPv6Prefix),
 		slog.Int64("tenant_inflight", c.TenantInflight),
+		slog.Int64("tenant_max_leases", c.TenantMaxLeases),
 		slog.Duration("read_timeout", c.ReadTimeout),
 		slog.Duration("write_timeout", c.WriteTimeout),
 		slog.Duration("idle_timeout", c.IdleTimeout),

@@ -102,7 +102,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	g, err := gate.New(gate.Config{
 		Store: store, Local: l1, Tenants: dir, Policies: catalog, Observer: gate.Observers{usageRec, auditRec, degradedRec},
 		Metrics: met, Logger: log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
-		TenantInflight: cfg.TenantInflight,
+		TenantInflight:  cfg.TenantInflight,
+		TenantMaxLeases: cfg.TenantMaxLeases,
 	})
 	if err != nil {
 		return err

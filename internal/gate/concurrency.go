@@ -2,7 +2,8 @@ package gate
 
 // Leases of concurrency policies: a tenant's slots in flight (not to be
 // confused with lease.go's leases of ceiling units, which an instance takes
-// from the service's own counters). A policy of algorithm "concurrency"
+// from the service's own counters). A tenant holds at most
+// Config.TenantMaxLeases of them at once, across policies and subjects. A policy of algorithm "concurrency"
 // admits at most its limit of holders in flight per subject (or in all,
 // scope global). Acquiring a lease is admitted like a check: Admit runs the
 // pipeline with the Request's Lease, the ceilings count it (the allotment
@@ -62,6 +63,9 @@ type LeaseVerdict struct {
 	// fail_mode decided: a lease allowed so holds no slot, and its ID is
 	// known to no store.
 	Degraded bool
+	// TenantFull says the lease was refused because the tenant holds
+	// Config.TenantMaxLeases leases already, whatever the subject's room.
+	TenantFull bool
 }
 
 // Lease ids are "ls_" and 32 hex digits of a random 128-bit number: not to
@@ -158,7 +162,7 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 	id := newLeaseID()
 	a := counter.Acquire{
 		Group: t.ID, Key: key, Tally: leaseTally(p.Name, test), ID: storeLeaseID(id, test), Limit: lim, TTL: l.TTL,
-		Ceilings: make([]counter.Item, len(ceilings)),
+		GroupLimit: g.cfg.TenantMaxLeases, Ceilings: make([]counter.Item, len(ceilings)),
 	}
 	for i, c := range ceilings {
 		a.Ceilings[i] = c.Item
@@ -183,12 +187,18 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 		}
 		v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: d.Remaining, Window: windowLength(c.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
 	}
-	lv := &LeaseVerdict{Policy: p.Name, Allowed: res.Allowed, InFlight: res.InFlight, Limit: lim}
+	lv := &LeaseVerdict{Policy: p.Name, Allowed: res.Allowed, InFlight: res.InFlight, Limit: lim, TenantFull: res.GroupFull}
 	v.Lease, v.Allowed = lv, res.Allowed
 	var refusals []Refusal
-	if res.Allowed {
+	switch {
+	case res.Allowed:
 		lv.ID, lv.ExpiresAt = id, res.ExpiresAt
-	} else {
+	case res.GroupFull:
+		// No expiry says when one of the tenant's leases ends: the store
+		// counts again within a second or two.
+		lv.RetryAfter = time.Second
+		refusals = []Refusal{{Layer: LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.Now.Add(time.Second), Key: key}}
+	default:
 		lv.RetryAfter = max(0, res.ExpiresAt.Sub(res.Now))
 		refusals = []Refusal{{Layer: LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.ExpiresAt, Key: key, AlertAfter: p.AlertAfter}}
 	}
@@ -245,6 +255,11 @@ func (g *Gate) Release(ctx context.Context, tenantID string, test bool, id strin
 	if err != nil {
 		return err
 	}
+	work, err := g.hold(ctx, tenantID)
+	if err != nil {
+		return err
+	}
+	defer work.release()
 	if err := g.cfg.Leases.Release(ctx, ref); err != nil {
 		return fmt.Errorf("release lease of tenant %s: %w", tenantID, err)
 	}
@@ -261,6 +276,11 @@ func (g *Gate) Renew(ctx context.Context, tenantID string, test bool, id string,
 	if ttl < MinLeaseTTL || ttl > MaxLeaseTTL {
 		return time.Time{}, &policy.FieldError{Field: "ttl", Reason: fmt.Sprintf("must be %s to %s", MinLeaseTTL, MaxLeaseTTL)}
 	}
+	work, err := g.hold(ctx, tenantID)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer work.release()
 	exp, err := g.cfg.Leases.Renew(ctx, ref)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("renew lease of tenant %s: %w", tenantID, err)

@@ -64,6 +64,11 @@ type Config struct {
 	// (default 100 ms).
 	TenantInflight int64
 	InflightWait   time.Duration
+	// TenantMaxLeases bounds the leases of concurrency policies one tenant
+	// holds at once, across its policies and subjects, live and test keys
+	// together (default DefaultTenantMaxLeases): what a tenant keeps in the
+	// store is bounded whatever its subjects.
+	TenantMaxLeases int64
 	// AuthFailuresPerMinute is how many requests with a key that does not
 	// authenticate one client network may send a minute (default 60);
 	// beyond it they are refused before the key is looked up.
@@ -95,6 +100,9 @@ const (
 // allows; what the tenant sends beyond that waits its turn behind its own
 // work, not in front of other tenants'.
 const DefaultTenantInflight = 64
+
+// DefaultTenantMaxLeases is Config.TenantMaxLeases's default.
+const DefaultTenantMaxLeases = 10_000
 
 // Gate runs the admission pipeline. It is safe for concurrent use.
 type Gate struct {
@@ -140,6 +148,10 @@ func New(cfg Config) (*Gate, error) {
 	if cfg.InflightWait <= 0 {
 		cfg.InflightWait = 100 * time.Millisecond
 	}
+	if cfg.TenantMaxLeases <= 0 {
+		cfg.TenantMaxLeases = DefaultTenantMaxLeases
+	}
+	cfg.TenantMaxLeases = min(cfg.TenantMaxLeases, limit.MaxLimit)
 	if cfg.AuthFailuresPerMinute <= 0 {
 		cfg.AuthFailuresPerMinute = 60
 	}

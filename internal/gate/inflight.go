@@ -3,6 +3,7 @@ package gate
 import (
 	"container/list"
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,20 @@ type tenantWork struct {
 type waiter struct {
 	n     int64
 	ready chan struct{}
+}
+
+// hold takes one unit of the tenant's work in progress for a request that
+// works on the store after Admit (a renewal, a release, a reset), so that
+// a flood of them is bounded as checks are; ErrBusy past the wait.
+func (g *Gate) hold(ctx context.Context, tenantID string) (held, error) {
+	h, ok := g.inflight.acquire(ctx, tenantID, 1)
+	if !ok {
+		if err := ctx.Err(); err != nil {
+			return h, err
+		}
+		return h, fmt.Errorf("tenant %s: %w", tenantID, ErrBusy)
+	}
+	return h, nil
 }
 
 func newInflight(limit int64, wait time.Duration) *inflight {

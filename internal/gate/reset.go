@@ -35,6 +35,11 @@ func (g *Gate) Reset(ctx context.Context, tenantID string, test bool, name, subj
 	}
 	var buf [80]byte
 	key := string(g.appendPolicyKey(buf[:0], tenantID, test, p, subject))
+	work, err := g.hold(ctx, tenantID)
+	if err != nil {
+		return "", err
+	}
+	defer work.release()
 	if err := g.cfg.Store.Reset(ctx, tenantID, key); err != nil {
 		return "", fmt.Errorf("reset %s of tenant %s: %w", p.Name, tenantID, err)
 	}

@@ -30,6 +30,13 @@ var ErrInvalid = policy.ErrInvalid
 // retry.
 var ErrUnavailable = errors.New("tenant data unavailable")
 
+// ErrBusy is returned (wrapped) for a request that found its tenant's work
+// in progress on this instance at its bound (Config.TenantInflight) for
+// longer than Config.InflightWait: the tenant's own burst, which waits
+// behind itself, never in front of other tenants. The caller may retry
+// after a second.
+var ErrBusy = errors.New("tenant's work in progress at its bound")
+
 // itemErr builds a field error for items[i].field.
 func itemErr(i int, field, reason string) error {
 	return &policy.FieldError{Field: fmt.Sprintf("items[%d].%s", i, field), Reason: reason}

@@ -20,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/web"
 )
@@ -157,9 +158,12 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		if !known {
 			log.ErrorContext(c.Request().Context(), "request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
 		}
-		if p.Status == http.StatusServiceUnavailable {
+		if p.Status == http.StatusServiceUnavailable || errors.Is(err, gate.ErrBusy) {
 			// Unavailable for now, not for good: when to ask again.
 			c.Response().Header().Set("Retry-After", "1")
+		}
+		if errors.Is(err, gate.ErrBusy) {
+			c.Response().Header().Set("X-RateLimit-Layer", gate.LayerInflight)
 		}
 		sendProblem(c, p)
 	}

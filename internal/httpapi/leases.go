@@ -65,6 +65,9 @@ type leaseAnswer struct {
 	Limit        int64  `json:"limit"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	Degraded     bool   `json:"degraded"`
+	// TenantFull is set on a refusal because the tenant holds its bound of
+	// leases (gate.Config.TenantMaxLeases) across all its policies.
+	TenantFull bool `json:"tenant_full,omitempty"`
 }
 
 // renewAnswer is the answer to POST /v1/leases/{id}/renew.
@@ -136,7 +139,7 @@ func (h leaseHandlers) acquire(c echo.Context) error {
 	}
 	lv := v.Lease
 	out := leaseAnswer{Allowed: lv.Allowed, InFlight: lv.InFlight, Limit: lv.Limit, Degraded: lv.Degraded,
-		RetryAfterMS: ceilDiv(lv.RetryAfter, time.Millisecond)}
+		RetryAfterMS: ceilDiv(lv.RetryAfter, time.Millisecond), TenantFull: lv.TenantFull}
 	if lv.Allowed {
 		out.LeaseID, out.ExpiresAt = lv.ID, expiresAt(lv.ExpiresAt)
 	}

@@ -40,6 +40,7 @@ var problemKinds = []problemKind{
 	{errBadRequest, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	// Leases (leases.go).
 	{counter.ErrNoLease, http.StatusNotFound, "lease-not-found", "No such lease: it was released, it expired, or it never was"},
+	{gate.ErrBusy, http.StatusTooManyRequests, "tenant-busy", "Too many of this tenant's requests are in progress on this instance; retry after a second"},
 	{counter.ErrUnavailable, http.StatusServiceUnavailable, "store-unavailable", "The counter store is unavailable; retry"},
 	{gate.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Tollgate cannot read this key's tenant, plan or policies from its database right now; retry"},
 	// Billing (billing.go, webhooks.go).

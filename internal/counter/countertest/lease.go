@@ -25,6 +25,7 @@ func runLeases(t *testing.T, b Backend) {
 	t.Run("LeaseCeilings", func(t *testing.T) { t.Parallel(); leaseCeilings(t, b) })
 	t.Run("LeaseTallies", func(t *testing.T) { t.Parallel(); leaseTallies(t, b) })
 	t.Run("LeaseLimitLowered", func(t *testing.T) { t.Parallel(); leaseLimitLowered(t, b) })
+	t.Run("LeaseGroupLimit", func(t *testing.T) { t.Parallel(); leaseGroupLimit(t, b) })
 	t.Run("ResetForgetsCountersAndLeases", func(t *testing.T) { t.Parallel(); resetForgets(t, b) })
 	t.Run("InvalidLeaseRequests", func(t *testing.T) { t.Parallel(); invalidLeases(t, b) })
 	t.Run("ThreeInstancesTwoHundredAcquirers", func(t *testing.T) { t.Parallel(); leasesThreeInstances(t, b) })
@@ -311,6 +312,43 @@ func leaseLimitLowered(t *testing.T, b Backend) {
 		}
 	}
 	wantAcquired(t, "one left of 2", acquire(t, l, lease("k", "id-4", 2)), true, 2, base.Add(time.Minute))
+}
+
+// leaseGroupLimit caps a group's live leases across its keys: at the cap an
+// acquire is refused as GroupFull whatever its key's own room, other groups
+// are not held back, and a released or expired lease makes room again.
+func leaseGroupLimit(t *testing.T, b Backend) {
+	_, l := openLeaser(t, b)
+	capped := func(key, id string, at time.Time) counter.Acquire {
+		a := lease(key, id, 10)
+		a.Group, a.GroupLimit, a.Now = "capped", 3, at
+		return a
+	}
+	for i := range 3 {
+		wantAcquired(t, fmt.Sprint("lease ", i), acquire(t, l, capped(fmt.Sprint("k", i), fmt.Sprint("id-", i), base)), true, 1, base.Add(time.Minute))
+	}
+	res := acquire(t, l, capped("k9", "id-3", base))
+	if res.Allowed || !res.GroupFull {
+		t.Fatalf("a fourth lease of a group capped at 3: allowed %v, group full %v; want refused as group full", res.Allowed, res.GroupFull)
+	}
+	other := lease("k9", "id-3", 10)
+	other.Group, other.GroupLimit = "other", 3
+	if res := acquire(t, l, other); !res.Allowed || res.GroupFull {
+		t.Fatalf("another group: allowed %v, group full %v", res.Allowed, res.GroupFull)
+	}
+	if err := release(l, counter.LeaseRef{Group: "capped", ID: "id-0", Now: base}); err != nil {
+		t.Fatal(err)
+	}
+	wantAcquired(t, "after a release", acquire(t, l, capped("k9", "id-4", base)), true, 1, base.Add(time.Minute))
+	if res := acquire(t, l, capped("k9", "id-5", base.Add(time.Second))); res.Allowed || !res.GroupFull {
+		t.Fatalf("at the cap again: allowed %v, group full %v", res.Allowed, res.GroupFull)
+	}
+	// A minute on, every lease has expired; the stores may count expired
+	// leases for a second or two, not longer.
+	later := base.Add(time.Minute + 3*time.Second)
+	for i := range 3 {
+		wantAcquired(t, fmt.Sprint("after expiry ", i), acquire(t, l, capped(fmt.Sprint("n", i), fmt.Sprint("id-n", i), later)), true, 1, later.Add(time.Minute))
+	}
 }
 
 // resetForgets resets keys: a counter starts afresh, the leases under a key

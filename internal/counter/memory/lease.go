@@ -17,16 +17,18 @@ var _ counter.Leaser = (*Store)(nil)
 // lease is one lease; its key and tally are joined to its group.
 type lease struct {
 	id, key, tally string // group + "\x00" + …
-	exp            int64  // Unix µs: gone at exp
+	group          string
+	exp            int64 // Unix µs: gone at exp
 }
 
-// leases is the store's leases, under one lock: byID finds a lease, byKey
-// and byTally count one key's and one tally's. Expired leases stay until an
+// leases is the store's leases, under one lock: byID finds a lease, byKey,
+// byTally and byGroup count one key's, one tally's and one group's. Expired leases stay until an
 // Acquire of their key or Prune sees them; nothing counts them meanwhile.
 type leases struct {
 	byID    map[string]*lease
 	byKey   map[string]map[*lease]struct{}
 	byTally map[string]map[*lease]struct{}
+	byGroup map[string]map[*lease]struct{}
 	max     int
 }
 
@@ -34,12 +36,14 @@ func (ls *leases) init(max int) {
 	ls.byID = map[string]*lease{}
 	ls.byKey = map[string]map[*lease]struct{}{}
 	ls.byTally = map[string]map[*lease]struct{}{}
+	ls.byGroup = map[string]map[*lease]struct{}{}
 	ls.max = max
 }
 
 func (ls *leases) add(l *lease) {
 	ls.byID[l.id] = l
 	join(ls.byKey, l.key, l)
+	join(ls.byGroup, l.group, l)
 	if l.tally != "" {
 		join(ls.byTally, l.tally, l)
 	}
@@ -48,6 +52,7 @@ func (ls *leases) add(l *lease) {
 func (ls *leases) drop(l *lease) {
 	delete(ls.byID, l.id)
 	leave(ls.byKey, l.key, l)
+	leave(ls.byGroup, l.group, l)
 	if l.tally != "" {
 		leave(ls.byTally, l.tally, l)
 	}
@@ -146,10 +151,20 @@ func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquire
 		res.InFlight, res.ExpiresAt = n, time.UnixMicro(earliest).UTC()
 		return res, nil
 	}
+	if g := ls.byGroup[a.Group]; a.GroupLimit > 0 && int64(len(g)) >= a.GroupLimit {
+		// Expired leases are dropped only once the group looks full.
+		if held, _ := ls.live(g, us, true); held >= a.GroupLimit {
+			res.GroupFull, res.InFlight = true, n
+			if n > 0 {
+				res.ExpiresAt = time.UnixMicro(earliest).UTC()
+			}
+			return res, nil
+		}
+	}
 	if len(ls.byID) >= ls.max && ls.prune(us) == 0 {
 		return counter.Acquired{}, fmt.Errorf("acquire lease: %d leases held, the most this store keeps: %w", ls.max, counter.ErrUnavailable)
 	}
-	l := &lease{id: id, key: key, exp: us + a.TTL.Microseconds()}
+	l := &lease{id: id, key: key, group: a.Group, exp: us + a.TTL.Microseconds()}
 	if a.Tally != "" {
 		l.tally = a.Group + "\x00" + a.Tally
 	}

@@ -103,6 +103,18 @@ type job struct {
 	done chan struct{}
 	// seen is decode's buffer.
 	seen []counter.Seen
+	// lua, when set, makes the job a script of its own (a lease
+	// operation, lease.go) rather than a check: it goes through the lane
+	// like a check, in a script of its own, and its reply is lua.reply.
+	lua *luaCall
+}
+
+// luaCall is a script a job runs instead of check.lua: its body and hash,
+// its arguments after the keys, and its reply.
+type luaCall struct {
+	body, sha string
+	args      []any
+	reply     any
 }
 
 // jobs holds jobs for reuse: a check that waits for its answer owns its job
@@ -416,7 +428,9 @@ func (s *Store) split(jobs []*job, calls []batchCall) []batchCall {
 	first, items := 0, 0
 	for i, j := range jobs {
 		n := len(j.keys)
-		if i > first && (items+n > maxScriptItems || s.cluster != nil && j.group != jobs[first].group) {
+		// A script of its own stands alone, and so does the check after it.
+		alone := j.lua != nil || jobs[first].lua != nil
+		if i > first && (alone || items+n > maxScriptItems || s.cluster != nil && j.group != jobs[first].group) {
 			calls = append(calls, batchCall{jobs: jobs[first:i]})
 			first, items = i, 0
 		}
@@ -461,6 +475,21 @@ func noScript(err error) bool { return err != nil && goredis.HasErrorPrefix(err,
 // script makes the EVALSHA (or, with body set, EVAL) command that decides
 // the requests of jobs in their order (check.lua).
 func script(ctx context.Context, body bool, jobs []*job) *goredis.Cmd {
+	if l := jobs[0].lua; l != nil {
+		a := make([]any, 0, 3+len(jobs[0].keys)+len(l.args))
+		if body {
+			a = append(a, "eval", l.body)
+		} else {
+			a = append(a, "evalsha", l.sha)
+		}
+		a = append(a, len(jobs[0].keys))
+		for _, k := range jobs[0].keys {
+			a = append(a, k)
+		}
+		cmd := goredis.NewCmd(ctx, append(a, l.args...)...)
+		cmd.SetFirstKeyPos(3)
+		return cmd
+	}
 	nkeys, size := 0, 0
 	for _, j := range jobs {
 		nkeys += len(j.keys)
@@ -496,6 +525,10 @@ func script(ctx context.Context, body bool, jobs []*job) *goredis.Cmd {
 // answer sets each job's reply, or its err, from cmd's reply (check.lua).
 func answer(cmd *goredis.Cmd, jobs []*job) {
 	v, err := cmd.Result()
+	if l := jobs[0].lua; l != nil {
+		l.reply, jobs[0].err = v, err
+		return
+	}
 	var reply string
 	var why []any
 	switch v := v.(type) {

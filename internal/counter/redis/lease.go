@@ -73,6 +73,26 @@ func (s *Store) eval(ctx context.Context, body, sha string, keys []string, args 
 	return reply, err
 }
 
+// queued runs one of the lease scripts through the lanes of the checks
+// (batch.go), pipelined with them on the lanes' few connections, under the
+// store's timeout (or ctx's earlier deadline): a burst of lease operations
+// waits its turn in the lane rather than holding a connection each. keys
+// share the group's hash tag.
+func (s *Store) queued(ctx context.Context, body, sha string, group string, keys []string, args ...any) (any, error) {
+	j := &job{done: make(chan struct{}, 1), group: group, keys: keys, lua: &luaCall{body: body, sha: sha, args: args}}
+	j.deadline = time.Now().Add(s.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(j.deadline) {
+		j.deadline = d
+	}
+	if err := s.call(ctx, j); err != nil {
+		if ctx.Err() == nil && !time.Now().Before(j.deadline) {
+			err = context.DeadlineExceeded
+		}
+		return nil, err
+	}
+	return j.lua.reply, nil
+}
+
 // Acquire implements counter.Leaser in one script. Errors wrap
 // counter.ErrInvalid (a malformed request, an id in use) or
 // counter.ErrUnavailable.
@@ -88,7 +108,7 @@ func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquire
 		keys = append(keys, s.key(a.Group, it.Key))
 	}
 	keys = append(keys, s.leaseKeys(a.Group)...)
-	v, err := s.eval(ctx, acquireLua, acquireSHA, keys, appendRequest(nil, creq), a.ID, a.Key, a.Tally, a.Limit, a.TTL.Microseconds())
+	v, err := s.queued(ctx, acquireLua, acquireSHA, a.Group, keys, appendRequest(nil, creq), a.ID, a.Key, a.Tally, a.Limit, a.TTL.Microseconds(), a.GroupLimit)
 	if err != nil {
 		if goredis.HasErrorPrefix(err, "tollgate: lease id in use") {
 			return counter.Acquired{}, fmt.Errorf("acquire lease: id in use: %w", counter.ErrInvalid)
@@ -96,7 +116,7 @@ func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquire
 		return counter.Acquired{}, failed(ctx, "acquire lease", err)
 	}
 	reply, ok := v.([]any)
-	if !ok || len(reply) != 4 {
+	if !ok || len(reply) != 5 {
 		return counter.Acquired{}, fmt.Errorf("acquire lease: %w: %w", counter.ErrUnavailable, errReply)
 	}
 	ceilings, _ := reply[0].(string)
@@ -108,14 +128,15 @@ func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquire
 	if !a.Now.IsZero() {
 		now = a.Now.Truncate(time.Microsecond)
 	}
-	tail := reply[len(reply)-3:]
+	tail := reply[1:]
 	taken, ok1 := tail[0].(int64)
 	inFlight, ok2 := tail[1].(int64)
 	exp, ok3 := tail[2].(int64)
-	if !ok1 || !ok2 || !ok3 {
+	full, ok4 := tail[3].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return counter.Acquired{}, fmt.Errorf("acquire lease: %w: %w", counter.ErrUnavailable, errReply)
 	}
-	res := counter.Acquired{Allowed: taken == 1, InFlight: inFlight, Now: now, Ceilings: counter.Result{Allowed: true, Now: now}}
+	res := counter.Acquired{Allowed: taken == 1, GroupFull: full == 1, InFlight: inFlight, Now: now, Ceilings: counter.Result{Allowed: true, Now: now}}
 	if exp != 0 {
 		res.ExpiresAt = time.UnixMicro(exp).UTC()
 	}
@@ -133,7 +154,7 @@ func (s *Store) Renew(ctx context.Context, ref counter.LeaseRef) (time.Time, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	v, err := s.eval(ctx, opsLua, opsSHA, s.leaseKeys(ref.Group), "renew", instant(ref.Now), ref.ID, ref.TTL.Microseconds())
+	v, err := s.queued(ctx, opsLua, opsSHA, ref.Group, s.leaseKeys(ref.Group), "renew", instant(ref.Now), ref.ID, ref.TTL.Microseconds())
 	if err != nil {
 		return time.Time{}, failed(ctx, "renew lease", err)
 	}
@@ -154,7 +175,7 @@ func (s *Store) Release(ctx context.Context, ref counter.LeaseRef) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	v, err := s.eval(ctx, opsLua, opsSHA, s.leaseKeys(ref.Group), "release", instant(ref.Now), ref.ID)
+	v, err := s.queued(ctx, opsLua, opsSHA, ref.Group, s.leaseKeys(ref.Group), "release", instant(ref.Now), ref.ID)
 	if err != nil {
 		return failed(ctx, "release lease", err)
 	}
