@@ -114,8 +114,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	running.Go(func() { logRun(log, "audit flush", auditRec.Run(bg)) })
 	running.Go(func() { logRun(log, "degraded minutes flush", degradedRec.Run(bg)) })
 	// Changes made by any instance (or by hand in SQL) reach this one's caches
-	// within a second; after a reconnect everything is dropped, since
-	// notifications may have been missed.
+	// within a second; after a reconnect everything is marked stale (read
+	// again on its next use), since notifications may have been missed.
 	invalidate := func(kind, id string) {
 		dir.Invalidate(kind, id)
 		if kind == "policy" {

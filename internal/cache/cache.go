@@ -4,6 +4,14 @@
 // dropped (a change notification) or its TTL passes (the safety net should
 // a notification be lost).
 //
+// A known value is never forgotten for nothing when Config.Stale is set: a
+// value past its TTL, or marked stale (MarkStale: a change notification), is
+// refreshed by the next Get, and while the store cannot be read that Get and
+// the later ones are served the value last read, the store being tried
+// again in the background every Config.Retry. Only the store's own answer
+// (Stale says which errors are not that: "not found" is an answer) or Drop
+// removes a value, besides the bounds and Sweep.
+//
 // One load per key runs at a time, however many callers miss it meanwhile:
 // they all wait for that load (single flight). The context rule is one for
 // every use: a load runs detached from the callers that wait for it, under
@@ -31,6 +39,20 @@ import (
 // DefaultTimeout bounds a load when Config.Timeout is zero.
 const DefaultTimeout = 5 * time.Second
 
+// Defaults of the Config fields that serve stale values (Config.Stale).
+const (
+	// DefaultStaleWait is far above a healthy store's answer (a millisecond
+	// or two) and keeps an outage of a store that stopped answering at a
+	// fraction of a second for each value, once.
+	DefaultStaleWait = 250 * time.Millisecond
+	// DefaultRetry: once the store can be read again, stale values are
+	// fresh within about a second.
+	DefaultRetry = time.Second
+	// DefaultKeep: a tenant that came in the last ten minutes is still
+	// served when the store fails.
+	DefaultKeep = 10 * time.Minute
+)
+
 // Config configures a Cache. Load and TTL are required.
 type Config[V any] struct {
 	// Load reads the value of key from the store.
@@ -54,6 +76,21 @@ type Config[V any] struct {
 	// even when it alone weighs more.
 	Weight    func(V) int
 	MaxWeight int
+	// Stale, when set, says which load errors mean that the store could not
+	// be read, as opposed to its answer that the value is gone (say, not
+	// errors.Is(err, ErrNotFound)). A value past its TTL or marked by
+	// MarkStale is then stale: Get refreshes it, waiting for the refresh at
+	// most StaleWait (on the real clock) or until its ctx ends, and when the
+	// refresh fails with such an error, or takes longer, Get serves the
+	// value as it is. Until a refresh succeeds, Get serves it at once and
+	// refreshes it in the background, at most once per Retry (on Now).
+	// Sweep forgets a stale value only when nobody asked for it for Keep.
+	// A load error Stale does not accept drops the value. Zero durations
+	// take DefaultStaleWait, DefaultRetry and DefaultKeep.
+	Stale     func(error) bool
+	StaleWait time.Duration
+	Retry     time.Duration
+	Keep      time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -77,7 +114,13 @@ type Cache[V any] struct {
 type hit[V any] struct {
 	v      V
 	weight int
-	exp    time.Time
+	// exp is when v goes stale: zero once MarkStale marked it.
+	exp time.Time
+	// keep is when Sweep may forget v, once it is stale.
+	keep time.Time
+	// retry, set when v's last refresh failed, is when the next one may
+	// start: until one succeeds v is served without waiting.
+	retry time.Time
 }
 
 type miss struct {
@@ -99,6 +142,15 @@ func New[V any](cfg Config[V]) *Cache[V] {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.StaleWait <= 0 {
+		cfg.StaleWait = DefaultStaleWait
+	}
+	if cfg.Retry <= 0 {
+		cfg.Retry = DefaultRetry
+	}
+	if cfg.Keep <= 0 {
+		cfg.Keep = DefaultKeep
+	}
 	c := &Cache[V]{cfg: cfg, hits: map[string]hit[V]{}, flights: map[string]*flight[V]{}}
 	if cfg.Miss != nil && cfg.MissTTL > 0 && cfg.MaxMisses > 0 {
 		c.misses = map[string]miss{}
@@ -112,7 +164,8 @@ func New[V any](cfg Config[V]) *Cache[V] {
 // Get returns the value of key: from memory while it is fresh, else from
 // the load under way or a new one. It returns ctx's error when ctx ends
 // first, and the load's error (not cached, unless it is a miss) when the
-// load fails.
+// load fails; with Config.Stale, a value held is served instead, as that
+// field says.
 func (c *Cache[V]) Get(ctx context.Context, key string) (V, error) {
 	now := c.cfg.Now()
 	// A hit, every request's case, only reads: readers do not wait for
@@ -124,22 +177,51 @@ func (c *Cache[V]) Get(ctx context.Context, key string) (V, error) {
 		return h.v, nil
 	}
 	c.mu.Lock()
-	if h, ok := c.hits[key]; ok && now.Before(h.exp) {
+	h, ok = c.hits[key]
+	if ok && now.Before(h.exp) {
 		c.mu.Unlock()
 		return h.v, nil
 	}
-	if m, ok := c.misses[key]; ok && now.Before(m.exp) {
+	stale := ok && c.cfg.Stale != nil
+	if stale {
+		h.keep = now.Add(c.cfg.Keep)
+		if !h.retry.IsZero() {
+			// The store could not be read lately: the value is served at
+			// once, and the store tried again now and then.
+			if !now.Before(h.retry) {
+				h.retry = now.Add(c.cfg.Retry)
+				c.start(ctx, key)
+			}
+			c.hits[key] = h
+			c.mu.Unlock()
+			return h.v, nil
+		}
+		c.hits[key] = h
+	} else if m, ok := c.misses[key]; ok && now.Before(m.exp) {
 		c.mu.Unlock()
 		var zero V
 		return zero, m.err
 	}
-	f, ok := c.flights[key]
-	if !ok {
-		f = &flight[V]{done: make(chan struct{})}
-		c.flights[key] = f
-		go c.fill(context.WithoutCancel(ctx), key, f)
-	}
+	f := c.start(ctx, key)
 	c.mu.Unlock()
+	if stale {
+		wait := time.NewTimer(c.cfg.StaleWait)
+		defer wait.Stop()
+		select {
+		case <-f.done:
+			if f.err == nil || !c.cfg.Stale(f.err) {
+				return f.v, f.err
+			}
+		case <-wait.C:
+			c.failing(key)
+		case <-ctx.Done():
+		}
+		if v, ok := c.held(key); ok {
+			return v, nil
+		}
+		// Dropped meanwhile (a revoked key): there is nothing to serve but
+		// the load's answer.
+	}
 	select {
 	case <-f.done:
 		return f.v, f.err
@@ -149,7 +231,39 @@ func (c *Cache[V]) Get(ctx context.Context, key string) (V, error) {
 	}
 }
 
-// fill runs one load and keeps its result unless key was dropped meanwhile.
+// start returns the load of key under way, or starts one; c.mu is held.
+func (c *Cache[V]) start(ctx context.Context, key string) *flight[V] {
+	f, ok := c.flights[key]
+	if !ok {
+		f = &flight[V]{done: make(chan struct{})}
+		c.flights[key] = f
+		go c.fill(context.WithoutCancel(ctx), key, f)
+	}
+	return f
+}
+
+// held returns the value held for key, fresh or not.
+func (c *Cache[V]) held(key string) (V, bool) {
+	c.mu.RLock()
+	h, ok := c.hits[key]
+	c.mu.RUnlock()
+	return h.v, ok
+}
+
+// failing notes that a refresh of key's stale value is taking longer than
+// StaleWait: later callers are served the value without waiting for it.
+func (c *Cache[V]) failing(key string) {
+	now := c.cfg.Now()
+	c.mu.Lock()
+	if h, ok := c.hits[key]; ok && !now.Before(h.exp) && h.retry.IsZero() {
+		h.retry = now.Add(c.cfg.Retry)
+		c.hits[key] = h
+	}
+	c.mu.Unlock()
+}
+
+// fill runs one load and keeps its result unless key was dropped or marked
+// stale meanwhile.
 func (c *Cache[V]) fill(ctx context.Context, key string, f *flight[V]) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	f.v, f.err = c.cfg.Load(ctx, key)
@@ -162,8 +276,20 @@ func (c *Cache[V]) fill(ctx context.Context, key string, f *flight[V]) {
 		switch {
 		case f.err == nil:
 			c.keep(key, f.v, now)
-		case c.cfg.Miss != nil && c.cfg.Miss(f.err):
-			c.remember(key, miss{err: f.err, exp: now.Add(c.cfg.MissTTL)})
+		case c.cfg.Stale != nil && c.cfg.Stale(f.err):
+			// The store could not be read: the value held, if any, stays
+			// and is served as it is until a later refresh succeeds.
+			if h, ok := c.hits[key]; ok {
+				h.retry = now.Add(c.cfg.Retry)
+				c.hits[key] = h
+			}
+		default:
+			// The store's answer (the value is gone), or a failure past
+			// which nothing may be served: the value held, stale, goes.
+			c.dropLocked(key)
+			if c.cfg.Miss != nil && c.cfg.Miss(f.err) {
+				c.remember(key, miss{err: f.err, exp: now.Add(c.cfg.MissTTL)})
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -179,14 +305,14 @@ func (c *Cache[V]) keep(key string, v V, now time.Time) {
 	if old, ok := c.hits[key]; ok {
 		c.weight -= old.weight
 	} else if c.cfg.MaxEntries > 0 && len(c.hits) >= c.cfg.MaxEntries {
-		// Which one goes does not matter much (map iteration picks one at
-		// random): a dropped value costs one load on its next use.
-		for k := range c.hits {
-			c.dropLocked(k)
-			break
-		}
+		c.dropLocked(c.victim(now))
 	}
-	c.hits[key] = hit[V]{v: v, weight: w, exp: now.Add(c.cfg.TTL)}
+	h := hit[V]{v: v, weight: w, exp: now.Add(c.cfg.TTL)}
+	h.keep = h.exp
+	if c.cfg.Stale != nil {
+		h.keep = h.exp.Add(c.cfg.Keep)
+	}
+	c.hits[key] = h
 	c.weight += w
 	if c.cfg.Weight == nil {
 		return
@@ -199,6 +325,30 @@ func (c *Cache[V]) keep(key string, v V, now time.Time) {
 			c.dropLocked(k)
 		}
 	}
+}
+
+// victimTries is how many values victim looks at for a stale one.
+const victimTries = 8
+
+// victim picks the value to drop for room; c.mu is held. Which one goes
+// does not matter much (map iteration picks at random; a dropped value
+// costs one load on its next use), but a stale one, kept only for an
+// outage, goes before a fresh one when one of a few is.
+func (c *Cache[V]) victim(now time.Time) string {
+	var first string
+	n := 0
+	for k, h := range c.hits {
+		if !now.Before(h.exp) {
+			return k
+		}
+		if n == 0 {
+			first = k
+		}
+		if n++; n == victimTries {
+			break
+		}
+	}
+	return first
 }
 
 // remember records a miss; c.mu is held.
@@ -232,11 +382,40 @@ func (c *Cache[V]) Drop(key string) {
 	c.mu.Unlock()
 }
 
-// DropAll forgets everything, and the results of the loads under way.
-func (c *Cache[V]) DropAll() {
+// MarkStale marks key's value stale (it changed): the next Get refreshes
+// it, and serves it as it is only when the store cannot be read. The result
+// of a load of key under way is not kept (it may be older than the change),
+// and a miss of key is forgotten. Without Config.Stale it is Drop.
+func (c *Cache[V]) MarkStale(key string) {
 	c.mu.Lock()
-	clear(c.hits)
-	c.weight = 0
+	c.markLocked(key)
+	delete(c.flights, key)
+	delete(c.misses, key)
+	c.mu.Unlock()
+}
+
+// markLocked marks key's value stale, or drops it without Config.Stale;
+// c.mu is held.
+func (c *Cache[V]) markLocked(key string) {
+	h, ok := c.hits[key]
+	switch {
+	case !ok:
+	case c.cfg.Stale == nil:
+		c.dropLocked(key)
+	default:
+		h.exp, h.retry = time.Time{}, time.Time{}
+		c.hits[key] = h
+	}
+}
+
+// MarkAllStale marks every value stale, as MarkStale does, and forgets
+// every miss: for when changes may have gone unnoticed (a change listener
+// that reconnected).
+func (c *Cache[V]) MarkAllStale() {
+	c.mu.Lock()
+	for k := range c.hits {
+		c.markLocked(k)
+	}
 	clear(c.flights)
 	clear(c.misses)
 	clear(c.ring)
@@ -245,12 +424,13 @@ func (c *Cache[V]) DropAll() {
 }
 
 // Sweep forgets expired values and misses, so that entries nobody asks for
-// again do not stay in memory.
+// again do not stay in memory; with Config.Stale, a stale value nobody
+// asked for in Config.Keep.
 func (c *Cache[V]) Sweep() {
 	now := c.cfg.Now()
 	c.mu.Lock()
 	for k, h := range c.hits {
-		if !now.Before(h.exp) {
+		if !now.Before(h.exp) && !now.Before(h.keep) {
 			c.dropLocked(k)
 		}
 	}

@@ -1,10 +1,12 @@
 package cache_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -165,5 +167,210 @@ func TestDropDuringALoad(t *testing.T) {
 	<-l.started
 	if err != nil || v != 2 || c.Len() != 1 {
 		t.Errorf("after the drop: %d, %v, %d held; want a new load's 2, held", v, err, c.Len())
+	}
+}
+
+// switchable is a store whose answer, a value or an error, the test sets.
+type switchable struct {
+	mu    sync.Mutex
+	v     int64
+	err   error
+	loads atomic.Int64
+}
+
+func (s *switchable) set(v int64, err error) {
+	s.mu.Lock()
+	s.v, s.err = v, err
+	s.mu.Unlock()
+}
+
+func (s *switchable) load(context.Context, string) (int64, error) {
+	s.loads.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.v, s.err
+}
+
+var errDown = errors.New("store down")
+
+// clock is a time the test moves; loads read it too.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// staleCache is a Cache over s that serves stale values on any error but
+// errUnknown, on a clock the test moves.
+func staleCache(s *switchable, clk *clock, cfg cache.Config[int64]) *cache.Cache[int64] {
+	cfg.Load = s.load
+	cfg.TTL = cmp.Or(cfg.TTL, time.Hour)
+	cfg.Stale = func(err error) bool { return !errors.Is(err, errUnknown) }
+	cfg.Now = clk.now
+	return cache.New(cfg)
+}
+
+// waitFor polls cond, failing t after 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestStaleValueServedWhileTheStoreFails: a value marked stale (or past
+// its TTL) is refreshed by the next Get; while the store fails, the value
+// last read is served, at once after the first failure, the store being
+// tried again once per Retry; once it answers, the new value is served. The
+// store's answer that the value is gone drops it.
+func TestStaleValueServedWhileTheStoreFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := newClock()
+	s := &switchable{v: 1}
+	c := staleCache(s, clk, cache.Config[int64]{TTL: time.Minute, Retry: time.Second})
+	get := func(what string, want int64) {
+		t.Helper()
+		if v, err := c.Get(ctx, "k"); err != nil || v != want {
+			t.Fatalf("%s: got %d, %v; want %d", what, v, err, want)
+		}
+	}
+	get("first", 1)
+	c.MarkStale("k")
+	s.set(2, errDown)
+	get("marked stale, store down", 1)
+	if n := s.loads.Load(); n != 2 {
+		t.Fatalf("%d loads, want 2: the marked value was not refreshed", n)
+	}
+	get("again, within Retry", 1)
+	if n := s.loads.Load(); n != 2 {
+		t.Fatalf("%d loads, want 2: a failed refresh is tried again only after Retry", n)
+	}
+	clk.add(time.Second)
+	get("after Retry, store still down", 1)
+	waitFor(t, "the background refresh", func() bool { return s.loads.Load() == 3 })
+	clk.add(2 * time.Minute) // past the TTL too
+	s.set(2, nil)
+	get("store back: served as it is while the refresh runs", 1)
+	waitFor(t, "the refreshed value", func() bool { v, _ := c.Get(ctx, "k"); return v == 2 })
+
+	c.MarkStale("k")
+	s.set(0, errUnknown)
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, errUnknown) {
+		t.Fatalf("the store says the value is gone: got %v, want errUnknown", err)
+	}
+	if c.Len() != 0 {
+		t.Errorf("%d values held after the store said the value is gone, want 0", c.Len())
+	}
+}
+
+// TestStaleWaitIsBounded: a refresh that hangs (a store that stopped
+// answering) holds a Get for StaleWait at most, and the later ones not at
+// all; the value it finally reads is kept.
+func TestStaleWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newGatedLoader()
+	c := cache.New(cache.Config[int64]{
+		Load: l.load, TTL: time.Hour, StaleWait: 20 * time.Millisecond,
+		Stale: func(error) bool { return true },
+	})
+	first := make(chan int64)
+	go func() { v, _ := c.Get(ctx, "k"); first <- v }()
+	<-l.started
+	l.gate <- struct{}{}
+	if v := <-first; v != 1 {
+		t.Fatalf("first: %d, want 1", v)
+	}
+	c.MarkStale("k")
+	began := time.Now()
+	if v, err := c.Get(ctx, "k"); err != nil || v != 1 {
+		t.Fatalf("marked stale, refresh hanging: %d, %v; want 1", v, err)
+	}
+	<-l.started
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("the Get waited %s for a hanging refresh, StaleWait 20 ms", took)
+	}
+	began = time.Now()
+	for range 10 {
+		if v, err := c.Get(ctx, "k"); err != nil || v != 1 {
+			t.Fatalf("later: %d, %v; want 1", v, err)
+		}
+	}
+	if took := time.Since(began); took >= 20*time.Millisecond {
+		t.Errorf("10 later Gets took %s: they waited for the hanging refresh", took)
+	}
+	close(l.gate)
+	waitFor(t, "the refreshed value", func() bool { v, _ := c.Get(ctx, "k"); return v == 2 })
+	if n := l.loads.Load(); n != 2 {
+		t.Errorf("%d loads, want 2", n)
+	}
+}
+
+// TestSweepKeepsStaleValuesInUse: with Stale, Sweep forgets a stale value
+// only when nobody asked for it for Keep: one served through an outage
+// stays.
+func TestSweepKeepsStaleValuesInUse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := newClock()
+	s := &switchable{v: 1}
+	c := staleCache(s, clk, cache.Config[int64]{TTL: time.Second, Keep: 10 * time.Second})
+	c.Get(ctx, "used")
+	c.Get(ctx, "idle")
+	s.set(0, errDown)
+	for range 4 {
+		clk.add(5 * time.Second)
+		if v, err := c.Get(ctx, "used"); err != nil || v != 1 {
+			t.Fatalf("store down: %d, %v; want the value last read", v, err)
+		}
+		c.Sweep()
+	}
+	if v, err := c.Get(ctx, "used"); err != nil || v != 1 {
+		t.Errorf("a stale value asked for every 5 s was swept (Keep 10 s): %d, %v", v, err)
+	}
+	if _, err := c.Get(ctx, "idle"); err == nil {
+		t.Errorf("a stale value nobody asked for in 20 s was kept (Keep 10 s)")
+	}
+}
+
+// TestMarkAllStale: every value is refreshed by its next Get, and misses
+// are forgotten.
+func TestMarkAllStale(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := newClock()
+	s := &switchable{v: 1}
+	c := staleCache(s, clk, cache.Config[int64]{
+		Miss: func(err error) bool { return errors.Is(err, errUnknown) }, MissTTL: time.Minute, MaxMisses: 10,
+	})
+	c.Get(ctx, "a")
+	c.Get(ctx, "b")
+	s.set(2, nil)
+	c.MarkAllStale()
+	for _, k := range []string{"a", "b"} {
+		if v, err := c.Get(ctx, k); err != nil || v != 2 {
+			t.Errorf("%s after MarkAllStale: %d, %v; want 2", k, v, err)
+		}
+	}
+	s.set(0, errUnknown)
+	c.Get(ctx, "x")
+	if c.Misses() != 1 {
+		t.Fatalf("%d misses, want 1", c.Misses())
+	}
+	c.MarkAllStale()
+	if c.Misses() != 0 {
+		t.Errorf("%d misses after MarkAllStale, want 0", c.Misses())
 	}
 }

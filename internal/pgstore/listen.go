@@ -32,7 +32,11 @@ var defaultListenTiming = listenTiming{
 	ping:       5 * time.Second,
 	connect:    10 * time.Second,
 	minBackoff: 100 * time.Millisecond,
-	maxBackoff: 5 * time.Second,
+	// A second at most: the caches refresh everything when the listener
+	// is back, so that changes missed during an outage are read about a
+	// second after the database returns; one connection attempt a second
+	// costs the database nothing.
+	maxBackoff: time.Second,
 }
 
 // Listen receives the change notifications of the database at dsn until ctx
@@ -41,7 +45,7 @@ var defaultListenTiming = listenTiming{
 // ("tenant", tenant ID; "key", key prefix; "plan", plan name; "policy",
 // tenant ID), and onReconnect each time it has connected and is listening,
 // the first time included: notifications sent while it was not listening
-// are lost, so the caller drops every cache then. It reconnects after any
+// are lost, so the caller refreshes every cache then. It reconnects after any
 // failure, with backoff, and notices a dead connection within about 20 s
 // even when the server vanished without a word. Both callbacks run on
 // Listen's goroutine, one at a time, and should return quickly.

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,11 +26,15 @@ type CatalogConfig struct {
 }
 
 // Catalog caches each tenant's Set in memory in front of a Loader, so that a
-// check reads its policies without a database round trip. Invalidate drops a
-// tenant's Set when its policies change (the serve wiring calls it on the
-// "policy:<tenant_id>" notification); TTL is the safety net. Loads follow
-// package cache's rules: one per tenant at a time, detached from the callers
-// that wait for it. A Catalog is safe for concurrent use.
+// check reads its policies without a database round trip. Invalidate marks a
+// tenant's Set stale when its policies change (the serve wiring calls it on
+// the "policy:<tenant_id>" notification); TTL is the safety net. A stale Set
+// is read again by the next For; while the Loader fails, the Set last read
+// is served instead (a known configuration is never forgotten because the
+// database is down: the policies' fail modes then decide, not a 503), and
+// read again in the background about once a second until it can be. Loads
+// follow package cache's rules: one per tenant at a time, detached from the
+// callers that wait for it. A Catalog is safe for concurrent use.
 type Catalog struct {
 	sets *cache.Cache[Set]
 }
@@ -55,21 +60,27 @@ func NewCatalog(src Loader, cfg CatalogConfig) *Catalog {
 		},
 		TTL: cfg.TTL, MaxEntries: cfg.MaxTenants,
 		Weight: Set.Overrides, MaxWeight: cfg.MaxOverrides,
-		Now: cfg.Now,
+		// Only "not found" is the database's answer; anything else is
+		// the database not answering.
+		Stale: func(err error) bool { return !errors.Is(err, ErrNotFound) },
+		Now:   cfg.Now,
 	})}
 }
 
 // For returns a tenant's Set: the cached one while it is fresh, else a new
 // load. Concurrent callers for one tenant share one load; each waits no longer
-// than its own ctx. An error of the Loader is returned wrapped and not cached.
+// than its own ctx. When the load fails, a stale Set held is returned (waiting
+// at most cache.DefaultStaleWait for the load); without one, the Loader's
+// error, wrapped and not cached.
 func (c *Catalog) For(ctx context.Context, tenantID string) (Set, error) {
 	return c.sets.Get(ctx, tenantID)
 }
 
-// Invalidate drops a tenant's Set: the next For loads it again, and a load
-// already in flight is not kept.
-func (c *Catalog) Invalidate(tenantID string) { c.sets.Drop(tenantID) }
+// Invalidate marks a tenant's Set stale: the next For loads it again (and
+// falls back on it only when the load fails), and a load already in flight
+// is not kept.
+func (c *Catalog) Invalidate(tenantID string) { c.sets.MarkStale(tenantID) }
 
-// InvalidateAll drops every tenant's Set, as after a lost connection to the
-// notifications that would have named the tenants that changed.
-func (c *Catalog) InvalidateAll() { c.sets.DropAll() }
+// InvalidateAll marks every tenant's Set stale, as after a lost connection
+// to the notifications that would have named the tenants that changed.
+func (c *Catalog) InvalidateAll() { c.sets.MarkAllStale() }

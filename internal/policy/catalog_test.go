@@ -394,7 +394,8 @@ func TestCatalogBoundsTheOverridesItHolds(t *testing.T) {
 	if got := c.Cached(); got != 2 {
 		t.Errorf("%d tenants cached, want 2 (10 overrides each under a bound of 25)", got)
 	}
-	// The latest is always kept; invalidating it gives its weight back.
+	// The latest is always kept. An invalidated Set stays (stale, for an
+	// outage) with its weight, counted once when it is read again.
 	before := db.loader.loads.Load()
 	if _, err := c.For(ctx, ids[3]); err != nil {
 		t.Fatal(err)
@@ -406,8 +407,59 @@ func TestCatalogBoundsTheOverridesItHolds(t *testing.T) {
 	if got, want := c.CachedOverrides(), 10*c.Cached(); got != want {
 		t.Errorf("%d overrides counted after an invalidation, want %d", got, want)
 	}
-	c.InvalidateAll()
-	if got := c.CachedOverrides(); got != 0 {
-		t.Errorf("%d overrides counted after InvalidateAll, want 0", got)
+	if _, err := c.For(ctx, ids[3]); err != nil {
+		t.Fatal(err)
 	}
+	if got, want := c.CachedOverrides(), 10*c.Cached(); got != want {
+		t.Errorf("%d overrides counted after the invalidated Set was read again, want %d", got, want)
+	}
+	c.InvalidateAll()
+	if got, want := c.CachedOverrides(), 10*c.Cached(); got != want || got > 25 {
+		t.Errorf("%d overrides counted after InvalidateAll, want %d, at most 25", got, want)
+	}
+}
+
+// TestCatalogServesTheLastSetThroughAnOutage: a Set whose change notification
+// arrives just before the database becomes unreachable, or whose TTL passes
+// during the outage, is served as last read, not forgotten; once the database
+// answers again the changes made meanwhile are read within about a second,
+// and at once after InvalidateAll (a change listener that reconnected).
+func TestCatalogServesTheLastSetThroughAnOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newDB(t)
+	a := db.newTenant(t, "A")
+	clk := &clock{t: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}
+	c := policy.NewCatalog(db.loader, policy.CatalogConfig{TTL: 30 * time.Second, Now: clk.now})
+	want := func(what string, limit int64) {
+		t.Helper()
+		s, err := c.For(ctx, a)
+		if err != nil {
+			t.Fatalf("%s: For: %v, want the Set last read", what, err)
+		}
+		if got := limitOf(t, s); got != limit {
+			t.Errorf("%s: limit %d, want %d", what, got, limit)
+		}
+	}
+	db.setLimit(t, a, 1)
+	want("before the outage", 1)
+	c.Invalidate(a) // a change's notification, just before the outage
+	db.proxy.Cut()
+	want("invalidated, database cut off", 1)
+	want("asked again", 1)
+	clk.add(31 * time.Second)
+	want("past the TTL, database cut off", 1)
+
+	db.setLimit(t, a, 2) // a change this Catalog cannot read yet
+	if err := db.proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "the change made during the outage", func() bool {
+		clk.add(100 * time.Millisecond)
+		s, err := c.For(ctx, a)
+		return err == nil && limitOf(t, s) == 2
+	})
+	db.setLimit(t, a, 3) // its notification missed
+	c.InvalidateAll()
+	want("after InvalidateAll", 3)
 }

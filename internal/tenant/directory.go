@@ -41,8 +41,15 @@ type DirectoryConfig struct {
 // Directory answers who a key belongs to and what its tenant's plan allows,
 // from memory: tenants, keys and plans are loaded from the Store on first
 // use (one load per entry at a time, however many callers wait) and kept
-// until Invalidate says they changed, or TTL passes. It is safe for
-// concurrent use.
+// until Invalidate says they changed, or TTL passes; then they are read
+// again on their next use. While the Store cannot be read, a tenant, key or
+// plans read before are served as last read (stale), and read again in the
+// background about once a second, so that an outage of the database leaves
+// the tenants this instance has served in the last ten minutes
+// (cache.DefaultKeep) answered by their policies' fail modes. The exception
+// is a key whose own change notification arrived: keys change only when
+// revoked or deleted, so such a key is forgotten at once and fails until it
+// can be read. It is safe for concurrent use.
 type Directory struct {
 	store      Store
 	log        *slog.Logger
@@ -88,21 +95,24 @@ func NewDirectory(cfg DirectoryConfig) *Directory {
 		cfg.FlushEvery = 5 * time.Second
 	}
 	s := cfg.Store
+	// Only "not found" is the store's answer; anything else is the store
+	// not answering, and the value last read is served meanwhile.
+	stale := func(err error) bool { return !errors.Is(err, ErrNotFound) }
 	return &Directory{
 		store:      s,
 		log:        cfg.Logger,
 		now:        cfg.Now,
 		flushEvery: cfg.FlushEvery,
 		keys: cache.New(cache.Config[Key]{
-			Load: s.KeyByPrefix, TTL: cfg.TTL, Timeout: storeTimeout, Now: cfg.Now,
+			Load: s.KeyByPrefix, TTL: cfg.TTL, Timeout: storeTimeout, Now: cfg.Now, Stale: stale,
 			// An unknown prefix is asked for again and again by whoever
 			// guesses keys: the answer is remembered, briefly.
 			Miss: func(err error) bool { return errors.Is(err, ErrNotFound) }, MissTTL: cfg.MissTTL, MaxMisses: cfg.MaxMisses,
 		}),
-		tenants: cache.New(cache.Config[Tenant]{Load: s.Tenant, TTL: cfg.TTL, Timeout: storeTimeout, Now: cfg.Now}),
+		tenants: cache.New(cache.Config[Tenant]{Load: s.Tenant, TTL: cfg.TTL, Timeout: storeTimeout, Now: cfg.Now, Stale: stale}),
 		plans: cache.New(cache.Config[[]Plan]{
 			Load: func(ctx context.Context, _ string) ([]Plan, error) { return s.Plans(ctx) },
-			TTL:  cfg.TTL, Timeout: storeTimeout, Now: cfg.Now,
+			TTL:  cfg.TTL, Timeout: storeTimeout, Now: cfg.Now, Stale: stale,
 		}),
 	}
 }
@@ -196,27 +206,33 @@ func (d *Directory) MaxIPPerMinute(ctx context.Context) int64 {
 	return m
 }
 
-// Invalidate drops what changed, as the store's change notifications name
+// Invalidate notes what changed, as the store's change notifications name
 // it: kind "tenant" with a tenant ID, "key" with a key prefix, "plan" with a
-// plan name. Other kinds are not the Directory's and are ignored. A load
-// under way for the entry is not cached, so the next caller reads the change.
+// plan name. Other kinds are not the Directory's and are ignored. A tenant
+// or the plans are marked stale: read again on their next use, served as
+// they were only while the store cannot be read. A key is dropped: a key
+// changes only when it is revoked or deleted, so the notification is itself
+// the news that it no longer works, and it must not keep working because the
+// store happens to be down. A load under way for the entry is not cached,
+// so the next caller reads the change.
 func (d *Directory) Invalidate(kind, id string) {
 	switch kind {
 	case "tenant":
-		d.tenants.Drop(id)
+		d.tenants.MarkStale(id)
 	case "key":
 		d.keys.Drop(id)
 	case "plan":
-		d.plans.DropAll()
+		d.plans.MarkAllStale()
 	}
 }
 
-// InvalidateAll drops everything: for when change notifications may have
-// been missed (a listener that reconnected).
+// InvalidateAll marks everything stale: for when change notifications may
+// have been missed (a listener that reconnected). Keys included: what a
+// notification would have said is unknown, and the store can be read again.
 func (d *Directory) InvalidateAll() {
-	d.keys.DropAll()
-	d.tenants.DropAll()
-	d.plans.DropAll()
+	d.keys.MarkAllStale()
+	d.tenants.MarkAllStale()
+	d.plans.MarkAllStale()
 }
 
 // Run writes the keys' last use every FlushEvery, all keys in one store

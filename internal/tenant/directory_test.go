@@ -639,3 +639,65 @@ func TestFailedFlushIsRetried(t *testing.T) {
 		t.Fatalf("stored last use %v, want %v", got, want)
 	}
 }
+
+// TestDirectoryServesTheLastReadThroughAnOutage: a tenant, key and plans whose
+// change notifications arrive just before the database becomes unreachable,
+// or whose TTL passes during the outage, are served as last read, not
+// forgotten; once the database answers again the changes made meanwhile are
+// read within about a second. A key whose own notification arrived (a
+// revocation) is not served from memory: it fails while it cannot be read.
+func TestDirectoryServesTheLastReadThroughAnOutage(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	clk := &clock{t: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}
+	d := newTestDirectory(db, clk, tenant.DirectoryConfig{TTL: 30 * time.Second})
+	ctx := context.Background()
+	live, _ := db.addKey(t, db.acme.ID, false)
+	revoked, rk := db.addKey(t, db.acme.ID, false)
+	serves := func(what string) {
+		t.Helper()
+		for _, raw := range []string{live} {
+			if _, tn, err := d.Authenticate(ctx, raw); err != nil || tn.ID != db.acme.ID {
+				t.Fatalf("%s: Authenticate: %v, %s; want the key and tenant last read", what, err, tn.ID)
+			}
+		}
+		if p, err := d.Plan(ctx, tenant.PlanPro); err != nil || p.Name != tenant.PlanPro {
+			t.Fatalf("%s: Plan: %v; want the plans last read", what, err)
+		}
+	}
+	serves("before the outage")
+	if _, _, err := d.Authenticate(ctx, revoked); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.direct.RevokeKey(ctx, rk.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Changes' notifications, just before the outage.
+	d.Invalidate("tenant", db.acme.ID)
+	d.Invalidate("plan", tenant.PlanPro)
+	d.Invalidate("key", rk.Prefix)
+	db.proxy.Cut()
+	serves("invalidated, database cut off")
+	serves("asked again")
+	if _, _, err := d.Authenticate(ctx, revoked); err == nil {
+		t.Fatal("a key whose revocation was notified authenticated while the database was cut off")
+	}
+	clk.Advance(31 * time.Second)
+	serves("past the TTL, database cut off")
+
+	// A change this Directory cannot read yet.
+	if _, err := db.direct.SetTenantLimits(ctx, db.acme.ID, tenant.TenantLimits{RateLimitPerMinute: 250}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "the change made during the outage", func() bool {
+		clk.Advance(100 * time.Millisecond)
+		_, tn, err := d.Authenticate(ctx, live)
+		return err == nil && tn.RateLimitPerMinute == 250
+	})
+	if _, _, err := d.Authenticate(ctx, revoked); !errors.Is(err, tenant.ErrUnauthorized) {
+		t.Fatalf("the revoked key after the outage: %v, want ErrUnauthorized", err)
+	}
+}
