@@ -2,6 +2,9 @@ package blackbox
 
 import (
 	"context"
+	"net/http"
+	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -9,6 +12,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate/internal/eventually"
+	"github.com/tollgate/tollgate/internal/faultnet"
+	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
@@ -199,5 +205,64 @@ func TestRedisURLThatCanNeverConnectStopsStartUp(t *testing.T) {
 				t.Fatalf("serve: %v, output:\n%s\nwant an error naming REDIS_URL", err, tail(string(out), 2000))
 			}
 		})
+	}
+}
+
+// TestReadyzWaitsForRedisAtStart starts an instance whose Redis is cut off:
+// it serves (/healthz 200) but /readyz is 503, so that no orchestrator
+// routes checks to an instance that can only fail open; once Redis answers
+// it is ready, and stays ready when Redis fails again (degraded mode
+// answers that), until it is restarted.
+func TestReadyzWaitsForRedisAtStart(t *testing.T) {
+	dsn := pgtest.New(t)
+	u, err := url.Parse(redistest.StartServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultnet.New(t, u.Host)
+	proxy.Cut()
+	u.Host = proxy.Addr()
+	addr := freePort(t)
+	base := "http://" + addr
+	cmd := exec.Command(binary, "serve")
+	cmd.Env = environ(dsn, "TOLLGATE_ADDR="+addr, "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL="+u.String())
+	logs := &logbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections()
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("log:\n%s", tail(logs.String(), 4000))
+		}
+	})
+	status := func(path string) int {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	eventually.True(t, 30*time.Second, "/healthz 200 with Redis cut off", func() bool { return status("/healthz") == http.StatusOK })
+	for range 5 {
+		if got := status("/readyz"); got != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz while Redis has never answered: %d, want 503", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 10*time.Second, "/readyz 200 once Redis answers", func() bool { return status("/readyz") == http.StatusOK })
+	proxy.Cut()
+	for range 5 {
+		if got := status("/readyz"); got != http.StatusOK {
+			t.Fatalf("/readyz when Redis fails after answering once: %d, want 200 (degraded mode answers)", got)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
