@@ -2,6 +2,9 @@ package blackbox
 
 import (
 	"context"
+	"net/http"
+	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -9,6 +12,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate/internal/eventually"
+	"github.com/tollgate/tollgate/internal/faultnet"
+	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
@@ -142,5 +148,121 @@ func TestClusterMasterDownDegradesOnlyItsTenants(t *testing.T) {
 		degraded, time.Since(killed).Round(time.Millisecond), spares)
 	if !strings.Contains(in.logs.String(), "L2_DEGRADED") {
 		t.Errorf("no L2_DEGRADED line in the log")
+	}
+}
+
+// TestClusterSeedsAfterCommas names the cluster's seeds as many tools write
+// several hosts, redis+cluster://h1:p1,h2:p2,h3:p3: the instance counts in
+// the cluster, exact (20 checks at a limit of 5 admit 5, none degraded),
+// where it once started on an address no dial could reach and failed open
+// for ever.
+func TestClusterSeedsAfterCommas(t *testing.T) {
+	dsn := pgtest.New(t)
+	c := redistest.StartCluster(t)
+	commas := strings.NewReplacer("?addr=", ",", "&addr=", ",").Replace(c.URL())
+	in := start(t, dsn, "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL="+commas, patientStore)
+	nt := createTenant(t, dsn, "pro")
+	putPolicy(t, in, nt.LiveKey, "five", map[string]any{"limit": 5, "window": "1h", "fail_mode": "open"})
+	admitted := 0
+	for range 20 {
+		var a checkAnswer
+		r := check(t, in, nt.LiveKey, map[string]any{"policy": "five", "subject": "s"})
+		r.json(t, &a)
+		if r.status != 200 || a.Degraded {
+			t.Fatalf("check on %s: %d %s", commas, r.status, r.body)
+		}
+		if a.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("20 checks at a limit of 5 on %s: %d admitted", commas, admitted)
+	}
+}
+
+// TestRedisURLThatCanNeverConnectStopsStartUp: a REDIS_URL no dial can
+// reach (names for ports, several hosts for one server, a port out of
+// range) stops serve at once with an error naming REDIS_URL, instead of an
+// instance whose every check is degraded.
+func TestRedisURLThatCanNeverConnectStopsStartUp(t *testing.T) {
+	dsn := pgtest.New(t)
+	for _, u := range []string{
+		"redis+cluster://h1:p1,h2:p2,h3:p3",
+		"redis://127.0.0.1:7000,127.0.0.1:7001/0",
+		"redis+cluster://127.0.0.1:7000?addr=127.0.0.1:70000",
+		"redis+sentinel://127.0.0.1:26379",
+	} {
+		t.Run(u, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, binary, "serve")
+			cmd.Env = environ(dsn, "TOLLGATE_ADDR="+freePort(t), "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL="+u)
+			out, err := cmd.CombinedOutput()
+			if ctx.Err() != nil {
+				t.Fatalf("serve still running after 30 s:\n%s", tail(string(out), 2000))
+			}
+			if err == nil || !strings.Contains(string(out), "REDIS_URL") {
+				t.Fatalf("serve: %v, output:\n%s\nwant an error naming REDIS_URL", err, tail(string(out), 2000))
+			}
+		})
+	}
+}
+
+// TestReadyzWaitsForRedisAtStart starts an instance whose Redis is cut off:
+// it serves (/healthz 200) but /readyz is 503, so that no orchestrator
+// routes checks to an instance that can only fail open; once Redis answers
+// it is ready, and stays ready when Redis fails again (degraded mode
+// answers that), until it is restarted.
+func TestReadyzWaitsForRedisAtStart(t *testing.T) {
+	dsn := pgtest.New(t)
+	u, err := url.Parse(redistest.StartServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultnet.New(t, u.Host)
+	proxy.Cut()
+	u.Host = proxy.Addr()
+	addr := freePort(t)
+	base := "http://" + addr
+	cmd := exec.Command(binary, "serve")
+	cmd.Env = environ(dsn, "TOLLGATE_ADDR="+addr, "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL="+u.String())
+	logs := &logbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections()
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("log:\n%s", tail(logs.String(), 4000))
+		}
+	})
+	status := func(path string) int {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	eventually.True(t, 30*time.Second, "/healthz 200 with Redis cut off", func() bool { return status("/healthz") == http.StatusOK })
+	for range 5 {
+		if got := status("/readyz"); got != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz while Redis has never answered: %d, want 503", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 10*time.Second, "/readyz 200 once Redis answers", func() bool { return status("/readyz") == http.StatusOK })
+	proxy.Cut()
+	for range 5 {
+		if got := status("/readyz"); got != http.StatusOK {
+			t.Fatalf("/readyz when Redis fails after answering once: %d, want 200 (degraded mode answers)", got)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

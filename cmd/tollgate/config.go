@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	rediscounter "github.com/tollgate/tollgate/internal/counter/redis"
 )
 
 // Config is every setting Tollgate reads from its environment, read once at
@@ -18,7 +20,7 @@ import (
 // (loadStoreConfig). Nothing below cmd/tollgate reads the environment.
 type Config struct {
 	DatabaseURL     string        // DATABASE_URL; empty: the embedded PostgreSQL
-	RedisURL        string        // REDIS_URL: redis:// (one server) or redis+cluster:// (a cluster)
+	RedisURL        string        // REDIS_URL: redis:// (one server) or redis+cluster:// (a cluster; seeds in addr or after commas)
 	Addr            string        // TOLLGATE_ADDR
 	CounterStore    string        // TOLLGATE_COUNTER_STORE: postgres, redis or memory
 	CounterTimeout  time.Duration // TOLLGATE_COUNTER_TIMEOUT
@@ -72,7 +74,7 @@ var urlRules = map[string]struct {
 	// One server, or a Redis Cluster named by seed nodes; the counter
 	// store parses the rest and checks the server's mode at start.
 	"REDIS_URL": {[]string{"redis", "rediss", "redis+cluster", "rediss+cluster"},
-		"redis://[:password@]host:port[/db] for one server or redis+cluster://[:password@]host:port[?addr=host:port&addr=host:port] for a cluster", true},
+		"redis://[:password@]host:port[/db] for one server or redis+cluster://[:password@]host:port[,host:port…][?addr=host:port&addr=host:port] for a cluster", true},
 	"TOLLGATE_PUBLIC_URL": {[]string{"http", "https"}, "http(s)://host[:port]", false},
 	"STRIPE_API_BASE":     {[]string{"http", "https"}, "http(s)://host[:port]", false},
 }
@@ -149,8 +151,10 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.RedisURL != "" {
-		if err := checkURL("REDIS_URL", c.RedisURL); err != nil {
-			return c, err
+		// The counter store's own parse, so that a URL that can never
+		// connect (one that would only ever fail open) stops start-up.
+		if err := rediscounter.CheckURL(c.RedisURL); err != nil {
+			return c, fmt.Errorf("REDIS_URL: %v; want %s", err, urlRules["REDIS_URL"].want)
 		}
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {

@@ -99,14 +99,22 @@ func TestConfigLogMasksSecrets(t *testing.T) {
 func TestConfigRedisURLForms(t *testing.T) {
 	t.Parallel()
 	for url, ok := range map[string]bool{
-		"redis://127.0.0.1:6379/0":                                 true,
-		"rediss://:secret@cache:6380":                              true,
-		"redis+cluster://10.0.0.1:7000":                            true,
-		"redis+cluster://:secret@10.0.0.1:7000?addr=10.0.0.2:7000": true,
-		"rediss+cluster://10.0.0.1:7000?addr=10.0.0.2:7000":        true,
-		"cluster://10.0.0.1:7000":                                  false,
-		"redis+sentinel://10.0.0.1:26379":                          false,
-		"redis+cluster://":                                         false,
+		"redis://127.0.0.1:6379/0":                                  true,
+		"rediss://:secret@cache:6380":                               true,
+		"redis+cluster://10.0.0.1:7000":                             true,
+		"redis+cluster://:secret@10.0.0.1:7000?addr=10.0.0.2:7000":  true,
+		"rediss+cluster://10.0.0.1:7000?addr=10.0.0.2:7000":         true,
+		"cluster://10.0.0.1:7000":                                   false,
+		"redis+sentinel://10.0.0.1:26379":                           false,
+		"redis+cluster://":                                          false,
+		"redis+cluster://10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000": true,
+		"redis+cluster://:secret@[::1]:7000,[::1]:7001":             true,
+		// Configurations that can never connect stop start-up.
+		"redis+cluster://h1:p1,h2:p2,h3:p3":             false,
+		"redis://:secret@10.0.0.1:7000,10.0.0.2:7000/0": false,
+		"redis+cluster://10.0.0.1:7000?addr=h2:p2":      false,
+		"redis+cluster://10.0.0.1:99999":                false,
+		"redis://cache:0/0":                             false,
 	} {
 		_, err := loadConfig(envOf(map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_COUNTER_STORE": "redis", "REDIS_URL": url}))
 		if ok && err != nil {
@@ -114,6 +122,9 @@ func TestConfigRedisURLForms(t *testing.T) {
 		}
 		if !ok && (err == nil || !strings.Contains(err.Error(), "REDIS_URL") || !strings.Contains(err.Error(), "redis+cluster://")) {
 			t.Errorf("REDIS_URL=%s: got %v, want an error naming REDIS_URL and both forms", url, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("REDIS_URL=%s: the error shows the password: %v", url, err)
 		}
 	}
 }

@@ -147,11 +147,21 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	}
 	running.Go(func() { logRun(log, "dashboard housekeeping", dash.Run(bg)) })
 
+	// Redis must answer once before /readyz says ready: an instance that
+	// started while it was down would answer every check degraded. Verify
+	// is that round trip, and checks the server's mode, which start-up could
+	// not. PostgreSQL's counters are in the database Ready pings; memory's
+	// need no answer.
+	var counterReady func(context.Context) error
+	if rs, ok := store.(*rediscounter.Store); ok {
+		counterReady = rs.Verify
+	}
 	e := httpapi.New(httpapi.Config{
-		Logger:   log,
-		Ready:    pool.Ping,
-		Gate:     g,
-		Policies: policy.Service{Store: policies, Catalog: catalog, Audit: policyAudit(audit.NewLog(auditStore), log)},
+		Logger:       log,
+		Ready:        pool.Ping,
+		CounterReady: counterReady,
+		Gate:         g,
+		Policies:     policy.Service{Store: policies, Catalog: catalog, Audit: policyAudit(audit.NewLog(auditStore), log)},
 		// Counter resets (DELETE /v1/policies/{name}/subjects/{subject}).
 		Audit:    policyAudit(audit.NewLog(auditStore), log),
 		Usage:    usageService{usageRec, dir},
@@ -298,14 +308,14 @@ func counterStore(ctx context.Context, cfg Config, dsn string, log *slog.Logger)
 		}
 		// A URL of the wrong mode (one server at a cluster node, a cluster
 		// at a plain server) stops start-up. A Redis that does not answer
-		// does not: degraded mode is the answer to an outage, and the mode
-		// is checked again at the next start.
+		// does not: degraded mode is the answer to an outage; /readyz stays
+		// 503 until it answers, and checks its mode then (serve).
 		vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err = s.Verify(vctx)
 		cancel()
 		switch {
 		case errors.Is(err, counter.ErrUnavailable):
-			log.WarnContext(ctx, "redis not answering at start; its mode is unchecked and checks are degraded until it answers", "err", err)
+			log.WarnContext(ctx, "redis not answering at start; its mode is unchecked, checks are degraded and /readyz answers 503 until it answers", "err", err)
 		case err != nil:
 			s.Close()
 			return nil, fmt.Errorf("REDIS_URL: %w", err)

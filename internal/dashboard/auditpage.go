@@ -35,6 +35,12 @@ func (d *Dashboard) auditPage(c echo.Context, s *signedIn) error {
 		Kind:     strings.TrimSpace(c.QueryParam("kind")),
 		Limit:    auditPerPage,
 	}
+	if c.QueryParam("page") != "" {
+		// The list is paged by entry number, so that entries written
+		// meanwhile move nothing; a page number would be answered with the
+		// first page as if it were the one asked for.
+		return badRequest("The audit log has no page numbers (page): follow \"Older entries\", which pages by entry number (before).")
+	}
 	if b := c.QueryParam("before"); b != "" {
 		n, err := strconv.ParseInt(b, 10, 64)
 		if err != nil || n <= 0 {

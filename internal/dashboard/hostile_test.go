@@ -148,3 +148,25 @@ func TestHostileInputIsNeverA500(t *testing.T) {
 		t.Errorf("… and %d more", fails-20)
 	}
 }
+
+// TestAuditPageRefusesPageNumbers: the audit log pages by entry number
+// ("Older entries", before=N), not by page number, so a page parameter, in
+// range or not, is input no page makes: a 400 page naming it, never the
+// first page answered as if it were the one asked for.
+func TestAuditPageRefusesPageNumbers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.admin("ops@example.com")
+	b := e.browser()
+	b.signIn("ops@example.com")
+	for _, q := range []string{"page=999999999999", "page=99999999999999999999", "page=0", "page=-1", "page=abc", "page=2", "kind=plan_changed&page=3"} {
+		p := b.get("/admin/audit?" + q).mustStatus(http.StatusBadRequest)
+		if !strings.Contains(p.body, "Bad request") || !strings.Contains(p.body, "page") {
+			t.Errorf("%s: the 400 page does not name the parameter:\n%.800s", q, p.body)
+		}
+	}
+	for _, q := range []string{"", "before=999999999999", "kind=plan_changed", "page="} {
+		b.get("/admin/audit?" + q).mustStatus(http.StatusOK)
+	}
+	b.get("/admin/audit?before=0").mustStatus(http.StatusBadRequest)
+}

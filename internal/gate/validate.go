@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/limit"
@@ -107,7 +108,13 @@ func (g *Gate) policyItems(out []policyItem, tenantID string, set policy.Set, te
 	return out, matching, nil
 }
 
-// subjectFault returns why subject cannot name a counter of p, or "".
+// subjectFault returns why subject cannot name a counter of p, or "". It
+// is the one rule for subjects, whatever carries them (a check, a lease, a
+// reset's path): text, so that what a client sends is what is counted and
+// every route names the same subject the same way. Bytes that are not UTF-8
+// would be replaced by U+FFFD on one route and kept on another, and many
+// subjects would collapse into one; NUL is no text anyone types, and ends
+// strings in many a client's language.
 func subjectFault(p policy.Policy, subject string) string {
 	switch {
 	case p.Scope == policy.ScopeGlobal:
@@ -116,6 +123,10 @@ func subjectFault(p policy.Policy, subject string) string {
 		return "required for a policy of scope subject"
 	case len(subject) > MaxSubjectLen:
 		return fmt.Sprintf("at most %d bytes", MaxSubjectLen)
+	case !utf8.ValidString(subject):
+		return "must be UTF-8 text"
+	case strings.IndexByte(subject, 0) >= 0:
+		return "must not contain NUL (U+0000)"
 	}
 	return ""
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -105,9 +106,14 @@ func jsonKind(t reflect.Type) string {
 	return "an object"
 }
 
-// unmarshalStrict decodes one JSON value of body into v: no unknown
-// members, no trailing data, and every fault named.
+// unmarshalStrict decodes one JSON value of body into v: UTF-8 text, no
+// unknown members, no trailing data, and every fault named.
 func unmarshalStrict(body []byte, v any) error {
+	if !utf8.Valid(body) {
+		// encoding/json would read each such byte as U+FFFD: subjects that
+		// differ would be counted as one.
+		return &badRequest{field: "body", reason: "is not UTF-8 text (JSON must be)"}
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -31,6 +32,13 @@ type Config struct {
 	// Ready reports whether the system of record answers; /readyz is 200 only
 	// while it returns nil.
 	Ready func(ctx context.Context) error
+	// CounterReady asks the counter store for one round trip; /readyz is
+	// 503 until it has returned nil once, and it is not called after that:
+	// an instance whose store has never answered could only fail open, while
+	// one whose store fails later answers by its fail modes (degraded mode),
+	// and readiness does not flap with the store's health. Nil means the
+	// store needs no answer (it is in memory, or the database Ready pings).
+	CounterReady func(ctx context.Context) error
 	// Gate admits tenant requests; with Policies and Usage it serves /v1.
 	// When nil, only the health routes are served.
 	Gate     Gate
@@ -126,12 +134,22 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	})
+	var counterAnswered atomic.Bool
 	e.GET("/readyz", func(c echo.Context) error {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), time.Second)
 		defer cancel()
 		if err := cfg.Ready(ctx); err != nil {
 			cfg.Logger.WarnContext(ctx, "not ready", "err", err)
 			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "database unavailable"})
+		}
+		if cfg.CounterReady != nil && !counterAnswered.Load() {
+			if err := cfg.CounterReady(ctx); err != nil {
+				cfg.Logger.WarnContext(ctx, "not ready: the counter store has not answered since start", "err", err)
+				return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "counter store has not answered since start"})
+			}
+			if counterAnswered.CompareAndSwap(false, true) {
+				cfg.Logger.InfoContext(ctx, "counter store answered; ready")
+			}
 		}
 		return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -198,11 +199,19 @@ func (h leaseHandlers) renew(c echo.Context) error {
 // reset answers DELETE /v1/policies/{name}/subjects/{subject}: 204 once the
 // subject's counter (its leases, for a concurrency policy) is cleared, and
 // audited with the key that did it. A test key resets the sandbox's
-// counter, a live key the live one.
+// counter, a live key the live one. The subject is one path segment,
+// path-escaped, under the rules of a check's subject (gate.Reset applies
+// them); a "/" in it is written %2F.
 func (h leaseHandlers) reset(c echo.Context) error {
 	name, err := policyName(c)
 	if err != nil {
 		return err
+	}
+	if strings.Contains(c.Param("subject"), "/") {
+		// Echo gives the last parameter the rest of the path, raw "/"
+		// included. A raw "/" ends a segment for everyone else: proxies
+		// merge "//" and resolve "..", and would reset another subject.
+		return &badRequest{field: "subject", reason: `is one path segment: escape "/" in it as %2F`}
 	}
 	subject, err := pathParam(c, "subject")
 	if err != nil {

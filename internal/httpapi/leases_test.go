@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -192,5 +193,54 @@ func TestResetRoute(t *testing.T) {
 	}
 	if a.audits[0].detail["sandbox"] != false || a.audits[1].detail["sandbox"] != true || a.audits[0].detail["key_id"] == a.audits[1].detail["key_id"] {
 		t.Errorf("audit entries of the live and the test key: %+v %+v", a.audits[0], a.audits[1])
+	}
+}
+
+// TestResetRefusesWhatCheckRefuses: a subject a check refuses is refused by
+// a reset and a lease too, with a 400 problem naming the field: NUL, bytes
+// that are not UTF-8, a subject too long. The reset's subject is a path
+// segment, escaped; a raw "/" would end it (and proxies merge "//" and
+// resolve "..", turning it into another subject), so it is refused, naming
+// the field, and "%2F" is the way to write it.
+func TestResetRefusesWhatCheckRefuses(t *testing.T) {
+	t.Parallel()
+	a := newTenantAPI(t, pgtest.New(t), nil)
+	live, _ := a.tenant(tenant.PlanPro)
+	wantStatus(t, a.do(live, "PUT", "/v1/policies/login", `{"limit":1,"window":"1h"}`), http.StatusOK)
+	wantStatus(t, a.do(live, "PUT", "/v1/policies/jobs", `{"limit":1,"algorithm":"concurrency"}`), http.StatusOK)
+	for _, tc := range []struct {
+		name        string
+		check       string // the subject in a JSON body, quoted
+		reset       string // the subject as a path segment
+		field, body string // the fields a check and a lease are refused by
+	}{
+		{"NUL", `"a\u0000b"`, "a%00b", "items[0].subject", "subject"},
+		{"NUL alone", `"\u0000"`, "%00", "items[0].subject", "subject"},
+		// Bytes that are not UTF-8 are found in the JSON text, before any
+		// field is read from it: they are the body's fault.
+		{"not UTF-8", "\"a\xffb\"", "a%FFb", "body", "body"},
+		{"a lone continuation byte", "\"\x80\"", "%80", "body", "body"},
+		{"too long", `"` + strings.Repeat("s", 513) + `"`, strings.Repeat("s", 513), "items[0].subject", "subject"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantFieldProblem(t, a.do(live, "POST", "/v1/check", `{"items":[{"policy":"login","subject":`+tc.check+`}]}`), http.StatusBadRequest, tc.field)
+			wantFieldProblem(t, a.do(live, "POST", "/v1/leases", `{"policy":"jobs","subject":`+tc.check+`}`), http.StatusBadRequest, tc.body)
+			wantFieldProblem(t, a.do(live, "DELETE", "/v1/policies/login/subjects/"+tc.reset, ""), http.StatusBadRequest, "subject")
+		})
+	}
+	wantStatus(t, a.do(live, "DELETE", "/v1/policies/login/subjects/a%2Fb", ""), http.StatusNoContent)
+	for _, p := range []string{"a/b", "a/", "/a", "a/../b", "a%2Fb/c"} {
+		// Not served through the document's check: no operation has such
+		// a path, which is the point.
+		req := httptest.NewRequest("DELETE", "/v1/policies/login/subjects/"+p, nil)
+		req.Header.Set("Authorization", "Bearer "+live)
+		rec := httptest.NewRecorder()
+		a.e.ServeHTTP(rec, req)
+		wantFieldProblem(t, answer{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}, http.StatusBadRequest, "subject")
+	}
+	a.auditMu.Lock()
+	defer a.auditMu.Unlock()
+	if len(a.audits) != 1 {
+		t.Errorf("%d resets audited, want 1 (a%%2Fb): %+v", len(a.audits), a.audits)
 	}
 }

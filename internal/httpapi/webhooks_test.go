@@ -236,6 +236,9 @@ func TestWebhookRefusesBadSignaturesAndChangesNothing(t *testing.T) {
 	}{
 		{"forged", in.post(payload, "whsec_forger_000000", time.Time{})},
 		{"stale", in.post(payload, webhookSecret, time.Now().Add(-6*time.Minute))},
+		// Signed "in the future": a clock skewed past the tolerance, or a
+		// signature made to be replayed later.
+		{"from the future", in.post(payload, webhookSecret, time.Now().Add(400*time.Second))},
 		{"missing", in.post(payload, "", time.Time{})},
 		{"body changed after signing", in.serve(http.MethodPost, "/webhooks/stripe", "", strings.Replace(payload, "cus_1", "cus_2", 1),
 			"Stripe-Signature", webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: []byte(payload), Secret: webhookSecret}).Header)},

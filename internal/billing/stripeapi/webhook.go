@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,8 +20,11 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 )
 
-// Tolerance is how old a webhook signature may be: Stripe's usual five
-// minutes, which bounds how long a captured delivery can be replayed.
+// Tolerance is how far a webhook signature's time may be from now, either
+// way: Stripe's usual five minutes, which bounds how long a captured
+// delivery can be replayed. stripe-go checks only the past side; a time
+// further ahead (a signature made to be replayed later, or a clock far off)
+// is refused too.
 const Tolerance = 5 * time.Minute
 
 // Verifier checks webhook signatures against the signing secrets and reads
@@ -30,6 +34,8 @@ type Verifier struct {
 	// mode is "live" or "test" when the API key says which; "" accepts
 	// events of either mode.
 	mode string
+	// now is the clock a signature's time is compared with.
+	now func() time.Time
 }
 
 // NewVerifier returns a Verifier that accepts a signature made with any of
@@ -38,7 +44,7 @@ type Verifier struct {
 // (sk_live_, rk_live_, sk_test_, rk_test_), events of the other mode are
 // refused; empty accepts both.
 func NewVerifier(secrets []string, apiKey string) *Verifier {
-	return &Verifier{secrets: secrets, mode: keyMode(apiKey)}
+	return &Verifier{secrets: secrets, mode: keyMode(apiKey), now: time.Now}
 }
 
 // keyMode is "live" or "test" for a secret or restricted key of that mode,
@@ -52,12 +58,14 @@ func keyMode(key string) string {
 	return ""
 }
 
-// Parse verifies that payload was signed by Stripe less than Tolerance ago
-// (header is the Stripe-Signature header) and returns the event. Events of
+// Parse verifies that payload was signed by Stripe within Tolerance of now,
+// before or after (header is the Stripe-Signature header), and returns the
+// event. Events of
 // any Stripe API version are accepted: only the fields Tollgate needs are
 // read, and each is read defensively (an expandable field may come as an id
 // or as an object). A missing, malformed, wrong or too old signature, or a
-// body that is not an event, is billing.ErrBadWebhook; so is a verified
+// body that is not an event, is billing.ErrBadWebhook, and so is a
+// signature dated more than Tolerance ahead; so is a verified
 // event whose livemode disagrees with the API key's mode. That one is a
 // configuration mistake (the signing secret of the other mode's endpoint, or
 // the other mode's key), refused rather than answered 200 and dropped: Stripe
@@ -94,6 +102,11 @@ func (v *Verifier) Parse(payload []byte, header string) (billing.Event, error) {
 	case err != nil:
 		return billing.Event{}, fmt.Errorf("signed body is not a Stripe event: %w", billing.ErrBadWebhook)
 	}
+	// The signature is good, so its time is the one Stripe signed.
+	if at := signedAt(header); at.After(v.now().Add(Tolerance)) {
+		return billing.Event{}, fmt.Errorf("signature dated %s in the future, more than %s: %w",
+			at.Sub(v.now()).Round(time.Second), Tolerance, billing.ErrBadWebhook)
+	}
 	if se.ID == "" || se.Type == "" || se.Created <= 0 {
 		return billing.Event{}, fmt.Errorf("signed event without id, type or created: %w", billing.ErrBadWebhook)
 	}
@@ -111,6 +124,20 @@ func (v *Verifier) Parse(payload []byte, header string) (billing.Event, error) {
 		return billing.Event{}, fmt.Errorf("event %s: %v: %w", se.ID, err, billing.ErrBadWebhook)
 	}
 	return ev, nil
+}
+
+// signedAt reads the time of a Stripe-Signature header that stripe-go
+// accepted ("t=1495999758,v1=…"): its last t, as stripe-go reads it.
+func signedAt(header string) time.Time {
+	var at time.Time
+	for pair := range strings.SplitSeq(header, ",") {
+		if v, ok := strings.CutPrefix(pair, "t="); ok {
+			if sec, err := strconv.ParseInt(v, 10, 64); err == nil {
+				at = time.Unix(sec, 0)
+			}
+		}
+	}
+	return at
 }
 
 // fields is a JSON object read one field at a time, so that a field of an

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,33 +58,132 @@ import (
 // Schemes of cluster URLs, and the go-redis schemes they stand for.
 var clusterSchemes = map[string]string{"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
+// singleSchemes are the schemes of one server's URL.
+var singleSchemes = []string{"redis", "rediss"}
+
+// CheckURL reports whether New accepts raw, without connecting: a scheme
+// of Config.URL, a host, and every address a host and a port from 1 to
+// 65535. A URL that can never connect is refused here, not answered with
+// checks that fail open for ever. The error never holds the password.
+func CheckURL(raw string) error {
+	_, _, err := parseOptions(raw)
+	return err
+}
+
+// parseOptions parses a URL as New does: a cluster's options, or one
+// server's.
+func parseOptions(raw string) (*goredis.ClusterOptions, *goredis.Options, error) {
+	cluster, goURL, err := parseScheme(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cluster {
+		opt, err := goredis.ParseClusterURL(goURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("redis url: %s", err.Error())
+		}
+		for _, a := range opt.Addrs {
+			if err := checkAddr(a); err != nil {
+				return nil, nil, err
+			}
+		}
+		return opt, nil, nil
+	}
+	opt, err := goredis.ParseURL(goURL)
+	if err != nil {
+		// go-redis names the offending part (scheme, database, option); its
+		// error type stays here.
+		return nil, nil, fmt.Errorf("redis url: %s", err.Error())
+	}
+	if err := checkAddr(opt.Addr); err != nil {
+		return nil, nil, err
+	}
+	return nil, opt, nil
+}
+
+// checkAddr refuses an address no dial can reach: not host:port, no host,
+// or a port outside 1 to 65535.
+func checkAddr(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" {
+		return fmt.Errorf("redis url: address %q: want host:port", a)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("redis url: address %q: want a port from 1 to 65535", a)
+	}
+	return nil
+}
+
 // parseScheme tells a cluster URL from a single server's and returns the URL
-// go-redis parses.
+// go-redis parses. A cluster's seeds may be written as comma-separated
+// hosts, as many tools write several hosts
+// (redis+cluster://h1:7000,h2:7000,h3:7000); they become addr parameters,
+// go-redis's form. One server's URL naming several hosts is refused: it
+// would dial one address that is no host.
 func parseScheme(raw string) (cluster bool, goURL string, err error) {
-	u, err := url.Parse(raw)
+	scheme, rest, ok := strings.Cut(raw, "://")
+	plain, cluster := clusterSchemes[scheme]
+	if !ok || (!cluster && !slices.Contains(singleSchemes, scheme)) {
+		return false, "", errors.New("redis url: want the scheme redis://, rediss://, redis+cluster:// or rediss+cluster://")
+	}
+	// The authority ends at the path, query or fragment; its hosts follow
+	// the userinfo's last "@" (a password may hold commas, escaped or not).
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority, tail := rest[:end], rest[end:]
+	userinfo, hosts := "", authority
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		userinfo, hosts = authority[:at+1], authority[at+1:]
+	}
+	for h := range strings.SplitSeq(hosts, ",") {
+		// A port that is no number would fail url.Parse, which says less.
+		if _, port, err := net.SplitHostPort(h); err == nil && port != "" {
+			if err := checkAddr(h); err != nil {
+				return false, "", err
+			}
+		}
+	}
+	var more []string
+	if first, others, several := strings.Cut(hosts, ","); several {
+		if !cluster {
+			return false, "", fmt.Errorf("redis url: several hosts (%s) name a cluster: write redis+cluster://", hosts)
+		}
+		hosts, more = first, strings.Split(others, ",")
+		for _, h := range append([]string{first}, more...) {
+			if h == "" {
+				return false, "", fmt.Errorf("redis url: an empty host in %q", authority[len(userinfo):])
+			}
+		}
+	}
+	u, err := url.Parse(scheme + "://" + userinfo + hosts + tail)
 	if err != nil {
 		// url.Error quotes the whole URL, password included.
 		return false, "", errors.New("redis url: not a URL")
 	}
-	plain, ok := clusterSchemes[u.Scheme]
-	if !ok {
-		return false, raw, nil
+	if u.Host == "" {
+		return false, "", errors.New("redis url: no host")
+	}
+	if !cluster {
+		return false, u.String(), nil
 	}
 	if p := strings.TrimPrefix(u.Path, "/"); p != "" && p != "0" {
 		return false, "", fmt.Errorf("redis url: database %q: a cluster has database 0 only", p)
+	}
+	if len(more) > 0 {
+		q := u.Query()
+		// The hosts after commas are seeds like those of addr, before them.
+		q["addr"] = append(more, q["addr"]...)
+		u.RawQuery = q.Encode()
 	}
 	u.Scheme = plain
 	u.Path = ""
 	return true, u.String(), nil
 }
 
-// clusterOptions parses a cluster URL (with a go-redis scheme) with
-// go-redis's ParseClusterURL and bounds it like a single server's client.
-func clusterOptions(raw string, timeout time.Duration, dial dialer) (*goredis.ClusterOptions, error) {
-	opt, err := goredis.ParseClusterURL(raw)
-	if err != nil {
-		return nil, fmt.Errorf("redis url: %s", err.Error())
-	}
+// boundCluster bounds a cluster's options like a single server's client.
+func boundCluster(opt *goredis.ClusterOptions, timeout time.Duration, dial dialer) {
 	opt.ContextTimeoutEnabled = true
 	// Node clients never retry; the cluster client resends only what
 	// onceCmd lets it (MOVED and ASK), at most MaxRedirects times.
@@ -102,7 +204,6 @@ func clusterOptions(raw string, timeout time.Duration, dial dialer) (*goredis.Cl
 	if dial != nil {
 		opt.Dialer = dial
 	}
-	return opt, nil
 }
 
 // verifyTimeout bounds each step of Verify (dialing, TLS, INFO), which runs

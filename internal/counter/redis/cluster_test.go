@@ -95,6 +95,21 @@ func TestClusterURL(t *testing.T) {
 		{"cluster, seed without port", "redis+cluster://127.0.0.1:7000?addr=10.0.0.2", "", false},
 		{"cluster, unknown option", "redis+cluster://127.0.0.1:7000?shards=3", "", false},
 		{"unknown scheme", "cluster://127.0.0.1:7000", "", false},
+		// Several hosts as many tools write them: seeds like addr's.
+		{"cluster, seeds after commas", "redis+cluster://u:p@10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000", "", true},
+		{"cluster, seeds after commas and in addr", "redis+cluster://10.0.0.1:7000,10.0.0.2:7000?addr=10.0.0.3:7000", "", true},
+		{"cluster, IPv6 seeds after commas", "redis+cluster://u:p@[::1]:7000,[::1]:7001/0", "", true},
+		{"cluster, a password with a comma", "redis+cluster://u:p,q@10.0.0.1:7000,10.0.0.2:7000", "", true},
+		// Configurations that can never connect.
+		{"one server, several hosts", "redis://u:p@10.0.0.1:7000,10.0.0.2:7000/0", "", false},
+		{"cluster, names for ports", "redis+cluster://h1:p1,h2:p2,h3:p3", "", false},
+		{"cluster, an empty seed", "redis+cluster://10.0.0.1:7000,,10.0.0.2:7000", "", false},
+		{"cluster, a seed without port after a comma", "redis+cluster://10.0.0.1:7000,10.0.0.2", "", false},
+		{"cluster, port out of range", "redis+cluster://10.0.0.1:70000", "", false},
+		{"cluster, port 0", "redis+cluster://10.0.0.1:0", "", false},
+		{"cluster, addr with a name for a port", "redis+cluster://10.0.0.1:7000?addr=h2:p2", "", false},
+		{"one server, port out of range", "redis://10.0.0.1:65536/0", "", false},
+		{"one server, no host", "redis://:p@/0", "", false},
 		{"brace in the prefix", "redis+cluster://127.0.0.1:7000", "tg{x}:", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -128,6 +143,7 @@ func TestVerifyMode(t *testing.T) {
 	}{
 		{"one server at one server", single, nil, ""},
 		{"cluster at a cluster", cluster, nil, ""},
+		{"cluster at a cluster, seeds after commas", strings.NewReplacer("?addr=", ",", "&addr=", ",").Replace(cluster), nil, ""},
 		{"cluster at one server", "redis+cluster://" + singleAddr, tgredis.ErrWrongMode, singleAddr},
 		{"one server at a cluster node", "redis://" + clusterSeed + "/0", tgredis.ErrWrongMode, clusterSeed},
 		{"cluster, a dead seed then one server", "redis+cluster://" + dead + "?addr=" + singleAddr, tgredis.ErrWrongMode, singleAddr},

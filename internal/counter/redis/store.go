@@ -67,9 +67,10 @@ type Config struct {
 	//
 	//	redis://[user:password@]host:port[/db]     one server (rediss:// with TLS)
 	//	redis+cluster://[user:password@]host:port[?addr=host:port&addr=host:port]
+	//	redis+cluster://[user:password@]host:port,host:port[,…]
 	//	                                           a Redis Cluster (rediss+cluster:// with TLS)
 	//
-	// A cluster URL names seed nodes (the host, then each addr); any one
+	// A cluster URL names seed nodes (the hosts, then each addr); any one
 	// that answers is enough, the others are learnt from it. A cluster has
 	// database 0 only. Timeouts, retries and the protocol in the query are
 	// overridden by the store's own.
@@ -158,28 +159,19 @@ func newStore(cfg Config, dial dialer) (*Store, error) {
 		log:     log,
 		quit:    make(chan struct{}),
 	}
-	cluster, raw, err := parseScheme(cfg.URL)
+	copt, opt, err := parseOptions(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
-	if cluster {
-		opt, err := clusterOptions(raw, timeout, dial)
-		if err != nil {
-			return nil, err
-		}
-		s.cluster = goredis.NewClusterClient(opt)
+	if copt != nil {
+		boundCluster(copt, timeout, dial)
+		s.cluster = goredis.NewClusterClient(copt)
 		s.c = s.cluster
-		for _, a := range opt.Addrs {
-			s.seeds = append(s.seeds, seedOptions(opt, a))
+		for _, a := range copt.Addrs {
+			s.seeds = append(s.seeds, seedOptions(copt, a))
 		}
 		s.lanes = map[string]*lane{}
 		return s, nil
-	}
-	opt, err := goredis.ParseURL(raw)
-	if err != nil {
-		// go-redis names the offending part (scheme, database, option); its
-		// error type stays here.
-		return nil, fmt.Errorf("redis url: %s", err.Error())
 	}
 	if dial != nil {
 		opt.Dialer = dial
