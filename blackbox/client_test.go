@@ -823,3 +823,93 @@ func TestClientLeasesAndReset(t *testing.T) {
 		}
 	})
 }
+
+// TestClientSubjectsOfAnyLength: a subject Tollgate would refuse (longer
+// than its 512 bytes, or not UTF-8) is sent as its digest, so that it is
+// limited like any other: six requests of a 600-byte X-User at 3 an hour
+// are three 200s and three 429s through the net/http and Echo middleware;
+// two such subjects differing in one byte, and two invalid UTF-8 subjects,
+// are counted apart; Peek, Reset and Acquire see the same subject.
+func TestClientSubjectsOfAnyLength(t *testing.T) {
+	dsn := pgtest.New(t)
+	in := start(t, dsn, patientStore)
+	nt := createTenant(t, dsn, "pro")
+	for _, name := range []string{"long-http", "long-echo", "direct"} {
+		putPolicy(t, in, nt.LiveKey, name, map[string]any{"limit": 3, "window": "1h"})
+	}
+	putPolicy(t, in, nt.LiveKey, "exports", map[string]any{"limit": 1, "algorithm": "concurrency"})
+	tg := newClient(t, in.base, nt.LiveKey)
+	ctx := context.Background()
+	long := strings.Repeat("u", 599)
+
+	sixRequests := func(what, app string) {
+		t.Helper()
+		for i, want := range []int{200, 200, 200, 429, 429, 429} {
+			if c := appGet(t, app, "X-User", long+"a"); c.status != want {
+				t.Errorf("%s, request %d of a 600-byte X-User: %d %s, want %d", what, i+1, c.status, c.body, want)
+			}
+		}
+		// Another user of the same length is another bucket.
+		if c := appGet(t, app, "X-User", long+"b"); c.status != 200 {
+			t.Errorf("%s, another 600-byte X-User: %d %s, want 200", what, c.status, c.body)
+		}
+	}
+	t.Run("net/http", func(t *testing.T) {
+		mw, err := client.Middleware(tg, client.MiddlewareConfig{Policy: "long-http", Key: client.ByHeader("X-User")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := httptest.NewServer(mw(hello()))
+		defer app.Close()
+		sixRequests("net/http", app.URL)
+	})
+	t.Run("echo", func(t *testing.T) {
+		limit, err := echomw.Middleware(tg, client.MiddlewareConfig{Policy: "long-echo", Key: client.ByHeader("X-User")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := echo.New()
+		e.Use(limit)
+		e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
+		app := httptest.NewServer(e)
+		defer app.Close()
+		sixRequests("echo", app.URL)
+	})
+	t.Run("check, peek and reset", func(t *testing.T) {
+		for _, pair := range [][2]string{{"user\xff", "user\xfe"}, {long + "x", long + "y"}} {
+			one, other := client.Item{Policy: "direct", Subject: pair[0]}, client.Item{Policy: "direct", Subject: pair[1]}
+			for i, want := range []bool{true, true, true, false} {
+				if d, err := tg.Check(ctx, one); err != nil || d.Allowed != want {
+					t.Fatalf("%.20q…, check %d: %+v, %v", pair[0], i+1, d, err)
+				}
+			}
+			if d, err := tg.Peek(ctx, one); err != nil || d.Allowed {
+				t.Errorf("%.20q…, peek after the limit: %+v, %v", pair[0], d, err)
+			}
+			if d, err := tg.Check(ctx, other); err != nil || !d.Allowed || d.Items[0].Remaining != 2 {
+				t.Errorf("%.20q… after %.20q…: %+v, %v (want a bucket of its own)", pair[1], pair[0], d, err)
+			}
+			if err := tg.Reset(ctx, "direct", pair[0]); err != nil {
+				t.Fatalf("reset %.20q…: %v", pair[0], err)
+			}
+			if d, err := tg.Check(ctx, one); err != nil || !d.Allowed || d.Items[0].Remaining != 2 {
+				t.Errorf("%.20q… after its reset: %+v, %v", pair[0], d, err)
+			}
+		}
+	})
+	t.Run("leases", func(t *testing.T) {
+		l, err := tg.Acquire(ctx, "exports", long+"z", time.Minute)
+		if err != nil || !l.Allowed || l.ID == "" {
+			t.Fatalf("acquire for a 600-byte subject: %+v, %v", l, err)
+		}
+		if l, err := tg.Acquire(ctx, "exports", long+"z", time.Minute); err != nil || l.Allowed {
+			t.Fatalf("a second lease at a limit of 1: %+v, %v", l, err)
+		}
+		if err := tg.Reset(ctx, "exports", long+"z"); err != nil {
+			t.Fatalf("reset: %v", err)
+		}
+		if l, err := tg.Acquire(ctx, "exports", long+"z", time.Minute); err != nil || !l.Allowed {
+			t.Fatalf("after the reset: %+v, %v", l, err)
+		}
+	})
+}

@@ -12,7 +12,8 @@ type Item struct {
 	Policy string
 	// Subject is whom the policy counts (a client address, an account, …);
 	// Tollgate stores only an HMAC digest of it. A global policy takes
-	// none. At most 512 bytes.
+	// none. Any length: one Tollgate would refuse (over 512 bytes, not
+	// UTF-8) is sent as its SHA-256 digest (see the package doc).
 	Subject string
 	// Cost is what the item spends; 0 means 1.
 	Cost int64
@@ -112,7 +113,7 @@ func (c *Client) Peek(ctx context.Context, items ...Item) (Decision, error) {
 func (c *Client) check(ctx context.Context, mode string, items []Item) (Decision, error) {
 	in := checkIn{Mode: mode, Items: make([]checkItemIn, len(items))}
 	for i, it := range items {
-		in.Items[i] = checkItemIn(it)
+		in.Items[i] = checkItemIn{Policy: it.Policy, Subject: subjectOf(it.Subject), Cost: it.Cost}
 	}
 	var out checkOut
 	if err := c.do(ctx, "POST", "/v1/check", in, &out); err != nil {
@@ -140,7 +141,8 @@ func (c *Client) failDecision() Decision {
 // every reset. A test key resets its sandbox's counters, never the live
 // ones. An unknown policy is an *APIError with Status 404; a global
 // policy, which counts no subject, one with Status 400. Reset never
-// answers with the FailMode: its errors are the caller's to handle.
+// answers with the FailMode: its errors are the caller's to handle. The
+// subject is sent as Check sends it, digest and all.
 func (c *Client) Reset(ctx context.Context, policy, subject string) error {
-	return c.do(ctx, "DELETE", "/v1/policies/"+url.PathEscape(policy)+"/subjects/"+url.PathEscape(subject), nil, nil)
+	return c.do(ctx, "DELETE", "/v1/policies/"+url.PathEscape(policy)+"/subjects/"+url.PathEscape(subjectOf(subject)), nil, nil)
 }

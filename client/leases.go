@@ -58,10 +58,11 @@ type leaseOut struct {
 //
 // When Tollgate gives no decision, Acquire returns the FailMode's Lease
 // (Allowed under FailOpen, with no ID, Degraded) and an error, as Check
-// does; releasing a Lease without an ID does nothing.
+// does; releasing a Lease without an ID does nothing. The subject is sent
+// as Check sends it.
 func (c *Client) Acquire(ctx context.Context, policy, subject string, ttl time.Duration) (Lease, error) {
 	var out leaseOut
-	if err := c.do(ctx, "POST", "/v1/leases", leaseIn{Policy: policy, Subject: subject, TTL: ttlString(ttl)}, &out); err != nil {
+	if err := c.do(ctx, "POST", "/v1/leases", leaseIn{Policy: policy, Subject: subjectOf(subject), TTL: ttlString(ttl)}, &out); err != nil {
 		return Lease{Allowed: c.failMode == FailOpen, Degraded: true}, err
 	}
 	return Lease{
