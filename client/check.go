@@ -95,14 +95,18 @@ type checkOut struct {
 // them all (nothing is counted otherwise). A refusal of the tenant's own
 // policies is a Decision with Allowed false and a nil error.
 //
-// When Tollgate gives no decision, Check returns the FailMode's Decision
-// (Degraded, no Items) and an error: one wrapping ErrUnavailable, a
-// *RateLimitedError, a *PaymentRequiredError or an *APIError.
+// When Tollgate is unavailable or its own ceilings or billing refuse the
+// tenant, Check returns the FailMode's Decision (Degraded, no Items) and
+// an error: one wrapping ErrUnavailable, a *RateLimitedError or a
+// *PaymentRequiredError. When Tollgate refuses the call as wrong (an
+// unknown key or policy, an invalid item), it returns an *APIError and a
+// zero Decision, which allows nothing, whatever the FailMode.
 func (c *Client) Check(ctx context.Context, items ...Item) (Decision, error) {
 	return c.check(ctx, "consume", items)
 }
 
-// Peek is Check without counting: it answers what a Check would, and
+// Peek is Check without counting: it answers what a Check would (its
+// errors too), and
 // changes nothing of the tenant's policies (Tollgate's own ceilings count
 // it like any call). "Check before trying, count on failure" is a Peek,
 // then a Check when the attempt failed.
@@ -117,7 +121,10 @@ func (c *Client) check(ctx context.Context, mode string, items []Item) (Decision
 	}
 	var out checkOut
 	if err := c.do(ctx, "POST", "/v1/check", in, &out); err != nil {
-		return c.failDecision(), err
+		if failModeDecides(err) {
+			return c.failDecision(), err
+		}
+		return Decision{}, err
 	}
 	d := Decision{Allowed: out.Allowed, Degraded: out.Degraded, Items: make([]ItemDecision, len(out.Items))}
 	for i, it := range out.Items {
