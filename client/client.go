@@ -98,6 +98,8 @@ func WithRetry(attempts int, maxWait time.Duration) Option {
 // WithHTTPClient makes the Client send its requests through hc instead of
 // its own (whose transport keeps up to 64 idle connections to Tollgate).
 // The per-call timeout still applies; hc's own Timeout, if shorter, too.
+// The Client uses a copy of hc that follows no redirect (see New); hc
+// itself is left as it is.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) {
 		if hc != nil {
@@ -110,6 +112,10 @@ func WithHTTPClient(hc *http.Client) Option {
 // "https://tollgate.internal:8080") using apiKey (tg_live_… or tg_test_…).
 // It fails when baseURL is not an absolute http or https URL or apiKey is
 // empty; it makes no call (Verify does).
+//
+// The Client follows no redirect: a redirect would carry the API key to
+// wherever it points, so a 3xx answer is an *APIError (a base URL to
+// correct, such as http:// where Tollgate redirects to https://).
 func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -140,6 +146,9 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 		t.MaxIdleConnsPerHost = 64
 		c.hc = &http.Client{Transport: t}
 	}
+	hc := *c.hc
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc = &hc
 	return c, nil
 }
 

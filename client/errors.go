@@ -62,8 +62,8 @@ func (e *PaymentRequiredError) Error() string {
 // APIError is any other refusal of a call by Tollgate, a 4xx problem: 400
 // for an invalid call (Field names the member at fault), 401 for an API key
 // Tollgate does not know, 403 for a change made with a test key, 404 for a
-// policy or lease that does not exist. It is a fault to fix, never
-// answered by the FailMode.
+// policy or lease that does not exist; or a 3xx, a redirect the client did
+// not follow. It is a fault to fix, never answered by the FailMode.
 type APIError struct {
 	// Status is the HTTP status.
 	Status int
