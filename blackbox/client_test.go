@@ -94,7 +94,7 @@ func noTollgateDetails(t *testing.T, c call, in *instance, key string) {
 // TestClientCheckPeekUsage: Check counts, Peek does not, a refusal of a
 // policy is a Decision (not an error), several items are all-or-nothing, a
 // global policy needs no subject, Usage reads /v1/usage, and Tollgate's 400
-// and 401 are *APIErrors with the fail mode's Decision.
+// and 401 are *APIErrors with a Decision that allows nothing.
 func TestClientCheckPeekUsage(t *testing.T) {
 	dsn := pgtest.New(t)
 	in := start(t, dsn, patientStore)
@@ -160,13 +160,14 @@ func TestClientCheckPeekUsage(t *testing.T) {
 		t.Errorf("reset of a global policy: %v", err)
 	}
 
-	// Tollgate's 400 names the field; the Decision is the fail mode's.
+	// Tollgate's 400 names the field; the Decision allows nothing (a
+	// wrong call is not the fail mode's to answer).
 	d, err = tg.Check(ctx, client.Item{Policy: "no-such-policy", Subject: "s"})
-	if !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "items[0].policy" || !d.Allowed || !d.Degraded {
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "items[0].policy" || d.Allowed || d.Degraded {
 		t.Fatalf("unknown policy: %+v, %v", d, err)
 	}
 	closed := newClient(t, in.base, nt.LiveKey, client.WithFailMode(client.FailClosed))
-	if d, err := closed.Check(ctx, client.Item{Policy: "roomy", Subject: "s", Cost: -1}); !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "items[0].cost" || d.Allowed || !d.Degraded {
+	if d, err := closed.Check(ctx, client.Item{Policy: "roomy", Subject: "s", Cost: -1}); !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "items[0].cost" || d.Allowed || d.Degraded {
 		t.Fatalf("negative cost, failing closed: %+v, %v", d, err)
 	}
 	// A key Tollgate does not know.
@@ -820,6 +821,234 @@ func TestClientLeasesAndReset(t *testing.T) {
 		}
 		if d, err := tgA.Check(ctx, item); err != nil || d.Allowed {
 			t.Errorf("live counter after a test key's reset: %+v, %v (want still refused)", d, err)
+		}
+	})
+}
+
+// TestClientSubjectsOfAnyLength: a subject Tollgate would refuse (longer
+// than its 512 bytes, or not UTF-8) is sent as its digest, so that it is
+// limited like any other: six requests of a 600-byte X-User at 3 an hour
+// are three 200s and three 429s through the net/http and Echo middleware;
+// two such subjects differing in one byte, and two invalid UTF-8 subjects,
+// are counted apart; Peek, Reset and Acquire see the same subject.
+func TestClientSubjectsOfAnyLength(t *testing.T) {
+	dsn := pgtest.New(t)
+	in := start(t, dsn, patientStore)
+	nt := createTenant(t, dsn, "pro")
+	for _, name := range []string{"long-http", "long-echo", "direct"} {
+		putPolicy(t, in, nt.LiveKey, name, map[string]any{"limit": 3, "window": "1h"})
+	}
+	putPolicy(t, in, nt.LiveKey, "exports", map[string]any{"limit": 1, "algorithm": "concurrency"})
+	tg := newClient(t, in.base, nt.LiveKey)
+	ctx := context.Background()
+	long := strings.Repeat("u", 599)
+
+	sixRequests := func(what, app string) {
+		t.Helper()
+		for i, want := range []int{200, 200, 200, 429, 429, 429} {
+			if c := appGet(t, app, "X-User", long+"a"); c.status != want {
+				t.Errorf("%s, request %d of a 600-byte X-User: %d %s, want %d", what, i+1, c.status, c.body, want)
+			}
+		}
+		// Another user of the same length is another bucket.
+		if c := appGet(t, app, "X-User", long+"b"); c.status != 200 {
+			t.Errorf("%s, another 600-byte X-User: %d %s, want 200", what, c.status, c.body)
+		}
+	}
+	t.Run("net/http", func(t *testing.T) {
+		mw, err := client.Middleware(tg, client.MiddlewareConfig{Policy: "long-http", Key: client.ByHeader("X-User")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := httptest.NewServer(mw(hello()))
+		defer app.Close()
+		sixRequests("net/http", app.URL)
+	})
+	t.Run("echo", func(t *testing.T) {
+		limit, err := echomw.Middleware(tg, client.MiddlewareConfig{Policy: "long-echo", Key: client.ByHeader("X-User")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := echo.New()
+		e.Use(limit)
+		e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
+		app := httptest.NewServer(e)
+		defer app.Close()
+		sixRequests("echo", app.URL)
+	})
+	t.Run("check, peek and reset", func(t *testing.T) {
+		for _, pair := range [][2]string{{"user\xff", "user\xfe"}, {long + "x", long + "y"}} {
+			one, other := client.Item{Policy: "direct", Subject: pair[0]}, client.Item{Policy: "direct", Subject: pair[1]}
+			for i, want := range []bool{true, true, true, false} {
+				if d, err := tg.Check(ctx, one); err != nil || d.Allowed != want {
+					t.Fatalf("%.20q…, check %d: %+v, %v", pair[0], i+1, d, err)
+				}
+			}
+			if d, err := tg.Peek(ctx, one); err != nil || d.Allowed {
+				t.Errorf("%.20q…, peek after the limit: %+v, %v", pair[0], d, err)
+			}
+			if d, err := tg.Check(ctx, other); err != nil || !d.Allowed || d.Items[0].Remaining != 2 {
+				t.Errorf("%.20q… after %.20q…: %+v, %v (want a bucket of its own)", pair[1], pair[0], d, err)
+			}
+			if err := tg.Reset(ctx, "direct", pair[0]); err != nil {
+				t.Fatalf("reset %.20q…: %v", pair[0], err)
+			}
+			if d, err := tg.Check(ctx, one); err != nil || !d.Allowed || d.Items[0].Remaining != 2 {
+				t.Errorf("%.20q… after its reset: %+v, %v", pair[0], d, err)
+			}
+		}
+	})
+	t.Run("leases", func(t *testing.T) {
+		l, err := tg.Acquire(ctx, "exports", long+"z", time.Minute)
+		if err != nil || !l.Allowed || l.ID == "" {
+			t.Fatalf("acquire for a 600-byte subject: %+v, %v", l, err)
+		}
+		if l, err := tg.Acquire(ctx, "exports", long+"z", time.Minute); err != nil || l.Allowed {
+			t.Fatalf("a second lease at a limit of 1: %+v, %v", l, err)
+		}
+		if err := tg.Reset(ctx, "exports", long+"z"); err != nil {
+			t.Fatalf("reset: %v", err)
+		}
+		if l, err := tg.Acquire(ctx, "exports", long+"z", time.Minute); err != nil || !l.Allowed {
+			t.Fatalf("after the reset: %+v, %v", l, err)
+		}
+	})
+}
+
+// TestClientCallErrorsAreLoud: a call Tollgate refuses as wrong (an unknown
+// policy, a key it does not know, a bad cost) is an error and never the
+// fail mode's allow: building the middleware with a wrong key or policy
+// fails, and a key revoked or a policy deleted after it was built makes
+// every request fail (500), whatever the fail mode, while OnError hears why.
+func TestClientCallErrorsAreLoud(t *testing.T) {
+	dsn := pgtest.New(t)
+	in := start(t, dsn, patientStore)
+	nt := createTenant(t, dsn, "pro")
+	putPolicy(t, in, nt.LiveKey, "api", map[string]any{"limit": 1000, "window": "1h"})
+	putPolicy(t, in, nt.LiveKey, "exports", map[string]any{"limit": 1, "algorithm": "concurrency"})
+	tg := newClient(t, in.base, nt.LiveKey)
+	stranger := newClient(t, in.base, "tg_live_0000000000000000000000000000")
+	ctx := context.Background()
+
+	t.Run("calls", func(t *testing.T) {
+		var ae *client.APIError
+		for _, ask := range []func(context.Context, ...client.Item) (client.Decision, error){tg.Check, tg.Peek} {
+			d, err := ask(ctx, client.Item{Policy: "no-such-policy", Subject: "s"})
+			if !errors.As(err, &ae) || ae.Status != 400 || errors.Is(err, client.ErrUnavailable) || d.Allowed || d.Degraded {
+				t.Errorf("unknown policy: %+v, %v (want an error and no allow)", d, err)
+			}
+			d, err = stranger.Check(ctx, client.Item{Policy: "api", Subject: "s"})
+			if !errors.As(err, &ae) || ae.Status != 401 || d.Allowed {
+				t.Errorf("unknown key: %+v, %v", d, err)
+			}
+		}
+		if l, err := tg.Acquire(ctx, "no-such-policy", "s", time.Minute); !errors.As(err, &ae) || l.Allowed {
+			t.Errorf("lease of an unknown policy: %+v, %v", l, err)
+		}
+		if l, err := stranger.Acquire(ctx, "exports", "s", time.Minute); !errors.As(err, &ae) || ae.Status != 401 || l.Allowed {
+			t.Errorf("lease with an unknown key: %+v, %v", l, err)
+		}
+		if err := tg.Verify(ctx, "api", "exports"); err != nil {
+			t.Errorf("Verify of a good key and policies: %v", err)
+		}
+		if err := tg.Verify(ctx, "api", "no-such-policy"); !errors.As(err, &ae) || ae.Status != 404 {
+			t.Errorf("Verify of an unknown policy: %v", err)
+		}
+		if err := stranger.Verify(ctx); !errors.As(err, &ae) || ae.Status != 401 {
+			t.Errorf("Verify of an unknown key: %v", err)
+		}
+	})
+
+	t.Run("built", func(t *testing.T) {
+		var ae *client.APIError
+		for name, tt := range map[string]struct {
+			c      *client.Client
+			policy string
+			status int
+		}{
+			"unknown key":        {stranger, "api", 401},
+			"unknown policy":     {tg, "no-such-policy", 404},
+			"concurrency policy": {tg, "exports", 0},
+		} {
+			cfg := client.MiddlewareConfig{Policy: tt.policy}
+			_, err := client.Middleware(tt.c, cfg)
+			_, errEcho := echomw.Middleware(tt.c, cfg)
+			for _, err := range []error{err, errEcho} {
+				if err == nil || (tt.status != 0 && (!errors.As(err, &ae) || ae.Status != tt.status)) {
+					t.Errorf("%s: middleware built, err %v", name, err)
+				}
+			}
+		}
+	})
+
+	t.Run("at request time", func(t *testing.T) {
+		var k struct {
+			KeyID string `json:"key_id"`
+			Key   string `json:"key"`
+		}
+		cli(t, dsn, &k, "keys", "create", "--tenant", nt.TenantID)
+		putPolicy(t, in, nt.LiveKey, "doomed", map[string]any{"limit": 1000, "window": "1h"})
+		type app struct {
+			name  string
+			url   string
+			heard *atomic.Pointer[error]
+		}
+		var apps []app
+		for _, mode := range []client.FailMode{client.FailOpen, client.FailClosed} {
+			for _, policy := range []string{"api", "doomed"} {
+				key := map[string]string{"api": k.Key, "doomed": nt.LiveKey}[policy]
+				var heard atomic.Pointer[error]
+				cfg := client.MiddlewareConfig{Policy: policy, OnError: func(_ *http.Request, err error) { heard.Store(&err) }}
+				c := newClient(t, in.base, key, client.WithFailMode(mode))
+				mw, err := client.Middleware(c, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := httptest.NewServer(mw(hello()))
+				defer h.Close()
+				apps = append(apps, app{fmt.Sprintf("net/http %s %s", policy, mode), h.URL, &heard})
+				limit, err := echomw.Middleware(c, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := echo.New()
+				e.Use(limit)
+				e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
+				eh := httptest.NewServer(e)
+				defer eh.Close()
+				apps = append(apps, app{fmt.Sprintf("echo %s %s", policy, mode), eh.URL, &heard})
+			}
+		}
+		for _, a := range apps {
+			if c := appGet(t, a.url); c.status != 200 {
+				t.Fatalf("%s before: %d %s", a.name, c.status, c.body)
+			}
+		}
+		cli(t, dsn, nil, "keys", "revoke", k.KeyID)
+		if c := do(t, "DELETE", in.base+"/v1/policies/doomed", nt.LiveKey, nil); c.status != 204 {
+			t.Fatalf("delete policy: %d %s", c.status, c.body)
+		}
+		eventually.True(t, 5*time.Second, "the key revoked and the policy gone", func() bool {
+			return do(t, "GET", in.base+"/v1/usage", k.Key, nil).status == 401 &&
+				check(t, in, nt.LiveKey, map[string]any{"policy": "doomed", "subject": "s"}).status == 400
+		})
+		for _, a := range apps {
+			for i := range 3 {
+				a.heard.Store(nil)
+				c := appGet(t, a.url)
+				if c.status != 500 || string(c.body) == "hello" {
+					t.Errorf("%s, request %d: %d %s, want 500", a.name, i+1, c.status, c.body)
+				}
+				noTollgateDetails(t, c, in, k.Key)
+				var heard error
+				if p := a.heard.Load(); p != nil {
+					heard = *p
+				}
+				var ae *client.APIError
+				if !errors.As(heard, &ae) {
+					t.Errorf("%s: OnError heard %v, want an *APIError", a.name, heard)
+				}
+			}
 		}
 	})
 }

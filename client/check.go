@@ -12,7 +12,8 @@ type Item struct {
 	Policy string
 	// Subject is whom the policy counts (a client address, an account, …);
 	// Tollgate stores only an HMAC digest of it. A global policy takes
-	// none. At most 512 bytes.
+	// none. Any length: one Tollgate would refuse (over 512 bytes, not
+	// UTF-8) is sent as its SHA-256 digest (see the package doc).
 	Subject string
 	// Cost is what the item spends; 0 means 1.
 	Cost int64
@@ -94,14 +95,18 @@ type checkOut struct {
 // them all (nothing is counted otherwise). A refusal of the tenant's own
 // policies is a Decision with Allowed false and a nil error.
 //
-// When Tollgate gives no decision, Check returns the FailMode's Decision
-// (Degraded, no Items) and an error: one wrapping ErrUnavailable, a
-// *RateLimitedError, a *PaymentRequiredError or an *APIError.
+// When Tollgate is unavailable or its own ceilings or billing refuse the
+// tenant, Check returns the FailMode's Decision (Degraded, no Items) and
+// an error: one wrapping ErrUnavailable, a *RateLimitedError or a
+// *PaymentRequiredError. When Tollgate refuses the call as wrong (an
+// unknown key or policy, an invalid item), it returns an *APIError and a
+// zero Decision, which allows nothing, whatever the FailMode.
 func (c *Client) Check(ctx context.Context, items ...Item) (Decision, error) {
 	return c.check(ctx, "consume", items)
 }
 
-// Peek is Check without counting: it answers what a Check would, and
+// Peek is Check without counting: it answers what a Check would (its
+// errors too), and
 // changes nothing of the tenant's policies (Tollgate's own ceilings count
 // it like any call). "Check before trying, count on failure" is a Peek,
 // then a Check when the attempt failed.
@@ -112,11 +117,14 @@ func (c *Client) Peek(ctx context.Context, items ...Item) (Decision, error) {
 func (c *Client) check(ctx context.Context, mode string, items []Item) (Decision, error) {
 	in := checkIn{Mode: mode, Items: make([]checkItemIn, len(items))}
 	for i, it := range items {
-		in.Items[i] = checkItemIn(it)
+		in.Items[i] = checkItemIn{Policy: it.Policy, Subject: subjectOf(it.Subject), Cost: it.Cost}
 	}
 	var out checkOut
 	if err := c.do(ctx, "POST", "/v1/check", in, &out); err != nil {
-		return c.failDecision(), err
+		if failModeDecides(err) {
+			return c.failDecision(), err
+		}
+		return Decision{}, err
 	}
 	d := Decision{Allowed: out.Allowed, Degraded: out.Degraded, Items: make([]ItemDecision, len(out.Items))}
 	for i, it := range out.Items {
@@ -140,7 +148,8 @@ func (c *Client) failDecision() Decision {
 // every reset. A test key resets its sandbox's counters, never the live
 // ones. An unknown policy is an *APIError with Status 404; a global
 // policy, which counts no subject, one with Status 400. Reset never
-// answers with the FailMode: its errors are the caller's to handle.
+// answers with the FailMode: its errors are the caller's to handle. The
+// subject is sent as Check sends it, digest and all.
 func (c *Client) Reset(ctx context.Context, policy, subject string) error {
-	return c.do(ctx, "DELETE", "/v1/policies/"+url.PathEscape(policy)+"/subjects/"+url.PathEscape(subject), nil, nil)
+	return c.do(ctx, "DELETE", "/v1/policies/"+url.PathEscape(policy)+"/subjects/"+url.PathEscape(subjectOf(subject)), nil, nil)
 }

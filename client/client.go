@@ -25,7 +25,9 @@ const DefaultTimeout = 100 * time.Millisecond
 const maxAnswer = 1 << 20
 
 // FailMode is what the decision-making calls (Check, Peek, Acquire) answer
-// when Tollgate cannot give a decision.
+// when Tollgate is unavailable, or its own ceilings or billing refuse the
+// tenant for now; never when it refuses a call as wrong (see the package
+// doc).
 type FailMode int
 
 const (
@@ -73,8 +75,9 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithFailMode sets what Check, Peek and Acquire answer when Tollgate
-// cannot give a decision; the default is FailOpen.
+// WithFailMode sets what Check, Peek and Acquire answer when Tollgate is
+// unavailable or its own ceilings or billing refuse the tenant; the
+// default is FailOpen.
 func WithFailMode(m FailMode) Option {
 	return func(c *Client) { c.failMode = m }
 }
@@ -95,6 +98,8 @@ func WithRetry(attempts int, maxWait time.Duration) Option {
 // WithHTTPClient makes the Client send its requests through hc instead of
 // its own (whose transport keeps up to 64 idle connections to Tollgate).
 // The per-call timeout still applies; hc's own Timeout, if shorter, too.
+// The Client uses a copy of hc that follows no redirect (see New); hc
+// itself is left as it is.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) {
 		if hc != nil {
@@ -106,7 +111,11 @@ func WithHTTPClient(hc *http.Client) Option {
 // New returns a Client of the Tollgate at baseURL (such as
 // "https://tollgate.internal:8080") using apiKey (tg_live_… or tg_test_…).
 // It fails when baseURL is not an absolute http or https URL or apiKey is
-// empty; it makes no call.
+// empty; it makes no call (Verify does).
+//
+// The Client follows no redirect: a redirect would carry the API key to
+// wherever it points, so a 3xx answer is an *APIError (a base URL to
+// correct, such as http:// where Tollgate redirects to https://).
 func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -137,6 +146,9 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 		t.MaxIdleConnsPerHost = 64
 		c.hc = &http.Client{Transport: t}
 	}
+	hc := *c.hc
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc = &hc
 	return c, nil
 }
 
@@ -229,7 +241,8 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		var p problemBody
 		_ = json.Unmarshal(b, &p)
 		return fmt.Errorf("%s %s: %w", method, path, &PaymentRequiredError{BillingURL: p.BillingURL, Detail: p.Detail})
-	case s >= 500:
+	case s >= 500 || s == http.StatusRequestTimeout:
+		// A 408 is a proxy's or server's timeout, as unavailable as a 504.
 		return unavailable(method, path, fmt.Errorf("Tollgate answered %d", s))
 	default:
 		var p problemBody
@@ -246,6 +259,17 @@ func cause(err error) error {
 		return ue.Err
 	}
 	return err
+}
+
+// failModeDecides reports whether err, from a decision-making call, is
+// one the FailMode answers: Tollgate is unavailable, or its own ceilings
+// or billing refuse the tenant for now. Any other error (an *APIError: a
+// wrong key, an unknown policy, an invalid call, a redirect) is a fault to
+// fix, never an allow.
+func failModeDecides(err error) bool {
+	var rl *RateLimitedError
+	var pr *PaymentRequiredError
+	return errors.Is(err, ErrUnavailable) || errors.As(err, &rl) || errors.As(err, &pr)
 }
 
 // unavailable is the error of a call that had no answer from Tollgate.

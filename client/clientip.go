@@ -27,9 +27,11 @@ type IPConfig struct {
 
 // ByIP keys a request by its client's address, as cfg resolves it: an
 // IPv4 address, or the IPv6 network of cfg.IPv6Prefix bits (such as
-// "2001:db8:1:2::"). A request whose address cannot be resolved (a trusted
-// proxy sent none, or garbage) gets the empty key, which the middleware
-// counts under Unkeyed.
+// "2001:db8:1:2::"). A forwarding hop may carry a port or a zone, as some
+// proxies write it ("192.0.2.1:4711", "[2001:db8::1]:4711",
+// "fe80::1%eth0"): the key is its address. A request whose address cannot
+// be resolved (a trusted proxy sent none, or garbage) gets the empty key,
+// which the middleware counts under Unkeyed.
 func ByIP(cfg IPConfig) KeyFunc {
 	bits := cfg.IPv6Prefix
 	if bits <= 0 || bits > 128 {
@@ -68,7 +70,7 @@ func clientAddr(r *http.Request, proxies []netip.Prefix, header string) (netip.A
 	if header != "" {
 		// A trusted proxy that sent no usable address (none, garbage, a
 		// list) leaves the client unknown; it is not the proxy.
-		return parseAddr(strings.TrimSpace(r.Header.Get(header)))
+		return parseHop(r.Header.Get(header))
 	}
 	xff := r.Header.Values("X-Forwarded-For")
 	if len(xff) == 0 {
@@ -76,8 +78,7 @@ func clientAddr(r *http.Request, proxies []netip.Prefix, header string) (netip.A
 	}
 	hops := strings.Split(strings.Join(xff, ","), ",")
 	for i := len(hops) - 1; i >= 0; i-- {
-		s := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(hops[i]), "["), "]")
-		a, ok := parseAddr(s)
+		a, ok := parseHop(hops[i])
 		if !ok {
 			// A hop that is not an address: nothing left of it can be
 			// believed, and the last believable hop is the peer.
@@ -88,8 +89,33 @@ func clientAddr(r *http.Request, proxies []netip.Prefix, header string) (netip.A
 		}
 	}
 	// Every hop is trusted: the farthest is the best guess.
-	a, _ := parseAddr(strings.TrimSpace(hops[0]))
+	a, _ := parseHop(hops[0])
 	return a, true
+}
+
+// parseHop parses one forwarding hop as proxies write it: an address
+// ("192.0.2.1", "2001:db8::1", "fe80::1%eth0"), an address and a port
+// ("192.0.2.1:4711", "[2001:db8::1]:4711", "[fe80::1%eth0]:4711"), or a
+// bracketed IPv6 address ("[2001:db8::1]"). A port, like a zone, names no
+// other client and is dropped. Anything else (a name, a port out of range,
+// a bracketed IPv4 address) is not an address.
+func parseHop(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if a, ok := parseAddr(s); ok {
+		return a, true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		// ParseAddrPort takes "[::ffff:192.0.2.1]:80" and "1.2.3.4:0".
+		return ap.Addr().Unmap().WithZone(""), true
+	}
+	if inner, ok := strings.CutPrefix(s, "["); ok {
+		if inner, ok := strings.CutSuffix(inner, "]"); ok {
+			if a, err := netip.ParseAddr(inner); err == nil && a.Is6() {
+				return a.Unmap().WithZone(""), true
+			}
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // hostOf is the host of a host:port RemoteAddr, or the whole of it when it

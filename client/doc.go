@@ -5,13 +5,35 @@
 // for Echo).
 //
 // Every call runs under a per-call timeout (100 ms unless WithTimeout says
-// otherwise). When Tollgate cannot give a decision (it cannot be reached, it
-// does not answer in time, it answers 5xx, or it refuses the call), the
-// decision-making calls (Check, Peek, Acquire) answer with the client's
-// FailMode (FailOpen allows, FailClosed refuses, both marked Degraded)
-// together with an error that says why: one wrapping ErrUnavailable, a
-// *RateLimitedError for Tollgate's own ceilings, a *PaymentRequiredError, or
-// an *APIError. A caller may act on the Decision alone and log the error.
+// otherwise).
+//
+// # Fail modes are for unavailability only
+//
+// When Tollgate cannot give a decision for now (it cannot be reached, it
+// does not answer in time, it answers 5xx or 408, or its own ceilings or
+// billing refuse the tenant with 429 or 402), the decision-making calls
+// (Check, Peek, Acquire) answer with the client's FailMode (FailOpen
+// allows, FailClosed refuses, both marked Degraded) together with an error
+// that says why: one wrapping ErrUnavailable, a *RateLimitedError or a
+// *PaymentRequiredError. Any other refusal of the call is a fault to fix,
+// not an outage to ride out: a key Tollgate does not know or has revoked
+// (401), a policy that does not exist (400 or 404), any other 4xx, a
+// redirect (the client follows none: it would carry the API key elsewhere).
+// Those return an *APIError with a Decision or Lease that allows nothing,
+// whatever the FailMode, so that a mistyped policy never turns limiting
+// off in silence. Verify asks Tollgate about the key and policies when an
+// app starts; Middleware does so when it is built, and answers 500 to
+// every request while such a fault lasts.
+//
+// # Subjects
+//
+// Tollgate takes subjects of up to 512 bytes of UTF-8. The client sends
+// any other subject (longer, not valid UTF-8, or with a control
+// character), and any that starts with "sha256:", as "sha256:" and the hex
+// SHA-256 of its bytes: the same digest every time and in every call
+// (Check, Peek, Acquire, Reset), so that a subject an app's own clients
+// control (a header, a user name) is always limited, and distinct subjects
+// never share a counter. An override of such a subject names its digest.
 //
 // A Client is safe for concurrent use and should be shared: it keeps its
 // connections to Tollgate open between calls.

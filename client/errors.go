@@ -9,8 +9,8 @@ import (
 
 // ErrUnavailable is wrapped by the error of every call that had no answer
 // from Tollgate: it could not be reached, it did not answer within the
-// per-call timeout or the caller's context, it answered 5xx, or what
-// answered was not Tollgate. The error also wraps the cause
+// per-call timeout or the caller's context, it answered 5xx or 408, or
+// what answered was not Tollgate. The error also wraps the cause
 // (context.DeadlineExceeded for a timeout, the network error, …).
 var ErrUnavailable = errors.New("tollgate unavailable")
 
@@ -62,7 +62,8 @@ func (e *PaymentRequiredError) Error() string {
 // APIError is any other refusal of a call by Tollgate, a 4xx problem: 400
 // for an invalid call (Field names the member at fault), 401 for an API key
 // Tollgate does not know, 403 for a change made with a test key, 404 for a
-// policy or lease that does not exist.
+// policy or lease that does not exist; or a 3xx, a redirect the client did
+// not follow. It is a fault to fix, never answered by the FailMode.
 type APIError struct {
 	// Status is the HTTP status.
 	Status int

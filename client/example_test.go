@@ -44,7 +44,9 @@ func ExampleClient_Check() {
 	}
 	d, err := tg.Check(context.Background(), client.Item{Policy: "sign-up-ip", Subject: "203.0.113.7"})
 	if err != nil {
-		// Tollgate gave no decision; d is the fail mode's.
+		// Tollgate gave no decision. When it was unavailable, d is the
+		// fail mode's (Degraded); when it refused the call as wrong (an
+		// unknown policy or key), d allows nothing.
 		log.Printf("rate limit: %v", err)
 	}
 	if !d.Allowed {
@@ -173,4 +175,22 @@ func ExampleMiddleware() {
 		}
 		fmt.Fprintln(w, "ok")
 	})))
+}
+
+// A wrong API key or policy name stops the app when it starts, rather than
+// failing every check; an unavailable Tollgate does not (the fail mode
+// answers for it, check by check).
+func ExampleClient_Verify() {
+	tg, err := client.New("http://localhost:8080", os.Getenv("TOLLGATE_KEY"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = tg.Verify(context.Background(), "sign-up-ip", "failed-sign-ins")
+	var ae *client.APIError
+	switch {
+	case errors.As(err, &ae):
+		log.Fatalf("rate limit configuration: %v", err)
+	case err != nil:
+		log.Printf("rate limit: Tollgate cannot say now: %v", err)
+	}
 }

@@ -56,13 +56,19 @@ type leaseOut struct {
 // first. A subject at its limit is a Lease with Allowed false and a nil
 // error.
 //
-// When Tollgate gives no decision, Acquire returns the FailMode's Lease
-// (Allowed under FailOpen, with no ID, Degraded) and an error, as Check
-// does; releasing a Lease without an ID does nothing.
+// When Tollgate is unavailable or its own ceilings or billing refuse the
+// tenant, Acquire returns the FailMode's Lease (Allowed under FailOpen,
+// with no ID, Degraded) and an error, as Check does; releasing a Lease
+// without an ID does nothing. When Tollgate refuses the call as wrong (an
+// unknown key or policy), it returns an *APIError and a zero Lease, which
+// allows nothing. The subject is sent as Check sends it.
 func (c *Client) Acquire(ctx context.Context, policy, subject string, ttl time.Duration) (Lease, error) {
 	var out leaseOut
-	if err := c.do(ctx, "POST", "/v1/leases", leaseIn{Policy: policy, Subject: subject, TTL: ttlString(ttl)}, &out); err != nil {
-		return Lease{Allowed: c.failMode == FailOpen, Degraded: true}, err
+	if err := c.do(ctx, "POST", "/v1/leases", leaseIn{Policy: policy, Subject: subjectOf(subject), TTL: ttlString(ttl)}, &out); err != nil {
+		if failModeDecides(err) {
+			return Lease{Allowed: c.failMode == FailOpen, Degraded: true}, err
+		}
+		return Lease{}, err
 	}
 	return Lease{
 		Allowed: out.Allowed, ID: out.LeaseID, ExpiresAt: out.ExpiresAt, InFlight: out.InFlight, Limit: out.Limit,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -47,7 +48,10 @@ type MiddlewareConfig struct {
 	Name string
 	// OnError, when set, hears every check that had no decision from
 	// Tollgate, with the error Check returned (to log: the error never
-	// reaches the app's clients), before the client's FailMode decides.
+	// reaches the app's clients), before the request is answered. When
+	// it is nil, the errors that fail a request (see Middleware) are
+	// logged with slog's default logger; the others, which the FailMode
+	// answers, are not.
 	OnError func(r *http.Request, err error)
 }
 
@@ -59,16 +63,29 @@ type MiddlewareConfig struct {
 //     and the Decision in its context (DecisionFromContext);
 //   - refused: the app answers 429 with those headers, Retry-After in
 //     seconds and a problem+json body;
-//   - no decision from Tollgate (unreachable, too slow, 5xx, or a refusal
-//     of the call itself): the client's FailMode decides. FailOpen lets the
-//     request on without rate-limit headers, its Decision marked Degraded
-//     in the context; FailClosed answers 503.
+//   - no decision because Tollgate is unavailable (unreachable, too slow,
+//     5xx or 408) or its own ceilings or billing refuse the tenant for now (429,
+//     402): the client's FailMode decides. FailOpen lets the request on
+//     without rate-limit headers, its Decision marked Degraded in the
+//     context; FailClosed answers 503;
+//   - Tollgate refuses the check itself as wrong (a key it does not know
+//     or has revoked, a policy deleted since, any other 4xx, a redirect):
+//     the app answers 500, whatever the FailMode, for every request until
+//     the fault is fixed. A limit that is silently off would be found
+//     only when it was needed.
 //
 // Nothing of Tollgate (its address, API key, errors, ceilings) reaches the
 // app's clients; a shadow policy, and an answer Tollgate marks degraded,
 // set no rate-limit headers. Several middlewares
-// chained add one entry each to RateLimit-Policy and RateLimit. It fails
-// when c is nil, cfg.Policy is empty or cfg.Cost is negative.
+// chained add one entry each to RateLimit-Policy and RateLimit.
+//
+// Middleware fails when c is nil, cfg.Policy is empty or cfg.Cost is
+// negative. It also reads cfg.Policy from Tollgate once (a Verify, bounded
+// by the client's per-call timeout), and fails when Tollgate does not know
+// the API key (an *APIError with Status 401), has no such policy (404) or
+// the policy is a concurrency policy, which a check cannot use. When
+// Tollgate is unavailable then, the middleware is built all the same and
+// its requests answer as above.
 func Middleware(c *Client, cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	switch {
 	case c == nil:
@@ -77,6 +94,15 @@ func Middleware(c *Client, cfg MiddlewareConfig) (func(http.Handler) http.Handle
 		return nil, errors.New("tollgate middleware: no policy")
 	case cfg.Cost < 0:
 		return nil, fmt.Errorf("tollgate middleware: cost %d: must be at least 0", cfg.Cost)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	p, err := c.policy(ctx, cfg.Policy)
+	cancel()
+	switch {
+	case err == nil && p.Algorithm == "concurrency":
+		return nil, fmt.Errorf("tollgate middleware: policy %q has algorithm concurrency: it bounds holders in flight, use Acquire and Release", cfg.Policy)
+	case err != nil && !failModeDecides(err):
+		return nil, fmt.Errorf("tollgate middleware: policy %q: %w", cfg.Policy, err)
 	}
 	key := cfg.Key
 	if key == nil {
@@ -87,8 +113,16 @@ func Middleware(c *Client, cfg MiddlewareConfig) (func(http.Handler) http.Handle
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d, err := c.Check(r.Context(), Item{Policy: cfg.Policy, Subject: cmp.Or(key(r), Unkeyed), Cost: cfg.Cost})
 			if err != nil {
-				if cfg.OnError != nil {
+				refused := !failModeDecides(err)
+				switch {
+				case cfg.OnError != nil:
 					cfg.OnError(r, err)
+				case refused:
+					slog.ErrorContext(r.Context(), "tollgate middleware: check refused", "policy", cfg.Policy, "err", err)
+				}
+				if refused {
+					writeProblem(w, http.StatusInternalServerError, "The request cannot be served now.")
+					return
 				}
 				if !d.Allowed {
 					writeProblem(w, http.StatusServiceUnavailable, "The request cannot be admitted now; try again shortly.")

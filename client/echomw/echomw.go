@@ -13,10 +13,12 @@ import (
 // Middleware returns Echo middleware that checks every request against
 // cfg.Policy with c, as client.Middleware does: allowed requests go on
 // with RateLimit-Policy and RateLimit headers, refused ones are answered
-// 429 with Retry-After, and when Tollgate gives no decision the client's
-// FailMode decides (FailClosed answers 503). Key requests by client
-// address with client.ByIP, given the same trusted proxies as the Echo
-// app's IPExtractor. It fails as client.Middleware does.
+// 429 with Retry-After, when Tollgate is unavailable the client's
+// FailMode decides (FailClosed answers 503), and when Tollgate refuses the
+// check as wrong (an unknown or revoked key, a deleted policy) the request
+// is answered 500. Key requests by client address with client.ByIP, given
+// the same trusted proxies as the Echo app's IPExtractor. It fails as
+// client.Middleware does, which reads the policy from Tollgate once.
 func Middleware(c *client.Client, cfg client.MiddlewareConfig) (echo.MiddlewareFunc, error) {
 	mw, err := client.Middleware(c, cfg)
 	if err != nil {
