@@ -39,6 +39,16 @@ const (
 	// them; past the budget, each subject is counted once in its policy's
 	// aggregate alert of the day.
 	DefaultAlertBudget = 100
+	// DefaultWatchBudget is the subjects of a tenant whose refusals by
+	// policies with alert_after are counted one by one per UTC day, over
+	// every instance: ten times the alerts they may raise, so that subjects
+	// refused fewer times than alert_after rarely keep one that reaches it
+	// from being watched. Each watched subject keeps at most 24 hourly rows
+	// a day; the refusals of the others are counted per policy and hour in
+	// one row, shown in the aggregate alert of the day, and cannot raise an
+	// alert of their own: a million new subjects a day write no more rows
+	// than a thousand.
+	DefaultWatchBudget = 1000
 	// DefaultAlertLimit is the number of alerts Alerts returns for a limit
 	// of zero.
 	DefaultAlertLimit = 100
@@ -72,17 +82,26 @@ type Store interface {
 	// entries written one by one. Keys are distinct.
 	RecordFirstRefusals(ctx context.Context, b FirstRefusalBatch) (int64, error)
 	// CountRefusals adds counts, all or none, once per batchID (a UUID): a
-	// call with the id of a batch applied before adds nothing, so that a
-	// batch whose fate an error left unknown can be sent again. Rows are
+	// call with the id of a batch applied before adds nothing and returns
+	// nothing, so that a batch whose fate an error left unknown can be sent
+	// again. A subject gets counts of its own on a UTC day when it has some
+	// that day already or while its tenant has watched fewer than budget
+	// subjects that day (over every call of every instance); the refusals
+	// of the others, and counts whose Key is AggregateSubject, are added to
+	// their policy's count of the hour under AggregateSubject. It returns
+	// whether each subject (but AggregateSubject) is watched. Rows are
 	// distinct.
-	CountRefusals(ctx context.Context, batchID string, cs []RefusalCount) error
+	CountRefusals(ctx context.Context, batchID string, budget int, cs []RefusalCount) ([]Watch, error)
 	// RaiseAlerts raises or updates the alert of each check whose count
 	// reaches its AlertAfter, from the counts committed before it starts,
 	// and returns how many it raised or updated. A subject without an
 	// alert that day gets one while its tenant has raised fewer than budget
 	// that UTC day (over every call of every instance); past it, the
 	// subject is counted once in its policy's aggregate alert of the day.
-	// Subjects are distinct.
+	// The refusals of the day's unwatched subjects (see CountRefusals) are
+	// shown in the aggregate alert of each policy checked, made when
+	// absent. Subjects are distinct; a check whose Key is AggregateSubject
+	// only names its policy and day.
 	RaiseAlerts(ctx context.Context, budget int, cs []AlertCheck) (int64, error)
 	// ListAlerts lists a tenant's alerts whose LastAt is at or after since,
 	// latest first, at most limit of them.
@@ -132,6 +151,10 @@ type RecorderConfig struct {
 	// AlertBudget is the alerts of their own a tenant's subjects get per
 	// UTC day, over every instance; zero means DefaultAlertBudget.
 	AlertBudget int
+	// WatchBudget is the subjects of a tenant whose refusals are counted
+	// one by one per UTC day, over every instance; zero means
+	// DefaultWatchBudget.
+	WatchBudget int
 	// PruneEvery is how often Run deletes expired windows, counts and
 	// alerts from the Store; zero means DefaultPruneEvery, negative never.
 	PruneEvery time.Duration
@@ -169,6 +192,7 @@ type Recorder struct {
 	minShare    int
 	auditBudget int
 	alertBudget int
+	watchBudget int
 	pruneEvery  time.Duration
 	alertKeep   time.Duration
 	auditKeep   time.Duration
@@ -193,6 +217,9 @@ type Recorder struct {
 	checks    map[subjectKey]AlertCheck
 	held      map[string]*held
 	lastSweep time.Time
+	// watch is what the Store said of the subjects of each tenant's day:
+	// which it watches, and whether it watches no more (watching).
+	watch watching
 }
 
 var _ gate.Observer = (*Recorder)(nil)
@@ -211,6 +238,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		maxPending:  cmp.Or(cfg.MaxPending, DefaultMaxPending),
 		auditBudget: cmp.Or(cfg.AuditBudget, DefaultAuditBudget),
 		alertBudget: cmp.Or(cfg.AlertBudget, DefaultAlertBudget),
+		watchBudget: cmp.Or(cfg.WatchBudget, DefaultWatchBudget),
 		pruneEvery:  cmp.Or(cfg.PruneEvery, DefaultPruneEvery),
 		alertKeep:   cmp.Or(cfg.AlertRetention, DefaultAlertRetention),
 		auditKeep:   cmp.Or(cfg.AuditRetention, DefaultAuditRetention),
@@ -221,6 +249,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		counts:      map[hourKey]int64{},
 		checks:      map[subjectKey]AlertCheck{},
 		held:        map[string]*held{},
+		watch:       watching{days: map[dayKey]*watchDay{}},
 	}
 	r.perTenant = cmp.Or(cfg.MaxPendingPerTenant, max(r.maxPending/10, 1))
 	r.minShare = max(r.perTenant/minShareDivisor, 1)
@@ -231,7 +260,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		r.now = time.Now
 	}
 	if r.every < 0 || r.timeout < 0 || r.maxSeen < 0 || r.maxPending < 0 || r.perTenant < 0 ||
-		r.auditBudget < 0 || r.alertBudget < 0 || r.alertKeep < 0 || r.auditKeep < 0 {
+		r.auditBudget < 0 || r.alertBudget < 0 || r.watchBudget < 0 || r.alertKeep < 0 || r.auditKeep < 0 {
 		return nil, errors.New("audit recorder: negative period, bound or budget")
 	}
 	r.firstBatches = batch.NewResender(func(ctx context.Context, id string, b FirstRefusalBatch) error {
@@ -240,7 +269,14 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		return err
 	})
 	r.countBatches = batch.NewResender(func(ctx context.Context, id string, rows []RefusalCount) error {
-		return r.store.CountRefusals(ctx, id, rows)
+		ws, err := r.store.CountRefusals(ctx, id, r.watchBudget, rows)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.watch.learn(ws, r.maxSeen)
+		r.mu.Unlock()
+		return nil
 	})
 	return r, nil
 }
@@ -312,6 +348,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 			r.mu.Lock()
 			if now.Sub(r.lastSweep) >= sweepEvery {
 				r.sweepLocked(now)
+				r.watch.forget(now)
 			}
 			r.mu.Unlock()
 		},
