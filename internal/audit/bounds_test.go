@@ -160,3 +160,61 @@ func TestWatchBudgetIsSharedByInstances(t *testing.T) {
 		t.Errorf("refusals counted = %d, want %d", n, 3*8*160)
 	}
 }
+
+// TestResetFloodIsBoundedAcrossInstances: three instances noting 600
+// counter resets of one tenant in one minute, from live and test keys at
+// once, write one audit budget of entries per key kind between them and
+// one flood entry each that counts the rest exactly; the next minute has a
+// budget of its own.
+func TestResetFloodIsBoundedAcrossInstances(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	tenant := newTenant(t, pool)
+	const budget = 20
+	var wg sync.WaitGroup
+	var recs []*audit.Recorder
+	for i := range 3 {
+		r := newRecorder(t, pool, audit.RecorderConfig{AuditBudget: budget, Now: func() time.Time { return t0 }})
+		recs = append(recs, r)
+		wg.Go(func() {
+			for round := range 4 {
+				for j := range 50 {
+					at := t0.Add(time.Duration(round*10+j%10) * time.Second)
+					for _, sandbox := range []bool{false, true} {
+						r.Note(audit.Entry{At: at, TenantID: tenant, Actor: "tenant api", Kind: audit.KindCounterReset,
+							Detail: map[string]any{"policy": "login", "subject_key": fmt.Sprint(i, round, j), "sandbox": sandbox}}, sandbox)
+					}
+				}
+				if err := r.Flush(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	totals := func(sandbox bool) (entries, floods, counted int64) {
+		t.Helper()
+		err := pool.QueryRow(context.Background(), `SELECT
+			count(*) FILTER (WHERE kind = 'counter_reset'),
+			count(*) FILTER (WHERE kind = 'counter_reset_flood'),
+			coalesce(sum((detail->>'entries')::bigint) FILTER (WHERE kind = 'counter_reset_flood'), 0)::bigint
+			FROM audit WHERE tenant_id = $1 AND (detail->>'sandbox')::boolean = $2`, tenant, sandbox).Scan(&entries, &floods, &counted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return entries, floods, counted
+	}
+	for _, sandbox := range []bool{false, true} {
+		if e, f, c := totals(sandbox); e != budget || f != 1 || c != 600-budget {
+			t.Errorf("sandbox %v: %d entries and %d flood entries counting %d, want %d, 1 and %d", sandbox, e, f, c, budget, 600-budget)
+		}
+	}
+	r := recs[0]
+	r.Note(audit.Entry{At: t0.Add(time.Minute), TenantID: tenant, Actor: "tenant api", Kind: audit.KindCounterReset, Detail: map[string]any{"sandbox": false}}, false)
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e, f, c := totals(false); e != budget+1 || f != 1 || c != 600-budget {
+		t.Errorf("next minute: %d entries and %d flood entries counting %d, want %d, 1 and %d", e, f, c, budget+1, 600-budget)
+	}
+}

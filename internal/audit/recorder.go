@@ -106,6 +106,12 @@ type Store interface {
 	// ListAlerts lists a tenant's alerts whose LastAt is at or after since,
 	// latest first, at most limit of them.
 	ListAlerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]Alert, error)
+	// RecordNotes applies b once per b.ID, all or nothing: the notes of
+	// each tenant, scope and minute are written, in order of time, while
+	// the minute's b.Budget lasts (over every batch of every instance); the
+	// rest, and b.Overflow, are added to the minute's one flood entry (kind
+	// Kind+FloodSuffix). It returns the entries written one by one.
+	RecordNotes(ctx context.Context, b NoteBatch) (int64, error)
 	// PruneRefusals deletes the windows that ended before windowsBefore
 	// and the audit budgets of minutes before it, the hourly counts of
 	// hours before hoursBefore and the alert budgets of days before its
@@ -171,7 +177,7 @@ type RecorderConfig struct {
 
 // held is one tenant's share of the pending writes.
 type held struct {
-	firsts, counts, checks int
+	firsts, counts, checks, notes int
 }
 
 // minShareDivisor sets the floor below which a tenant finds room in a full
@@ -206,6 +212,7 @@ type Recorder struct {
 	// Guarded by flushMu.
 	firstBatches *batch.Resender[FirstRefusalBatch]
 	countBatches *batch.Resender[[]RefusalCount]
+	noteBatches  *batch.Resender[NoteBatch]
 	// drops counts refusals dropped since last logged.
 	drops batch.Drops
 
@@ -217,6 +224,11 @@ type Recorder struct {
 	checks    map[subjectKey]AlertCheck
 	held      map[string]*held
 	lastSweep time.Time
+	// notes wait for the next flush; noted counts those queued per
+	// tenant, scope and minute, noteOverflow those counted instead.
+	notes        []Note
+	noted        map[noteKey]int
+	noteOverflow map[noteKey]overflowCount
 	// watch is what the Store said of the subjects of each tenant's day:
 	// which it watches, and whether it watches no more (watching).
 	watch watching
@@ -230,26 +242,28 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		return nil, errors.New("audit recorder: no store")
 	}
 	r := &Recorder{
-		store:       cfg.Store,
-		log:         cfg.Logger,
-		every:       cmp.Or(cfg.FlushEvery, DefaultFlushEvery),
-		timeout:     cmp.Or(cfg.FlushTimeout, DefaultFlushTimeout),
-		maxSeen:     cmp.Or(cfg.MaxSeen, DefaultMaxSeen),
-		maxPending:  cmp.Or(cfg.MaxPending, DefaultMaxPending),
-		auditBudget: cmp.Or(cfg.AuditBudget, DefaultAuditBudget),
-		alertBudget: cmp.Or(cfg.AlertBudget, DefaultAlertBudget),
-		watchBudget: cmp.Or(cfg.WatchBudget, DefaultWatchBudget),
-		pruneEvery:  cmp.Or(cfg.PruneEvery, DefaultPruneEvery),
-		alertKeep:   cmp.Or(cfg.AlertRetention, DefaultAlertRetention),
-		auditKeep:   cmp.Or(cfg.AuditRetention, DefaultAuditRetention),
-		now:         cfg.Now,
-		seen:        map[windowKey]time.Time{},
-		firsts:      map[windowKey]pendingFirst{},
-		overflow:    map[overflowKey]overflowCount{},
-		counts:      map[hourKey]int64{},
-		checks:      map[subjectKey]AlertCheck{},
-		held:        map[string]*held{},
-		watch:       watching{days: map[dayKey]*watchDay{}},
+		store:        cfg.Store,
+		log:          cfg.Logger,
+		every:        cmp.Or(cfg.FlushEvery, DefaultFlushEvery),
+		timeout:      cmp.Or(cfg.FlushTimeout, DefaultFlushTimeout),
+		maxSeen:      cmp.Or(cfg.MaxSeen, DefaultMaxSeen),
+		maxPending:   cmp.Or(cfg.MaxPending, DefaultMaxPending),
+		auditBudget:  cmp.Or(cfg.AuditBudget, DefaultAuditBudget),
+		alertBudget:  cmp.Or(cfg.AlertBudget, DefaultAlertBudget),
+		watchBudget:  cmp.Or(cfg.WatchBudget, DefaultWatchBudget),
+		pruneEvery:   cmp.Or(cfg.PruneEvery, DefaultPruneEvery),
+		alertKeep:    cmp.Or(cfg.AlertRetention, DefaultAlertRetention),
+		auditKeep:    cmp.Or(cfg.AuditRetention, DefaultAuditRetention),
+		now:          cfg.Now,
+		seen:         map[windowKey]time.Time{},
+		firsts:       map[windowKey]pendingFirst{},
+		overflow:     map[overflowKey]overflowCount{},
+		counts:       map[hourKey]int64{},
+		checks:       map[subjectKey]AlertCheck{},
+		held:         map[string]*held{},
+		watch:        watching{days: map[dayKey]*watchDay{}},
+		noted:        map[noteKey]int{},
+		noteOverflow: map[noteKey]overflowCount{},
 	}
 	r.perTenant = cmp.Or(cfg.MaxPendingPerTenant, max(r.maxPending/10, 1))
 	r.minShare = max(r.perTenant/minShareDivisor, 1)
@@ -266,6 +280,11 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 	r.firstBatches = batch.NewResender(func(ctx context.Context, id string, b FirstRefusalBatch) error {
 		b.ID = id
 		_, err := r.store.RecordFirstRefusals(ctx, b)
+		return err
+	})
+	r.noteBatches = batch.NewResender(func(ctx context.Context, id string, b NoteBatch) error {
+		b.ID = id
+		_, err := r.store.RecordNotes(ctx, b)
 		return err
 	})
 	r.countBatches = batch.NewResender(func(ctx context.Context, id string, rows []RefusalCount) error {
@@ -349,6 +368,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 			if now.Sub(r.lastSweep) >= sweepEvery {
 				r.sweepLocked(now)
 				r.watch.forget(now)
+				r.forgetNotedLocked(now)
 			}
 			r.mu.Unlock()
 		},
@@ -386,10 +406,12 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	firsts, overflow, counts, checks := r.firsts, r.overflow, r.counts, r.checks
 	r.firsts, r.overflow, r.counts, r.checks = map[windowKey]pendingFirst{}, map[overflowKey]overflowCount{}, map[hourKey]int64{}, map[subjectKey]AlertCheck{}
+	notes, noteOverflow := r.notes, r.noteOverflow
+	r.notes, r.noteOverflow = nil, map[noteKey]overflowCount{}
 	r.held = map[string]*held{}
 	r.mu.Unlock()
 
-	return errors.Join(r.flushFirsts(ctx, firsts, overflow), r.flushAlerts(ctx, counts, checks))
+	return errors.Join(r.flushFirsts(ctx, firsts, overflow), r.flushAlerts(ctx, counts, checks), r.flushNotes(ctx, notes, noteOverflow))
 }
 
 // Pending returns the number of first refusals, hourly counts and alert
