@@ -230,9 +230,10 @@ func TestResetAcrossInstances(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT id FROM api_keys WHERE tenant_id = $1 AND NOT test`, nt.TenantID).Scan(&keyID); err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.QueryRow(ctx, `SELECT actor, detail::text FROM audit WHERE tenant_id = $1 AND kind = 'counter_reset'`, nt.TenantID).Scan(&actor, &detail); err != nil {
-		t.Fatalf("the reset's audit entry: %v", err)
-	}
+	// Written by the next flush of the audit recorder.
+	eventually.NoError(t, 10*time.Second, "the reset's audit entry", func() error {
+		return conn.QueryRow(ctx, `SELECT actor, detail::text FROM audit WHERE tenant_id = $1 AND kind = 'counter_reset'`, nt.TenantID).Scan(&actor, &detail)
+	})
 	var d map[string]any
 	if err := json.Unmarshal([]byte(detail), &d); err != nil || d["key_id"] != keyID || d["policy"] != "login" || d["sandbox"] != false {
 		t.Errorf("audit entry by %s: %s, want key_id %s", actor, detail, keyID)

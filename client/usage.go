@@ -40,10 +40,14 @@ type Alert struct {
 	Subjects   int64  `json:"subjects"`
 	// Count is the refusals in the 24 hours up to LastAt; for an
 	// aggregate, the sum of its subjects' counts.
-	Count      int64     `json:"count"`
-	AlertAfter int64     `json:"alert_after"`
-	FirstAt    time.Time `json:"first_at"`
-	LastAt     time.Time `json:"last_at"`
+	Count int64 `json:"count"`
+	// UnwatchedRefusals, for an aggregate, is the day's refusals of
+	// subjects past Tollgate's budget of subjects counted one by one per
+	// day, counted without their subject.
+	UnwatchedRefusals int64     `json:"unwatched_refusals"`
+	AlertAfter        int64     `json:"alert_after"`
+	FirstAt           time.Time `json:"first_at"`
+	LastAt            time.Time `json:"last_at"`
 	// Shadow marks a policy in shadow mode: nothing was refused.
 	Shadow bool `json:"shadow"`
 }

@@ -152,3 +152,48 @@ USING (
     FOR UPDATE SKIP LOCKED
 ) AS old
 WHERE w.tenant_id = old.tenant_id AND w.counter_key = old.counter_key AND w.window_end = old.window_end;
+
+-- name: LockAuditMinutes :many
+-- LockAuditMinutes makes the row of each (tenant, scope, minute) and locks it
+-- until the transaction ends, in key order, so that the budget of one
+-- tenant's scope and minute is spent by one flush at a time whatever the
+-- number of instances; it returns each row's entries written so far and its
+-- flood entry's id (0 when it has none). The triples must be distinct;
+-- tenants that no longer exist are left out.
+INSERT INTO audit_minutes AS m (tenant_id, scope, minute)
+SELECT i.tenant_id, i.scope, i.minute
+FROM (SELECT
+    unnest(@tenant_ids::uuid[]) AS tenant_id,
+    unnest(@scopes::text[]) AS scope,
+    unnest(@minutes::timestamptz[]) AS minute
+) AS i
+WHERE EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = i.tenant_id)
+ORDER BY i.tenant_id, i.scope, i.minute
+ON CONFLICT (tenant_id, scope, minute) DO UPDATE SET entries = m.entries
+RETURNING m.tenant_id, m.scope, m.minute, m.entries, coalesce(m.flood_id, 0)::bigint AS flood_id;
+
+-- name: AddToAuditFlood :exec
+-- AddToAuditFlood adds entries to the count of a flood entry.
+UPDATE audit
+SET detail = jsonb_set(detail, '{entries}', to_jsonb((detail->>'entries')::bigint + @entries::bigint))
+WHERE id = @id;
+
+-- name: SettleAuditMinute :exec
+-- SettleAuditMinute adds the entries a flush wrote to a (tenant, scope,
+-- minute) and names its flood entry when it had none (flood_id 0 leaves it).
+UPDATE audit_minutes
+SET entries = entries + @entries::integer,
+    flood_id = coalesce(flood_id, nullif(@flood_id::bigint, 0))
+WHERE tenant_id = @tenant_id AND scope = @scope AND minute = @minute;
+
+-- name: PruneAuditMinutes :execrows
+-- PruneAuditMinutes deletes up to max_rows minute rows before before.
+DELETE FROM audit_minutes AS m
+USING (
+    SELECT tenant_id, scope, minute FROM audit_minutes
+    WHERE audit_minutes.minute < @before
+    ORDER BY minute
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+) AS old
+WHERE m.tenant_id = old.tenant_id AND m.scope = old.scope AND m.minute = old.minute;

@@ -36,24 +36,40 @@ type AlertCheck struct {
 
 // AggregateSubject is the SubjectKey of an aggregate alert: the subjects
 // that reached a policy's alert_after in a day once their tenant's alert
-// budget of the day was spent.
+// budget of the day was spent, and the refusals of subjects past the day's
+// watch budget. It is also the Key of a RefusalCount that counts the
+// latter.
 const AggregateSubject = "*"
+
+// Watch says whether the Store counts a subject's refusals one by one on a
+// UTC day (see Store.CountRefusals).
+type Watch struct {
+	TenantID, Policy, Key string
+	// Day is the UTC midnight.
+	Day     time.Time
+	Watched bool
+}
 
 // Alert says that one subject of a policy was refused at least AlertAfter
 // times within 24 hours. There is one alert per tenant, policy, subject and
 // UTC day, up to the tenant's alert budget of the day; past it, one
 // aggregate alert per policy and day (SubjectKey AggregateSubject) counts
-// the other subjects.
+// the other subjects, and the refusals of subjects past the day's watch
+// budget, which raise no alert of their own.
 type Alert struct {
 	Policy string `json:"policy"`
 	// SubjectKey is the subject's counter key, an HMAC digest: the raw
 	// subject is never stored. It is AggregateSubject for an aggregate.
 	SubjectKey string `json:"subject_key"`
-	// Subjects is 1, or for an aggregate the number of subjects it counts.
+	// Subjects is 1, or for an aggregate the number of subjects past the
+	// alert budget it counts (maybe none).
 	Subjects int64 `json:"subjects"`
 	// Count is the refusals in the 24 hours up to LastAt; for an aggregate,
 	// the sum of its subjects' counts when each was counted.
-	Count      int64 `json:"count"`
+	Count int64 `json:"count"`
+	// Unwatched, for an aggregate, is the refusals that day of subjects past
+	// the tenant's watch budget of the day, counted without their subject.
+	Unwatched  int64 `json:"unwatched_refusals"`
 	AlertAfter int64 `json:"alert_after"`
 	// FirstAt is when the threshold was reached that day; LastAt is the
 	// latest refusal counted.
@@ -73,8 +89,98 @@ type subjectKey struct {
 	tenantID, policy, key string
 }
 
-// countLocked counts a refusal toward its subject's alert.
+type dayKey struct {
+	tenantID string
+	day      int64 // Unix seconds of the UTC midnight
+}
+
+type policyKey struct {
+	policy, key string
+}
+
+// watchDay is what the Store said of one tenant's day.
+type watchDay struct {
+	// full: the Store watches no more subjects that day.
+	full bool
+	// partial: watched was too large to keep whole.
+	partial bool
+	watched map[policyKey]struct{}
+}
+
+// watching keeps what the Store said of the subjects it watches, so that
+// an instance sends a tenant's subjects past the day's watch budget as one
+// aggregate count instead of a row each. It holds at most a watch budget of
+// subjects per tenant and day (the Store watches no more), and at most
+// maxSeen in all; a day kept partly is left to the Store to decide. Only
+// subjects this instance was told of are known: one that another instance
+// got watched first, refused here after the day was full, is counted in the
+// aggregate, which still counts every refusal.
+type watching struct {
+	days map[dayKey]*watchDay
+	size int
+}
+
+// learn notes the Store's answers; max bounds the subjects kept.
+func (w *watching) learn(ws []Watch, max int) {
+	for _, x := range ws {
+		k := dayKey{tenantID: x.TenantID, day: x.Day.Unix()}
+		d := w.days[k]
+		if d == nil {
+			d = &watchDay{watched: map[policyKey]struct{}{}}
+			w.days[k] = d
+		}
+		if !x.Watched {
+			d.full = true
+			continue
+		}
+		pk := policyKey{policy: x.Policy, key: x.Key}
+		if _, ok := d.watched[pk]; ok {
+			continue
+		}
+		if w.size >= max {
+			d.partial = true
+			continue
+		}
+		d.watched[pk] = struct{}{}
+		w.size++
+	}
+}
+
+// aggregates reports whether a refusal of key by policy on tenantID's day
+// of at is counted in the aggregate: the day is full and key not watched.
+func (w *watching) aggregates(tenantID, policy, key string, at time.Time) bool {
+	d := w.days[dayKey{tenantID: tenantID, day: utcDay(at).Unix()}]
+	if d == nil || !d.full || d.partial {
+		return false
+	}
+	_, ok := d.watched[policyKey{policy: policy, key: key}]
+	return !ok
+}
+
+// forget drops the days before yesterday: refusals observed now are of
+// today, or late ones of yesterday.
+func (w *watching) forget(now time.Time) {
+	yesterday := utcDay(now).AddDate(0, 0, -1).Unix()
+	for k, d := range w.days {
+		if k.day < yesterday {
+			w.size -= len(d.watched)
+			delete(w.days, k)
+		}
+	}
+}
+
+// utcDay is the UTC midnight of t's day.
+func utcDay(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+}
+
+// countLocked counts a refusal toward its subject's alert, or toward its
+// policy's aggregate when the Store watches no more subjects that day.
 func (r *Recorder) countLocked(tenantID string, f gate.Refusal, at time.Time) {
+	if r.watch.aggregates(tenantID, f.Policy, f.Key, at) {
+		f.Key = AggregateSubject
+	}
 	h := r.heldLocked(tenantID)
 	hk := hourKey{tenantID: tenantID, policy: f.Policy, key: f.Key, hour: at.Truncate(time.Hour).Unix()}
 	if _, ok := r.counts[hk]; !ok {

@@ -8,11 +8,11 @@
 // times within 24 hours.
 //
 // One tenant can never flood the log or crowd out another: each tenant has
-// an audit budget per UTC minute and an alert budget per UTC day, shared by
-// every instance, past which one aggregate entry (KindRefusalFlood) or
-// alert (AggregateSubject) counts the rest exactly; each tenant has its own
-// share of the Recorder's queue; and entries older than the retention are
-// pruned.
+// an audit budget per UTC minute, and an alert budget and a watch budget
+// (the subjects whose refusals are counted one by one) per UTC day, shared
+// by every instance, past which one aggregate entry (KindRefusalFlood) or
+// alert (AggregateSubject) counts the rest; each tenant has its own share
+// of the Recorder's queue; and entries older than the retention are pruned.
 //
 // audit imports gate (the Event it observes) and no driver: pgstore
 // implements its Store and LogStore.

@@ -101,9 +101,13 @@ func TestRefusalFloodWritesBoundedRows(t *testing.T) {
 	if n := count(t, pool, "audit"); n != audit.DefaultAuditBudget+1 {
 		t.Errorf("audit rows = %d, want %d", n, audit.DefaultAuditBudget+1)
 	}
+	// Of the subjects, the day's watch budget is counted one by one: those
+	// past the alert budget are counted in the aggregate, and the refusals
+	// of the rest too, without their subjects.
+	const pastAlerts, unwatched = audit.DefaultWatchBudget - audit.DefaultAlertBudget, 6400 - audit.DefaultWatchBudget
 	own, agg := ownAlerts(t, pool, tenant)
-	if len(own) != audit.DefaultAlertBudget || len(agg) != 1 || agg[0].Subjects != 6400-audit.DefaultAlertBudget || agg[0].Count != 6400-audit.DefaultAlertBudget {
-		t.Errorf("%d alerts of their own and aggregates %+v; want %d and one counting %d subjects", len(own), agg, audit.DefaultAlertBudget, 6400-audit.DefaultAlertBudget)
+	if len(own) != audit.DefaultAlertBudget || len(agg) != 1 || agg[0].Subjects != pastAlerts || agg[0].Count != pastAlerts || agg[0].Unwatched != unwatched {
+		t.Errorf("%d alerts of their own and aggregates %+v; want %d and one counting %d subjects and %d unwatched refusals", len(own), agg, audit.DefaultAlertBudget, pastAlerts, unwatched)
 	}
 
 	// More of the same minute add to its flood entry; subjects refused
@@ -122,9 +126,11 @@ func TestRefusalFloodWritesBoundedRows(t *testing.T) {
 	if fl := floodEntries(t, pool, tenant); len(fl) != 1 {
 		t.Errorf("flood entries = %d, want still one", len(fl))
 	}
+	// The 340 new subjects are past the watch budget; of the 6,400 refused
+	// again, those past it add their refusals again.
 	own, agg = ownAlerts(t, pool, tenant)
-	if len(own) != audit.DefaultAlertBudget || len(agg) != 1 || agg[0].Subjects != 6740-audit.DefaultAlertBudget {
-		t.Errorf("%d alerts of their own and aggregates %+v; want %d and one counting %d subjects", len(own), agg, audit.DefaultAlertBudget, 6740-audit.DefaultAlertBudget)
+	if want := int64(unwatched + 340 + unwatched); len(own) != audit.DefaultAlertBudget || len(agg) != 1 || agg[0].Subjects != pastAlerts || agg[0].Unwatched != want {
+		t.Errorf("%d alerts of their own and aggregates %+v; want %d and one counting %d subjects and %d unwatched refusals", len(own), agg, audit.DefaultAlertBudget, pastAlerts, want)
 	}
 	// A subject with an alert of its own keeps updating it past the budget.
 	sub := own[len(own)-1].SubjectKey
@@ -153,7 +159,9 @@ func TestFloodBudgetsAreSharedByInstances(t *testing.T) {
 	t.Parallel()
 	pool := newDB(t)
 	tenant := newTenant(t, pool)
-	cfg := audit.RecorderConfig{AuditBudget: 30, AlertBudget: 40, Now: func() time.Time { return t0 }}
+	// Every subject is watched: the watch budget's own sharing is
+	// TestWatchBudgetIsSharedByInstances.
+	cfg := audit.RecorderConfig{AuditBudget: 30, AlertBudget: 40, WatchBudget: 10_000, Now: func() time.Time { return t0 }}
 	a, b := newRecorder(t, pool, cfg), newRecorder(t, pool, cfg)
 	var wg sync.WaitGroup
 	for i, r := range []*audit.Recorder{a, b} {

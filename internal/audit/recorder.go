@@ -39,6 +39,16 @@ const (
 	// them; past the budget, each subject is counted once in its policy's
 	// aggregate alert of the day.
 	DefaultAlertBudget = 100
+	// DefaultWatchBudget is the subjects of a tenant whose refusals by
+	// policies with alert_after are counted one by one per UTC day, over
+	// every instance: ten times the alerts they may raise, so that subjects
+	// refused fewer times than alert_after rarely keep one that reaches it
+	// from being watched. Each watched subject keeps at most 24 hourly rows
+	// a day; the refusals of the others are counted per policy and hour in
+	// one row, shown in the aggregate alert of the day, and cannot raise an
+	// alert of their own: a million new subjects a day write no more rows
+	// than a thousand.
+	DefaultWatchBudget = 1000
 	// DefaultAlertLimit is the number of alerts Alerts returns for a limit
 	// of zero.
 	DefaultAlertLimit = 100
@@ -72,21 +82,36 @@ type Store interface {
 	// entries written one by one. Keys are distinct.
 	RecordFirstRefusals(ctx context.Context, b FirstRefusalBatch) (int64, error)
 	// CountRefusals adds counts, all or none, once per batchID (a UUID): a
-	// call with the id of a batch applied before adds nothing, so that a
-	// batch whose fate an error left unknown can be sent again. Rows are
+	// call with the id of a batch applied before adds nothing and returns
+	// nothing, so that a batch whose fate an error left unknown can be sent
+	// again. A subject gets counts of its own on a UTC day when it has some
+	// that day already or while its tenant has watched fewer than budget
+	// subjects that day (over every call of every instance); the refusals
+	// of the others, and counts whose Key is AggregateSubject, are added to
+	// their policy's count of the hour under AggregateSubject. It returns
+	// whether each subject (but AggregateSubject) is watched. Rows are
 	// distinct.
-	CountRefusals(ctx context.Context, batchID string, cs []RefusalCount) error
+	CountRefusals(ctx context.Context, batchID string, budget int, cs []RefusalCount) ([]Watch, error)
 	// RaiseAlerts raises or updates the alert of each check whose count
 	// reaches its AlertAfter, from the counts committed before it starts,
 	// and returns how many it raised or updated. A subject without an
 	// alert that day gets one while its tenant has raised fewer than budget
 	// that UTC day (over every call of every instance); past it, the
 	// subject is counted once in its policy's aggregate alert of the day.
-	// Subjects are distinct.
+	// The refusals of the day's unwatched subjects (see CountRefusals) are
+	// shown in the aggregate alert of each policy checked, made when
+	// absent. Subjects are distinct; a check whose Key is AggregateSubject
+	// only names its policy and day.
 	RaiseAlerts(ctx context.Context, budget int, cs []AlertCheck) (int64, error)
 	// ListAlerts lists a tenant's alerts whose LastAt is at or after since,
 	// latest first, at most limit of them.
 	ListAlerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]Alert, error)
+	// RecordNotes applies b once per b.ID, all or nothing: the notes of
+	// each tenant, scope and minute are written, in order of time, while
+	// the minute's b.Budget lasts (over every batch of every instance); the
+	// rest, and b.Overflow, are added to the minute's one flood entry (kind
+	// Kind+FloodSuffix). It returns the entries written one by one.
+	RecordNotes(ctx context.Context, b NoteBatch) (int64, error)
 	// PruneRefusals deletes the windows that ended before windowsBefore
 	// and the audit budgets of minutes before it, the hourly counts of
 	// hours before hoursBefore and the alert budgets of days before its
@@ -132,6 +157,10 @@ type RecorderConfig struct {
 	// AlertBudget is the alerts of their own a tenant's subjects get per
 	// UTC day, over every instance; zero means DefaultAlertBudget.
 	AlertBudget int
+	// WatchBudget is the subjects of a tenant whose refusals are counted
+	// one by one per UTC day, over every instance; zero means
+	// DefaultWatchBudget.
+	WatchBudget int
 	// PruneEvery is how often Run deletes expired windows, counts and
 	// alerts from the Store; zero means DefaultPruneEvery, negative never.
 	PruneEvery time.Duration
@@ -148,7 +177,7 @@ type RecorderConfig struct {
 
 // held is one tenant's share of the pending writes.
 type held struct {
-	firsts, counts, checks int
+	firsts, counts, checks, notes int
 }
 
 // minShareDivisor sets the floor below which a tenant finds room in a full
@@ -169,6 +198,7 @@ type Recorder struct {
 	minShare    int
 	auditBudget int
 	alertBudget int
+	watchBudget int
 	pruneEvery  time.Duration
 	alertKeep   time.Duration
 	auditKeep   time.Duration
@@ -182,6 +212,7 @@ type Recorder struct {
 	// Guarded by flushMu.
 	firstBatches *batch.Resender[FirstRefusalBatch]
 	countBatches *batch.Resender[[]RefusalCount]
+	noteBatches  *batch.Resender[NoteBatch]
 	// drops counts refusals dropped since last logged.
 	drops batch.Drops
 
@@ -193,6 +224,14 @@ type Recorder struct {
 	checks    map[subjectKey]AlertCheck
 	held      map[string]*held
 	lastSweep time.Time
+	// notes wait for the next flush; noted counts those queued per
+	// tenant, scope and minute, noteOverflow those counted instead.
+	notes        []Note
+	noted        map[noteKey]int
+	noteOverflow map[noteKey]overflowCount
+	// watch is what the Store said of the subjects of each tenant's day:
+	// which it watches, and whether it watches no more (watching).
+	watch watching
 }
 
 var _ gate.Observer = (*Recorder)(nil)
@@ -203,24 +242,28 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		return nil, errors.New("audit recorder: no store")
 	}
 	r := &Recorder{
-		store:       cfg.Store,
-		log:         cfg.Logger,
-		every:       cmp.Or(cfg.FlushEvery, DefaultFlushEvery),
-		timeout:     cmp.Or(cfg.FlushTimeout, DefaultFlushTimeout),
-		maxSeen:     cmp.Or(cfg.MaxSeen, DefaultMaxSeen),
-		maxPending:  cmp.Or(cfg.MaxPending, DefaultMaxPending),
-		auditBudget: cmp.Or(cfg.AuditBudget, DefaultAuditBudget),
-		alertBudget: cmp.Or(cfg.AlertBudget, DefaultAlertBudget),
-		pruneEvery:  cmp.Or(cfg.PruneEvery, DefaultPruneEvery),
-		alertKeep:   cmp.Or(cfg.AlertRetention, DefaultAlertRetention),
-		auditKeep:   cmp.Or(cfg.AuditRetention, DefaultAuditRetention),
-		now:         cfg.Now,
-		seen:        map[windowKey]time.Time{},
-		firsts:      map[windowKey]pendingFirst{},
-		overflow:    map[overflowKey]overflowCount{},
-		counts:      map[hourKey]int64{},
-		checks:      map[subjectKey]AlertCheck{},
-		held:        map[string]*held{},
+		store:        cfg.Store,
+		log:          cfg.Logger,
+		every:        cmp.Or(cfg.FlushEvery, DefaultFlushEvery),
+		timeout:      cmp.Or(cfg.FlushTimeout, DefaultFlushTimeout),
+		maxSeen:      cmp.Or(cfg.MaxSeen, DefaultMaxSeen),
+		maxPending:   cmp.Or(cfg.MaxPending, DefaultMaxPending),
+		auditBudget:  cmp.Or(cfg.AuditBudget, DefaultAuditBudget),
+		alertBudget:  cmp.Or(cfg.AlertBudget, DefaultAlertBudget),
+		watchBudget:  cmp.Or(cfg.WatchBudget, DefaultWatchBudget),
+		pruneEvery:   cmp.Or(cfg.PruneEvery, DefaultPruneEvery),
+		alertKeep:    cmp.Or(cfg.AlertRetention, DefaultAlertRetention),
+		auditKeep:    cmp.Or(cfg.AuditRetention, DefaultAuditRetention),
+		now:          cfg.Now,
+		seen:         map[windowKey]time.Time{},
+		firsts:       map[windowKey]pendingFirst{},
+		overflow:     map[overflowKey]overflowCount{},
+		counts:       map[hourKey]int64{},
+		checks:       map[subjectKey]AlertCheck{},
+		held:         map[string]*held{},
+		watch:        watching{days: map[dayKey]*watchDay{}},
+		noted:        map[noteKey]int{},
+		noteOverflow: map[noteKey]overflowCount{},
 	}
 	r.perTenant = cmp.Or(cfg.MaxPendingPerTenant, max(r.maxPending/10, 1))
 	r.minShare = max(r.perTenant/minShareDivisor, 1)
@@ -231,7 +274,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		r.now = time.Now
 	}
 	if r.every < 0 || r.timeout < 0 || r.maxSeen < 0 || r.maxPending < 0 || r.perTenant < 0 ||
-		r.auditBudget < 0 || r.alertBudget < 0 || r.alertKeep < 0 || r.auditKeep < 0 {
+		r.auditBudget < 0 || r.alertBudget < 0 || r.watchBudget < 0 || r.alertKeep < 0 || r.auditKeep < 0 {
 		return nil, errors.New("audit recorder: negative period, bound or budget")
 	}
 	r.firstBatches = batch.NewResender(func(ctx context.Context, id string, b FirstRefusalBatch) error {
@@ -239,8 +282,20 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		_, err := r.store.RecordFirstRefusals(ctx, b)
 		return err
 	})
+	r.noteBatches = batch.NewResender(func(ctx context.Context, id string, b NoteBatch) error {
+		b.ID = id
+		_, err := r.store.RecordNotes(ctx, b)
+		return err
+	})
 	r.countBatches = batch.NewResender(func(ctx context.Context, id string, rows []RefusalCount) error {
-		return r.store.CountRefusals(ctx, id, rows)
+		ws, err := r.store.CountRefusals(ctx, id, r.watchBudget, rows)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.watch.learn(ws, r.maxSeen)
+		r.mu.Unlock()
+		return nil
 	})
 	return r, nil
 }
@@ -312,6 +367,8 @@ func (r *Recorder) Run(ctx context.Context) error {
 			r.mu.Lock()
 			if now.Sub(r.lastSweep) >= sweepEvery {
 				r.sweepLocked(now)
+				r.watch.forget(now)
+				r.forgetNotedLocked(now)
 			}
 			r.mu.Unlock()
 		},
@@ -349,10 +406,12 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	firsts, overflow, counts, checks := r.firsts, r.overflow, r.counts, r.checks
 	r.firsts, r.overflow, r.counts, r.checks = map[windowKey]pendingFirst{}, map[overflowKey]overflowCount{}, map[hourKey]int64{}, map[subjectKey]AlertCheck{}
+	notes, noteOverflow := r.notes, r.noteOverflow
+	r.notes, r.noteOverflow = nil, map[noteKey]overflowCount{}
 	r.held = map[string]*held{}
 	r.mu.Unlock()
 
-	return errors.Join(r.flushFirsts(ctx, firsts, overflow), r.flushAlerts(ctx, counts, checks))
+	return errors.Join(r.flushFirsts(ctx, firsts, overflow), r.flushAlerts(ctx, counts, checks), r.flushNotes(ctx, notes, noteOverflow))
 }
 
 // Pending returns the number of first refusals, hourly counts and alert

@@ -40,11 +40,11 @@ func (s *countingStore) RecordFirstRefusals(ctx context.Context, b audit.FirstRe
 	return s.Audit.RecordFirstRefusals(ctx, b)
 }
 
-func (s *countingStore) CountRefusals(ctx context.Context, batchID string, cs []audit.RefusalCount) error {
+func (s *countingStore) CountRefusals(ctx context.Context, batchID string, budget int, cs []audit.RefusalCount) ([]audit.Watch, error) {
 	s.mu.Lock()
 	s.counts += len(cs)
 	s.mu.Unlock()
-	return s.Audit.CountRefusals(ctx, batchID, cs)
+	return s.Audit.CountRefusals(ctx, batchID, budget, cs)
 }
 
 func (s *countingStore) RaiseAlerts(ctx context.Context, budget int, cs []audit.AlertCheck) (int64, error) {

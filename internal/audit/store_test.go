@@ -411,7 +411,7 @@ func TestCountRefusalsAppliesABatchOnce(t *testing.T) {
 	cs := []audit.RefusalCount{{TenantID: tenant, Policy: "p", Key: "k", Hour: t0, Count: 3}}
 	const id = "2b7f3a52-4e2c-4b8e-9d0a-5f1c2e3d4a5b"
 	for range 3 {
-		if err := st.CountRefusals(ctx, id, cs); err != nil {
+		if _, err := st.CountRefusals(ctx, id, audit.DefaultWatchBudget, cs); err != nil {
 			t.Fatal(err)
 		}
 	}

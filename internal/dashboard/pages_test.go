@@ -434,14 +434,15 @@ func assertAxes(t *testing.T, chart *html.Node, y, x string) {
 // TestFloodsReadAsOneRow: a tenant's flood of new subjects shows on the
 // audit page as its budget of refusal entries and one row that says in words
 // how many more there were, and on the tenant's page as its budget of alerts
-// and one row counting the other subjects.
+// and one row counting the other subjects, and the refusals of those past
+// the watch budget.
 func TestFloodsReadAsOneRow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.admin("ops@example.com")
 	ctx := context.Background()
 	acme, _ := e.tenantWith("Acme Rockets", tenant.PlanStarter)
-	rec, err := audit.NewRecorder(audit.RecorderConfig{Store: pgstore.NewAudit(e.pool), AuditBudget: 2, AlertBudget: 3})
+	rec, err := audit.NewRecorder(audit.RecorderConfig{Store: pgstore.NewAudit(e.pool), AuditBudget: 2, AlertBudget: 3, WatchBudget: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +472,7 @@ func TestFloodsReadAsOneRow(t *testing.T) {
 	if n := len(tp.all("alert-row")); n != 4 {
 		t.Errorf("%d alert rows, want 3 subjects' and one aggregate", n)
 	}
-	if got := tp.text("alert-aggregate"); got != "7 more subjects, past the day's alert budget" {
+	if got := tp.text("alert-aggregate"); got != "5 more subjects, past the day's alert budget, and 2 refusals of subjects past its watch budget" {
 		t.Errorf("aggregate alert says %q", got)
 	}
 }

@@ -245,6 +245,9 @@ func alertRows(alerts []audit.Alert) []web.AlertRow {
 		if a.SubjectKey == audit.AggregateSubject {
 			row.Aggregate = true
 			row.Subject = count(a.Subjects) + " more subjects, past the day's alert budget"
+			if a.Unwatched > 0 {
+				row.Subject += ", and " + count(a.Unwatched) + " refusals of subjects past its watch budget"
+			}
 		}
 		rows = append(rows, row)
 	}

@@ -45,8 +45,11 @@ type Config struct {
 	Policies PolicyService
 	Usage    UsageService
 	// Audit records a tenant's change that is not a policy's (a counter
-	// reset, by kind counter_reset, naming the key that did it); nil
-	// records nothing. A failure to audit is the callee's to log.
+	// reset, by kind counter_reset, naming the key that did it, with detail
+	// sandbox for a test key); nil records nothing. It must not block on
+	// I/O for long, and bound what one tenant writes (cmd/tollgate queues
+	// it under the tenant's audit budget). A failure to audit is the
+	// callee's to log.
 	Audit func(ctx context.Context, tenantID, kind string, detail map[string]any)
 	// ClientIP says whom to believe about client addresses.
 	ClientIP ClientIPConfig

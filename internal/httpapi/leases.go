@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/gate"
 )
 
@@ -224,7 +225,7 @@ func (h leaseHandlers) reset(c echo.Context) error {
 		return err
 	}
 	if h.cfg.Audit != nil {
-		h.cfg.Audit(ctx, tenantID(c), "counter_reset", map[string]any{
+		h.cfg.Audit(ctx, tenantID(c), audit.KindCounterReset, map[string]any{
 			"policy": name, "subject_key": key, "key_id": k.ID, "sandbox": k.Test,
 		})
 	}

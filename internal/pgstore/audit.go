@@ -42,27 +42,7 @@ const pruneBatch = 5000
 
 // InsertAudit implements audit.LogStore.
 func (s *Audit) InsertAudit(ctx context.Context, e audit.Entry) (audit.Entry, error) {
-	detail, err := auditDetail(e.Detail)
-	if err != nil {
-		return audit.Entry{}, err
-	}
-	p := sqlcgen.InsertAuditParams{Actor: e.Actor, Kind: e.Kind, Detail: []byte(detail)}
-	if !e.At.IsZero() {
-		p.At = pgtype.Timestamptz{Time: e.At, Valid: true}
-	}
-	if e.TenantID != "" {
-		id, ok := uuidOf(e.TenantID)
-		if !ok {
-			return audit.Entry{}, fmt.Errorf("tenant %q: %w", e.TenantID, audit.ErrInvalid)
-		}
-		p.TenantID = id
-	}
-	row, err := s.q.InsertAudit(ctx, p)
-	if err != nil {
-		return audit.Entry{}, dbErr(err, auditErrors)
-	}
-	e.ID, e.At = row.ID, timeOf(row.At)
-	return e, nil
+	return insertAudit(ctx, s.q, e)
 }
 
 // ListAudit implements audit.LogStore. A tenant id that is not a UUID has
@@ -324,6 +304,11 @@ func (s *Audit) PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, b
 	}{
 		{"refusal minutes", func() (int64, error) {
 			return s.q.PruneRefusalMinutes(ctx, sqlcgen.PruneRefusalMinutesParams{
+				Before: pgtype.Timestamptz{Time: windowsBefore, Valid: true}, MaxRows: pruneBatch,
+			})
+		}},
+		{"audit minutes", func() (int64, error) {
+			return s.q.PruneAuditMinutes(ctx, sqlcgen.PruneAuditMinutesParams{
 				Before: pgtype.Timestamptz{Time: windowsBefore, Valid: true}, MaxRows: pruneBatch,
 			})
 		}},

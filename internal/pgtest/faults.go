@@ -67,11 +67,11 @@ func WaitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // FlushLosingTheAnswer runs flush, over a pool behind proxy, so that the
-// statement applying a batch (the one inserting into applied_batches)
-// commits but its answer never comes back: a trigger makes the statement
-// wait on an advisory lock the test holds, the proxy is cut while it waits,
-// then the lock is released and the statement commits into a closed
-// connection. It returns flush's error once that commit is done; the proxy
+// transaction applying a batch (the one inserting into applied_batches,
+// one statement or several) commits but its answer never comes back: a
+// trigger deferred to the commit makes it wait on an advisory lock the test
+// holds, the proxy is cut while it waits, then the lock is released and the
+// transaction commits into a closed connection. It returns flush's error once that commit is done; the proxy
 // stays cut.
 func FlushLosingTheAnswer(t *testing.T, direct *pgxpool.Pool, proxy *faultnet.Proxy, flush func() error) error {
 	t.Helper()
@@ -80,8 +80,8 @@ func FlushLosingTheAnswer(t *testing.T, direct *pgxpool.Pool, proxy *faultnet.Pr
 	for _, sql := range []string{
 		`CREATE FUNCTION test_wait_for_lock() RETURNS trigger LANGUAGE plpgsql AS $$
 		 BEGIN PERFORM pg_advisory_xact_lock(7000001); RETURN NULL; END $$`,
-		`CREATE TRIGGER test_wait_for_lock AFTER INSERT ON applied_batches
-		 FOR EACH ROW EXECUTE FUNCTION test_wait_for_lock()`,
+		`CREATE CONSTRAINT TRIGGER test_wait_for_lock AFTER INSERT ON applied_batches
+		 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_wait_for_lock()`,
 	} {
 		if _, err := direct.Exec(ctx, sql); err != nil {
 			t.Fatal(err)

@@ -11,55 +11,138 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const countRefusals = `-- name: CountRefusals :exec
-WITH batch AS (
-    INSERT INTO applied_batches (id) VALUES ($6::uuid)
-    ON CONFLICT DO NOTHING
-    RETURNING id
+const countRefusals = `-- name: CountRefusals :many
+WITH input AS (
+    SELECT i.tenant_id, i.policy, i.subject_key, i.hour, i.day, i.refusals
+    FROM (SELECT
+        unnest($1::uuid[]) AS tenant_id,
+        unnest($2::text[]) AS policy,
+        unnest($3::text[]) AS subject_key,
+        unnest($4::timestamptz[]) AS hour,
+        unnest($5::timestamptz[]) AS day,
+        unnest($6::bigint[]) AS refusals
+    ) AS i
+    WHERE EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = i.tenant_id)
+), room AS (
+    SELECT
+        unnest($7::uuid[]) AS tenant_id,
+        unnest($8::timestamptz[]) AS day,
+        unnest($9::bigint[]) AS room
+), subjects AS (
+    -- Each probe of "counted that day already" is a range of the primary key.
+    SELECT i.tenant_id, i.policy, i.subject_key, i.day, min(i.hour) AS first_hour,
+        (i.subject_key = '*' OR EXISTS (
+            SELECT 1 FROM refusal_hours AS h
+            WHERE h.tenant_id = i.tenant_id AND h.policy = i.policy AND h.subject_key = i.subject_key
+              AND h.hour >= i.day AND h.hour < i.day + interval '1 day'
+        )) AS known
+    FROM input AS i
+    GROUP BY i.tenant_id, i.policy, i.subject_key, i.day
+), judged AS (
+    SELECT s.tenant_id, s.policy, s.subject_key, s.day, s.known,
+        (s.known OR row_number() OVER (PARTITION BY s.tenant_id, s.day, s.known ORDER BY s.first_hour, s.policy, s.subject_key) <= r.room) AS watched
+    FROM subjects AS s
+    JOIN room AS r ON r.tenant_id = s.tenant_id AND r.day = s.day
+), counted AS (
+    INSERT INTO refusal_hours AS h (tenant_id, policy, subject_key, hour, refusals)
+    SELECT c.tenant_id, c.policy, c.subject_key, c.hour, sum(c.refusals)::bigint
+    FROM (
+        SELECT i.tenant_id, i.policy, CASE WHEN j.watched THEN i.subject_key ELSE '*' END AS subject_key, i.hour, i.refusals
+        FROM input AS i
+        JOIN judged AS j
+          ON j.tenant_id = i.tenant_id AND j.policy = i.policy AND j.subject_key = i.subject_key AND j.day = i.day
+    ) AS c
+    GROUP BY c.tenant_id, c.policy, c.subject_key, c.hour
+    ORDER BY c.tenant_id, c.policy, c.subject_key, c.hour
+    ON CONFLICT (tenant_id, policy, subject_key, hour)
+    DO UPDATE SET refusals = h.refusals + EXCLUDED.refusals
+), spent AS (
+    UPDATE alert_days AS d
+    SET watched = d.watched + n.watched
+    FROM (
+        SELECT j.tenant_id, (j.day AT TIME ZONE 'UTC')::date AS day, count(*)::integer AS watched
+        FROM judged AS j
+        WHERE j.watched AND NOT j.known
+        GROUP BY j.tenant_id, j.day
+    ) AS n
+    WHERE d.tenant_id = n.tenant_id AND d.day = n.day
 )
-INSERT INTO refusal_hours AS h (tenant_id, policy, subject_key, hour, refusals)
-SELECT i.tenant_id, i.policy, i.subject_key, i.hour, i.refusals
-FROM (SELECT
-    unnest($1::uuid[]) AS tenant_id,
-    unnest($2::text[]) AS policy,
-    unnest($3::text[]) AS subject_key,
-    unnest($4::timestamptz[]) AS hour,
-    unnest($5::bigint[]) AS refusals
-) AS i
-WHERE EXISTS (SELECT 1 FROM batch)
-  AND EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = i.tenant_id)
-ORDER BY i.tenant_id, i.policy, i.subject_key, i.hour
-ON CONFLICT (tenant_id, policy, subject_key, hour)
-DO UPDATE SET refusals = h.refusals + EXCLUDED.refusals
+SELECT j.tenant_id::uuid AS tenant_id, j.policy::text AS policy, j.subject_key::text AS subject_key,
+    j.day::timestamptz AS day, j.watched::boolean AS watched
+FROM judged AS j
+WHERE j.subject_key <> '*'
 `
 
 type CountRefusalsParams struct {
-	TenantIds   []pgtype.UUID
-	Policies    []string
-	SubjectKeys []string
-	Hours       []pgtype.Timestamptz
-	Refusals    []int64
-	BatchID     pgtype.UUID
+	TenantIds     []pgtype.UUID
+	Policies      []string
+	SubjectKeys   []string
+	Hours         []pgtype.Timestamptz
+	Days          []pgtype.Timestamptz
+	Refusals      []int64
+	RoomTenantIds []pgtype.UUID
+	RoomDays      []pgtype.Timestamptz
+	Rooms         []int64
 }
 
-// CountRefusals adds refusals per (tenant, policy, subject key, hour), once
-// per batch id (see AddUsage). The arrays are parallel and name each row at
+type CountRefusalsRow struct {
+	TenantID   pgtype.UUID
+	Policy     string
+	SubjectKey string
+	Day        pgtype.Timestamptz
+	Watched    bool
+}
+
+// CountRefusals adds refusals per (tenant, policy, subject key, hour). Run it
+// in the transaction that claimed the batch id (ClaimBatch) and locked the
+// tenants' days (LockAlertDays). A subject gets counts of its own on a UTC
+// day when it has some that day already, or while its tenant's day has room
+// for more watched subjects (as given per tenant and day, taken in order of
+// time); the refusals of the others, and rows whose subject key is already
+// '*', are added to their policy's aggregate row of the hour (subject key
+// '*'), so that one tenant's rows stay bounded whatever its subjects and
+// every refusal is counted. The arrays are parallel and name each row at
 // most once; rows are upserted in key order so that concurrent calls cannot
-// deadlock; rows of tenants that no longer exist are dropped.
-func (q *Queries) CountRefusals(ctx context.Context, arg CountRefusalsParams) error {
-	_, err := q.db.Exec(ctx, countRefusals,
+// deadlock; rows of tenants that no longer exist are dropped. It returns,
+// per subject (not '*'), whether it is watched that day.
+func (q *Queries) CountRefusals(ctx context.Context, arg CountRefusalsParams) ([]CountRefusalsRow, error) {
+	rows, err := q.db.Query(ctx, countRefusals,
 		arg.TenantIds,
 		arg.Policies,
 		arg.SubjectKeys,
 		arg.Hours,
+		arg.Days,
 		arg.Refusals,
-		arg.BatchID,
+		arg.RoomTenantIds,
+		arg.RoomDays,
+		arg.Rooms,
 	)
-	return err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CountRefusalsRow
+	for rows.Next() {
+		var i CountRefusalsRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.Policy,
+			&i.SubjectKey,
+			&i.Day,
+			&i.Watched,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listAlerts = `-- name: ListAlerts :many
-SELECT policy, subject_key, day, first_at, last_at, count, alert_after, shadow, subjects
+SELECT policy, subject_key, day, first_at, last_at, count, alert_after, shadow, subjects, unwatched
 FROM alerts
 WHERE tenant_id = $1 AND last_at >= $2
 ORDER BY last_at DESC, policy, subject_key
@@ -82,6 +165,7 @@ type ListAlertsRow struct {
 	AlertAfter int64
 	Shadow     bool
 	Subjects   int64
+	Unwatched  int64
 }
 
 // ListAlerts returns a tenant's alerts whose last refusal is at or after
@@ -105,6 +189,7 @@ func (q *Queries) ListAlerts(ctx context.Context, arg ListAlertsParams) ([]ListA
 			&i.AlertAfter,
 			&i.Shadow,
 			&i.Subjects,
+			&i.Unwatched,
 		); err != nil {
 			return nil, err
 		}
@@ -126,7 +211,7 @@ FROM (SELECT
 WHERE EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = i.tenant_id)
 ORDER BY i.tenant_id, i.day
 ON CONFLICT (tenant_id, day) DO UPDATE SET raised = d.raised
-RETURNING d.tenant_id, d.day, d.raised
+RETURNING d.tenant_id, d.day, d.raised, d.watched
 `
 
 type LockAlertDaysParams struct {
@@ -148,7 +233,12 @@ func (q *Queries) LockAlertDays(ctx context.Context, arg LockAlertDaysParams) ([
 	var items []AlertDay
 	for rows.Next() {
 		var i AlertDay
-		if err := rows.Scan(&i.TenantID, &i.Day, &i.Raised); err != nil {
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.Day,
+			&i.Raised,
+			&i.Watched,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -281,7 +371,7 @@ WITH input AS (
         unnest($6::date[]) AS day,
         unnest($7::boolean[]) AS shadow
     ) AS i
-    WHERE i.alert_after > 0
+    WHERE i.alert_after > 0 AND i.subject_key <> '*'
       AND EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = i.tenant_id)
 ), room AS (
     SELECT
@@ -407,4 +497,71 @@ func (q *Queries) RaiseAlerts(ctx context.Context, arg RaiseAlertsParams) (int64
 	var alerts int64
 	err := row.Scan(&alerts)
 	return alerts, err
+}
+
+const setUnwatchedAlerts = `-- name: SetUnwatchedAlerts :execrows
+WITH input AS (
+    SELECT
+        unnest($1::uuid[]) AS tenant_id,
+        unnest($2::text[]) AS policy,
+        unnest($3::timestamptz[]) AS day,
+        unnest($4::timestamptz[]) AS first_at,
+        unnest($5::timestamptz[]) AS last_at,
+        unnest($6::bigint[]) AS alert_after,
+        unnest($7::boolean[]) AS shadow
+), sums AS (
+    SELECT i.tenant_id, i.policy, i.day, i.first_at, i.last_at, i.alert_after, i.shadow, s.unwatched
+    FROM input AS i
+    CROSS JOIN LATERAL (
+        SELECT coalesce(sum(h.refusals), 0)::bigint AS unwatched
+        FROM refusal_hours AS h
+        WHERE h.tenant_id = i.tenant_id AND h.policy = i.policy AND h.subject_key = '*'
+          AND h.hour >= i.day AND h.hour < i.day + interval '1 day'
+    ) AS s
+    WHERE s.unwatched > 0 AND i.alert_after > 0
+      AND EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = i.tenant_id)
+)
+INSERT INTO alerts AS a (tenant_id, policy, subject_key, day, first_at, last_at, count, alert_after, shadow, subjects, unwatched)
+SELECT tenant_id, policy, '*', (day AT TIME ZONE 'UTC')::date, first_at, last_at, 0, alert_after, shadow, 0, unwatched
+FROM sums
+ORDER BY tenant_id, policy, day
+ON CONFLICT (tenant_id, policy, subject_key, day) DO UPDATE SET
+    first_at = least(a.first_at, EXCLUDED.first_at),
+    last_at = greatest(a.last_at, EXCLUDED.last_at),
+    unwatched = greatest(a.unwatched, EXCLUDED.unwatched),
+    alert_after = EXCLUDED.alert_after,
+    shadow = EXCLUDED.shadow
+`
+
+type SetUnwatchedAlertsParams struct {
+	TenantIds  []pgtype.UUID
+	Policies   []string
+	Days       []pgtype.Timestamptz
+	FirstAts   []pgtype.Timestamptz
+	LastAts    []pgtype.Timestamptz
+	AlertAfter []int64
+	Shadow     []bool
+}
+
+// SetUnwatchedAlerts makes each (tenant, policy, day) whose aggregate hourly
+// counts (subject key '*': subjects past the day's watch budget) hold
+// refusals show them in its aggregate alert of the day, made when absent
+// (counting no subject past the alert budget then). A day's unwatched
+// refusals only grow, so the larger of two sums wins. The triples must be
+// distinct; days are the UTC midnights; tenants that no longer exist are
+// left out.
+func (q *Queries) SetUnwatchedAlerts(ctx context.Context, arg SetUnwatchedAlertsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, setUnwatchedAlerts,
+		arg.TenantIds,
+		arg.Policies,
+		arg.Days,
+		arg.FirstAts,
+		arg.LastAts,
+		arg.AlertAfter,
+		arg.Shadow,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

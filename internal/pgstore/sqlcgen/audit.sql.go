@@ -11,6 +11,23 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const addToAuditFlood = `-- name: AddToAuditFlood :exec
+UPDATE audit
+SET detail = jsonb_set(detail, '{entries}', to_jsonb((detail->>'entries')::bigint + $1::bigint))
+WHERE id = $2
+`
+
+type AddToAuditFloodParams struct {
+	Entries int64
+	ID      int64
+}
+
+// AddToAuditFlood adds entries to the count of a flood entry.
+func (q *Queries) AddToAuditFlood(ctx context.Context, arg AddToAuditFloodParams) error {
+	_, err := q.db.Exec(ctx, addToAuditFlood, arg.Entries, arg.ID)
+	return err
+}
+
 const addToRefusalFlood = `-- name: AddToRefusalFlood :exec
 UPDATE audit
 SET detail = jsonb_set(detail, '{refusals}', to_jsonb((detail->>'refusals')::bigint + $1::bigint))
@@ -128,6 +145,66 @@ func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]Audit, 
 	return items, nil
 }
 
+const lockAuditMinutes = `-- name: LockAuditMinutes :many
+INSERT INTO audit_minutes AS m (tenant_id, scope, minute)
+SELECT i.tenant_id, i.scope, i.minute
+FROM (SELECT
+    unnest($1::uuid[]) AS tenant_id,
+    unnest($2::text[]) AS scope,
+    unnest($3::timestamptz[]) AS minute
+) AS i
+WHERE EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = i.tenant_id)
+ORDER BY i.tenant_id, i.scope, i.minute
+ON CONFLICT (tenant_id, scope, minute) DO UPDATE SET entries = m.entries
+RETURNING m.tenant_id, m.scope, m.minute, m.entries, coalesce(m.flood_id, 0)::bigint AS flood_id
+`
+
+type LockAuditMinutesParams struct {
+	TenantIds []pgtype.UUID
+	Scopes    []string
+	Minutes   []pgtype.Timestamptz
+}
+
+type LockAuditMinutesRow struct {
+	TenantID pgtype.UUID
+	Scope    string
+	Minute   pgtype.Timestamptz
+	Entries  int32
+	FloodID  int64
+}
+
+// LockAuditMinutes makes the row of each (tenant, scope, minute) and locks it
+// until the transaction ends, in key order, so that the budget of one
+// tenant's scope and minute is spent by one flush at a time whatever the
+// number of instances; it returns each row's entries written so far and its
+// flood entry's id (0 when it has none). The triples must be distinct;
+// tenants that no longer exist are left out.
+func (q *Queries) LockAuditMinutes(ctx context.Context, arg LockAuditMinutesParams) ([]LockAuditMinutesRow, error) {
+	rows, err := q.db.Query(ctx, lockAuditMinutes, arg.TenantIds, arg.Scopes, arg.Minutes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LockAuditMinutesRow
+	for rows.Next() {
+		var i LockAuditMinutesRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.Scope,
+			&i.Minute,
+			&i.Entries,
+			&i.FloodID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const lockRefusalMinutes = `-- name: LockRefusalMinutes :many
 INSERT INTO refusal_minutes AS m (tenant_id, minute)
 SELECT i.tenant_id, i.minute
@@ -205,6 +282,32 @@ type PruneAuditParams struct {
 // before before.
 func (q *Queries) PruneAudit(ctx context.Context, arg PruneAuditParams) (int64, error) {
 	result, err := q.db.Exec(ctx, pruneAudit, arg.Before, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const pruneAuditMinutes = `-- name: PruneAuditMinutes :execrows
+DELETE FROM audit_minutes AS m
+USING (
+    SELECT tenant_id, scope, minute FROM audit_minutes
+    WHERE audit_minutes.minute < $1
+    ORDER BY minute
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+) AS old
+WHERE m.tenant_id = old.tenant_id AND m.scope = old.scope AND m.minute = old.minute
+`
+
+type PruneAuditMinutesParams struct {
+	Before  pgtype.Timestamptz
+	MaxRows int32
+}
+
+// PruneAuditMinutes deletes up to max_rows minute rows before before.
+func (q *Queries) PruneAuditMinutes(ctx context.Context, arg PruneAuditMinutesParams) (int64, error) {
+	result, err := q.db.Exec(ctx, pruneAuditMinutes, arg.Before, arg.MaxRows)
 	if err != nil {
 		return 0, err
 	}
@@ -374,6 +477,34 @@ func (q *Queries) RecordFirstRefusals(ctx context.Context, arg RecordFirstRefusa
 		return nil, err
 	}
 	return items, nil
+}
+
+const settleAuditMinute = `-- name: SettleAuditMinute :exec
+UPDATE audit_minutes
+SET entries = entries + $1::integer,
+    flood_id = coalesce(flood_id, nullif($2::bigint, 0))
+WHERE tenant_id = $3 AND scope = $4 AND minute = $5
+`
+
+type SettleAuditMinuteParams struct {
+	Entries  int32
+	FloodID  int64
+	TenantID pgtype.UUID
+	Scope    string
+	Minute   pgtype.Timestamptz
+}
+
+// SettleAuditMinute adds the entries a flush wrote to a (tenant, scope,
+// minute) and names its flood entry when it had none (flood_id 0 leaves it).
+func (q *Queries) SettleAuditMinute(ctx context.Context, arg SettleAuditMinuteParams) error {
+	_, err := q.db.Exec(ctx, settleAuditMinute,
+		arg.Entries,
+		arg.FloodID,
+		arg.TenantID,
+		arg.Scope,
+		arg.Minute,
+	)
+	return err
 }
 
 const settleRefusalMinutes = `-- name: SettleRefusalMinutes :exec

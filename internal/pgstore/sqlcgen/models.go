@@ -35,12 +35,14 @@ type Alert struct {
 	AlertAfter int64
 	Shadow     bool
 	Subjects   int64
+	Unwatched  int64
 }
 
 type AlertDay struct {
 	TenantID pgtype.UUID
 	Day      pgtype.Date
 	Raised   int32
+	Watched  int32
 }
 
 type AlertOverflow struct {
@@ -73,6 +75,14 @@ type Audit struct {
 	Actor    string
 	Kind     string
 	Detail   []byte
+}
+
+type AuditMinute struct {
+	TenantID pgtype.UUID
+	Scope    string
+	Minute   pgtype.Timestamptz
+	Entries  int32
+	FloodID  *int64
 }
 
 type BillingAccount struct {
