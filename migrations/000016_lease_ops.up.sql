@@ -106,6 +106,8 @@ DECLARE
     v_exp    bigint;
     v_was    boolean;
     v_k      bytea;
+    v_cgrp   text;
+    v_ckey   bytea;
 BEGIN
     IF v_n = 0 THEN
         RETURN;
@@ -191,12 +193,20 @@ BEGIN
                 CONTINUE;
             END IF;
             -- The key's expired leases, and an expired lease of the same id,
-            -- are forgotten now rather than by pruning.
+            -- are forgotten now rather than by pruning. A burst is many
+            -- acquires of one key in a row: the count of the key's leases
+            -- is kept from one to the next while nothing else intervenes.
             DELETE FROM leases AS l
-             WHERE l.grp = p_grp[i] AND l.expires_us <= v_now AND (l.key = p_key[i] OR l.id = p_id[i]);
-            SELECT count(*), min(l.expires_us) INTO v_live, v_first
-              FROM leases AS l
-             WHERE l.grp = p_grp[i] AND l.key = p_key[i] AND l.expires_us > v_now;
+             WHERE l.grp = p_grp[i] AND l.id = p_id[i] AND l.expires_us <= v_now;
+            IF v_cgrp IS DISTINCT FROM p_grp[i] OR v_ckey IS DISTINCT FROM p_key[i] THEN
+                DELETE FROM leases AS l
+                 WHERE l.grp = p_grp[i] AND l.key = p_key[i] AND l.expires_us <= v_now;
+                SELECT count(*), min(l.expires_us) INTO v_live, v_first
+                  FROM leases AS l
+                 WHERE l.grp = p_grp[i] AND l.key = p_key[i] AND l.expires_us > v_now;
+                v_cgrp := p_grp[i];
+                v_ckey := p_key[i];
+            END IF;
             in_flight := v_live;
             expires_us := coalesce(v_first, 0);
             IF v_live >= p_max[i] THEN
@@ -230,9 +240,13 @@ BEGIN
                 UPDATE lease_groups AS lg SET held = lg.held + 1 WHERE lg.grp = p_grp[i];
             END IF;
             allowed := true;
-            in_flight := v_live + 1;
+            v_live := v_live + 1;
+            v_first := least(v_first, v_now + p_ttl[i]);
+            in_flight := v_live;
             expires_us := v_now + p_ttl[i];
         ELSIF p_op[i] = 2 THEN
+            -- A renewal or release may change the kept key's leases.
+            v_ckey := NULL;
             IF v_key[i] IS NOT NULL THEN
                 UPDATE leases AS l SET expires_us = v_now + p_ttl[i]
                  WHERE l.grp = p_grp[i] AND l.id = p_id[i] AND l.expires_us > v_now
@@ -243,6 +257,7 @@ BEGIN
                 END IF;
             END IF;
         ELSE
+            v_ckey := NULL;
             DELETE FROM leases AS l WHERE l.grp = p_grp[i] AND l.id = p_id[i]
             RETURNING l.expires_us > v_now INTO v_was;
             IF FOUND THEN

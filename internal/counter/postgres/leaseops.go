@@ -89,18 +89,14 @@ func (s *Store) leaseOpsDo(ctx context.Context, what string, op *leaseOp) error 
 			go s.leaseLoop()
 		}
 	}
-	timer := time.NewTimer(s.timeout)
-	defer timer.Stop()
-	select {
-	case <-op.done:
-		return op.err
-	case <-timer.C:
+	s.mu.Lock()
+	expired := s.expiry(time.Now())
+	s.mu.Unlock()
+	if err := s.await(ctx, op.done, expired); err != nil {
 		s.abandon(op)
-		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, context.DeadlineExceeded)
-	case <-ctx.Done():
-		s.abandon(op)
-		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, ctx.Err())
+		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, err)
 	}
+	return op.err
 }
 
 func (s *Store) abandon(op *leaseOp) {
@@ -164,6 +160,9 @@ func (s *Store) sendLeaseOps(ops []*leaseOp, now *int64) {
 	p := leaseOpsParams(ops)
 	p.Now = now
 	rows, err := s.q.LeaseOps(ctx, p)
+	if err == nil {
+		s.lastAnswer.Store(time.Now().UnixNano())
+	}
 	nceil := len(p.Algorithms)
 	if err == nil && len(rows) != nceil+len(ops) {
 		err = fmt.Errorf("%d rows for %d ceilings and %d lease operations", len(rows), nceil, len(ops))

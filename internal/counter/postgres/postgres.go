@@ -71,9 +71,12 @@ type Config struct {
 	// of CPUs). The pool keeps that many open (unless the DSN sets
 	// pool_min_conns).
 	MaxConns int32
-	// Timeout bounds every Check, queueing included (rounded up to a whole
-	// millisecond, so that the Checks of one millisecond share a timer);
-	// zero means DefaultTimeout. A batch whose callers have given up still runs for up
+	// Timeout is how long a call waits for a store that has stopped
+	// answering, queueing included (rounded up to a whole millisecond, so
+	// that the Checks of one millisecond share a timer); zero means
+	// DefaultTimeout. A call still waiting then waits on while the store
+	// keeps answering batches, up to ten times as long (at least half a
+	// second): a busy store is not an outage (await). A batch whose callers have given up still runs for up
 	// to ten times as long (at least half a second) before its connection
 	// is dropped, so that a server that is only slow keeps its warm
 	// connections; its counts may then apply although its callers were told
@@ -141,6 +144,9 @@ type Store struct {
 	// may have broken connections: connections idle since before it are
 	// pinged before their next use.
 	lastFailure atomic.Int64
+	// lastAnswer is when (Unix ns) a batch of either lane last came back
+	// answered: the store is making progress (await).
+	lastAnswer atomic.Int64
 	// batches counts the function calls sent, and fixedBatches those of
 	// them that went to tollgate_check_fixed_packed, for tests;
 	// leaseBatches the calls of tollgate_lease_ops.
@@ -289,9 +295,11 @@ type call struct {
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 // Check implements counter.Store. It returns within about cfg.Timeout (at
-// most a millisecond more), or ctx's deadline if sooner: a store that has
-// not answered by then, is closed, or whose caller's ctx ends, returns an
-// error wrapping counter.ErrUnavailable, and context.DeadlineExceeded or
+// most a millisecond more) when the store answers nothing, within about three
+// when it stops answering while the call waits, within ten when it keeps
+// answering other batches but not this one, or by ctx's deadline if
+// sooner: a store that has not answered by then, is closed, or whose
+// caller's ctx ends, returns an error wrapping counter.ErrUnavailable, and context.DeadlineExceeded or
 // ctx's error for the first and the last. A malformed request wraps
 // counter.ErrInvalid. Requests without a Now are coalesced; one with a Now
 // is sent on its own.
@@ -307,14 +315,9 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 		callPool.Put(c)
 		return counter.Result{}, err
 	}
-	select {
-	case <-c.done:
-	case <-expired:
+	if err := s.await(ctx, c.done, expired); err != nil {
 		c.abandoned.Store(true)
-		return counter.Result{}, fmt.Errorf("check counters: %w: %w", counter.ErrUnavailable, context.DeadlineExceeded)
-	case <-ctx.Done():
-		c.abandoned.Store(true)
-		return counter.Result{}, fmt.Errorf("check counters: %w: %w", counter.ErrUnavailable, ctx.Err())
+		return counter.Result{}, fmt.Errorf("check counters: %w: %w", counter.ErrUnavailable, err)
 	}
 	res, err := counter.Result{}, c.err
 	if err == nil {
@@ -326,6 +329,45 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 }
 
 var errClosed = fmt.Errorf("check counters: store closed: %w", counter.ErrUnavailable)
+
+// await waits for done until ctx ends or the store is failing. The
+// deadline (Config.Timeout, when expired is closed) is how long a call
+// waits for a store that has stopped answering: a call still waiting then
+// goes on waiting, a deadline at a time, for as long as the store keeps
+// answering batches (lastAnswer within the last two deadlines: one batch
+// in flight may take longer than one on a starved CPU) and at most until
+// its round trip's own bound (sendTimeout). A store that answers late
+// because it is busy (this machine's CPU taken by a burst, a hot row, a
+// long queue of batches) is not an outage, and its answers stay exact; one
+// that answers nothing is given up on within about three deadlines.
+func (s *Store) await(ctx context.Context, done <-chan struct{}, expired <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-expired:
+	}
+	var t *time.Timer
+	for waited := s.timeout; ; waited += s.timeout {
+		if waited >= s.sendTimeout || time.Since(time.Unix(0, s.lastAnswer.Load())) > 2*s.timeout {
+			return context.DeadlineExceeded
+		}
+		if t == nil {
+			t = time.NewTimer(s.timeout)
+			defer t.Stop()
+		} else {
+			t.Reset(s.timeout)
+		}
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
 
 // Close stops the store: Checks not yet sent fail with
 // counter.ErrUnavailable, batches in flight finish, and the pool is closed.
@@ -366,6 +408,9 @@ func (s *Store) send(calls []*call, now *int64) {
 		n += len(c.req.Items)
 	}
 	seen, at, err := s.decide(ctx, reqs, n, now)
+	if err == nil {
+		s.lastAnswer.Store(time.Now().UnixNano())
+	}
 	if err != nil {
 		err = s.unavailable(ctx, err)
 		for _, c := range calls {

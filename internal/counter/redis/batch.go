@@ -89,9 +89,10 @@ type job struct {
 	group string
 	keys  []string
 	spec  []byte
-	// deadline is when the caller stops waiting: the store's timeout, or
-	// its context's earlier deadline.
-	deadline time.Time
+	// deadline is when the caller stops waiting for a server that has
+	// stopped answering: the store's timeout, or its context's earlier
+	// deadline; hard is when it stops waiting at all (late).
+	deadline, hard time.Time
 	// gone is set by a caller that stopped waiting; a drain skips the job if
 	// it has not sent it yet.
 	gone atomic.Bool
@@ -208,9 +209,13 @@ func (s *Store) runOne(ctx context.Context, j *job, l *lane) error {
 			s.inflight.Done()
 		}
 	}()
-	if d, ok := ctx.Deadline(); !ok || d.After(j.deadline) {
+	// The script's own round trip is bounded by twice the deadline: a
+	// server that is busy answers a script within it, one that stopped
+	// does not.
+	d := earlier(j.hard, time.Now().Add(2*s.timeout))
+	if cd, ok := ctx.Deadline(); !ok || cd.After(d) {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, j.deadline)
+		ctx, cancel = context.WithDeadline(ctx, d)
 		defer cancel()
 	}
 	one := []*job{j}
@@ -225,6 +230,7 @@ func (s *Store) runOne(ctx context.Context, j *job, l *lane) error {
 		}
 		if s.cluster == nil || !resendable(err) {
 			s.afterFailure(err)
+			s.answered(err)
 			answer(cmd, one)
 			return j.err
 		}
@@ -238,6 +244,35 @@ func (s *Store) runOne(ctx context.Context, j *job, l *lane) error {
 			return err
 		}
 		s.resent.Add(1)
+	}
+}
+
+// late reports whether j's caller stops waiting at now: past its hard
+// deadline, or past its deadline when the server has answered nothing for
+// twice the store's deadline. A server that keeps answering scripts is
+// busy, not failing, and the checks queued for it stay exact, only later;
+// one that answers nothing is given up on within about three deadlines.
+func (s *Store) late(j *job, now time.Time) bool {
+	if !now.Before(j.hard) {
+		return true
+	}
+	return !now.Before(j.deadline) && now.Sub(time.Unix(0, s.lastAnswer.Load())) > 2*s.timeout
+}
+
+// earlier returns the earlier of a and b.
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// answered notes a script's reply that came back from the server (a reply,
+// even an error reply, is progress; a network error or a deadline is not).
+func (s *Store) answered(err error) {
+	var rerr goredis.Error
+	if err == nil || errors.As(err, &rerr) {
+		s.lastAnswer.Store(time.Now().UnixNano())
 	}
 }
 
@@ -285,7 +320,7 @@ func (s *Store) drain(l *lane) {
 		n := 0
 		batch = batch[:0]
 		for ; n < len(l.queue) && len(batch) < maxBatch; n++ {
-			if j := l.queue[n]; j.gone.Load() || !now.Before(j.deadline) {
+			if j := l.queue[n]; j.gone.Load() || s.late(j, now) {
 				j.err = context.DeadlineExceeded
 				j.answered()
 			} else {
@@ -318,23 +353,24 @@ func (s *Store) flush(batch []*job, calls []batchCall) []batchCall {
 	live := batch[:0]
 	var deadline time.Time
 	for _, j := range batch {
-		if j.gone.Load() || !now.Before(j.deadline) {
+		if j.gone.Load() || s.late(j, now) {
 			j.err = context.DeadlineExceeded
 			j.answered()
 			continue
 		}
 		live = append(live, j)
-		if deadline.IsZero() || j.deadline.Before(deadline) {
-			deadline = j.deadline
+		if deadline.IsZero() || j.hard.Before(deadline) {
+			deadline = j.hard
 		}
 	}
+	deadline = earlier(deadline, now.Add(2*s.timeout))
 	if len(live) == 0 {
 		return calls
 	}
-	// The earliest deadline of the batch bounds the pipeline, so that no
-	// caller waits past its own (call). The checks of a batch were queued
-	// within a round trip of each other, and a server that cannot answer by
-	// the first's deadline is not answering the others either.
+	// The earliest hard deadline of the batch bounds the pipeline, so that
+	// no caller waits past its own (call), and so does twice the store's
+	// deadline: a busy server answers a pipeline within it, one that has
+	// stopped answering does not.
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	calls = s.split(live, calls)
 	s.exec(ctx, calls)
@@ -392,7 +428,7 @@ func (s *Store) settle(calls []batchCall) []batchCall {
 		if s.cluster != nil && resendable(err) {
 			waiting := c.jobs[:0]
 			for _, j := range c.jobs {
-				if j.gone.Load() || !time.Now().Before(j.deadline) {
+				if j.gone.Load() || s.late(j, time.Now()) {
 					j.err = context.DeadlineExceeded
 					j.answered()
 				} else {
@@ -405,6 +441,7 @@ func (s *Store) settle(calls []batchCall) []batchCall {
 			continue
 		}
 		s.afterFailure(err)
+		s.answered(err)
 		answer(c.cmd, c.jobs)
 		for _, j := range c.jobs {
 			j.answered()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"slices"
-	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
 )
@@ -25,14 +24,13 @@ func (s *Store) Resent() int64 { return s.resent.Load() }
 // error, and how many scripts it sent. reqs must be valid.
 func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]counter.Result, []error, int) {
 	batch := make([]*job, len(reqs))
-	deadline := time.Now().Add(s.timeout)
 	for i, req := range reqs {
 		if err := counter.Validate(req); err != nil {
 			panic(err)
 		}
 		batch[i] = newJob()
 		s.encode(batch[i], req)
-		batch[i].deadline = deadline
+		s.deadlines(ctx, batch[i])
 	}
 	scripts := len(s.split(slices.Clone(batch), nil))
 	// flush reorders what it is given on a cluster.

@@ -80,10 +80,7 @@ func (s *Store) eval(ctx context.Context, body, sha string, keys []string, args 
 // share the group's hash tag.
 func (s *Store) queued(ctx context.Context, body, sha string, group string, keys []string, args ...any) (any, error) {
 	j := &job{done: make(chan struct{}, 1), group: group, keys: keys, lua: &luaCall{body: body, sha: sha, args: args}}
-	j.deadline = time.Now().Add(s.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(j.deadline) {
-		j.deadline = d
-	}
+	s.deadlines(ctx, j)
 	if err := s.call(ctx, j); err != nil {
 		if ctx.Err() == nil && !time.Now().Before(j.deadline) {
 			err = context.DeadlineExceeded
@@ -100,8 +97,6 @@ func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquire
 	if err := counter.ValidateAcquire(a); err != nil {
 		return counter.Acquired{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	creq := a.CeilingRequest()
 	keys := make([]string, 0, len(creq.Items)+3)
 	for _, it := range creq.Items {
@@ -152,8 +147,6 @@ func (s *Store) Renew(ctx context.Context, ref counter.LeaseRef) (time.Time, err
 	if err := counter.ValidateRef(ref, true); err != nil {
 		return time.Time{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	v, err := s.queued(ctx, opsLua, opsSHA, ref.Group, s.leaseKeys(ref.Group), "renew", instant(ref.Now), ref.ID, ref.TTL.Microseconds())
 	if err != nil {
 		return time.Time{}, failed(ctx, "renew lease", err)
@@ -173,8 +166,6 @@ func (s *Store) Release(ctx context.Context, ref counter.LeaseRef) error {
 	if err := counter.ValidateRef(ref, false); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	v, err := s.queued(ctx, opsLua, opsSHA, ref.Group, s.leaseKeys(ref.Group), "release", instant(ref.Now), ref.ID)
 	if err != nil {
 		return failed(ctx, "release lease", err)

@@ -105,7 +105,10 @@ type Store struct {
 	seeds   []*goredis.Options
 	prefix  string
 	timeout time.Duration
-	log     *slog.Logger
+	// lastAnswer is when (Unix ns) the server last answered a script
+	// (late).
+	lastAnswer atomic.Int64
+	log        *slog.Logger
 
 	// drift counts verdicts of the script that limit.Admit does not share.
 	drift atomic.Int64
@@ -239,10 +242,7 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 	}
 	j := newJob()
 	s.encode(j, req)
-	j.deadline = time.Now().Add(s.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(j.deadline) {
-		j.deadline = d
-	}
+	s.deadlines(ctx, j)
 	if err := s.call(ctx, j); err != nil {
 		// A job given up on may still be in a sender's hands: it is left
 		// to the collector, not reused.
@@ -252,6 +252,16 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 		return counter.Result{}, unavailable(ctx, err)
 	}
 	return s.result(ctx, req, j)
+}
+
+// deadlines sets j's deadline (the store's timeout) and hard deadline (ten
+// times as long, at least half a second), either cut to ctx's deadline.
+func (s *Store) deadlines(ctx context.Context, j *job) {
+	now := time.Now()
+	j.deadline, j.hard = now.Add(s.timeout), now.Add(max(10*s.timeout, 500*time.Millisecond))
+	if d, ok := ctx.Deadline(); ok {
+		j.deadline, j.hard = earlier(j.deadline, d), earlier(j.hard, d)
+	}
 }
 
 // result reads req's answer from j's reply and frees j.

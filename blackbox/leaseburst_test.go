@@ -1,0 +1,239 @@
+package blackbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// burstClient posts from many goroutines at once, each on a connection of
+// its own kept alive, and never fails the test from a goroutine: a failed
+// request is an answer of status 0.
+type burstClient struct{ c *http.Client }
+
+func newBurstClient(conns int) burstClient {
+	return burstClient{c: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: 4 * conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, IdleConnTimeout: time.Minute,
+	}}}
+}
+
+// post sends body to base+path with key and returns the answer and how long
+// it took.
+func (b burstClient) post(method, url, key string, body any) (call, time.Duration) {
+	var r io.Reader
+	if body != nil {
+		j, _ := json.Marshal(body)
+		r = bytes.NewReader(j)
+	}
+	req, _ := http.NewRequest(method, url, r)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	start := time.Now()
+	resp, err := b.c.Do(req)
+	if err != nil {
+		return call{status: 0, body: []byte(err.Error())}, time.Since(start)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return call{resp.StatusCode, resp.Header, out}, time.Since(start)
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// burstStores are the counter stores of the burst tests, each with the
+// default store deadline (50 ms): a burst must be decided within it.
+func burstStores(t *testing.T) map[string][]string {
+	return map[string][]string{
+		"postgres":      nil,
+		"redis":         {"TOLLGATE_COUNTER_STORE=redis", "REDIS_URL=" + redistest.StartServer(t)},
+		"redis-cluster": onCluster(redistest.StartCluster(t)),
+	}
+}
+
+// TestLeaseBurstIsExactAndNeverDegraded sends 100 acquires of one subject's
+// slots at a limit of 10 from 64 connections spread over three instances,
+// on each counter store, with the store's default deadline: exactly 10 are
+// taken, none is answered degraded (a legal burst on one hot key is not an
+// outage), and the tenant's ordinary checks afterwards are exact, not
+// degraded (its breaker stayed shut). Latencies are logged, not asserted.
+func TestLeaseBurstIsExactAndNeverDegraded(t *testing.T) {
+	for name, env := range burstStores(t) {
+		t.Run(name, func(t *testing.T) {
+			dsn := pgtest.New(t)
+			ins := []*instance{start(t, dsn, env...), start(t, dsn, env...), start(t, dsn, env...)}
+			nt := createTenant(t, dsn, "pro")
+			u := apiUser{t: t, in: ins[0], key: nt.LiveKey}
+			u.putLeasePolicy("jobs", 10, ins[1:]...)
+			u.putPolicy("calls", map[string]any{"limit": 3, "window": "1h"})
+
+			bc := newBurstClient(64)
+			var taken, refused, degraded, failed atomic.Int64
+			var mu sync.Mutex
+			var took []time.Duration
+			var wg sync.WaitGroup
+			next := atomic.Int64{}
+			for range 64 {
+				wg.Go(func() {
+					for {
+						i := next.Add(1) - 1
+						if i >= 100 {
+							return
+						}
+						c, d := bc.post("POST", ins[i%3].base+"/v1/leases", nt.LiveKey, map[string]any{"policy": "jobs", "subject": "hot", "ttl": "1h"})
+						mu.Lock()
+						took = append(took, d)
+						mu.Unlock()
+						var a leaseAnswer
+						if c.status != 200 || json.Unmarshal(c.body, &a) != nil {
+							failed.Add(1)
+							t.Errorf("acquire %d: %d %s", i, c.status, c.body)
+							continue
+						}
+						switch {
+						case a.Degraded:
+							degraded.Add(1)
+						case a.Allowed:
+							taken.Add(1)
+						default:
+							refused.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			t.Logf("%s: 100 acquires from 64 connections over 3 instances: %d taken, %d refused, %d degraded, %d failed; p50 %s, p99 %s, max %s",
+				name, taken.Load(), refused.Load(), degraded.Load(), failed.Load(),
+				percentile(took, 0.50), percentile(took, 0.99), percentile(took, 1))
+			if taken.Load() != 10 || degraded.Load() != 0 || refused.Load() != 90 {
+				t.Fatalf("at a limit of 10: %d taken, %d refused, %d degraded; want 10, 90, 0", taken.Load(), refused.Load(), degraded.Load())
+			}
+			// The burst opened no breaker: the tenant's checks are exact.
+			for i := range 5 {
+				var ans checkAnswer
+				u.on(ins[i%3]).check("", map[string]any{"policy": "calls", "subject": "after"}).json(t, &ans)
+				if ans.Degraded || ans.Allowed != (i < 3) {
+					t.Fatalf("check %d after the burst: allowed %v, degraded %v", i, ans.Allowed, ans.Degraded)
+				}
+			}
+		})
+	}
+}
+
+// TestLeaseFloodLeavesOtherTenantsExact: tenant A floods one hot subject of
+// its concurrency policy (limit 5) with acquires, renewals, releases,
+// resets and checks from 32 connections on each of three instances, while
+// tenant B checks its "2 an hour" policy through the same instances: every
+// one of B's subjects is admitted exactly twice, and none of B's answers is
+// degraded, on each counter store.
+func TestLeaseFloodLeavesOtherTenantsExact(t *testing.T) {
+	for name, env := range burstStores(t) {
+		t.Run(name, func(t *testing.T) {
+			dsn := pgtest.New(t)
+			ins := []*instance{start(t, dsn, env...), start(t, dsn, env...), start(t, dsn, env...)}
+			a, b := createTenant(t, dsn, "enterprise"), createTenant(t, dsn, "enterprise")
+			ua := apiUser{t: t, in: ins[0], key: a.LiveKey}
+			ua.putLeasePolicy("jobs", 5, ins[1:]...)
+			ua.putPolicy("calls", map[string]any{"limit": 1_000_000, "window": "1h"})
+			ub := apiUser{t: t, in: ins[0], key: b.LiveKey}
+			ub.putPolicyAll("strict", map[string]any{"limit": 2, "window": "1h"}, ins[1:]...)
+
+			attack := newBurstClient(3 * 32)
+			stop := make(chan struct{})
+			var ops, leasesTaken atomic.Int64
+			var awg sync.WaitGroup
+			for w := range 3 * 32 {
+				in := ins[w%3]
+				awg.Go(func() {
+					var mine []string
+					for n := 0; ; n++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						ops.Add(1)
+						switch n % 8 {
+						case 0, 1, 2, 3:
+							c, _ := attack.post("POST", in.base+"/v1/leases", a.LiveKey, map[string]any{"policy": "jobs", "subject": "hot", "ttl": "2s"})
+							var l leaseAnswer
+							if json.Unmarshal(c.body, &l) == nil && l.Allowed && !l.Degraded {
+								leasesTaken.Add(1)
+								mine = append(mine, l.LeaseID)
+							}
+						case 4:
+							if len(mine) > 0 {
+								attack.post("POST", in.base+"/v1/leases/"+mine[len(mine)-1]+"/renew", a.LiveKey, map[string]any{"ttl": "2s"})
+							} else {
+								attack.post("POST", in.base+"/v1/leases/ls_00000000000000000000000000000000/renew", a.LiveKey, map[string]any{"ttl": "2s"})
+							}
+						case 5:
+							if len(mine) > 0 {
+								attack.post("DELETE", in.base+"/v1/leases/"+mine[0], a.LiveKey, nil)
+								mine = mine[1:]
+							}
+						case 6:
+							attack.post("DELETE", in.base+"/v1/policies/jobs/subjects/hot", a.LiveKey, nil)
+						default:
+							attack.post("POST", in.base+"/v1/check", a.LiveKey, map[string]any{"items": []map[string]any{{"policy": "calls", "subject": "hot"}}})
+						}
+					}
+				})
+			}
+
+			quiet := newBurstClient(3)
+			var subjects, wrong, degradedB, failedB int
+			var took []time.Duration
+			deadline := time.Now().Add(6 * time.Second)
+			for i := 0; time.Now().Before(deadline); i++ {
+				subject := fmt.Sprint("user-", i)
+				admitted := 0
+				for j := range 4 {
+					c, d := quiet.post("POST", ins[(i+j)%3].base+"/v1/check", b.LiveKey, map[string]any{"items": []map[string]any{{"policy": "strict", "subject": subject}}})
+					took = append(took, d)
+					var ans checkAnswer
+					if c.status != 200 || json.Unmarshal(c.body, &ans) != nil {
+						failedB++
+						t.Errorf("tenant B's check: %d %s", c.status, c.body)
+						continue
+					}
+					if ans.Degraded {
+						degradedB++
+					}
+					if ans.Allowed {
+						admitted++
+					}
+				}
+				subjects++
+				if admitted != 2 {
+					wrong++
+				}
+			}
+			close(stop)
+			awg.Wait()
+			t.Logf("%s: tenant A sent %d requests (%d leases taken); tenant B checked %d subjects: %d admitted other than twice, %d degraded answers, %d failed; B's p50 %s, p99 %s",
+				name, ops.Load(), leasesTaken.Load(), subjects, wrong, degradedB, failedB, percentile(took, 0.5), percentile(took, 0.99))
+			if wrong != 0 || degradedB != 0 || subjects < 10 {
+				t.Fatalf("tenant B beside A's flood: %d of %d subjects admitted other than twice, %d degraded answers", wrong, subjects, degradedB)
+			}
+		})
+	}
+}
