@@ -132,7 +132,7 @@ func (u apiUser) usage() usageReport {
 }
 
 // waitUsage polls /v1/usage until ok accepts it (usage is flushed every
-// second) and returns the report; it fails t after d.
+// half second) and returns the report; it fails t after d.
 func (u apiUser) waitUsage(d time.Duration, what string, ok func(usageReport) bool) usageReport {
 	u.t.Helper()
 	var r usageReport

@@ -33,10 +33,14 @@ type taken struct {
 }
 
 // Recorder counts events in memory and flushes them to its Store. It is safe
-// for concurrent use. Counts are lost only if the process dies (at most
-// FlushEvery of them) or if more than MaxPending rows wait for a database
-// that stays down; none counts twice, even when a flush fails after its
-// statement committed (the batch is sent again under its id).
+// for concurrent use. Counts are lost only if the process dies or if more
+// than MaxPending rows wait for a database that stays down; none counts
+// twice, even when a flush fails after its statement committed (the batch is
+// sent again under its id). A process that dies loses the counts observed
+// since the last flush whose statement reached the database: those of one
+// FlushEvery and of the time the next flush took to be sent (a statement
+// sent before the death still commits), so at most FlushEvery plus a flush's
+// way to the database, which a busy machine or a slow database stretches.
 type Recorder struct {
 	store       Store
 	alerts      AlertLister
