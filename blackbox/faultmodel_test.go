@@ -168,8 +168,10 @@ type leaseRec struct {
 	// owner is the flood goroutine that holds it, or -1 for the mixed
 	// workload's shared leases.
 	owner int
-	// member is the instance that granted it.
-	member int
+	// member is the instance that granted it, and inFlight what its
+	// answer said.
+	member   int
+	inFlight int64
 }
 
 func (b *leaseBook) add(l *leaseRec) {
@@ -364,7 +366,7 @@ func (pr *phaseRun) answerInvariants(r *record) {
 			v.add(invDegraded, "%s", what())
 		}
 	}
-	slowest := faultDeadline + slowMargin
+	slowest := s.deadline + slowMargin
 	if s.sabotaged("slow") {
 		slowest = 0
 	}
@@ -582,8 +584,8 @@ func (pr *phaseRun) leaseInvariants() {
 				var b strings.Builder
 				for l, h := range holding {
 					if h {
-						fmt.Fprintf(&b, "\n      %s on instance %d: acquired %s–%s, expires %s, ended %s",
-							l.id, l.member, l.acqStart.Format("05.000"), l.acquired.Format("05.000"), l.expires.Format("05.000"), l.ended.Format("05.000"))
+						fmt.Fprintf(&b, "\n      %s on instance %d: acquired %s–%s (in flight %d), expires %s, ended %s",
+							l.id, l.member, l.acqStart.Format("05.000"), l.acquired.Format("05.000"), l.inFlight, l.expires.Format("05.000"), l.ended.Format("05.000"))
 					}
 				}
 				holders = b.String()

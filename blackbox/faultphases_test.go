@@ -428,7 +428,7 @@ func (pr *phaseRun) acquire(rng *rand.Rand, r *record, m *member, key, policy, s
 		return nil
 	}
 	l := &leaseRec{id: a.LeaseID, phase: pr.name, tenant: r.tenant, test: r.test, policy: policy, subject: subject,
-		acqStart: r.start, acquired: r.end, expires: exp, lossy: r.lossy, owner: owner, member: m.idx}
+		acqStart: r.start, acquired: r.end, expires: exp, lossy: r.lossy, owner: owner, member: m.idx, inFlight: a.InFlight}
 	l.key = r.tenant.nt.LiveKey
 	if r.test {
 		l.key = r.tenant.nt.TestKey

@@ -80,16 +80,29 @@ const (
 	// the suite tightens past what the service promises, to show that
 	// each can fail: a run with it set must fail on each one named.
 	faultSabotageEnv = "TOLLGATE_FAULT_SABOTAGE"
+	// faultPhasesEnv restricts the run to the phases whose names contain
+	// one of its comma-separated words (all stacks start all the same).
+	faultPhasesEnv = "TOLLGATE_FAULT_PHASES"
+	// faultDeadlineEnv is the instances' counter store deadline
+	// (TOLLGATE_COUNTER_TIMEOUT), defaultFaultDeadline unless set.
+	faultDeadlineEnv = "TOLLGATE_FAULT_COUNTER_TIMEOUT"
 )
 
 // Timing of the suite. The box the suite runs on has two cores shared with
 // other work, so every bound is generous; each is one of the README's
 // promises with room for a loaded scheduler.
 const (
-	// faultDeadline is the instances' counter store deadline
-	// (TOLLGATE_COUNTER_TIMEOUT): the default.
-	faultDeadline = 50 * time.Millisecond
-	// slowMargin is what an answer may take past faultDeadline while a
+	// defaultFaultDeadline is the instances' counter store deadline. Not
+	// the production 50 ms: on the 2-core box the suite runs on, shared
+	// with other builds and tests (load averages of 20 measured), single
+	// store calls of a healthy store take longer than 50 ms often enough
+	// that every phase would see degraded answers outside its fault
+	// (issue 23, item 7, is about that on a merely busy box); the
+	// invariants on degraded answers would then say nothing. 500 ms keeps
+	// them sharp: a store that is down still answers degraded within it.
+	// TOLLGATE_FAULT_COUNTER_TIMEOUT=50ms runs the suite on the default.
+	defaultFaultDeadline = 500 * time.Millisecond
+	// slowMargin is what an answer may take past the deadline while a
 	// fault is active: a loaded 2-core box delays a process by hundreds of
 	// milliseconds now and then, never by a second and a half.
 	slowMargin = 1500 * time.Millisecond
@@ -150,7 +163,9 @@ func TestFaultSuite(t *testing.T) {
 			s.rng.Shuffle(len(phases), func(i, j int) { phases[i], phases[j] = phases[j], phases[i] })
 		}
 		for _, ps := range phases {
-			s.runPhase(cycle, ps)
+			if s.selected(ps.name) {
+				s.runPhase(cycle, ps)
+			}
 		}
 		if time.Since(s.began) >= s.duration {
 			break
@@ -170,6 +185,8 @@ type suite struct {
 	began    time.Time
 	sabotage map[string]bool
 	http     *faultClient
+	// deadline is the instances' TOLLGATE_COUNTER_TIMEOUT.
+	deadline time.Duration
 
 	// Counts for the summary.
 	ops, faults, checks atomic.Int64
@@ -194,14 +211,21 @@ func newSuite(t *testing.T) *suite {
 			t.Fatalf("%s=%q: %v", faultDurationEnv, v, err)
 		}
 	}
+	deadline := defaultFaultDeadline
+	if v := os.Getenv(faultDeadlineEnv); v != "" {
+		var err error
+		if deadline, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("%s=%q: %v", faultDeadlineEnv, v, err)
+		}
+	}
 	s := &suite{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0)), duration: d, began: time.Now(),
-		sabotage: map[string]bool{}, http: newFaultClient()}
+		sabotage: map[string]bool{}, http: newFaultClient(), deadline: deadline}
 	for _, name := range strings.Split(os.Getenv(faultSabotageEnv), ",") {
 		if name = strings.TrimSpace(name); name != "" {
 			s.sabotage[name] = true
 		}
 	}
-	t.Logf("fault suite: seed %d (rerun with %s=%d), duration %v", seed, faultSeedEnv, seed, d)
+	t.Logf("fault suite: seed %d (rerun with %s=%d), duration %v, counter store deadline %v", seed, faultSeedEnv, seed, d, deadline)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("fault suite failed: rerun with %s=%d", faultSeedEnv, seed)
@@ -214,6 +238,20 @@ func newSuite(t *testing.T) *suite {
 // service's promise (faultSabotageEnv).
 func (s *suite) sabotaged(invariant string) bool {
 	return s.sabotage[invariant] || s.sabotage["all"]
+}
+
+// selected reports whether the phase is one faultPhasesEnv asks for.
+func (s *suite) selected(phase string) bool {
+	words := os.Getenv(faultPhasesEnv)
+	if words == "" {
+		return true
+	}
+	for _, w := range strings.Split(words, ",") {
+		if w = strings.TrimSpace(w); w != "" && strings.Contains(phase, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // summary logs the run's counts.

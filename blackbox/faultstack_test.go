@@ -171,6 +171,7 @@ var (
 func (s *suite) newStack(name string, served, dsn string, n int, env ...string) *stack {
 	t := s.t
 	t.Helper()
+	env = append(env, "TOLLGATE_COUNTER_TIMEOUT="+s.deadline.String())
 	st := &stack{s: s, name: name, dsn: dsn, served: served, env: env, policies: map[string]fPolicy{},
 		model: &model{}, leases: &leaseBook{byID: map[string]*leaseRec{}}, lossySince: map[*fTenant][]time.Time{}}
 	st.subjects.m = map[string]*subjectState{}
