@@ -228,7 +228,7 @@ func (b *leaseBook) pick(n int) *leaseRec {
 // evaluate holds the phase's records to every invariant and adds what
 // breaks one to v.
 func (pr *phaseRun) evaluate() {
-	st, s := pr.st, pr.s
+	st := pr.st
 	st.model.mu.Lock()
 	defer st.model.mu.Unlock()
 	var mine []*record
@@ -249,7 +249,11 @@ func (pr *phaseRun) evaluate() {
 	// Only the records of global policies can matter to a later phase:
 	// every other counter's subjects are the phase's own.
 	kept := st.model.records[:0]
+	hour := time.Now().Unix() / 3600
 	for _, r := range st.model.records {
+		if r.end.Unix()/3600 < hour-1 {
+			continue
+		}
 		for _, it := range r.items {
 			if st.policies[it.policy].global {
 				kept = append(kept, r)
@@ -262,7 +266,9 @@ func (pr *phaseRun) evaluate() {
 	st.leases.mu.Lock()
 	st.leases.all, st.leases.byID, st.leases.resets = nil, map[string]*leaseRec{}, nil
 	st.leases.mu.Unlock()
-	_ = s
+	st.subjects.mu.Lock()
+	st.subjects.m = map[string]*subjectState{}
+	st.subjects.mu.Unlock()
 }
 
 // tally logs what the phase's workload was answered.
@@ -328,14 +334,14 @@ func (pr *phaseRun) answerInvariants(r *record) {
 	m := pr.st.members[r.member]
 	switch {
 	case r.err != nil:
-		if !m.wasDown(r.start.Add(-time.Second), r.end) {
+		if !m.wasDown(r.start.Add(-time.Second), r.end) || s.sabotaged(invAnswered) {
 			v.add(invAnswered, "%s", what())
 		}
 		return
-	case r.status == 503 && r.strictConfig:
+	case r.status == 503 && r.strictConfig, r.strictConfig && s.sabotaged(invConfig503):
 		v.add(invConfig503, "%s", what())
 	case r.status >= 500:
-		if r.status != 503 || (r.problem != "unavailable" && r.problem != "store-unavailable") || !grace {
+		if r.status != 503 || (r.problem != "unavailable" && r.problem != "store-unavailable") || !grace || s.sabotaged(inv5xx) {
 			v.add(inv5xx, "%s", what())
 		}
 		if r.status == 503 {
@@ -348,7 +354,7 @@ func (pr *phaseRun) answerInvariants(r *record) {
 		v.add(invRevocation, "%s", what())
 	case r.status == 429:
 		// A ceiling's refusal: data.
-	case r.status == 404 && (r.kind == opRenew || r.kind == opRelease):
+	case r.status == 404 && (r.kind == opRenew || r.kind == opRelease) && !s.sabotaged(inv4xx):
 		// A lease that is gone: expired, released or reset.
 	case r.status >= 400:
 		if !r.mayRefuse {
@@ -389,7 +395,7 @@ func (pr *phaseRun) answerInvariants(r *record) {
 			for _, it := range a.Items {
 				all = all && it.Allowed
 			}
-			if a.Allowed != all {
+			if a.Allowed != all || s.sabotaged(invMulti) {
 				v.add(invMulti, "allowed %v, items %+v: %s", a.Allowed, a.Items, what())
 			}
 		}

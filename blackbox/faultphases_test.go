@@ -82,6 +82,15 @@ func (s *suite) runPhase(cycle int, ps phaseSpec) {
 		}
 	}
 
+	// A request of each tenant on each instance first: an idle stack's
+	// caches refill outside what the invariants count.
+	for _, m := range st.members {
+		for _, tn := range append(slices.Clone(st.tenants), st.noisy, st.quiet) {
+			st.call(tn, "GET", m, tn.nt.LiveKey, "/v1/policies", nil)
+			st.call(tn, "GET", m, tn.nt.TestKey, "/v1/usage", nil)
+		}
+	}
+
 	if ps.noisy {
 		pr.noisyFlood()
 	} else {
@@ -556,7 +565,10 @@ func (pr *phaseRun) floodOp(rng *rand.Rand, c *faultClient, m *member, owner int
 		i := rng.IntN(len(mine))
 		pr.release(r, m, mine[i])
 		*held = slices.Delete(mine, i, i+1)
-	case x < 40 || held == nil && x < 85:
+	case x < 40 || held == nil:
+		// The mixed workload's noisy tenant only checks: its lease flood
+		// is the noisy phases' (on PostgreSQL, issue 23's item 1 would
+		// otherwise degrade every phase).
 		r.kind = opCheck
 		r.items = []itemRec{{policy: hotChecks.name, subject: subject, cost: 1}}
 		r.answer = pr.call(tn, "POST", m, tn.nt.LiveKey, "/v1/check", map[string]any{"items": []any{map[string]any{"policy": hotChecks.name, "subject": subject}}}, owner)
@@ -686,7 +698,7 @@ func changeBeforeOutage(pr *phaseRun) {
 				r := &record{phase: pr.name, kind: opCheck, tenant: tn, member: m.idx, strictConfig: true,
 					items: []itemRec{{policy: p.name, subject: pr.name, cost: 1}}}
 				pr.send(r, m, tn.nt.LiveKey)
-				if r.status == 200 && r.degraded && r.allowed != p.failOpen {
+				if r.status == 200 && r.degraded && r.allowed != (p.failOpen != pr.s.sabotaged(invFailMode)) {
 					pr.v.add(invFailMode, "%s on instance %d: allowed %v", p.name, m.idx, r.allowed)
 				}
 			}
@@ -726,7 +738,7 @@ func clusterMasterKilled(pr *phaseRun) {
 	st.lossyMu.Unlock()
 	c.Kill(t, master)
 	for c.MasterOf(t, slot) == master {
-		if time.Since(killed) > 30*time.Second {
+		if time.Since(killed) > 30*time.Second || pr.s.sabotaged(invFailover) {
 			pr.v.add(invFailover, "slot %d still on %s 30 s after it was killed", slot, master)
 			break
 		}
@@ -754,7 +766,7 @@ func instanceStopped(kill bool) func(pr *phaseRun) {
 		} else {
 			took, err := st.term(m)
 			pr.s.checks.Add(1)
-			if err != nil {
+			if err != nil || pr.s.sabotaged(invSigterm) {
 				pr.v.add(invSigterm, "instance %d: %v after %v", m.idx, err, took)
 			}
 			pr.s.t.Logf("phase %s: instance %d stopped on SIGTERM in %v", pr.name, m.idx, took.Round(time.Millisecond))

@@ -21,7 +21,21 @@ import (
 // logged as "KNOWN OPEN", not failed, so that main stays green; the change
 // that fixes an item removes its lines, and the suite then holds main to
 // them. Phases are named as the suite prints them, invariants as below.
-var knownOpen = map[string]string{}
+var knownOpen = map[string]string{
+	// Found by this suite: while PostgreSQL is cut or stalled, PUT of a
+	// policy or an override and a reset (which writes its audit row)
+	// answer 500 "internal error", not a documented 503.
+	"postgres-cut/5xx":         "issue 23, found by the fault suite: writes answer 500 while the database is down",
+	"postgres-stall/5xx":       "issue 23, found by the fault suite: writes answer 500 while the database is down",
+	"change-before-outage/5xx": "issue 23, found by the fault suite: writes answer 500 while the database is down",
+	// A key, tenant or policy set whose cached copy lapses (TTL, or a
+	// change notification) while the database stalls is read again under
+	// the stall: the check waits 2.5 s and more, then answers 503.
+	"postgres-stall/slow": "issue 23 item 3",
+	// PUT two policies, one check, cut PostgreSQL: that tenant's checks
+	// answer 503 for the whole outage.
+	"change-before-outage/config-503": "issue 23 item 3",
+}
 
 // The invariants, by the names knownOpen and faultSabotageEnv use.
 const (
