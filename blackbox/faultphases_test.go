@@ -88,6 +88,8 @@ func (s *suite) runPhase(cycle int, ps phaseSpec) {
 		for _, tn := range append(slices.Clone(st.tenants), st.noisy, st.quiet) {
 			st.call(tn, "GET", m, tn.nt.LiveKey, "/v1/policies", nil)
 			st.call(tn, "GET", m, tn.nt.TestKey, "/v1/usage", nil)
+			st.call(tn, "POST", m, tn.nt.LiveKey, "/v1/check", map[string]any{"mode": "peek",
+				"items": []any{map[string]any{"policy": st.policies[map[bool]string{true: "fw", false: "two"}[tn != st.quiet]].name, "subject": "warm"}}})
 		}
 	}
 

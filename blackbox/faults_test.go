@@ -35,6 +35,15 @@ var knownOpen = map[string]string{
 	// PUT two policies, one check, cut PostgreSQL: that tenant's checks
 	// answer 503 for the whole outage.
 	"change-before-outage/config-503": "issue 23 item 3",
+	// A lease granted through an instance that is then killed or stopped
+	// leaves the store before its expires_at: the next acquires' in_flight
+	// is one lower than the leases the answers say are held, and a fourth
+	// holder is admitted at a limit of 3 (seen on PostgreSQL, 0.6–0.8 s
+	// before the lease's expiry; once on a Redis Cluster during another
+	// shard's failover). Not diagnosed yet.
+	"instance-sigkill-postgres/leases": "issue 23, found by the fault suite: leases end early",
+	"instance-sigterm-postgres/leases": "issue 23, found by the fault suite: leases end early",
+	"cluster-master-killed/leases":     "issue 23, found by the fault suite: leases end early",
 }
 
 // The invariants, by the names knownOpen and faultSabotageEnv use.
