@@ -89,7 +89,7 @@ func (s *suite) runPhase(cycle int, ps phaseSpec) {
 			st.call(tn, "GET", m, tn.nt.LiveKey, "/v1/policies", nil)
 			st.call(tn, "GET", m, tn.nt.TestKey, "/v1/usage", nil)
 			st.call(tn, "POST", m, tn.nt.LiveKey, "/v1/check", map[string]any{"mode": "peek",
-				"items": []any{map[string]any{"policy": st.policies[map[bool]string{true: "fw", false: "two"}[tn != st.quiet]].name, "subject": "warm"}}})
+				"items": []any{map[string]any{"policy": st.checkPolicy(tn), "subject": "warm"}}})
 		}
 	}
 
@@ -116,6 +116,17 @@ func (s *suite) runPhase(cycle int, ps phaseSpec) {
 	s.t.Logf("phase %s: %v, faults %v, %d degraded answers, %d documented 503s, %d excess after lost writes",
 		pr.name, time.Since(began).Round(time.Millisecond), windows, pr.countDegraded.Load(), pr.count503.Load(), pr.lossyExcess.Load())
 	s.verdict(pr.key, &pr.v)
+}
+
+// checkPolicy is a policy tn may check.
+func (st *stack) checkPolicy(tn *fTenant) string {
+	switch tn {
+	case st.noisy:
+		return hotChecks.name
+	case st.quiet:
+		return twoAnHour.name
+	}
+	return "fw"
 }
 
 // faultOn marks a fault begun; faultOff marks it over.
