@@ -6,7 +6,7 @@ GO    ?= go
 # for a race (the body budget's, the keys' last use) run under it too.
 RACE_PKGS := ./internal/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
 
-.PHONY: run test generate check-generated build bench deps vet
+.PHONY: run test soak generate check-generated build bench deps vet
 
 ## run: build and serve on :8080 (embedded PostgreSQL unless DATABASE_URL is set)
 run: build
@@ -16,14 +16,26 @@ run: build
 ## test: every test, against real PostgreSQL and Redis (found or started)
 test: check-generated vet
 	@scripts/deps.sh postgres redis chromium
-	$(GO) test -count=1 -timeout 8m -skip 'TestNoisyNeighbour' $$($(GO) list ./... | grep -v /browsertest$$)
+	$(GO) test -count=1 -timeout 8m -skip 'TestNoisyNeighbour|TestFaultSuite' $$($(GO) list ./... | grep -v /browsertest$$)
 	@# The browser suite and the noisy-neighbour test run alone: one Chromium
 	@# beside the black-box suite would squeeze its timing on 2 cores, and
 	@# the noisy neighbour's attacker loads both cores, which would push other
 	@# tests past their stores' deadlines.
 	$(GO) test -count=1 -timeout 3m ./internal/dashboard/browsertest/
 	set -o pipefail; $(GO) test -count=1 -timeout 3m -run 'TestNoisyNeighbour' -v ./blackbox/ | grep -vE '^(=== (PAUSE|CONT)|\s*$$)'
+	@# The fault suite runs alone too: it loads both cores with three stacks
+	@# of instances, and its invariants hold the timing of every answer.
+	$(GO) test -count=1 -timeout 6m -run 'TestFaultSuite' ./blackbox/
 	$(GO) test -count=1 -timeout 8m -race -run 'Conformance|Property|Concurr|Catalog|Recorder|Race|Breaker' $(RACE_PKGS)
+
+## soak: the fault suite's phases, cycle after cycle, for DURATION (make soak DURATION=30m)
+DURATION ?= 30m
+soak:
+	@scripts/deps.sh postgres redis
+	@# go test's timeout: DURATION, plus 30 minutes for the last cycle and start-up.
+	set -o pipefail; TOLLGATE_FAULT_DURATION=$(DURATION) $(GO) test -count=1 -v -run 'TestFaultSuite' \
+		-timeout $$(( $$(echo '$(DURATION)' | sed -E 's/h/*3600+/; s/m/*60+/; s/s$$//; s/\+$$//') + 1800 ))s ./blackbox/ \
+		| grep -vE '^(=== (PAUSE|CONT)|\s*$$)'
 
 build:
 	$(GO) build -o bin/tollgate ./cmd/tollgate
