@@ -190,10 +190,22 @@ func (b *leaseBook) end(l *leaseRec, at time.Time) {
 	b.mu.Unlock()
 }
 
-// renewed moves l's expiry to at, when later.
+// renewed sets l's expiry to at, what a renewal answered: now + its ttl,
+// which may be earlier than the expiry before it (a lease of 3 s renewed
+// for 2 s after a fraction of a second ends sooner).
 func (b *leaseBook) renewed(l *leaseRec, at time.Time) {
 	b.mu.Lock()
-	if at.After(l.expires) {
+	l.expires = at
+	b.mu.Unlock()
+}
+
+// renewLost notes a renewal sent at start for ttl whose answer was lost:
+// it may have set the expiry to as early as start + ttl, so the lease is
+// held for sure only until then (the model may count one holder too few
+// afterwards, never one too many).
+func (b *leaseBook) renewLost(l *leaseRec, start time.Time, ttl time.Duration) {
+	b.mu.Lock()
+	if at := start.Add(ttl); at.Before(l.expires) {
 		l.expires = at
 	}
 	b.mu.Unlock()

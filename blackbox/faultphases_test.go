@@ -475,6 +475,8 @@ func (pr *phaseRun) renew(r *record, m *member, l *leaseRec) {
 		}
 	case r.err == nil && r.status == 404:
 		pr.st.leases.end(l, r.start)
+	default:
+		pr.st.leases.renewLost(l, r.start, 2*time.Second)
 	}
 }
 

@@ -167,6 +167,13 @@ func New[V any](cfg Config[V]) *Cache[V] {
 // load fails; with Config.Stale, a value held is served instead, as that
 // field says.
 func (c *Cache[V]) Get(ctx context.Context, key string) (V, error) {
+	v, _, err := c.Lookup(ctx, key)
+	return v, err
+}
+
+// Lookup is Get, and says whether the value is one held past a refresh
+// that failed (Config.Stale): the store's copy may have changed since.
+func (c *Cache[V]) Lookup(ctx context.Context, key string) (_ V, stale bool, _ error) {
 	now := c.cfg.Now()
 	// A hit, every request's case, only reads: readers do not wait for
 	// each other.
@@ -174,16 +181,16 @@ func (c *Cache[V]) Get(ctx context.Context, key string) (V, error) {
 	h, ok := c.hits[key]
 	c.mu.RUnlock()
 	if ok && now.Before(h.exp) {
-		return h.v, nil
+		return h.v, false, nil
 	}
 	c.mu.Lock()
 	h, ok = c.hits[key]
 	if ok && now.Before(h.exp) {
 		c.mu.Unlock()
-		return h.v, nil
+		return h.v, false, nil
 	}
-	stale := ok && c.cfg.Stale != nil
-	if stale {
+	held := ok && c.cfg.Stale != nil
+	if held {
 		h.keep = now.Add(c.cfg.Keep)
 		if !h.retry.IsZero() {
 			// The store could not be read lately: the value is served at
@@ -194,40 +201,40 @@ func (c *Cache[V]) Get(ctx context.Context, key string) (V, error) {
 			}
 			c.hits[key] = h
 			c.mu.Unlock()
-			return h.v, nil
+			return h.v, true, nil
 		}
 		c.hits[key] = h
 	} else if m, ok := c.misses[key]; ok && now.Before(m.exp) {
 		c.mu.Unlock()
 		var zero V
-		return zero, m.err
+		return zero, false, m.err
 	}
 	f := c.start(ctx, key)
 	c.mu.Unlock()
-	if stale {
+	if held {
 		wait := time.NewTimer(c.cfg.StaleWait)
 		defer wait.Stop()
 		select {
 		case <-f.done:
 			if f.err == nil || !c.cfg.Stale(f.err) {
-				return f.v, f.err
+				return f.v, false, f.err
 			}
 		case <-wait.C:
 			c.failing(key)
 		case <-ctx.Done():
 		}
 		if v, ok := c.held(key); ok {
-			return v, nil
+			return v, true, nil
 		}
 		// Dropped meanwhile (a revoked key): there is nothing to serve but
 		// the load's answer.
 	}
 	select {
 	case <-f.done:
-		return f.v, f.err
+		return f.v, false, f.err
 	case <-ctx.Done():
 		var zero V
-		return zero, ctx.Err()
+		return zero, false, ctx.Err()
 	}
 }
 

@@ -120,6 +120,9 @@ var errNoLeaser = errors.New("gate: no lease store configured")
 // algorithm concurrency. Errors are *policy.FieldError.
 func leasePolicy(set policy.Set, name string) (policy.Policy, error) {
 	p, ok := set.Lookup(name)
+	if !ok && set.Stale() {
+		return policy.Policy{}, fmt.Errorf("%w: policy %q is not among the tenant's policies as last read, and they cannot be read again now", ErrUnavailable, truncate(name, 64))
+	}
 	if !ok {
 		return policy.Policy{}, &policy.FieldError{Field: "policy", Reason: fmt.Sprintf("no policy named %q", truncate(name, 64))}
 	}

@@ -23,6 +23,9 @@ func (g *Gate) Reset(ctx context.Context, tenantID string, test bool, name, subj
 		return "", fmt.Errorf("policies of tenant %s: %w", tenantID, err)
 	}
 	p, ok := set.Lookup(name)
+	if !ok && set.Stale() {
+		return "", errStalePolicy(tenantID, name)
+	}
 	if !ok {
 		return "", &policy.NotFoundError{Policy: name}
 	}

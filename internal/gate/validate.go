@@ -38,6 +38,13 @@ var ErrUnavailable = errors.New("tenant data unavailable")
 // after a second.
 var ErrBusy = errors.New("tenant's work in progress at its bound")
 
+// errStalePolicy is a policy name missing from a tenant's policies as last
+// read, while they cannot be read again: it may have been made since, so
+// nothing can be decided (ErrUnavailable, 503) rather than "no such policy".
+func errStalePolicy(tenantID, name string) error {
+	return fmt.Errorf("%w: policy %q of tenant %s is not among its policies as last read, and they cannot be read again now", ErrUnavailable, truncate(name, 64), tenantID)
+}
+
 // itemErr builds a field error for items[i].field.
 func itemErr(i int, field, reason string) error {
 	return &policy.FieldError{Field: fmt.Sprintf("items[%d].%s", i, field), Reason: reason}
@@ -68,6 +75,9 @@ func (g *Gate) policyItems(out []policyItem, tenantID string, set policy.Set, te
 	for i, it := range c.Items {
 		p, ok := set.Lookup(it.Policy)
 		if !ok {
+			if set.Stale() {
+				return nil, 0, errStalePolicy(tenantID, it.Policy)
+			}
 			return nil, 0, itemErr(i, "policy", fmt.Sprintf("no policy named %q", truncate(it.Policy, 64)))
 		}
 		if p.Algorithm == limit.Concurrency {

@@ -42,6 +42,7 @@ var problemKinds = []problemKind{
 	{counter.ErrNoLease, http.StatusNotFound, "lease-not-found", "No such lease: it was released, it expired, or it never was"},
 	{gate.ErrBusy, http.StatusTooManyRequests, "tenant-busy", "Too many of this tenant's requests are in progress on this instance; retry after a second"},
 	{counter.ErrUnavailable, http.StatusServiceUnavailable, "store-unavailable", "The counter store is unavailable; retry"},
+	{policy.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Tollgate cannot reach its database right now; retry"},
 	{gate.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Tollgate cannot read this key's tenant, plan or policies from its database right now; retry"},
 	// Billing (billing.go, webhooks.go).
 	{billing.ErrBadWebhook, http.StatusBadRequest, "invalid-webhook", "Invalid Stripe webhook signature or body"},

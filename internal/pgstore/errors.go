@@ -26,6 +26,10 @@ type dbErrors struct {
 	// code returns what a PostgreSQL error (a SQLSTATE, a constraint)
 	// stands for, or nil when it stands for no sentinel.
 	code func(pe *pgconn.PgError) error
+	// unavailable, when set, stands for an error that is no answer of the
+	// server's (a connection refused, cut or timed out): the domain's
+	// "retry later", which a client sees as 503, not as a fault of ours.
+	unavailable error
 }
 
 // dbErr is the one place where an error of pgx becomes one of the domain's
@@ -49,12 +53,22 @@ func dbErr(err error, m dbErrors) error {
 			return s
 		}
 	}
+	if m.unavailable != nil && !errors.Is(err, context.Canceled) && !isAnswer(err) {
+		return fmt.Errorf("%w: %v", m.unavailable, err)
+	}
 	for _, c := range []error{context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, c) {
 			return fmt.Errorf("%w: %v", c, err)
 		}
 	}
 	return fmt.Errorf("%v", err)
+}
+
+// isAnswer reports whether err came from the server (a PostgreSQL error)
+// rather than from reaching it.
+func isAnswer(err error) bool {
+	_, ok := errors.AsType[*pgconn.PgError](err)
+	return ok
 }
 
 // SQLSTATEs the stores translate.
@@ -137,7 +151,8 @@ var adminErrors = dbErrors{
 // foreign key to a row deleted meanwhile (the tenant, the policy)
 // ErrNotFound. No rows is the caller's to tell (a policy, an override).
 var policyErrors = dbErrors{
-	domain: []error{policy.ErrInvalid, policy.ErrNotFound, policy.ErrConflict},
+	domain:      []error{policy.ErrInvalid, policy.ErrNotFound, policy.ErrConflict, policy.ErrUnavailable},
+	unavailable: policy.ErrUnavailable,
 	code: func(pe *pgconn.PgError) error {
 		switch pe.Code {
 		case uniqueViolation:

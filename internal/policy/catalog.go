@@ -73,7 +73,9 @@ func NewCatalog(src Loader, cfg CatalogConfig) *Catalog {
 // at most cache.DefaultStaleWait for the load); without one, the Loader's
 // error, wrapped and not cached.
 func (c *Catalog) For(ctx context.Context, tenantID string) (Set, error) {
-	return c.sets.Get(ctx, tenantID)
+	set, stale, err := c.sets.Lookup(ctx, tenantID)
+	set.stale = stale
+	return set, err
 }
 
 // Invalidate marks a tenant's Set stale: the next For loads it again (and

@@ -431,7 +431,7 @@ func TestCatalogServesTheLastSetThroughAnOutage(t *testing.T) {
 	a := db.newTenant(t, "A")
 	clk := &clock{t: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}
 	c := policy.NewCatalog(db.loader, policy.CatalogConfig{TTL: 30 * time.Second, Now: clk.now})
-	want := func(what string, limit int64) {
+	want := func(what string, limit int64, stale bool) {
 		t.Helper()
 		s, err := c.For(ctx, a)
 		if err != nil {
@@ -440,15 +440,20 @@ func TestCatalogServesTheLastSetThroughAnOutage(t *testing.T) {
 		if got := limitOf(t, s); got != limit {
 			t.Errorf("%s: limit %d, want %d", what, got, limit)
 		}
+		// A Set served because it could not be read again says so: a
+		// policy it lacks may have been made since.
+		if s.Stale() != stale {
+			t.Errorf("%s: Stale() %v, want %v", what, s.Stale(), stale)
+		}
 	}
 	db.setLimit(t, a, 1)
-	want("before the outage", 1)
+	want("before the outage", 1, false)
 	c.Invalidate(a) // a change's notification, just before the outage
 	db.proxy.Cut()
-	want("invalidated, database cut off", 1)
-	want("asked again", 1)
+	want("invalidated, database cut off", 1, true)
+	want("asked again", 1, true)
 	clk.add(31 * time.Second)
-	want("past the TTL, database cut off", 1)
+	want("past the TTL, database cut off", 1, true)
 
 	db.setLimit(t, a, 2) // a change this Catalog cannot read yet
 	if err := db.proxy.Restore(); err != nil {
@@ -461,5 +466,5 @@ func TestCatalogServesTheLastSetThroughAnOutage(t *testing.T) {
 	})
 	db.setLimit(t, a, 3) // its notification missed
 	c.InvalidateAll()
-	want("after InvalidateAll", 3)
+	want("after InvalidateAll", 3, false)
 }

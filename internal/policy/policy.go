@@ -32,6 +32,9 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrConflict is a change that collides with another one.
 	ErrConflict = errors.New("conflict")
+	// ErrUnavailable is a store that could not be reached or did not
+	// answer in time: nothing was decided, and the client may retry.
+	ErrUnavailable = errors.New("policy store unavailable")
 )
 
 // FieldError is a client's mistake in one field of its request, with a

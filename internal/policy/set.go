@@ -15,7 +15,15 @@ type Set struct {
 	// overrides is how many overrides the Set holds: its weight in a
 	// Catalog's memory.
 	overrides int
+	// stale says the Set is the last one read, served because reading it
+	// again failed (Catalog.For): a policy missing from it may exist.
+	stale bool
 }
+
+// Stale reports whether s is the last Set read of a tenant whose policies
+// changed, or may have, since: served because the database could not be
+// read. A name it lacks is then unknown, not missing.
+func (s Set) Stale() bool { return s.stale }
 
 // entry is one policy with its overrides arranged for LimitFor.
 type entry struct {

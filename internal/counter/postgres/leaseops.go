@@ -299,17 +299,33 @@ var errDirectBusy = errors.New("every connection for direct calls busy")
 // direct runs f holding one of the connections the store keeps for calls
 // outside the two lanes (Reset, Held), so that no number of them at once
 // takes a connection from the lanes: a flood of resets queues behind
-// itself, not in front of every tenant's checks.
+// itself, not in front of every tenant's checks. The caller waits as for a
+// Check (await): past the deadline only while the store keeps answering.
 func (s *Store) direct(ctx context.Context, what string, f func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.sendTimeout)
 	defer cancel()
-	select {
-	case s.directSlots <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("%s: %w: %w: %w", what, counter.ErrUnavailable, errDirectBusy, ctx.Err())
+	s.mu.Lock()
+	expired := s.expiry(time.Now())
+	s.mu.Unlock()
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		select {
+		case s.directSlots <- struct{}{}:
+		case <-ctx.Done():
+			err = fmt.Errorf("%w: %w", errDirectBusy, ctx.Err())
+			return
+		}
+		defer func() { <-s.directSlots }()
+		if err = f(ctx); err == nil {
+			s.lastAnswer.Store(time.Now().UnixNano())
+		}
+	}()
+	if werr := s.await(ctx, done, expired); werr != nil {
+		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, werr)
 	}
-	defer func() { <-s.directSlots }()
-	if err := f(ctx); err != nil {
+	if err != nil {
 		return s.failed(ctx, what, err)
 	}
 	return nil
