@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy forwards TCP connections from its own loopback address to an upstream
@@ -22,6 +23,7 @@ type Proxy struct {
 	ln      net.Listener
 	conns   map[net.Conn]struct{}
 	stalled bool
+	delay   time.Duration
 }
 
 // New starts a proxy to upstream (host:port) on a free loopback port; it stops
@@ -64,10 +66,20 @@ func (p *Proxy) Stall() {
 	p.stalled = true
 }
 
-// Restore undoes Cut and Stall. Connections stalled meanwhile are closed, so
+// Delay holds every chunk of bytes for d before passing it on, each way,
+// until Restore or Delay(0): a server that answers, late (a round trip
+// takes about 2d more), as one on a starved CPU does.
+func (p *Proxy) Delay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = d
+}
+
+// Restore undoes Cut, Stall and Delay. Connections stalled meanwhile are closed, so
 // clients reconnect afresh.
 func (p *Proxy) Restore() error {
 	p.mu.Lock()
+	p.delay = 0
 	if p.stalled {
 		p.stalled = false
 		for c := range p.conns {
@@ -132,8 +144,11 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			stalled := p.stalled
+			stalled, delay := p.stalled, p.delay
 			p.mu.Unlock()
+			if delay > 0 {
+				time.Sleep(delay)
+			}
 			if !stalled {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return

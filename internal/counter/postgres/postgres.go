@@ -294,9 +294,8 @@ type call struct {
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-// Check implements counter.Store. It returns within about cfg.Timeout (at
-// most a millisecond more) when the store answers nothing, within about three
-// when it stops answering while the call waits, within ten when it keeps
+// Check implements counter.Store. It returns within two to three times
+// cfg.Timeout when the store answers nothing, within ten when it keeps
 // answering other batches but not this one, or by ctx's deadline if
 // sooner: a store that has not answered by then, is closed, or whose
 // caller's ctx ends, returns an error wrapping counter.ErrUnavailable, and context.DeadlineExceeded or
@@ -333,13 +332,14 @@ var errClosed = fmt.Errorf("check counters: store closed: %w", counter.ErrUnavai
 // await waits for done until ctx ends or the store is failing. The
 // deadline (Config.Timeout, when expired is closed) is how long a call
 // waits for a store that has stopped answering: a call still waiting then
-// goes on waiting, a deadline at a time, for as long as the store keeps
-// answering batches (lastAnswer within the last two deadlines: one batch
-// in flight may take longer than one on a starved CPU) and at most until
-// its round trip's own bound (sendTimeout). A store that answers late
-// because it is busy (this machine's CPU taken by a burst, a hot row, a
-// long queue of batches) is not an outage, and its answers stay exact; one
-// that answers nothing is given up on within about three deadlines.
+// goes on waiting, a deadline at a time, until the store has been silent
+// for two deadlines (no batch of either lane answered since the call began
+// or since the last answer, whichever is later: one batch in flight may
+// take longer than one deadline on a starved CPU) and at most until its
+// round trip's own bound (sendTimeout). A store that answers late because
+// it is busy (this machine's CPU taken by a burst, a hot row, a long queue
+// of batches) is not an outage, and its answers stay exact; one that
+// answers nothing is given up on within two to three deadlines.
 func (s *Store) await(ctx context.Context, done <-chan struct{}, expired <-chan struct{}) error {
 	select {
 	case <-done:
@@ -348,9 +348,18 @@ func (s *Store) await(ctx context.Context, done <-chan struct{}, expired <-chan 
 		return ctx.Err()
 	case <-expired:
 	}
+	// The call began a deadline ago (give or take the millisecond expired
+	// is rounded to): silence is counted from then, or from the store's
+	// last answer if later.
+	began := time.Now().Add(-s.timeout)
 	var t *time.Timer
 	for waited := s.timeout; ; waited += s.timeout {
-		if waited >= s.sendTimeout || time.Since(time.Unix(0, s.lastAnswer.Load())) > 2*s.timeout {
+		since := time.Unix(0, s.lastAnswer.Load())
+		if since.Before(began) {
+			since = began
+		}
+		silent := time.Since(since)
+		if waited >= s.sendTimeout || silent > 2*s.timeout {
 			return context.DeadlineExceeded
 		}
 		if t == nil {

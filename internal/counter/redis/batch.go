@@ -93,6 +93,7 @@ type job struct {
 	// stopped answering: the store's timeout, or its context's earlier
 	// deadline; hard is when it stops waiting at all (late).
 	deadline, hard time.Time
+	began          time.Time
 	// gone is set by a caller that stopped waiting; a drain skips the job if
 	// it has not sent it yet.
 	gone atomic.Bool
@@ -249,14 +250,23 @@ func (s *Store) runOne(ctx context.Context, j *job, l *lane) error {
 
 // late reports whether j's caller stops waiting at now: past its hard
 // deadline, or past its deadline when the server has answered nothing for
-// twice the store's deadline. A server that keeps answering scripts is
+// twice the store's deadline since j began or since its last answer. A server that keeps answering scripts is
 // busy, not failing, and the checks queued for it stay exact, only later;
 // one that answers nothing is given up on within about three deadlines.
 func (s *Store) late(j *job, now time.Time) bool {
 	if !now.Before(j.hard) {
 		return true
 	}
-	return !now.Before(j.deadline) && now.Sub(time.Unix(0, s.lastAnswer.Load())) > 2*s.timeout
+	silent := now.Sub(later(j.began, time.Unix(0, s.lastAnswer.Load())))
+	return !now.Before(j.deadline) && silent > 2*s.timeout
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // earlier returns the earlier of a and b.

@@ -191,8 +191,8 @@ func boundCluster(opt *goredis.ClusterOptions, timeout time.Duration, dial diale
 	opt.MaxRedirects = 3
 	opt.DialTimeout = timeout
 	opt.DialerRetries = 1
-	opt.ReadTimeout = timeout
-	opt.WriteTimeout = timeout
+	opt.ReadTimeout = 2 * timeout // as bound does
+	opt.WriteTimeout = 2 * timeout
 	opt.PoolTimeout = timeout
 	opt.DisableIdentity = true
 	opt.Protocol = protocol

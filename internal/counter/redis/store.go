@@ -201,8 +201,10 @@ func bound(opt *goredis.Options, timeout time.Duration) {
 	opt.MaxRetries = -1
 	opt.DialTimeout = timeout
 	opt.DialerRetries = 1
-	opt.ReadTimeout = timeout
-	opt.WriteTimeout = timeout
+	// A script's round trip may take up to twice the deadline from a
+	// server that is answering, late (late, in batch.go).
+	opt.ReadTimeout = 2 * timeout
+	opt.WriteTimeout = 2 * timeout
 	opt.PoolTimeout = timeout
 	// Fewer commands on connect: a reconnect under load must fit the deadline.
 	opt.DisableIdentity = true
@@ -258,7 +260,7 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 // times as long, at least half a second), either cut to ctx's deadline.
 func (s *Store) deadlines(ctx context.Context, j *job) {
 	now := time.Now()
-	j.deadline, j.hard = now.Add(s.timeout), now.Add(max(10*s.timeout, 500*time.Millisecond))
+	j.began, j.deadline, j.hard = now, now.Add(s.timeout), now.Add(max(10*s.timeout, 500*time.Millisecond))
 	if d, ok := ctx.Deadline(); ok {
 		j.deadline, j.hard = earlier(j.deadline, d), earlier(j.hard, d)
 	}
