@@ -16,13 +16,13 @@ run: build
 ## test: every test, against real PostgreSQL and Redis (found or started)
 test: check-generated vet
 	@scripts/deps.sh postgres redis chromium
-	$(GO) test -count=1 -timeout 8m -skip 'TestNoisyNeighbour|TestFaultSuite' $$($(GO) list ./... | grep -v /browsertest$$)
-	@# The browser suite and the noisy-neighbour test run alone: one Chromium
+	$(GO) test -count=1 -timeout 8m -skip 'TestNoisyNeighbour|TestLeaseBurst|TestLeaseFlood|TestFaultSuite' $$($(GO) list ./... | grep -v /browsertest$$)
+	@# The browser suite and the noisy-neighbour tests run alone: one Chromium
 	@# beside the black-box suite would squeeze its timing on 2 cores, and
-	@# the noisy neighbour's attacker loads both cores, which would push other
-	@# tests past their stores' deadlines.
+	@# the noisy neighbours' attackers (and the lease burst) load both cores,
+	@# which would push other tests past their stores' deadlines.
 	$(GO) test -count=1 -timeout 3m ./internal/dashboard/browsertest/
-	set -o pipefail; $(GO) test -count=1 -timeout 3m -run 'TestNoisyNeighbour' -v ./blackbox/ | grep -vE '^(=== (PAUSE|CONT)|\s*$$)'
+	set -o pipefail; $(GO) test -count=1 -timeout 4m -run 'TestNoisyNeighbour|TestLeaseBurst|TestLeaseFlood' -v ./blackbox/ | grep -vE '^(=== (PAUSE|CONT)|\s*$$)'
 	@# The fault suite runs alone too: it loads both cores with three stacks
 	@# of instances, and its invariants hold the timing of every answer.
 	$(GO) test -count=1 -timeout 6m -run 'TestFaultSuite' ./blackbox/
