@@ -327,6 +327,15 @@ func (pr *phaseRun) inFault(from, to time.Time) (during, grace bool) {
 			grace = true
 		}
 	}
+	// A fault of the stack's phase before this one may still be within
+	// its grace when this phase begins.
+	pr.st.mu.Lock()
+	for _, f := range pr.st.past {
+		if (interval{f.from, f.end().Add(recoveryGrace)}).overlaps(from, to) {
+			grace = true
+		}
+	}
+	pr.st.mu.Unlock()
 	if pr.s.sabotaged("degraded") {
 		grace = false
 	}

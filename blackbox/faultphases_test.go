@@ -142,6 +142,9 @@ func (pr *phaseRun) faultOff() time.Time {
 	defer pr.mu.Unlock()
 	now := time.Now()
 	pr.faults[len(pr.faults)-1].to = now
+	pr.st.mu.Lock()
+	pr.st.past = append(pr.st.past, pr.faults[len(pr.faults)-1])
+	pr.st.mu.Unlock()
 	return now
 }
 

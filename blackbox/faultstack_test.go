@@ -36,6 +36,9 @@ type stack struct {
 
 	mu      sync.Mutex
 	members []*member
+	// past is every fault of the stack's earlier phases: degraded answers
+	// may follow one for recoveryGrace, into the next phase.
+	past []interval
 
 	// tenants are the mixed workload's; noisy floods, quiet counts "2 an
 	// hour" beside it.

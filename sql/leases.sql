@@ -1,44 +1,7 @@
--- Leases of the PostgreSQL counter store (internal/counter/postgres/lease.go);
--- see migrations/000012_leases.up.sql.
-
--- name: AcquireLease :many
--- AcquireLease decides the ceilings, then the lease: a row per ceiling, then
--- the lease's row (tollgate_acquire), with 0 for a NULL in_flight or
--- expires_us. Now is NULL for the database clock.
-SELECT c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
-    c.seen_prev::bigint AS seen_prev, c.seen_tat::double precision AS seen_tat,
-    c.allowed::boolean AS allowed, c.now_us::bigint AS now_us,
-    coalesce(c.in_flight, 0)::bigint AS in_flight, coalesce(c.expires_us, 0)::bigint AS expires_us
-FROM tollgate_acquire(
-    @keys::text[],
-    @slots::integer[],
-    @algorithms::smallint[],
-    @limits::bigint[],
-    @windows::bigint[],
-    @costs::bigint[],
-    @advisory::boolean[],
-    @grp::text,
-    @key::bytea,
-    @tally::bytea,
-    @id::bytea,
-    @max::bigint,
-    @ttl_us::bigint,
-    sqlc.narg('now')::bigint
-) AS c;
-
--- name: RenewLease :one
--- RenewLease returns the new expiry, 0 when the lease is gone.
-SELECT coalesce(tollgate_renew(@grp::text, @id::bytea, @ttl_us::bigint, sqlc.narg('now')::bigint), 0)::bigint AS expires_us;
-
--- name: ReleaseLease :one
--- ReleaseLease deletes the lease, live or expired, and says whether it was
--- live at the instant now (NULL: the database clock).
-WITH gone AS (
-    DELETE FROM leases WHERE grp = @grp AND id = @id RETURNING expires_us
-)
-SELECT coalesce(bool_or(expires_us > coalesce(sqlc.narg('now')::bigint,
-    (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)), false)::boolean AS live
-FROM gone;
+-- Leases of the PostgreSQL counter store (internal/counter/postgres/lease.go
+-- and leaseops.go); see migrations/000012_leases.up.sql and
+-- 000016_lease_ops.up.sql. (tollgate_acquire and tollgate_renew stay in the
+-- database for instances of an earlier release during an upgrade.)
 
 -- name: HeldLeases :many
 -- HeldLeases counts the live leases of each tally at the instant now (NULL:

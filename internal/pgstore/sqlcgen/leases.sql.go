@@ -9,108 +9,8 @@ import (
 	"context"
 )
 
-const acquireLease = `-- name: AcquireLease :many
-
-SELECT c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
-    c.seen_prev::bigint AS seen_prev, c.seen_tat::double precision AS seen_tat,
-    c.allowed::boolean AS allowed, c.now_us::bigint AS now_us,
-    coalesce(c.in_flight, 0)::bigint AS in_flight, coalesce(c.expires_us, 0)::bigint AS expires_us
-FROM tollgate_acquire(
-    $1::text[],
-    $2::integer[],
-    $3::smallint[],
-    $4::bigint[],
-    $5::bigint[],
-    $6::bigint[],
-    $7::boolean[],
-    $8::text,
-    $9::bytea,
-    $10::bytea,
-    $11::bytea,
-    $12::bigint,
-    $13::bigint,
-    $14::bigint
-) AS c
-`
-
-type AcquireLeaseParams struct {
-	Keys       []string
-	Slots      []int32
-	Algorithms []int16
-	Limits     []int64
-	Windows    []int64
-	Costs      []int64
-	Advisory   []bool
-	Grp        string
-	Key        []byte
-	Tally      []byte
-	ID         []byte
-	Max        int64
-	TtlUs      int64
-	Now        *int64
-}
-
-type AcquireLeaseRow struct {
-	SeenStart int64
-	SeenCount int64
-	SeenPrev  int64
-	SeenTat   float64
-	Allowed   bool
-	NowUs     int64
-	InFlight  int64
-	ExpiresUs int64
-}
-
-// Leases of the PostgreSQL counter store (internal/counter/postgres/lease.go);
-// see migrations/000012_leases.up.sql.
-// AcquireLease decides the ceilings, then the lease: a row per ceiling, then
-// the lease's row (tollgate_acquire), with 0 for a NULL in_flight or
-// expires_us. Now is NULL for the database clock.
-func (q *Queries) AcquireLease(ctx context.Context, arg AcquireLeaseParams) ([]AcquireLeaseRow, error) {
-	rows, err := q.db.Query(ctx, acquireLease,
-		arg.Keys,
-		arg.Slots,
-		arg.Algorithms,
-		arg.Limits,
-		arg.Windows,
-		arg.Costs,
-		arg.Advisory,
-		arg.Grp,
-		arg.Key,
-		arg.Tally,
-		arg.ID,
-		arg.Max,
-		arg.TtlUs,
-		arg.Now,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []AcquireLeaseRow
-	for rows.Next() {
-		var i AcquireLeaseRow
-		if err := rows.Scan(
-			&i.SeenStart,
-			&i.SeenCount,
-			&i.SeenPrev,
-			&i.SeenTat,
-			&i.Allowed,
-			&i.NowUs,
-			&i.InFlight,
-			&i.ExpiresUs,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const heldLeases = `-- name: HeldLeases :many
+
 SELECT t.tally::bytea AS tally, count(l.id)::bigint AS held
 FROM unnest($1::bytea[]) AS t(tally)
 LEFT JOIN leases AS l
@@ -130,6 +30,10 @@ type HeldLeasesRow struct {
 	Held  int64
 }
 
+// Leases of the PostgreSQL counter store (internal/counter/postgres/lease.go
+// and leaseops.go); see migrations/000012_leases.up.sql and
+// 000016_lease_ops.up.sql. (tollgate_acquire and tollgate_renew stay in the
+// database for instances of an earlier release during an upgrade.)
 // HeldLeases counts the live leases of each tally at the instant now (NULL:
 // the database clock).
 func (q *Queries) HeldLeases(ctx context.Context, arg HeldLeasesParams) ([]HeldLeasesRow, error) {
@@ -295,54 +199,6 @@ func (q *Queries) PruneLeases(ctx context.Context, batch int32) (int64, error) {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const releaseLease = `-- name: ReleaseLease :one
-WITH gone AS (
-    DELETE FROM leases WHERE grp = $2 AND id = $3 RETURNING expires_us
-)
-SELECT coalesce(bool_or(expires_us > coalesce($1::bigint,
-    (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)), false)::boolean AS live
-FROM gone
-`
-
-type ReleaseLeaseParams struct {
-	Now *int64
-	Grp string
-	ID  []byte
-}
-
-// ReleaseLease deletes the lease, live or expired, and says whether it was
-// live at the instant now (NULL: the database clock).
-func (q *Queries) ReleaseLease(ctx context.Context, arg ReleaseLeaseParams) (bool, error) {
-	row := q.db.QueryRow(ctx, releaseLease, arg.Now, arg.Grp, arg.ID)
-	var live bool
-	err := row.Scan(&live)
-	return live, err
-}
-
-const renewLease = `-- name: RenewLease :one
-SELECT coalesce(tollgate_renew($1::text, $2::bytea, $3::bigint, $4::bigint), 0)::bigint AS expires_us
-`
-
-type RenewLeaseParams struct {
-	Grp   string
-	ID    []byte
-	TtlUs int64
-	Now   *int64
-}
-
-// RenewLease returns the new expiry, 0 when the lease is gone.
-func (q *Queries) RenewLease(ctx context.Context, arg RenewLeaseParams) (int64, error) {
-	row := q.db.QueryRow(ctx, renewLease,
-		arg.Grp,
-		arg.ID,
-		arg.TtlUs,
-		arg.Now,
-	)
-	var expires_us int64
-	err := row.Scan(&expires_us)
-	return expires_us, err
 }
 
 const resetKey = `-- name: ResetKey :exec
