@@ -15,11 +15,9 @@ GROUP BY t.tally;
 
 -- name: ResetKey :exec
 -- ResetKey forgets a counter (its row key) and the leases of a key, in one
--- statement.
-WITH counter AS (
-    DELETE FROM counters AS c WHERE c.key = @counter_key::text
-)
-DELETE FROM leases AS l WHERE l.grp = @grp::text AND l.key = @key::bytea;
+-- statement, under the key's lease lock (tollgate_reset,
+-- migrations/000020_reset_lock.up.sql).
+SELECT tollgate_reset(@grp::text, @key::bytea, @counter_key::text);
 
 -- name: PruneLeases :execrows
 -- PruneLeases deletes up to batch leases that expired a minute or more ago

@@ -705,9 +705,12 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 			return err
 		}
 	}
-	// The lease count the dashboard reads. The warm-up group is none that
-	// counter.Validate accepts.
+	// The lease count the dashboard reads, and a reset. The warm-up group is
+	// none that counter.Validate accepts.
 	if _, err := q.HeldLeases(ctx, sqlcgen.HeldLeasesParams{Grp: key, Tallies: [][]byte{[]byte("t")}}); err != nil {
+		return err
+	}
+	if err := q.ResetKey(ctx, sqlcgen.ResetKeyParams{Grp: key, Key: []byte("k"), CounterKey: key}); err != nil {
 		return err
 	}
 	// tollgate_lease_ops, each way: an acquire with a ceiling taken, one

@@ -202,10 +202,7 @@ func (q *Queries) PruneLeases(ctx context.Context, batch int32) (int64, error) {
 }
 
 const resetKey = `-- name: ResetKey :exec
-WITH counter AS (
-    DELETE FROM counters AS c WHERE c.key = $3::text
-)
-DELETE FROM leases AS l WHERE l.grp = $1::text AND l.key = $2::bytea
+SELECT tollgate_reset($1::text, $2::bytea, $3::text)
 `
 
 type ResetKeyParams struct {
@@ -215,7 +212,8 @@ type ResetKeyParams struct {
 }
 
 // ResetKey forgets a counter (its row key) and the leases of a key, in one
-// statement.
+// statement, under the key's lease lock (tollgate_reset,
+// migrations/000020_reset_lock.up.sql).
 func (q *Queries) ResetKey(ctx context.Context, arg ResetKeyParams) error {
 	_, err := q.db.Exec(ctx, resetKey, arg.Grp, arg.Key, arg.CounterKey)
 	return err

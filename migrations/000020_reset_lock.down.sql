@@ -1,0 +1,1 @@
+DROP FUNCTION tollgate_reset(text, bytea, text);
