@@ -66,7 +66,8 @@ type Config struct {
 	DSN string
 	// MaxConns bounds the pool: at least 3, for the Checks' batches
 	// (Inflight of them), the lease operations' batches (one) and the rest
-	// (Reset, Held, pruning: those left). Zero keeps the DSN's
+	// (Reset, Held, pruning: those left); the pool opens one more, for
+	// probes of a server that seems silent (await). Zero keeps the DSN's
 	// pool_max_conns, or pgxpool's default (the larger of 4 and the number
 	// of CPUs). The pool keeps that many open (unless the DSN sets
 	// pool_min_conns).
@@ -147,6 +148,8 @@ type Store struct {
 	// lastAnswer is when (Unix ns) a batch of either lane last came back
 	// answered: the store is making progress (await).
 	lastAnswer atomic.Int64
+	// probing is set while a probe is in flight.
+	probing atomic.Bool
 	// batches counts the function calls sent, and fixedBatches those of
 	// them that went to tollgate_check_fixed_packed, for tests;
 	// leaseBatches the calls of tollgate_lease_ops.
@@ -198,6 +201,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s.inflight = min(orDefault(cfg.Inflight, DefaultInflight), int(pc.MaxConns)-2)
 	s.freed = make(chan struct{}, s.inflight)
 	s.directSlots = make(chan struct{}, int(pc.MaxConns)-s.inflight-1)
+	// One connection more, which nothing but a probe waits for.
+	pc.MaxConns++
 	if pc.MinConns == 0 {
 		// Every connection open and warm from the start and kept so: a
 		// connection opened under load would put its warm-up (tens of
@@ -362,6 +367,9 @@ func (s *Store) await(ctx context.Context, done <-chan struct{}, expired <-chan 
 		if waited >= s.sendTimeout || silent > 2*s.timeout {
 			return context.DeadlineExceeded
 		}
+		if silent >= s.timeout/2 {
+			s.probe()
+		}
 		if t == nil {
 			t = time.NewTimer(s.timeout)
 			defer t.Stop()
@@ -376,6 +384,26 @@ func (s *Store) await(ctx context.Context, done <-chan struct{}, expired <-chan 
 		case <-t.C:
 		}
 	}
+}
+
+// probe asks the server a trivial question on the connection the pool
+// keeps for it, once at a time, when the lanes have been silent for half a
+// deadline: batches may wait on row locks or a starved CPU for longer than
+// a deadline while the server is up, and its answer to the probe says so
+// (it counts as an answer, for await). A server that is down or stalled
+// answers no probe either.
+func (s *Store) probe() {
+	if !s.probing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.probing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*s.timeout)
+		defer cancel()
+		if _, err := s.pool.Exec(ctx, "SELECT 1"); err == nil {
+			s.lastAnswer.Store(time.Now().UnixNano())
+		}
+	}()
 }
 
 // Close stops the store: Checks not yet sent fail with

@@ -286,8 +286,11 @@ func TestPruneDeletesExpiredKeepsLive(t *testing.T) {
 }
 
 // TestSlowServer holds a counter's row locked from another session: the
-// store answers ErrUnavailable within its deadline, a caller's cancellation
-// ends its wait at once, and the store answers again once the lock is gone.
+// server is up (it answers the store's probes), so the store waits for the
+// row past its deadline, but no longer than the statement's own bound
+// (statement_timeout, five deadlines at the default), then answers
+// ErrUnavailable; a caller's cancellation ends its wait at once, and the
+// store answers again once the lock is gone.
 func TestSlowServer(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.New(t)
@@ -316,8 +319,8 @@ func TestSlowServer(t *testing.T) {
 	const slack = 150 * time.Millisecond
 	start := time.Now()
 	_, err = s.Check(ctx, req)
-	if took := time.Since(start); !errors.Is(err, counter.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || took > postgres.DefaultTimeout+slack {
-		t.Errorf("row locked: got %v after %s, want ErrUnavailable (deadline) within %s", err, took, postgres.DefaultTimeout+slack)
+	if took, bound := time.Since(start), 10*postgres.DefaultTimeout+slack; !errors.Is(err, counter.ErrUnavailable) || took > bound {
+		t.Errorf("row locked: got %v after %s, want ErrUnavailable within %s", err, took, bound)
 	}
 
 	cctx, cancel := context.WithCancel(ctx)
