@@ -93,9 +93,9 @@ const (
 // promises with room for a loaded scheduler.
 const (
 	// defaultFaultDeadline is the instances' counter store deadline: the
-	// production default. A healthy store that answers late on a starved
-	// CPU is waited for (the stores' await and late), so the invariants on
-	// degraded answers hold at 50 ms on this 2-core box too.
+	// production default. A healthy PostgreSQL that answers late on a
+	// starved CPU is waited for (its store's await and probe), so the
+	// invariants on degraded answers hold at 50 ms on this 2-core box too.
 	defaultFaultDeadline = 50 * time.Millisecond
 	// slowMargin is what an answer may take past the deadline while a
 	// fault is active: a loaded 2-core box delays a process by hundreds of

@@ -29,4 +29,10 @@ type Backend struct {
 	// through p, so the suite can cut and stall the link. Stores with no
 	// server leave it nil.
 	Breakable func(t *testing.T, link func(upstream string) *faultnet.Proxy) counter.Store
+	// Patient says the store waits past its deadline for a server that
+	// keeps answering, late (its calls wait on locks and, on a starved
+	// CPU, on the processor): the suite then holds it to answering through
+	// a link slower than the deadline (LateIsNotDown). A store without it
+	// gives up at its deadline, whatever the server.
+	Patient bool
 }

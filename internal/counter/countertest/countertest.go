@@ -37,7 +37,9 @@ func Run(t *testing.T, b Backend) {
 	runLeases(t, b)
 	if b.Breakable != nil {
 		t.Run("Unavailable", func(t *testing.T) { unavailable(t, b) })
-		t.Run("LateIsNotDown", func(t *testing.T) { lateIsNotDown(t, b) })
+		if b.Patient {
+			t.Run("LateIsNotDown", func(t *testing.T) { lateIsNotDown(t, b) })
+		}
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestConformance(t *testing.T) {
-	countertest.Run(t, countertest.Backend{Shared: shared, Breakable: breakable})
+	countertest.Run(t, countertest.Backend{Shared: shared, Breakable: breakable, Patient: true})
 }
 
 // shared gives each call a database of its own and opens stores, each with

@@ -79,6 +79,10 @@ var errOverloaded = errors.New("too many checks waiting for the server")
 type lane struct {
 	queue  []*job // checks waiting for a slot
 	active int    // slots taken, by callers sending alone and by drains
+	// lastAnswer is when (Unix ns) the lane's server last answered a
+	// script (late): a cluster master that stopped answering is silent
+	// while the others answer.
+	lastAnswer atomic.Int64
 }
 
 // job is one Check on its way to the server, kept for reuse once its
@@ -105,6 +109,9 @@ type job struct {
 	done chan struct{}
 	// seen is decode's buffer.
 	seen []counter.Seen
+	// lane is the lane the job waits in (call), nil for a batch put
+	// together by a test.
+	lane *lane
 	// lua, when set, makes the job a script of its own (a lease
 	// operation, lease.go) rather than a check: it goes through the lane
 	// like a check, in a script of its own, and its reply is lua.reply.
@@ -130,7 +137,7 @@ func newJob() *job { return jobs.Get().(*job) }
 // the sender that may still hold it.
 func (j *job) free() {
 	j.gone.Store(false)
-	j.reply, j.err = "", nil
+	j.reply, j.err, j.lane = "", nil, nil
 	clear(j.keys)
 	jobs.Put(j)
 }
@@ -167,6 +174,7 @@ func (s *Store) call(ctx context.Context, j *job) error {
 			s.lanes[addr] = l
 		}
 	}
+	j.lane = l
 	if l.active < senders && len(l.queue) == 0 {
 		l.active++
 		s.inflight.Add(1)
@@ -231,7 +239,7 @@ func (s *Store) runOne(ctx context.Context, j *job, l *lane) error {
 		}
 		if s.cluster == nil || !resendable(err) {
 			s.afterFailure(err)
-			s.answered(err)
+			s.answered(j, err)
 			answer(cmd, one)
 			return j.err
 		}
@@ -257,7 +265,11 @@ func (s *Store) late(j *job, now time.Time) bool {
 	if !now.Before(j.hard) {
 		return true
 	}
-	silent := now.Sub(later(j.began, time.Unix(0, s.lastAnswer.Load())))
+	last := &s.lastAnswer
+	if j.lane != nil {
+		last = &j.lane.lastAnswer
+	}
+	silent := now.Sub(later(j.began, time.Unix(0, last.Load())))
 	return !now.Before(j.deadline) && silent > 2*s.timeout
 }
 
@@ -279,10 +291,14 @@ func earlier(a, b time.Time) time.Time {
 
 // answered notes a script's reply that came back from the server (a reply,
 // even an error reply, is progress; a network error or a deadline is not).
-func (s *Store) answered(err error) {
+func (s *Store) answered(j *job, err error) {
 	var rerr goredis.Error
 	if err == nil || errors.As(err, &rerr) {
-		s.lastAnswer.Store(time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		s.lastAnswer.Store(now)
+		if j.lane != nil {
+			j.lane.lastAnswer.Store(now)
+		}
 	}
 }
 
@@ -451,7 +467,7 @@ func (s *Store) settle(calls []batchCall) []batchCall {
 			continue
 		}
 		s.afterFailure(err)
-		s.answered(err)
+		s.answered(c.jobs[0], err)
 		answer(c.cmd, c.jobs)
 		for _, j := range c.jobs {
 			j.answered()

@@ -24,7 +24,7 @@ import (
 )
 
 func TestClusterConformance(t *testing.T) {
-	countertest.Run(t, countertest.Backend{Shared: clusterShared, Breakable: clusterBreakable})
+	countertest.Run(t, countertest.Backend{Shared: clusterShared, Breakable: clusterBreakable, Patient: true})
 }
 
 // clusterShared gives each call its own key prefix on the package's shared
@@ -390,7 +390,7 @@ func TestClusterReshardExact(t *testing.T) {
 
 // TestClusterMasterDown takes a master away mid-traffic, killed or paused:
 // the checks of the tenant whose slot it served fail with ErrUnavailable
-// within the deadline until its replica is promoted, then are exact again
+// within two deadlines until its replica is promoted, then are exact again
 // without a restart; the tenants on the other shards never fail and stay
 // exact throughout.
 func TestClusterMasterDown(t *testing.T) {
@@ -461,8 +461,10 @@ func masterDown(t *testing.T, how string) {
 						t.Errorf("%s, on a healthy shard, failed: %v", group, err)
 					case !errors.Is(err, counter.ErrUnavailable):
 						t.Errorf("%s: got %v, want ErrUnavailable", group, err)
-					case took > timeout+slack:
-						t.Errorf("%s: failed after %s, want within %s", group, took, timeout+slack)
+					case took > 2*timeout+slack:
+						// A silent master is given up on after two
+						// deadlines (late): one may be a starved CPU.
+						t.Errorf("%s: failed after %s, want within %s", group, took, 2*timeout+slack)
 					default:
 						tl.failed.Add(1)
 						tl.lastFail.Store(time.Now().UnixNano())

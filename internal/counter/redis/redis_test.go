@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) { redistest.Main(m) }
 
 func TestConformance(t *testing.T) {
-	countertest.Run(t, countertest.Backend{Shared: shared, Breakable: breakable})
+	countertest.Run(t, countertest.Backend{Shared: shared, Breakable: breakable, Patient: true})
 }
 
 // shared gives each call its own key prefix and opens stores with
