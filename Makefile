@@ -55,7 +55,7 @@ check-generated:
 	@$(GO) tool templ generate -include-version=false >/dev/null
 	@git diff --exit-code -- web || { echo "templ output is stale: run make generate"; exit 1; }
 
-## bench: the counter-store benchmarks quoted in the README
+## bench: the counter-store benchmarks quoted in docs/benchmarks.md
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/counter/... ./internal/limit/
 
