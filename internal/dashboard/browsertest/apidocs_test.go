@@ -96,9 +96,14 @@ func TestAPIReferenceInChromium(t *testing.T) {
 
 	// The home page's link, followed as a reader would.
 	b.open("/", "api-reference")
-	b.submit("follow the home page's link to the API reference",
-		chromedp.Click(tid("api-reference"), chromedp.NodeVisible),
-		chromedp.WaitVisible(chromedp.CSS(`[data-section-id="operation/check"]`)))
+	b.submit("follow the home page's link to the API reference", chromedp.Click(tid("api-reference"), chromedp.NodeVisible))
+	// Redoc parses 1 MB of script and draws the document after the page has
+	// loaded: a generous bound for a loaded machine, not a timing.
+	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`[data-section-id="operation/check"]`))); err != nil {
+		t.Fatalf("Redoc drew no check operation: %v", err)
+	}
 	if loc, _ := chromedp.Run(b.ctx, chromedp.Location()); loc != base+"/docs" {
 		t.Fatalf("the home page's link led to %s, want %s/docs", loc, base)
 	}
