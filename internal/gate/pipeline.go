@@ -284,14 +284,14 @@ func (g *Gate) answer(ctx context.Context, req Request, v Verdict, degraded bool
 	if !v.Allowed {
 		outcome = LayerPolicy
 	}
-	g.met.answered(v.Allowed, outcome)
+	g.met.answered(v.Allowed, degraded)
 	g.observe(ctx, req, v, outcome, degraded, refusals)
 	return v
 }
 
 // storeCheck makes the one round trip, through the tenant's circuit breaker.
 func (g *Gate) storeCheck(ctx context.Context, tenantID string, req counter.Request) (counter.Result, error) {
-	return throughBreaker(ctx, g, tenantID, func() (counter.Result, error) { return g.cfg.Store.Check(ctx, req) })
+	return throughBreaker(ctx, g, opCheck, tenantID, func() (counter.Result, error) { return g.cfg.Store.Check(ctx, req) })
 }
 
 // refuse records a ceiling's refusal and returns the verdict carrying it.
