@@ -226,7 +226,8 @@ type Verdict struct {
 	Allowed  bool
 	Degraded bool
 	Items    []ItemVerdict
-	// Tightest is the layer or policy closest to refusing, for the RateLimit
+	// Tightest is the layer or policy closest to refusing (the smallest
+	// share of its limit left, then the fewest left), for the RateLimit
 	// headers of an allowed answer.
 	Tightest Quota
 	// Lease answers a Request's Lease when no ceiling refused.
@@ -237,6 +238,9 @@ type Verdict struct {
 type ItemVerdict struct {
 	Policy string
 	limit.Decision
+	// Window is the length of the policy's window at the decision (a
+	// calendar month's is that month's).
+	Window   time.Duration
 	Shadow   bool
 	Degraded bool
 }

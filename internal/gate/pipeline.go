@@ -260,7 +260,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	v.Items = make([]ItemVerdict, 0, len(pols))
 	for i, p := range pols {
 		d := res.Decisions[creq.Ceilings+i]
-		iv := ItemVerdict{Policy: p.name, Decision: d, Shadow: p.shadow}
+		iv := ItemVerdict{Policy: p.name, Decision: d, Window: windowLength(p.Window, res.Now), Shadow: p.shadow}
 		if !d.Allowed {
 			refusals = append(refusals, Refusal{Layer: LayerPolicy, Policy: p.name, Limit: p.Limit, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: p.Key, Shadow: p.shadow, AlertAfter: p.alertAfter})
 			// A shadow policy reports what it would decide (this item's
