@@ -6,7 +6,7 @@ GO    ?= go
 # for a race (the body budget's, the keys' last use) run under it too.
 RACE_PKGS := ./internal/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
 
-.PHONY: run test soak generate check-generated build bench deps vet
+.PHONY: run test soak generate check-generated build bench deps vet lint-openapi
 
 ## run: build and serve on :8080 (embedded PostgreSQL unless DATABASE_URL is set)
 run: build
@@ -14,7 +14,7 @@ run: build
 	TOLLGATE_DEV=$${TOLLGATE_DEV:-1} ./bin/tollgate serve --demo
 
 ## test: every test, against real PostgreSQL and Redis (found or started)
-test: check-generated vet
+test: check-generated vet lint-openapi
 	@scripts/deps.sh postgres redis chromium
 	$(GO) test -count=1 -timeout 8m -skip 'TestNoisyNeighbour|TestLeaseBurst|TestLeaseFlood|TestFaultSuite' $$($(GO) list ./... | grep -v /browsertest$$)
 	@# The browser suite and the noisy-neighbour tests run alone: one Chromium
@@ -44,6 +44,13 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
+## lint-openapi: Redocly CLI's recommended rules (redocly.yaml) must find nothing in the OpenAPI document
+# Redocly CLI is pinned by scripts/redocly/package-lock.json and installed by
+# scripts/deps.sh; it sends no telemetry and checks for no update.
+lint-openapi:
+	@scripts/deps.sh redocly
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_NOTIFICATIONS=true "$$(scripts/deps.sh --path redocly)" lint --config redocly.yaml internal/httpapi/openapi.json
+
 ## generate: regenerate sqlc and templ output (committed)
 generate:
 	$(GO) tool sqlc generate
@@ -55,7 +62,7 @@ check-generated:
 	@$(GO) tool templ generate -include-version=false >/dev/null
 	@git diff --exit-code -- web || { echo "templ output is stale: run make generate"; exit 1; }
 
-## bench: the counter-store benchmarks quoted in the README
+## bench: the counter-store benchmarks quoted in docs/benchmarks.md
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/counter/... ./internal/limit/
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The /v1/check benchmark quoted in the README: wrk against Tollgate and
+# The /v1/check benchmark quoted in docs/benchmarks.md: wrk against Tollgate and
 # against a bare net/http handler (scripts/bare) in the same run, runs
 # interleaved, medians reported. Per store it prints:
 #

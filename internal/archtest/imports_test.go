@@ -3,7 +3,9 @@ package archtest
 import (
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -90,6 +92,44 @@ func hasPrefix(s string, prefixes []string) bool {
 	return false
 }
 
+// The rules TestImportArrows enforces, each named word for word in
+// docs/architecture.md (TestRulesAreDocumented).
+const (
+	ruleLimit          = "limit imports the standard library only"
+	ruleCounter        = "counter imports only limit"
+	ruleWeb            = "web components take view models, not domain packages"
+	ruleSqlc           = "sqlc output stays inside pgstore and counter/postgres"
+	ruleAdapters       = "only cmd/tollgate wires adapters"
+	ruleTestOnly       = "only tests import the test-only packages"
+	ruleAdapterWeb     = "an adapter serves the domain, never the HTTP layers"
+	ruleDrivers        = "drivers stay inside adapters"
+	ruleCmd            = "nothing imports cmd"
+	ruleClientInternal = "the public client imports nothing internal of Tollgate's"
+	ruleClientStd      = "the client imports the standard library only, so net/http apps pull in nothing else"
+	ruleClientDeps     = "the client's sub-packages import only the standard library and Echo"
+)
+
+var rules = []string{
+	ruleLimit, ruleCounter, ruleWeb, ruleSqlc, ruleAdapters, ruleTestOnly,
+	ruleAdapterWeb, ruleDrivers, ruleCmd, ruleClientInternal, ruleClientStd, ruleClientDeps,
+}
+
+// TestRulesAreDocumented fails when docs/architecture.md does not name a
+// rule of TestImportArrows word for word, so the page stays the rules the
+// test holds.
+func TestRulesAreDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rules {
+		if !strings.Contains(string(doc), r) {
+			t.Errorf("docs/architecture.md does not name the import rule %q", r)
+		}
+	}
+}
+
 // TestImportArrows fails when an import points the wrong way.
 func TestImportArrows(t *testing.T) {
 	t.Parallel()
@@ -103,29 +143,29 @@ func TestImportArrows(t *testing.T) {
 			ours := strings.HasPrefix(imp, mod)
 			switch {
 			case rel == "internal/limit" && !isStd(imp):
-				t.Errorf("%s imports %s: limit imports the standard library only", rel, imp)
+				t.Errorf("%s imports %s: %s", rel, imp, ruleLimit)
 			case rel == "internal/counter" && !isStd(imp) && imp != mod+"internal/limit":
-				t.Errorf("%s imports %s: counter imports only limit", rel, imp)
+				t.Errorf("%s imports %s: %s", rel, imp, ruleCounter)
 			case rel == "web" && ours:
-				t.Errorf("%s imports %s: web components take view models, not domain packages", rel, imp)
+				t.Errorf("%s imports %s: %s", rel, imp, ruleWeb)
 			case strings.HasSuffix(imp, "/sqlcgen") && rel != "internal/pgstore" && rel != "internal/counter/postgres":
-				t.Errorf("%s imports %s: sqlc output stays inside pgstore and counter/postgres", rel, imp)
+				t.Errorf("%s imports %s: %s", rel, imp, ruleSqlc)
 			case isAdapter(imp) && !strings.HasPrefix(rel, "cmd/") && !isTestInfra && !adapter:
-				t.Errorf("%s imports the adapter %s: only cmd/tollgate wires adapters", rel, imp)
+				t.Errorf("%s imports the adapter %s: %s", rel, imp, ruleAdapters)
 			case hasPrefix(imp, testOnly) && !isTestInfra:
-				t.Errorf("%s imports %s: only tests import it", rel, imp)
+				t.Errorf("%s imports %s: %s", rel, imp, ruleTestOnly)
 			case adapter && hasPrefix(imp, webLayers):
-				t.Errorf("%s imports %s: an adapter serves the domain, never the HTTP layers", rel, imp)
+				t.Errorf("%s imports %s: %s", rel, imp, ruleAdapterWeb)
 			case hasPrefix(imp, drivers) && !adapter && !isTestInfra && !strings.HasPrefix(rel, "cmd/"):
-				t.Errorf("%s imports the driver %s: drivers stay inside adapters", rel, imp)
+				t.Errorf("%s imports the driver %s: %s", rel, imp, ruleDrivers)
 			case strings.HasPrefix(rel, "internal/") && strings.HasPrefix(imp, mod+"cmd/"):
-				t.Errorf("%s imports %s: nothing imports cmd", rel, imp)
+				t.Errorf("%s imports %s: %s", rel, imp, ruleCmd)
 			case isClient && (strings.HasPrefix(imp, mod+"internal/") || strings.HasPrefix(imp, mod+"cmd/")):
-				t.Errorf("%s imports %s: the public client imports nothing internal of Tollgate's", rel, imp)
+				t.Errorf("%s imports %s: %s", rel, imp, ruleClientInternal)
 			case rel == "client" && !isStd(imp):
-				t.Errorf("%s imports %s: the client imports the standard library only, so net/http apps pull in nothing else", rel, imp)
+				t.Errorf("%s imports %s: %s", rel, imp, ruleClientStd)
 			case isClient && !isStd(imp) && !ours && !hasPrefix(imp, clientDeps):
-				t.Errorf("%s imports %s: the client's sub-packages import only the standard library and %v", rel, imp, clientDeps)
+				t.Errorf("%s imports %s: %s (%v)", rel, imp, ruleClientDeps, clientDeps)
 			}
 		}
 	}

@@ -1,11 +1,11 @@
 // Package httpapi is Tollgate's HTTP surface: the tenant API under /v1
 // (checks, leases, policies, usage, billing), the billing links of 402
-// answers, Stripe webhooks, the OpenAPI document, health, readiness and
-// metrics, and the Echo instance the dashboard mounts on, with the
-// client-IP rules, body budgets and public-page ceiling they share. It
-// decodes, calls the domain packages and encodes; it never imports pgstore,
-// a driver or the dashboard, and it maps errors to statuses in one place
-// (problem.go).
+// answers, Stripe webhooks, the OpenAPI document and its rendered reference
+// (/docs), health, readiness and metrics, and the Echo instance the
+// dashboard mounts on, with the client-IP rules, body budgets and
+// public-page ceiling they share. It decodes, calls the domain packages and
+// encodes; it never imports pgstore, a driver or the dashboard, and it maps
+// errors to statuses in one place (problem.go).
 package httpapi
 
 import (
@@ -80,7 +80,8 @@ type Config struct {
 	// STRIPE_WEBHOOK_SECRET) answers webhooks 503.
 	StripeWebhooks WebhookVerifier
 	// Public, when set, is the ceiling of the pages that take no API key:
-	// "/", /admin, /billing/portal/…, /v1/openapi.json and unknown paths.
+	// "/", /admin, /billing/portal/…, /v1/openapi.json, the API reference
+	// (/docs) and unknown paths.
 	// Health, readiness, metrics and the Stripe webhook are exempt, as is
 	// /v1, which Gate admits.
 	Public PublicGate

@@ -34,7 +34,10 @@ var (
 	publicAdmin   = publicRoute{"admin", 300}
 	publicBilling = publicRoute{"billing-portal", 30}
 	publicOpenAPI = publicRoute{"openapi", 60}
-	publicOther   = publicRoute{"other", 60}
+	// A view of the API reference is the page and, until cached, its two
+	// scripts.
+	publicDocs  = publicRoute{"docs", 60}
+	publicOther = publicRoute{"other", 60}
 )
 
 // publicRouteOf says which public route path is, or false for the paths
@@ -52,6 +55,8 @@ func publicRouteOf(path string) (publicRoute, bool) {
 		return publicRoute{}, false
 	case path == "/":
 		return publicHome, true
+	case path == "/docs" || strings.HasPrefix(path, "/docs/"):
+		return publicDocs, true
 	case path == "/admin" || strings.HasPrefix(path, "/admin/"):
 		return publicAdmin, true
 	case strings.HasPrefix(path, "/billing/portal/"):

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -123,6 +124,39 @@ func TestBodiesInFlightAreBounded(t *testing.T) {
 	})
 }
 
+// newPublicEcho returns Tollgate's Echo with the ceilings of the pages
+// without an API key: an instance ceiling of ceiling requests, then the
+// per-IP limits, counted in memory on a clock that stands still. It
+// believes X-Forwarded-For from 127.0.0.1 (getFrom).
+func newPublicEcho(t *testing.T, ceiling int64) *echo.Echo {
+	t.Helper()
+	store := memory.New(memory.Config{})
+	t.Cleanup(func() { store.Close() })
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	local := memory.New(memory.Config{Now: func() time.Time { return now }})
+	t.Cleanup(func() { local.Close() })
+	g, err := gate.New(gate.Config{Store: store, Local: local, Pepper: []byte("public pepper"), InstanceCeiling: ceiling, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, loopback, _ := net.ParseCIDR("127.0.0.1/32")
+	return New(Config{
+		Logger: slog.New(slog.DiscardHandler), Ready: func(context.Context) error { return nil },
+		ClientIP: ClientIPConfig{TrustedProxies: []*net.IPNet{loopback}}, Public: g,
+	})
+}
+
+// getFrom sends GET path to e as the client at the address from, through
+// the trusted proxy 127.0.0.1.
+func getFrom(e *echo.Echo, path, from string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.RemoteAddr = "127.0.0.1:40000"
+	req.Header.Set("X-Forwarded-For", from)
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	return rec
+}
+
 // TestPublicPagesHaveACeiling: the pages without an API key answer one
 // address's flood with the ceilings' 429 (Retry-After, X-RateLimit-Layer,
 // a problem body) while other addresses, and health and readiness, go on
@@ -130,27 +164,9 @@ func TestBodiesInFlightAreBounded(t *testing.T) {
 // health, readiness and the webhook are not.
 func TestPublicPagesHaveACeiling(t *testing.T) {
 	t.Parallel()
-	store := memory.New(memory.Config{})
-	t.Cleanup(func() { store.Close() })
-	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	local := memory.New(memory.Config{Now: func() time.Time { return now }})
-	t.Cleanup(func() { local.Close() })
-	g, err := gate.New(gate.Config{Store: store, Local: local, Pepper: []byte("public pepper"), InstanceCeiling: 2 * publicHome.perMinute, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, loopback, _ := net.ParseCIDR("127.0.0.1/32")
-	e := New(Config{
-		Logger: slog.New(slog.DiscardHandler), Ready: func(context.Context) error { return nil },
-		ClientIP: ClientIPConfig{TrustedProxies: []*net.IPNet{loopback}}, Public: g,
-	})
+	e := newPublicEcho(t, 2*publicHome.perMinute)
 	get := func(path, from string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(http.MethodGet, path, nil)
-		req.RemoteAddr = "127.0.0.1:40000"
-		req.Header.Set("X-Forwarded-For", from)
-		rec := httptest.NewRecorder()
-		e.ServeHTTP(rec, req)
-		return rec
+		return getFrom(e, path, from)
 	}
 	for range publicHome.perMinute {
 		if rec := get("/", "192.0.2.1"); rec.Code != http.StatusOK {
@@ -170,8 +186,8 @@ func TestPublicPagesHaveACeiling(t *testing.T) {
 			t.Fatalf("%s from the flooding address: %d", path, rec.Code)
 		}
 	}
-	// The dashboard and billing links share the ceilings.
-	for _, path := range []string{"/admin/login", "/billing/portal/x.y", "/no-such-page"} {
+	// The dashboard, the API reference and billing links share the ceilings.
+	for _, path := range []string{"/admin/login", "/docs", "/docs/init.js", "/billing/portal/x.y", "/no-such-page"} {
 		var last int
 		for range publicAdmin.perMinute + 1 {
 			last = get(path, "192.0.2.3").Code

@@ -309,11 +309,18 @@ func (b *browser) open(path, waitFor string) {
 	b.do("open "+path, chromedp.Navigate(b.base+path), chromedp.WaitVisible(tid(waitFor)))
 }
 
+// screenshot saves a picture of the whole page as name.png.
 func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	b.screenshotWith(name, chromedp.FullScreenshot(100))
+}
+
+// screenshotWith saves the picture that shot takes (a PNG) as name.png.
+func (b *browser) screenshotWith(name string, shot chromedp.Action[[]byte]) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	png, err := chromedp.Run(ctx, shot)
 	if err != nil {
 		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
@@ -512,6 +519,9 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Error("the tenant's minute chart draws nothing")
 	}
 	b.screenshot("05-tenant")
+	if n := b.count(`[data-testid="api-reference"][href="/docs"]`); n != 1 {
+		t.Errorf("the tenant page links to the API reference %d times, want once", n)
+	}
 	b.do("type rate_limit_per_minute", chromedp.SetValue(chromedp.ID("rate_limit_per_minute"), "5"))
 	b.click("save-limits", "flash")
 	if got := b.text("limits-last-change"); !strings.Contains(got, "ops@example.com") {

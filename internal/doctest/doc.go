@@ -1,0 +1,6 @@
+// Package doctest holds the test that keeps the links of Tollgate's
+// Markdown (the README, docs/ and every other tracked *.md) true: every
+// relative link or image names a file of the repository, and every anchor
+// a heading of its target, by GitHub's rules for heading ids. It has no
+// code of its own and imports nothing of Tollgate's.
+package doctest
