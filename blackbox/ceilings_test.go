@@ -272,7 +272,7 @@ func TestCeilings(t *testing.T) {
 			}
 		}
 		m := do(t, "GET", c.base+"/metrics", "", nil)
-		if !strings.Contains(string(m.body), `tollgate_checks_total{layer="instance",result="refused"}`) {
+		if !strings.Contains(string(m.body), `tollgate_decisions_total{layer="instance",outcome="refused"}`) {
 			t.Errorf("/metrics does not count instance refusals")
 		}
 	})

@@ -524,7 +524,7 @@ func TestClientMiddleware(t *testing.T) {
 		for i := range 3 {
 			c := appGet(t, app, headers...)
 			noTollgateDetails(t, c, in, nt.LiveKey)
-			if got, want := c.header.Get("RateLimit-Policy"), fmt.Sprintf("%q;q=2", name); got != want {
+			if got, want := c.header.Get("RateLimit-Policy"), fmt.Sprintf("%q;q=2;w=3600", name); got != want {
 				t.Errorf("%s, request %d: RateLimit-Policy %q, want %q", what, i+1, got, want)
 			}
 			m := rateLimitRE.FindStringSubmatch(c.header.Get("RateLimit"))
@@ -606,7 +606,7 @@ func TestClientMiddleware(t *testing.T) {
 		app := httptest.NewServer(outer(inner(hello())))
 		defer app.Close()
 		c := appGet(t, app.URL, "X-User", "chained")
-		if got := c.header.Values("RateLimit-Policy"); c.status != 200 || len(got) != 2 || got[0] != `"outer";q=2` || got[1] != `"api";q=2` {
+		if got := c.header.Values("RateLimit-Policy"); c.status != 200 || len(got) != 2 || got[0] != `"outer";q=2;w=3600` || got[1] != `"api";q=2;w=3600` {
 			t.Errorf("two middlewares: %d, RateLimit-Policy %q", c.status, got)
 		}
 		if got := c.header.Values("RateLimit"); len(got) != 2 || !strings.HasPrefix(got[0], `"outer";r=1;`) || !strings.HasPrefix(got[1], `"api";r=1;`) {

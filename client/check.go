@@ -42,6 +42,9 @@ type ItemDecision struct {
 	// Limit is the limit applied, after overrides; Remaining what is left
 	// of it in the current window.
 	Limit, Remaining int64
+	// Window is the length of the policy's window (a calendar month's is
+	// that month's); 0 from a Tollgate that does not say.
+	Window time.Duration
 	// ResetAt is when the window resets, to the second (Tollgate's clock).
 	ResetAt time.Time
 	// RetryAfter is how long until the same check would be allowed; 0 when
@@ -84,6 +87,7 @@ type checkOut struct {
 		Allowed      bool      `json:"allowed"`
 		Limit        int64     `json:"limit"`
 		Remaining    int64     `json:"remaining"`
+		WindowS      int64     `json:"window_seconds"`
 		ResetAt      time.Time `json:"reset_at"`
 		RetryAfterMS int64     `json:"retry_after_ms"`
 		Shadow       bool      `json:"shadow"`
@@ -130,6 +134,7 @@ func (c *Client) check(ctx context.Context, mode string, items []Item) (Decision
 	for i, it := range out.Items {
 		d.Items[i] = ItemDecision{
 			Policy: it.Policy, Allowed: it.Allowed, Limit: it.Limit, Remaining: it.Remaining,
+			Window:  time.Duration(it.WindowS) * time.Second,
 			ResetAt: it.ResetAt, RetryAfter: time.Duration(it.RetryAfterMS) * time.Millisecond,
 			Shadow: it.Shadow, Degraded: it.Degraded,
 		}

@@ -44,7 +44,8 @@ type MiddlewareConfig struct {
 	// Cost is what each request spends; 0 means 1.
 	Cost int64
 	// Name is the policy's name in the RateLimit-Policy and RateLimit
-	// headers the app's clients see; empty means Policy.
+	// headers the app's clients see (printable ASCII: it is sent as a
+	// Structured Fields String); empty means Policy.
 	Name string
 	// OnError, when set, hears every check that had no decision from
 	// Tollgate, with the error Check returned (to log: the error never
@@ -59,10 +60,13 @@ type MiddlewareConfig struct {
 // cfg.Policy with c, keyed by cfg.Key:
 //
 //   - allowed: the request goes on, with RateLimit-Policy and RateLimit
-//     headers (IETF draft-ietf-httpapi-ratelimit-headers) for the policy,
-//     and the Decision in its context (DecisionFromContext);
-//   - refused: the app answers 429 with those headers, Retry-After in
-//     seconds and a problem+json body;
+//     headers (IETF draft-ietf-httpapi-ratelimit-headers-11) for the policy,
+//     `"name";q=limit;w=window` and `"name";r=remaining;t=seconds`, t the
+//     seconds until the policy's counter is whole again, and the Decision
+//     in its context (DecisionFromContext);
+//   - refused: the app answers 429 with those headers, t then the seconds
+//     until the check would be allowed, and Retry-After the same, and a
+//     problem+json body;
 //   - no decision because Tollgate is unavailable (unreachable, too slow,
 //     5xx or 408) or its own ceilings or billing refuse the tenant for now (429,
 //     402): the client's FailMode decides. FailOpen lets the request on
@@ -79,8 +83,8 @@ type MiddlewareConfig struct {
 // set no rate-limit headers. Several middlewares
 // chained add one entry each to RateLimit-Policy and RateLimit.
 //
-// Middleware fails when c is nil, cfg.Policy is empty or cfg.Cost is
-// negative. It also reads cfg.Policy from Tollgate once (a Verify, bounded
+// Middleware fails when c is nil, cfg.Policy is empty, cfg.Cost is
+// negative or the name is not printable ASCII. It also reads cfg.Policy from Tollgate once (a Verify, bounded
 // by the client's per-call timeout), and fails when Tollgate does not know
 // the API key (an *APIError with Status 401), has no such policy (404) or
 // the policy is a concurrency policy, which a check cannot use. When
@@ -95,6 +99,10 @@ func Middleware(c *Client, cfg MiddlewareConfig) (func(http.Handler) http.Handle
 	case cfg.Cost < 0:
 		return nil, fmt.Errorf("tollgate middleware: cost %d: must be at least 0", cfg.Cost)
 	}
+	name, ok := sfString(cmp.Or(cfg.Name, cfg.Policy))
+	if !ok {
+		return nil, fmt.Errorf("tollgate middleware: name %q: the RateLimit headers carry printable ASCII only", cmp.Or(cfg.Name, cfg.Policy))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	p, err := c.policy(ctx, cfg.Policy)
 	cancel()
@@ -108,7 +116,6 @@ func Middleware(c *Client, cfg MiddlewareConfig) (func(http.Handler) http.Handle
 	if key == nil {
 		key = ByIP(IPConfig{})
 	}
-	name := strconv.Quote(cmp.Or(cfg.Name, cfg.Policy))
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d, err := c.Check(r.Context(), Item{Policy: cfg.Policy, Subject: cmp.Or(key(r), Unkeyed), Cost: cfg.Cost})
@@ -131,26 +138,32 @@ func Middleware(c *Client, cfg MiddlewareConfig) (func(http.Handler) http.Handle
 				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
 				return
 			}
-			var retry time.Duration
-			if len(d.Items) == 1 {
-				retry = d.Items[0].RetryAfter
+			// The one item is the quota the headers name, and when it
+			// refuses, RateLimit's t and Retry-After are both its wait (the
+			// rule Tollgate's own answers follow).
+			var retry int64
+			if !d.Allowed {
+				retry = max(1, seconds(d.RetryAfter()))
 			}
 			// A shadow policy limits nobody yet, and a degraded answer
 			// has no exact count: neither is published.
 			if len(d.Items) == 1 && !d.Items[0].Shadow && !d.Items[0].Degraded {
 				it := d.Items[0]
-				reset := time.Until(it.ResetAt)
+				t := seconds(time.Until(it.ResetAt))
 				if !d.Allowed {
-					reset = max(reset, retry)
+					t = retry
+				}
+				policy := name + ";q=" + strconv.FormatInt(it.Limit, 10)
+				if it.Window > 0 {
+					policy += ";w=" + strconv.FormatInt(seconds(it.Window), 10)
 				}
 				h := w.Header()
-				h.Add("RateLimit-Policy", fmt.Sprintf("%s;q=%d", name, it.Limit))
-				h.Add("RateLimit", fmt.Sprintf("%s;r=%d;t=%d", name, it.Remaining, seconds(reset)))
+				h.Add("RateLimit-Policy", policy)
+				h.Add("RateLimit", name+";r="+strconv.FormatInt(it.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
 			}
 			if !d.Allowed {
-				secs := max(1, seconds(retry))
-				w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-				writeProblem(w, http.StatusTooManyRequests, fmt.Sprintf("Too many requests; retry in %d s.", secs))
+				w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
+				writeProblem(w, http.StatusTooManyRequests, fmt.Sprintf("Too many requests; retry in %d s.", retry))
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
@@ -166,6 +179,25 @@ type decisionKey struct{}
 func DecisionFromContext(ctx context.Context) (Decision, bool) {
 	d, ok := ctx.Value(decisionKey{}).(Decision)
 	return d, ok
+}
+
+// sfString returns s as an RFC 9651 String ('"' and '\\' escaped), or
+// false when s holds a byte a String cannot (outside printable ASCII).
+func sfString(s string) (string, bool) {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e {
+			return "", false
+		}
+		if c == '"' || c == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	}
+	b.WriteByte('"')
+	return b.String(), true
 }
 
 // seconds is d in whole seconds, rounded up, never negative.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -94,6 +95,21 @@ func TestServeHealthReadinessAndGracefulStop(t *testing.T) {
 			if got := status(t, base+"/no-such-page"); got != http.StatusNotFound {
 				t.Fatalf("/no-such-page: %d, want 404", got)
 			}
+			// The wiring of the metrics: the store's name, and every
+			// queue of writes.
+			scraped := scrapeText(t, base)
+			for _, want := range []string{
+				`tollgate_counter_breaker_open{store="` + store + `"} 0`,
+				`tollgate_backlog_items{queue="usage_rows"}`,
+				`tollgate_backlog_items{queue="audit_first_refusals"}`,
+				`tollgate_backlog_items{queue="audit_refusal_counts"}`,
+				`tollgate_backlog_items{queue="alert_checks"}`,
+				`tollgate_http_request_duration_seconds_count{method="GET",route="/readyz",status="2xx"}`,
+			} {
+				if !strings.Contains(scraped, want) {
+					t.Errorf("/metrics has no %s", want)
+				}
+			}
 			proxy.Cut()
 			if got := status(t, base+"/readyz"); got != http.StatusServiceUnavailable {
 				t.Fatalf("/readyz with the database cut off: %d, want 503", got)
@@ -118,6 +134,21 @@ func TestServeHealthReadinessAndGracefulStop(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scrapeText returns the server's /metrics.
+func scrapeText(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
 
 func TestServeRefusesBadConfig(t *testing.T) {

@@ -85,6 +85,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 		return err
 	}
 	met := metrics.New()
+	// The queues of writes an operator watches grow when the database does
+	// not keep up (tollgate_backlog_items).
+	if err := backlogs(met, usageRec, auditRec); err != nil {
+		return err
+	}
 	// Dashboard: degraded answers per minute, for the overview.
 	trafficStore := pgstore.NewTraffic(pool)
 	degradedRec := traffic.NewRecorder(trafficStore, log)
@@ -101,7 +106,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	defer linkOpens.Close()
 	g, err := gate.New(gate.Config{
 		Store: store, Local: l1, Tenants: dir, Policies: catalog, Observer: gate.Observers{usageRec, auditRec, degradedRec},
-		Metrics: met, Logger: log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
+		Metrics: met, StoreName: cfg.CounterStore, Logger: log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
 		TenantInflight:  cfg.TenantInflight,
 		TenantMaxLeases: cfg.TenantMaxLeases,
 	})
@@ -228,6 +233,21 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	running.Wait()
 	log.Info("tollgate stopped")
 	return nil
+}
+
+// backlogs reports the recorders' queues of writes. Outbound tenant
+// webhooks have no queue yet; their outbox will report under
+// metrics.QueueWebhooks.
+func backlogs(met *metrics.Metrics, usageRec *usage.Recorder, auditRec *audit.Recorder) error {
+	firsts := func() int { n, _, _, _ := auditRec.Pending(); return n }
+	counts := func() int { _, n, _, _ := auditRec.Pending(); return n }
+	checks := func() int { _, _, n, _ := auditRec.Pending(); return n }
+	return errors.Join(
+		met.Backlog(metrics.QueueUsageRows, usageRec.Pending),
+		met.Backlog(metrics.QueueAuditFirstRefusals, firsts),
+		met.Backlog(metrics.QueueAuditRefusalCounts, counts),
+		met.Backlog(metrics.QueueAlertChecks, checks),
+	)
 }
 
 // maxHeaderBytes bounds a request's headers: far above any browser's or

@@ -8,8 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate/tollgate/internal/counter"
-	"github.com/tollgate/tollgate/internal/metrics"
 )
 
 // breakers keeps calls away from a counter store that keeps failing, one
@@ -32,7 +33,8 @@ type breakers struct {
 	failures int
 	openFor  time.Duration
 	max      int
-	metrics  *metrics.Metrics
+	// openGauge is tollgate_counter_breaker_open of the gate's store.
+	openGauge prometheus.Gauge
 
 	mu      sync.Mutex
 	m       map[string]*circuit
@@ -47,8 +49,9 @@ type circuit struct {
 	probing   bool
 }
 
-func newBreakers(failures int, openFor time.Duration, max int, m *metrics.Metrics) *breakers {
-	return &breakers{failures: failures, openFor: openFor, max: max, metrics: m, m: make(map[string]*circuit)}
+func newBreakers(failures int, openFor time.Duration, max int, open prometheus.Gauge) *breakers {
+	open.Set(0)
+	return &breakers{failures: failures, openFor: openFor, max: max, openGauge: open, m: make(map[string]*circuit)}
 }
 
 // allow reports whether a call for tenant may go to the store now.
@@ -85,7 +88,7 @@ func (b *breakers) failure(tenant string, now time.Time) {
 	c.probing = false
 	if c.streak == b.failures {
 		b.open++
-		b.metrics.BreakerOpen.Set(float64(b.open))
+		b.openGauge.Set(float64(b.open))
 	}
 	if c.streak >= b.failures {
 		c.openUntil = now.Add(b.openFor)
@@ -116,7 +119,7 @@ func (b *breakers) success(tenant string) {
 	}
 	if c.streak >= b.failures {
 		b.open--
-		b.metrics.BreakerOpen.Set(float64(b.open))
+		b.openGauge.Set(float64(b.open))
 	}
 	delete(b.m, tenant)
 	b.tracked.Store(int64(len(b.m)))
@@ -128,24 +131,22 @@ func (b *breakers) success(tenant string) {
 // counted as a success or a failure of the store. A malformed request (the
 // caller's bug) or a caller that went away (its client hung up) says
 // nothing about the store's health: it leaves the circuit as it was.
-func throughBreaker[T any](ctx context.Context, g *Gate, tenantID string, call func() (T, error)) (T, error) {
+func throughBreaker[T any](ctx context.Context, g *Gate, op storeOp, tenantID string, call func() (T, error)) (T, error) {
 	if !g.breakers.allow(tenantID, g.cfg.Now()) {
-		g.met.storeSkipped.Observe(0)
+		g.met.store[op].skipped.Observe(0)
 		var zero T
 		return zero, fmt.Errorf("circuit open: %w", counter.ErrUnavailable)
 	}
 	start := time.Now()
 	res, err := call()
-	took := time.Since(start).Seconds()
+	g.met.timed(ctx, op, start, err)
 	switch {
-	case errors.Is(err, counter.ErrInvalid), err != nil && errors.Is(ctx.Err(), context.Canceled):
+	case errors.Is(err, counter.ErrInvalid), err != nil && callerGone(ctx):
 		g.breakers.release(tenantID)
 	case err != nil:
 		g.breakers.failure(tenantID, g.cfg.Now())
-		g.met.storeDown.Observe(took)
 	default:
 		g.breakers.success(tenantID)
-		g.met.storeOK.Observe(took)
 	}
 	return res, err
 }

@@ -57,8 +57,15 @@ func TestClientsHangingUpDoNotOpenTheBreaker(t *testing.T) {
 		cancel()
 		<-done
 	}
-	if got := metric(t, m, "tollgate_counter_breaker_open"); got != "0" {
+	if got := metric(t, m, `tollgate_counter_breaker_open{store="unknown"}`); got != "0" {
 		t.Errorf("tollgate_counter_breaker_open %s after ten callers hung up, want 0", got)
+	}
+	// Nor are they counted as the store's errors: they are calls canceled.
+	if got := metric(t, m, `tollgate_counter_store_seconds_count{operation="check",outcome="canceled",store="unknown"}`); got != "10" {
+		t.Errorf("calls canceled: %q, want 10", got)
+	}
+	if got := metric(t, m, `tollgate_counter_store_errors_total{operation="check",store="unknown"}`); got != "0" {
+		t.Errorf("store errors: %q after ten callers hung up, want 0", got)
 	}
 	// The next check still goes to the store.
 	ctx, cancel := context.WithCancel(context.Background())

@@ -211,7 +211,7 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 // storeAcquire makes the acquire's one round trip, through the tenant's
 // circuit breaker, as storeCheck does for a check.
 func (g *Gate) storeAcquire(ctx context.Context, tenantID string, a counter.Acquire) (counter.Acquired, error) {
-	return throughBreaker(ctx, g, tenantID, func() (counter.Acquired, error) { return g.cfg.Leases.Acquire(ctx, a) })
+	return throughBreaker(ctx, g, opAcquire, tenantID, func() (counter.Acquired, error) { return g.cfg.Leases.Acquire(ctx, a) })
 }
 
 // leaseDegraded answers without the shared store: the ceilings have passed
@@ -263,7 +263,7 @@ func (g *Gate) Release(ctx context.Context, tenantID string, test bool, id strin
 		return err
 	}
 	defer work.release()
-	if err := g.cfg.Leases.Release(ctx, ref); err != nil {
+	if err := g.storeCall(ctx, opRelease, func() error { return g.cfg.Leases.Release(ctx, ref) }); err != nil {
 		return fmt.Errorf("release lease of tenant %s: %w", tenantID, err)
 	}
 	return nil
@@ -284,7 +284,8 @@ func (g *Gate) Renew(ctx context.Context, tenantID string, test bool, id string,
 		return time.Time{}, err
 	}
 	defer work.release()
-	exp, err := g.cfg.Leases.Renew(ctx, ref)
+	var exp time.Time
+	err = g.storeCall(ctx, opRenew, func() (err error) { exp, err = g.cfg.Leases.Renew(ctx, ref); return err })
 	if err != nil {
 		return time.Time{}, fmt.Errorf("renew lease of tenant %s: %w", tenantID, err)
 	}
@@ -307,7 +308,8 @@ func (g *Gate) InFlight(ctx context.Context, tenantID string, policies []string)
 		for i, name := range chunk {
 			tallies[i] = leaseTally(name, false)
 		}
-		n, err := g.cfg.Leases.Held(ctx, tenantID, tallies, time.Time{})
+		var n []int64
+		err := g.storeCall(ctx, opHeld, func() (err error) { n, err = g.cfg.Leases.Held(ctx, tenantID, tallies, time.Time{}); return err })
 		if err != nil {
 			return nil, fmt.Errorf("leases in flight of tenant %s: %w", tenantID, err)
 		}

@@ -27,7 +27,7 @@ func (g *Gate) degraded(ctx context.Context, req Request, v Verdict, ceilings []
 			}
 		}
 		g.met.degraded[LayerPolicy].Inc()
-		v.Items = append(v.Items, ItemVerdict{Policy: p.name, Decision: d, Shadow: p.shadow, Degraded: true})
+		v.Items = append(v.Items, ItemVerdict{Policy: p.name, Decision: d, Window: windowLength(p.Window, now), Shadow: p.shadow, Degraded: true})
 	}
 	return g.answer(ctx, req, v, true, nil)
 }

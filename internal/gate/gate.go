@@ -47,7 +47,10 @@ type Config struct {
 	Policies PolicySource
 	Observer Observer // may be nil
 	Metrics  *metrics.Metrics
-	Logger   *slog.Logger
+	// StoreName names Store in the metrics' store label: "postgres",
+	// "redis" or "memory" (default "unknown").
+	StoreName string
+	Logger    *slog.Logger
 	// Pepper keys the HMACs of subjects and client IPs.
 	Pepper []byte
 	// InstanceCeiling is the requests per second this instance accepts; 0 is
@@ -161,16 +164,19 @@ func New(cfg Config) (*Gate, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.StoreName == "" {
+		cfg.StoreName = "unknown"
+	}
 	l1Into, _ := cfg.Local.(counter.IntoStore)
 	return &Gate{
 		cfg:      cfg,
-		met:      newInstruments(cfg.Metrics),
+		met:      newInstruments(cfg.Metrics, cfg.StoreName),
 		leases:   newLeases(),
 		clients:  newClientKeyCache(),
 		digest:   digest.New(cfg.Pepper),
 		l1:       cfg.Local,
 		l1Into:   l1Into,
-		breakers: newBreakers(cfg.BreakerFailures, cfg.BreakerOpenFor, maxBreakers, cfg.Metrics),
+		breakers: newBreakers(cfg.BreakerFailures, cfg.BreakerOpenFor, maxBreakers, cfg.Metrics.BreakerOpen.WithLabelValues(cfg.StoreName)),
 		inflight: newInflight(cfg.TenantInflight, cfg.InflightWait),
 		matching: newMatchBudget(matchShare, matchBurst),
 	}, nil
@@ -220,7 +226,8 @@ type Verdict struct {
 	Allowed  bool
 	Degraded bool
 	Items    []ItemVerdict
-	// Tightest is the layer or policy closest to refusing, for the RateLimit
+	// Tightest is the layer or policy closest to refusing (the smallest
+	// share of its limit left, then the fewest left), for the RateLimit
 	// headers of an allowed answer.
 	Tightest Quota
 	// Lease answers a Request's Lease when no ceiling refused.
@@ -231,6 +238,9 @@ type Verdict struct {
 type ItemVerdict struct {
 	Policy string
 	limit.Decision
+	// Window is the length of the policy's window at the decision (a
+	// calendar month's is that month's).
+	Window   time.Duration
 	Shadow   bool
 	Degraded bool
 }

@@ -501,7 +501,7 @@ func TestBreakerIsPerTenant(t *testing.T) {
 	}}
 	two := []policy.Policy{mustPolicy(t, "two", `{"limit":2,"window":"1h","fail_mode":"open"}`)}
 	cat := catalog{"tenant-a": policy.NewSet(two, nil), "tenant-b": policy.NewSet(two, nil)}
-	g, _, _ := newTestGate(t, store, dir, cat, gate.Config{Metrics: m, BreakerFailures: 3, BreakerOpenFor: time.Minute})
+	g, _, _ := newTestGate(t, store, dir, cat, gate.Config{Metrics: m, StoreName: "memory", BreakerFailures: 3, BreakerOpenFor: time.Minute})
 	ctx := context.Background()
 	item := gate.Item{Policy: "two", Subject: "s"}
 
@@ -514,7 +514,7 @@ func TestBreakerIsPerTenant(t *testing.T) {
 	if got := store.calls.Load(); got != 3 {
 		t.Errorf("tenant a reached the store %d times, want 3 (then its circuit opened)", got)
 	}
-	if got := metric(t, m, "tollgate_counter_breaker_open"); got != "1" {
+	if got := metric(t, m, `tollgate_counter_breaker_open{store="memory"}`); got != "1" {
 		t.Errorf("tollgate_counter_breaker_open %s, want 1", got)
 	}
 	allowed := 0
@@ -636,7 +636,7 @@ func TestBreaker(t *testing.T) {
 	m := metrics.New()
 	dir := directory{tenants: map[string]tenant.Tenant{"tenant-1": {ID: "tenant-1", Plan: tenant.PlanPro}}}
 	cat := catalog{"tenant-1": policy.NewSet([]policy.Policy{mustPolicy(t, "open", `{"limit":1000000,"window":"1h"}`)}, nil)}
-	g, rec, _ := newTestGate(t, store, dir, cat, gate.Config{Metrics: m, Now: now, BreakerFailures: 3, BreakerOpenFor: time.Minute})
+	g, rec, _ := newTestGate(t, store, dir, cat, gate.Config{Metrics: m, StoreName: "postgres", Now: now, BreakerFailures: 3, BreakerOpenFor: time.Minute})
 
 	// step admits one check and reports whether the answer was degraded and
 	// whether the store was called.
@@ -655,7 +655,7 @@ func TestBreaker(t *testing.T) {
 		if degraded != wantDegraded || called != wantCalled {
 			t.Fatalf("%s: degraded %t, store called %t; want %t, %t", what, degraded, called, wantDegraded, wantCalled)
 		}
-		if got := metric(t, m, "tollgate_counter_breaker_open"); got != open {
+		if got := metric(t, m, `tollgate_counter_breaker_open{store="postgres"}`); got != open {
 			t.Fatalf("%s: tollgate_counter_breaker_open %s, want %s", what, got, open)
 		}
 	}
@@ -689,7 +689,7 @@ func TestBreaker(t *testing.T) {
 	want("failure 2 of 3 after a success", true, true, "0")
 	want("failure 3 of 3: the breaker opens", true, true, "1")
 	want("open: the store is not called", true, false, "1")
-	if got := metric(t, m, `tollgate_counter_store_seconds_count{outcome="skipped"}`); got != "1" {
+	if got := metric(t, m, `tollgate_counter_store_seconds_count{operation="check",outcome="skipped",store="postgres"}`); got != "1" {
 		t.Errorf("skipped calls: %q, want 1", got)
 	}
 
@@ -730,7 +730,7 @@ func TestBreaker(t *testing.T) {
 	// Half-open: a successful probe closes it.
 	wait(time.Minute)
 	recoverStore()
-	if got := metric(t, m, "tollgate_counter_breaker_open"); got != "0" {
+	if got := metric(t, m, `tollgate_counter_breaker_open{store="postgres"}`); got != "0" {
 		t.Fatalf("after a successful probe: tollgate_counter_breaker_open %s, want 0", got)
 	}
 	want("closed", false, true, "0")

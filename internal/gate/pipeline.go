@@ -260,7 +260,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	v.Items = make([]ItemVerdict, 0, len(pols))
 	for i, p := range pols {
 		d := res.Decisions[creq.Ceilings+i]
-		iv := ItemVerdict{Policy: p.name, Decision: d, Shadow: p.shadow}
+		iv := ItemVerdict{Policy: p.name, Decision: d, Window: windowLength(p.Window, res.Now), Shadow: p.shadow}
 		if !d.Allowed {
 			refusals = append(refusals, Refusal{Layer: LayerPolicy, Policy: p.name, Limit: p.Limit, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: p.Key, Shadow: p.shadow, AlertAfter: p.alertAfter})
 			// A shadow policy reports what it would decide (this item's
@@ -284,14 +284,14 @@ func (g *Gate) answer(ctx context.Context, req Request, v Verdict, degraded bool
 	if !v.Allowed {
 		outcome = LayerPolicy
 	}
-	g.met.answered(v.Allowed, outcome)
+	g.met.answered(v.Allowed, degraded)
 	g.observe(ctx, req, v, outcome, degraded, refusals)
 	return v
 }
 
 // storeCheck makes the one round trip, through the tenant's circuit breaker.
 func (g *Gate) storeCheck(ctx context.Context, tenantID string, req counter.Request) (counter.Result, error) {
-	return throughBreaker(ctx, g, tenantID, func() (counter.Result, error) { return g.cfg.Store.Check(ctx, req) })
+	return throughBreaker(ctx, g, opCheck, tenantID, func() (counter.Result, error) { return g.cfg.Store.Check(ctx, req) })
 }
 
 // refuse records a ceiling's refusal and returns the verdict carrying it.

@@ -43,7 +43,7 @@ func (g *Gate) Reset(ctx context.Context, tenantID string, test bool, name, subj
 		return "", err
 	}
 	defer work.release()
-	if err := g.cfg.Store.Reset(ctx, tenantID, key); err != nil {
+	if err := g.storeCall(ctx, opReset, func() error { return g.cfg.Store.Reset(ctx, tenantID, key) }); err != nil {
 		return "", fmt.Errorf("reset %s of tenant %s: %w", p.Name, tenantID, err)
 	}
 	return key, nil

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -151,7 +150,7 @@ func (a *api) check(c echo.Context) error {
 	if v.Refusal != nil {
 		return a.writeRefusal(c, v)
 	}
-	setRateLimit(c, v.Tightest)
+	setCheckRateLimit(c, v)
 	if v.Degraded {
 		c.Response().Header().Set("X-RateLimit-Degraded", "true")
 	}
@@ -264,7 +263,7 @@ type refusalProblem struct {
 // needs to back off, or 402 for a tenant that must pay.
 func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 	r := v.Refusal
-	retry := max(1, ceilDiv(r.RetryAfter, time.Second))
+	retry := retrySeconds(r.RetryAfter)
 	name := r.Layer
 	h := c.Response().Header()
 	h.Set("Retry-After", strconv.FormatInt(retry, 10))
@@ -277,8 +276,9 @@ func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 	if r.Degraded || v.Degraded {
 		h.Set("X-RateLimit-Degraded", "true")
 	}
-	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", name, r.Limit, int64(math.Ceil(r.Window.Seconds()))))
-	h.Set("RateLimit", fmt.Sprintf("%q;r=0;t=%d", name, retry))
+	// The ceiling that refused, its t Retry-After (the rule in
+	// checkanswer.go).
+	writeRateLimit(h, gate.Quota{Name: name, Limit: r.Limit, Window: r.Window}, retry)
 	p := refusalProblem{
 		Type:   "https://tollgate.dev/problems/quota-exceeded",
 		Title:  "Too many requests",

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
 	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/policy"
@@ -33,6 +34,7 @@ type tenantAPI struct {
 	e       *echo.Echo
 	pool    *pgxpool.Pool
 	tenants *pgstore.Tenants
+	met     *metrics.Metrics
 	// audits are the entries Config.Audit was given.
 	auditMu sync.Mutex
 	audits  []auditEntry
@@ -65,12 +67,33 @@ func (u usageOf) Plan(ctx context.Context, name string) (tenant.Plan, error) {
 // counter store, or nil for the in-memory one.
 func newTenantAPI(t testing.TB, dsn string, store counter.Store) *tenantAPI {
 	t.Helper()
+	return newTenantAPIWith(t, dsn, apiOptions{store: store})
+}
+
+// apiOptions are what a test may choose of newTenantAPIWith's API.
+type apiOptions struct {
+	// store is the counter store (nil: the in-memory one) and storeName
+	// its name in the metrics ("memory" when store is nil).
+	store     counter.Store
+	storeName string
+	// log receives the API's log lines (nil: nowhere).
+	log *slog.Logger
+}
+
+// newTenantAPIWith builds the API on a database of its own, wired as serve
+// wires it: one set of metrics fed by the gate and the HTTP layer and
+// served at /metrics, with the usage recorder's backlog.
+func newTenantAPIWith(t testing.TB, dsn string, o apiOptions) *tenantAPI {
+	t.Helper()
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := o.log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	tenants := pgstore.NewTenants(pool)
 	dir := tenant.NewDirectory(tenant.DirectoryConfig{Store: tenants, Logger: log})
 	policies := pgstore.NewPolicies(pool)
@@ -79,29 +102,38 @@ func newTenantAPI(t testing.TB, dsn string, store counter.Store) *tenantAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	store := o.store
 	if store == nil {
 		store = memory.New(memory.Config{})
+		o.storeName = "memory"
 	}
 	t.Cleanup(func() { store.Close() })
 	local := memory.New(memory.Config{})
 	t.Cleanup(func() { local.Close() })
+	met := metrics.New()
+	if err := met.Backlog(metrics.QueueUsageRows, rec.Pending); err != nil {
+		t.Fatal(err)
+	}
 	g, err := gate.New(gate.Config{
 		Store: store, Local: local, Tenants: dir, Policies: catalog, Observer: rec, Logger: log,
+		Metrics: met, StoreName: o.storeName,
 		Pepper: []byte("httpapi-test-pepper-0123456789abcdef"),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &tenantAPI{t: t, pool: pool, tenants: tenants}
+	a := &tenantAPI{t: t, pool: pool, tenants: tenants, met: met}
 	a.e = New(Config{
-		Logger:     log,
-		Ready:      pool.Ping,
-		Gate:       g,
-		Policies:   policy.Service{Store: policies, Catalog: catalog},
-		Usage:      usageOf{rec, dir},
-		PublicURL:  "https://tollgate.example",
-		BillingKey: []byte("billing-key"),
-		Local:      local,
+		Logger:      log,
+		Ready:       pool.Ping,
+		Gate:        g,
+		Policies:    policy.Service{Store: policies, Catalog: catalog},
+		Usage:       usageOf{rec, dir},
+		PublicURL:   "https://tollgate.example",
+		BillingKey:  []byte("billing-key"),
+		Local:       local,
+		Metrics:     met.Handler(),
+		Instruments: met,
 		Audit: func(_ context.Context, tenantID, kind string, detail map[string]any) {
 			a.auditMu.Lock()
 			a.audits = append(a.audits, auditEntry{tenantID, kind, detail})

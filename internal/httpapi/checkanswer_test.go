@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ type checkItemOut struct {
 	Allowed      bool   `json:"allowed"`
 	Limit        int64  `json:"limit"`
 	Remaining    int64  `json:"remaining"`
+	WindowS      int64  `json:"window_seconds"`
 	ResetAt      string `json:"reset_at"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	Shadow       bool   `json:"shadow"`
@@ -48,11 +50,13 @@ func TestCheckAnswerEncoding(t *testing.T) {
 					ResetAt:    base.Add(time.Duration(rng.Int64N(int64(48 * time.Hour)))),
 					RetryAfter: time.Duration(rng.Int64N(int64(time.Hour))),
 				},
+				Window: time.Duration(rng.Int64N(int64(31 * 24 * time.Hour))),
 				Shadow: rng.IntN(2) == 0, Degraded: rng.IntN(3) == 0,
 			}
 			v.Items = append(v.Items, it)
 			want.Items = append(want.Items, checkItemOut{
 				Policy: it.Policy, Allowed: it.Allowed, Limit: it.Limit, Remaining: it.Remaining,
+				WindowS:      int64(math.Ceil(it.Window.Seconds())),
 				ResetAt:      ceilSecond(it.ResetAt).Format(time.RFC3339),
 				RetryAfterMS: ceilDiv(it.RetryAfter, time.Millisecond),
 				Shadow:       it.Shadow, Degraded: it.Degraded,

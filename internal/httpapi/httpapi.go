@@ -111,7 +111,11 @@ func New(cfg Config) *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Logger)
 	e.IPExtractor = ipExtractor(cfg.ClientIP)
-	e.Use(edge(cfg, newBodyBudget(cfg.BodyBytesPerIP, cfg.BodyBytesTotal, cfg.Instruments)))
+	if cfg.Instruments == nil {
+		cfg.Instruments = metrics.New()
+	}
+	timers := newRouteTimers(cfg.Instruments)
+	e.Use(edge(cfg, newBodyBudget(cfg.BodyBytesPerIP, cfg.BodyBytesTotal, cfg.Instruments), timers))
 	if cfg.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
 	}
@@ -157,6 +161,7 @@ func New(cfg Config) *echo.Echo {
 		}
 		return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 	})
+	timers.learn(e)
 	return e
 }
 
@@ -171,9 +176,20 @@ type Problem struct {
 // errorHandler writes every error as application/problem+json, its status
 // from the one table in problem.go; an error the table does not account for
 // is an internal error whose cause is logged, never shown.
+//
+// An error of a request whose client went away (its context canceled: the
+// store call, the database read or the body read it was waiting on gave
+// up with it) is nobody's fault here: it is logged at debug level as
+// "client went away" and answered 499, which no client reads but the
+// request metrics count.
 func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
+			return
+		}
+		if clientGone(c) {
+			log.DebugContext(c.Request().Context(), "client went away", "method", c.Request().Method, "path", c.Path(), "err", err)
+			_ = c.NoContent(statusClientGone)
 			return
 		}
 		p, known := problemFor(err)
@@ -192,12 +208,17 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 }
 
 // edge runs what every request passes through, outermost first: the
-// recovery of bugs, Strict-Transport-Security, the ceilings of the pages
-// without an API key (cfg.Public), the bound on bodies in flight. It is one
-// middleware rather than four because Echo builds a request's middleware
+// request's timing (tollgate_http_request_duration_seconds), the recovery
+// of bugs, Strict-Transport-Security, the ceilings of the pages without an
+// API key (cfg.Public), the bound on bodies in flight. It is one
+// middleware rather than five because Echo builds a request's middleware
 // chain anew for every request, one closure a layer: on /v1/check that was
 // three allocations a check for nothing.
-func edge(cfg Config, budget *bodyBudget) echo.MiddlewareFunc {
+//
+// The timing needs the answer's status, so edge hands an error to Echo's
+// error handler itself (as Echo would once edge returned it) before it
+// reads the status.
+func edge(cfg Config, budget *bodyBudget, timers *routeTimers) echo.MiddlewareFunc {
 	secure, proxies := cfg.SecureTransport, cfg.ClientIP.TrustedProxies
 	var public *api
 	if cfg.Public != nil {
@@ -206,6 +227,14 @@ func edge(cfg Config, budget *bodyBudget) echo.MiddlewareFunc {
 	log := cfg.Logger
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) (err error) {
+			start := time.Now()
+			defer func() {
+				if err != nil {
+					c.Error(err)
+					err = nil
+				}
+				timers.observe(c, start)
+			}()
 			defer recoverBug(log, c, &err)
 			if overTLS(c.Request(), secure, proxies) {
 				c.Response().Header().Set("Strict-Transport-Security", hstsValue)
