@@ -16,7 +16,7 @@ import (
 
 // An app server that limits every request by client address with the
 // Tollgate policy "api-per-ip", behind a load balancer in 10.0.0.0/8. It is
-// the integration shown in the README.
+// the integration shown in docs/api.md.
 func Example() {
 	tg, err := client.New("http://localhost:8080", os.Getenv("TOLLGATE_KEY"), client.WithFailMode(client.FailOpen))
 	if err != nil {

@@ -9,18 +9,18 @@ import (
 	"testing"
 )
 
-// TestREADMEIntegrationCompiles: the README's Go client program is Example,
-// which the compiler checks: main's body is Example's, and the README
-// imports what the body uses, all of which Example's file imports.
-func TestREADMEIntegrationCompiles(t *testing.T) {
+// TestDocsIntegrationCompiles: the Go client program in docs/api.md is
+// Example, which the compiler checks: main's body is Example's, and the
+// page imports what the body uses, all of which Example's file imports.
+func TestDocsIntegrationCompiles(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/api.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile("(?s)```go\n(package main\n.*?)```").FindSubmatch(readme)
 	if m == nil {
-		t.Fatal("README has no ```go block with package main")
+		t.Fatal("docs/api.md has no ```go block with package main")
 	}
 	program := string(m[1])
 	example, err := os.ReadFile("example_test.go")
@@ -29,20 +29,20 @@ func TestREADMEIntegrationCompiles(t *testing.T) {
 	}
 	got, want := body(t, program, "func main() {\n"), body(t, string(example), "func Example() {\n")
 	if got != want {
-		t.Fatalf("README's main differs from Example:\n--- README\n%s\n--- Example\n%s", got, want)
+		t.Fatalf("docs/api.md's main differs from Example:\n--- docs/api.md\n%s\n--- Example\n%s", got, want)
 	}
 	readmeImports, exampleImports := importsOf(t, program), importsOf(t, string(example))
 	for p := range readmeImports {
 		if !strings.Contains(got, path.Base(p)+".") {
-			t.Errorf("README imports %s and does not use it", p)
+			t.Errorf("docs/api.md imports %s and does not use it", p)
 		}
 		if !exampleImports[p] {
-			t.Errorf("README imports %s, which Example's file does not", p)
+			t.Errorf("docs/api.md imports %s, which Example's file does not", p)
 		}
 	}
 	for p := range exampleImports {
 		if strings.Contains(got, path.Base(p)+".") && !readmeImports[p] {
-			t.Errorf("README uses %s and does not import it", p)
+			t.Errorf("docs/api.md uses %s and does not import it", p)
 		}
 	}
 }
