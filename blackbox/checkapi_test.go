@@ -43,14 +43,20 @@ func TestCheckAnswers(t *testing.T) {
 			}
 		}
 		// A refusal by the tenant's own policy is an answer, 200, still with
-		// the fields, and without the ceiling refusal's.
+		// the fields, Retry-After agreeing with their t, and no ceiling layer.
 		c := u.check("", item)
-		if ans := checkOf(t, c); ans.Allowed || ans.Items[0].Allowed || ans.Items[0].Remaining != 0 || ans.Items[0].RetryAfterMS <= 0 {
+		ans := checkOf(t, c)
+		if ans.Allowed || ans.Items[0].Allowed || ans.Items[0].Remaining != 0 || ans.Items[0].RetryAfterMS <= 0 {
 			t.Fatalf("fourth check at a limit of 3: %s", c.body)
 		}
 		wantRateLimit(t, c.header, "tight", 3, 60, 0, 60)
-		if c.header.Get("X-RateLimit-Layer") != "" || c.header.Get("Retry-After") != "" {
-			t.Errorf("policy refusal with ceiling headers: %v", c.header)
+		if c.header.Get("X-RateLimit-Layer") != "" {
+			t.Errorf("policy refusal with a ceiling's layer: %v", c.header)
+		}
+		wantRetry := strconv.FormatInt(max(1, (ans.Items[0].RetryAfterMS+999)/1000), 10)
+		if got := c.header.Get("Retry-After"); got != wantRetry || !strings.HasSuffix(c.header.Get("RateLimit"), ";t="+wantRetry) {
+			t.Errorf("policy refusal: Retry-After %q and RateLimit %q, want both %s s (retry_after_ms %d)",
+				got, c.header.Get("RateLimit"), wantRetry, ans.Items[0].RetryAfterMS)
 		}
 
 		// A tenant whose per-IP limit is the tightest layer sees that layer.
