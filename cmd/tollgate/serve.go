@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
@@ -105,7 +106,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	linkOpens := memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1})
 	defer linkOpens.Close()
 	g, err := gate.New(gate.Config{
-		Store: store, Local: l1, Tenants: dir, Policies: catalog, Observer: gate.Observers{usageRec, auditRec, degradedRec},
+		Store: store, Local: l1, Tenants: dir, Policies: catalog, Observer: admission.Observers{usageRec, auditRec, degradedRec},
 		Metrics: met, StoreName: cfg.CounterStore, Logger: log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
 		TenantInflight:  cfg.TenantInflight,
 		TenantMaxLeases: cfg.TenantMaxLeases,

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy"
@@ -183,7 +184,7 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 	for i, c := range ceilings {
 		d := res.Ceilings.Decisions[i]
 		if !d.Allowed {
-			return g.refuse(ctx, req, v, Refusal{
+			return g.refuse(ctx, req, v, admission.Refusal{
 				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
 				RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, PaymentRequired: c.payment, Plan: c.plan, Key: c.Key,
 			}), nil
@@ -192,7 +193,7 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 	}
 	lv := &LeaseVerdict{Policy: p.Name, Allowed: res.Allowed, InFlight: res.InFlight, Limit: lim, TenantFull: res.GroupFull}
 	v.Lease, v.Allowed = lv, res.Allowed
-	var refusals []Refusal
+	var refusals []admission.Refusal
 	switch {
 	case res.Allowed:
 		lv.ID, lv.ExpiresAt = id, res.ExpiresAt
@@ -200,10 +201,10 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 		// No expiry says when one of the tenant's leases ends: the store
 		// counts again within a second or two.
 		lv.RetryAfter = time.Second
-		refusals = []Refusal{{Layer: LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.Now.Add(time.Second), Key: key}}
+		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.Now.Add(time.Second), Key: key}}
 	default:
 		lv.RetryAfter = max(0, res.ExpiresAt.Sub(res.Now))
-		refusals = []Refusal{{Layer: LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.ExpiresAt, Key: key, AlertAfter: p.AlertAfter}}
+		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.ExpiresAt, Key: key, AlertAfter: p.AlertAfter}}
 	}
 	return g.answer(ctx, req, v, false, refusals), nil
 }
@@ -225,7 +226,7 @@ func (g *Gate) leaseDegraded(ctx context.Context, req Request, v Verdict, ceilin
 	for _, c := range ceilings {
 		g.met.degraded[c.layer].Inc()
 	}
-	g.met.degraded[LayerPolicy].Inc()
+	g.met.degraded[admission.LayerPolicy].Inc()
 	lv := &LeaseVerdict{Policy: p.Name, Limit: lim, Degraded: true}
 	if p.FailMode == policy.FailOpen {
 		lv.Allowed, lv.ID, lv.ExpiresAt = true, id, now.Add(req.Lease.TTL)

@@ -37,8 +37,8 @@
 // bounds each tenant's work in progress and wildcard matching; breaker.go
 // is the circuit breaker; clientkeys.go caches a client's keys; public.go
 // is the ceiling of the pages without an API key; reset.go resets a
-// subject's counters; event.go is what observers (usage, audit, traffic)
-// are told; instruments.go the metrics.
+// subject's counters; internal/admission holds what observers (usage,
+// audit, traffic) are told; instruments.go the metrics.
 //
 // gate imports no driver and no net/http; the counter stores, shared and
 // local, come from its caller as counter.Store.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/limit"
@@ -45,7 +46,7 @@ type Config struct {
 	Leases   counter.Leaser
 	Tenants  TenantSource
 	Policies PolicySource
-	Observer Observer // may be nil
+	Observer admission.Observer // may be nil
 	Metrics  *metrics.Metrics
 	// StoreName names Store in the metrics' store label: "postgres",
 	// "redis" or "memory" (default "unknown").
@@ -220,7 +221,7 @@ type Item struct {
 type Verdict struct {
 	Tenant  tenant.Tenant
 	Key     tenant.Key
-	Refusal *Refusal
+	Refusal *admission.Refusal
 	// Allowed is true when no ceiling refused and every enforced policy item
 	// allowed.
 	Allowed  bool

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy"
@@ -39,7 +40,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	if n := g.cfg.InstanceCeiling; n > 0 {
 		d := g.l1Check(ctx, now, "", "instance", limit.TokenBucket, n, limit.Every(time.Second))
 		if !d.Allowed {
-			return g.refuse(ctx, req, v, Refusal{Layer: LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
+			return g.refuse(ctx, req, v, admission.Refusal{Layer: admission.LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
 		}
 	}
 
@@ -62,10 +63,10 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		g.l1Bug(ctx, err)
 	case !pre[0].Allowed:
 		d := pre[0]
-		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: maxIP, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
+		return g.refuse(ctx, req, v, admission.Refusal{Layer: admission.LayerIP, Limit: maxIP, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
 	case !pre[1].Allowed:
 		d := pre[1]
-		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: failItem.Limit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
+		return g.refuse(ctx, req, v, admission.Refusal{Layer: admission.LayerIP, Limit: failItem.Limit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
 	}
 	key, t, err := g.cfg.Tenants.Authenticate(ctx, req.Bearer)
 	if err != nil {
@@ -101,12 +102,12 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 			return v, err
 		}
 		if !ok {
-			return g.refuse(ctx, req, v, Refusal{Layer: LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: retry, ResetAt: now.Add(retry), Key: LayerInflight}), nil
+			return g.refuse(ctx, req, v, admission.Refusal{Layer: admission.LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: retry, ResetAt: now.Add(retry), Key: admission.LayerInflight}), nil
 		}
 	}
 	work, ok := g.inflight.acquire(ctx, t.ID, weight)
 	if !ok {
-		return g.refuse(ctx, req, v, Refusal{Layer: LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: time.Second, ResetAt: now.Add(time.Second), Key: LayerInflight}), nil
+		return g.refuse(ctx, req, v, admission.Refusal{Layer: admission.LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: time.Second, ResetAt: now.Add(time.Second), Key: admission.LayerInflight}), nil
 	}
 	defer work.release()
 	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
@@ -124,13 +125,13 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	}
 	ipKey := ck.route(req.Route)
 	if d := g.l1Check(ctx, now, t.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute)); !d.Allowed {
-		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: ipLimit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: ipKey}), nil
+		return g.refuse(ctx, req, v, admission.Refusal{Layer: admission.LayerIP, Limit: ipLimit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: ipKey}), nil
 	}
 
 	// 3 and 4. The shared ceilings: per-IP L2, tenant quota, allotment.
 	var ceilBuf [4]layerItem
 	ceilings := append(ceilBuf[:0],
-		layerItem{Item: counter.Item{Key: ipKey, Algorithm: limit.SlidingWindow, Limit: ipLimit, Window: limit.Every(time.Minute), Cost: 1}, layer: LayerIP},
+		layerItem{Item: counter.Item{Key: ipKey, Algorithm: limit.SlidingWindow, Limit: ipLimit, Window: limit.Every(time.Minute), Cost: 1}, layer: admission.LayerIP},
 	)
 	qMin, qHour := effective.QuotaPerMinute, effective.QuotaPerHour
 	if t.QuotaPerMinute != nil {
@@ -140,18 +141,18 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		qHour = *t.QuotaPerHour
 	}
 	ceilings = append(ceilings,
-		layerItem{Item: counter.Item{Key: "quota:minute", Algorithm: limit.FixedWindow, Limit: qMin, Window: limit.Every(time.Minute), Cost: 1}, layer: LayerQuota, scope: "minute"},
-		layerItem{Item: counter.Item{Key: "quota:hour", Algorithm: limit.FixedWindow, Limit: qHour, Window: limit.Every(time.Hour), Cost: 1}, layer: LayerQuota, scope: "hour"},
+		layerItem{Item: counter.Item{Key: "quota:minute", Algorithm: limit.FixedWindow, Limit: qMin, Window: limit.Every(time.Minute), Cost: 1}, layer: admission.LayerQuota, scope: "minute"},
+		layerItem{Item: counter.Item{Key: "quota:hour", Algorithm: limit.FixedWindow, Limit: qHour, Window: limit.Every(time.Hour), Cost: 1}, layer: admission.LayerQuota, scope: "hour"},
 	)
 	// A lease counts toward the allotments as a check does.
 	if req.Check != nil || req.Lease != nil {
 		switch {
 		case key.Test:
-			ceilings = append(ceilings, layerItem{Item: counter.Item{Key: "sandbox", Algorithm: limit.SlidingWindow, Limit: tenant.SandboxAllotment, Window: limit.Every(30 * 24 * time.Hour), Cost: 1}, layer: LayerSandbox})
+			ceilings = append(ceilings, layerItem{Item: counter.Item{Key: "sandbox", Algorithm: limit.SlidingWindow, Limit: tenant.SandboxAllotment, Window: limit.Every(30 * 24 * time.Hour), Cost: 1}, layer: admission.LayerSandbox})
 		case effective.MonthlyChecks != nil:
 			ceilings = append(ceilings, layerItem{
 				Item:    counter.Item{Key: "allotment", Algorithm: limit.FixedWindow, Limit: *effective.MonthlyChecks, Window: limit.Month, Cost: 1},
-				layer:   LayerAllotment,
+				layer:   admission.LayerAllotment,
 				payment: tenant.HeldToStarter(t),
 				plan:    effective.Name,
 			})
@@ -237,7 +238,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 			for _, u := range spent {
 				g.leases.giveBack(u)
 			}
-			return g.refuse(ctx, req, v, Refusal{
+			return g.refuse(ctx, req, v, admission.Refusal{
 				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
 				RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, PaymentRequired: c.payment, Plan: c.plan, Key: c.Key,
 			}), nil
@@ -256,13 +257,13 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining + granted - 1, Window: windowLength(c.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
 	}
 	v.Allowed = true
-	var refusals []Refusal
+	var refusals []admission.Refusal
 	v.Items = make([]ItemVerdict, 0, len(pols))
 	for i, p := range pols {
 		d := res.Decisions[creq.Ceilings+i]
 		iv := ItemVerdict{Policy: p.name, Decision: d, Window: windowLength(p.Window, res.Now), Shadow: p.shadow}
 		if !d.Allowed {
-			refusals = append(refusals, Refusal{Layer: LayerPolicy, Policy: p.name, Limit: p.Limit, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: p.Key, Shadow: p.shadow, AlertAfter: p.alertAfter})
+			refusals = append(refusals, admission.Refusal{Layer: admission.LayerPolicy, Policy: p.name, Limit: p.Limit, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: p.Key, Shadow: p.shadow, AlertAfter: p.alertAfter})
 			// A shadow policy reports what it would decide (this item's
 			// allowed) and never refuses the check (the answer's allowed).
 			if !p.shadow {
@@ -279,10 +280,10 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 
 // answer counts and reports v, which no ceiling refused, as the pipeline's
 // answer: allowed, or refused by the tenant's policies.
-func (g *Gate) answer(ctx context.Context, req Request, v Verdict, degraded bool, refusals []Refusal) Verdict {
-	outcome := OutcomeAllowed
+func (g *Gate) answer(ctx context.Context, req Request, v Verdict, degraded bool, refusals []admission.Refusal) Verdict {
+	outcome := admission.OutcomeAllowed
 	if !v.Allowed {
-		outcome = LayerPolicy
+		outcome = admission.LayerPolicy
 	}
 	g.met.answered(v.Allowed, degraded)
 	g.observe(ctx, req, v, outcome, degraded, refusals)
@@ -295,21 +296,21 @@ func (g *Gate) storeCheck(ctx context.Context, tenantID string, req counter.Requ
 }
 
 // refuse records a ceiling's refusal and returns the verdict carrying it.
-func (g *Gate) refuse(ctx context.Context, req Request, v Verdict, r Refusal) Verdict {
+func (g *Gate) refuse(ctx context.Context, req Request, v Verdict, r admission.Refusal) Verdict {
 	v.Refusal = &r
 	v.Allowed = false
 	g.met.refused[r.Layer].Inc()
 	if v.Tenant.ID != "" {
-		g.observe(ctx, req, v, r.Layer, r.Degraded, []Refusal{r})
+		g.observe(ctx, req, v, r.Layer, r.Degraded, []admission.Refusal{r})
 	}
 	return v
 }
 
-func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome string, degraded bool, refusals []Refusal) {
+func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome string, degraded bool, refusals []admission.Refusal) {
 	if g.cfg.Observer == nil {
 		return
 	}
-	g.cfg.Observer.Observe(ctx, Event{
+	g.cfg.Observer.Observe(ctx, admission.Event{
 		At: g.cfg.Now(), TenantID: v.Tenant.ID, KeyID: v.Key.ID, Live: !v.Key.Test, Route: req.Route,
 		Checked: req.Check != nil || req.Lease != nil, Outcome: outcome, Degraded: degraded, Refusals: refusals,
 	})

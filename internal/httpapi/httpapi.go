@@ -20,6 +20,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/metrics"
@@ -201,7 +202,7 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			c.Response().Header().Set("Retry-After", "1")
 		}
 		if errors.Is(err, gate.ErrBusy) {
-			c.Response().Header().Set("X-RateLimit-Layer", gate.LayerInflight)
+			c.Response().Header().Set("X-RateLimit-Layer", admission.LayerInflight)
 		}
 		sendProblem(c, p)
 	}
