@@ -1,8 +1,8 @@
 package gate
 
-// Leases of concurrency policies: a tenant's slots in flight (not to be
-// confused with lease.go's leases of ceiling units, which an instance takes
-// from the service's own counters). A tenant holds at most
+// Leases of concurrency policies: a tenant's slots in flight, the only
+// leases in Tollgate (the ceiling units an instance takes ahead are
+// advances, advance.go). A tenant holds at most
 // Config.TenantMaxLeases of them at once, across policies and subjects. A policy of algorithm "concurrency"
 // admits at most its limit of holders in flight per subject (or in all,
 // scope global). Acquiring a lease is admitted like a check: Admit runs the

@@ -11,10 +11,11 @@
 // request's first items (counter.Request.Ceilings), so they count every call
 // that passes them even when a policy then refuses.
 //
-// What is exact and what is leased: a tenant's policies are decided in the
-// counter store on every check, exactly, in one round trip. The service's
-// own shared ceilings (per-IP L2, quotas, allotment, sandbox) are leased
-// (lease.go): an instance takes blocks of units from their counters in the
+// What is exact and what is taken in advance: a tenant's policies are
+// decided in the counter store on every check, exactly, in one round trip.
+// The service's own shared ceilings (per-IP L2, quotas, allotment, sandbox)
+// are taken in advance (advance.go): an instance takes advances, blocks of
+// units, from their counters in the
 // round trips of checks that need the store anyway and spends them
 // locally, so that the store sees about one write per check; the fleet
 // never admits more than a ceiling's limit, and under-admits only by what
@@ -32,7 +33,7 @@
 // Where things are: gate.go configures a Gate; pipeline.go runs Admit;
 // validate.go checks a check's items and makes their counter keys (the
 // digests of subjects and client addresses); degraded.go answers without the
-// shared store; lease.go leases the ceilings' units to this instance;
+// shared store; advance.go advances the ceilings' units to this instance;
 // concurrency.go holds the leases of concurrency policies; inflight.go
 // bounds each tenant's work in progress and wildcard matching; breaker.go
 // is the circuit breaker; clientkeys.go caches a client's keys; public.go

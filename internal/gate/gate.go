@@ -41,7 +41,7 @@ type Config struct {
 	// keys that failed to authenticate, none of which leave the process.
 	// Its clock should be Now. The caller closes it.
 	Local counter.Store
-	// Leases holds the leases of concurrency policies (lease.go); nil means
+	// Leases holds the leases of concurrency policies (concurrency.go); nil means
 	// Store, which every counter store is.
 	Leases   counter.Leaser
 	Tenants  TenantSource
@@ -110,10 +110,10 @@ const DefaultTenantMaxLeases = 10_000
 
 // Gate runs the admission pipeline. It is safe for concurrent use.
 type Gate struct {
-	cfg     Config
-	leases  *leases
-	clients *clientKeyCache
-	met     instruments
+	cfg      Config
+	advances *advances
+	clients  *clientKeyCache
+	met      instruments
 	// digest is HMAC-SHA-256 under the pepper, domain-separated by kind
 	// ("subject", "ip").
 	digest   *digest.Digester
@@ -172,7 +172,7 @@ func New(cfg Config) (*Gate, error) {
 	return &Gate{
 		cfg:      cfg,
 		met:      newInstruments(cfg.Metrics, cfg.StoreName),
-		leases:   newLeases(),
+		advances: newAdvances(),
 		clients:  newClientKeyCache(),
 		digest:   digest.New(cfg.Pepper),
 		l1:       cfg.Local,
@@ -199,7 +199,7 @@ type Request struct {
 	Bearer string
 	// Check is the /v1/check body; nil for other routes.
 	Check *Check
-	// Lease is the POST /v1/leases body; nil for other routes (lease.go).
+	// Lease is the POST /v1/leases body; nil for other routes (concurrency.go).
 	Lease *Lease
 }
 

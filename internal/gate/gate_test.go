@@ -760,7 +760,7 @@ func (c *stepClock) read() time.Time {
 func quotaRun(t *testing.T, gates int, quota int64, n int, step time.Duration) (admitted, ceilingItems int) {
 	t.Helper()
 	// The store's clock stands still in the middle of a minute: the runs'
-	// virtual minutes are the gates' (their leases' rates and ends), and on
+	// virtual minutes are the gates' (their advances' rates and ends), and on
 	// the wall clock a run across a minute's end would find the quota's
 	// counter afresh and admit twice.
 	storeNow := time.Date(2026, 12, 1, 10, 0, 30, 0, time.UTC)
@@ -800,10 +800,10 @@ func quotaRun(t *testing.T, gates int, quota int64, n int, step time.Duration) (
 	return admitted, ceilingItems
 }
 
-// TestLeasedCeilingsOnOneInstanceAreExact: an instance alone spends every
-// unit it leases, so its quota admits exactly its limit however fast the
+// TestCeilingAdvancesOnOneInstanceAreExact: an instance alone spends every
+// unit it takes in advance, so its quota admits exactly its limit however fast the
 // traffic (the 61st request at 60 a minute is refused).
-func TestLeasedCeilingsOnOneInstanceAreExact(t *testing.T) {
+func TestCeilingAdvancesOnOneInstanceAreExact(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		quota int64
@@ -820,12 +820,12 @@ func TestLeasedCeilingsOnOneInstanceAreExact(t *testing.T) {
 	}
 }
 
-// TestLeasedCeilingsAcrossInstances: instances under-admit only by what
+// TestCeilingAdvancesAcrossInstances: instances under-admit only by what
 // the others hold when the counter runs out, and never over-admit: at 300
 // a minute, two instances alternating admit at least 294; at 120,000 a
 // minute, at least 99 %. And the ceilings cost the store a small fraction
 // of an item per check.
-func TestLeasedCeilingsAcrossInstances(t *testing.T) {
+func TestCeilingAdvancesAcrossInstances(t *testing.T) {
 	t.Parallel()
 	admitted, _ := quotaRun(t, 2, 300, 1000, time.Millisecond)
 	if admitted < 294 || admitted > 300 {
@@ -836,17 +836,17 @@ func TestLeasedCeilingsAcrossInstances(t *testing.T) {
 		t.Errorf("two instances at 120,000 a minute: %d admitted, want 118,800 to 120,000", admitted)
 	}
 	// Three ceilings (per-IP, quota minute and hour), each of which would
-	// cost an item per check without leases.
+	// cost an item per check without advances.
 	if perCheck := float64(items) / 130_000; perCheck > 0.2 {
 		t.Errorf("%.2f ceiling items per check sent to the store", perCheck)
 	}
 	t.Logf("120,000 a minute over two instances: %d admitted, %.3f ceiling items per check", admitted, float64(items)/130_000)
 }
 
-// TestLeasedCeilingsUnderConcurrency: many requests at once on instances
+// TestCeilingAdvancesUnderConcurrency: many requests at once on instances
 // sharing a store: one instance admits exactly its quota, two never more
 // and nearly all of it.
-func TestLeasedCeilingsUnderConcurrency(t *testing.T) {
+func TestCeilingAdvancesUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	run := func(gates int, quota int64, n int) int64 {
 		// Virtual time within one minute: 1 µs a reading, the shared

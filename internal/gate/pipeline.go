@@ -22,12 +22,12 @@ type layerItem struct {
 	layer, scope string
 	payment      bool
 	plan         string
-	// lease names the ceiling's lease; at is the index of its items in the
-	// counter request, -1 when its lease served it, and size the units its
+	// advance names the ceiling's advance; at is the index of its items in the
+	// counter request, -1 when its advance served it, and size the units its
 	// items asked for.
-	lease leaseID
-	at    int
-	size  int64
+	advance advanceID
+	at      int
+	size    int64
 }
 
 // Admit runs the pipeline. Errors: tenant.ErrUnauthorized for a bad key,
@@ -144,7 +144,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		layerItem{Item: counter.Item{Key: "quota:minute", Algorithm: limit.FixedWindow, Limit: qMin, Window: limit.Every(time.Minute), Cost: 1}, layer: admission.LayerQuota, scope: "minute"},
 		layerItem{Item: counter.Item{Key: "quota:hour", Algorithm: limit.FixedWindow, Limit: qHour, Window: limit.Every(time.Hour), Cost: 1}, layer: admission.LayerQuota, scope: "hour"},
 	)
-	// A lease counts toward the allotments as a check does.
+	// A /v1/leases acquire counts toward the allotments as a check does.
 	if req.Check != nil || req.Lease != nil {
 		switch {
 		case key.Test:
@@ -178,12 +178,12 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		}
 	}
 
-	// Each ceiling spends a unit of this instance's lease on its counter
-	// when it has one (lease.go), or goes to the store in this request,
-	// renewing the lease on the way. The policies always go to the store,
+	// Each ceiling spends a unit of this instance's advance on its counter
+	// when it has one (advance.go), or goes to the store in this request,
+	// renewing the advance on the way. The policies always go to the store,
 	// exact per check.
 	// The items are gathered on the stack and sent in a slice of their
-	// exact size: with the ceilings leased, most checks send one item.
+	// exact size: with the ceilings advanced, most checks send one item.
 	var itemBuf [16]counter.Item
 	items := itemBuf[:0]
 	creq := counter.Request{Group: t.ID}
@@ -191,29 +191,29 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		creq.Mode = req.Check.Mode
 	}
 	var spentBuf [4]*units
-	spent := spentBuf[:0] // lease units spent here, given back if a ceiling refuses
+	spent := spentBuf[:0] // advance units spent here, given back if a ceiling refuses
 	for i := range ceilings {
 		c := &ceilings[i]
 		// A plan may allow more than a counter holds; beyond MaxLimit a
 		// ceiling is as good as none.
 		c.Limit = min(c.Limit, limit.MaxLimit)
-		c.lease = leaseID{t.ID, c.Key}
-		if ok, remaining, resetIn, from := g.leases.take(c.lease, now); ok {
+		c.advance = advanceID{t.ID, c.Key}
+		if ok, remaining, resetIn, from := g.advances.take(c.advance, now); ok {
 			spent = append(spent, from)
 			c.at = -1
 			v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining, Window: windowLength(c.Window, now), ResetIn: resetIn})
 			continue
 		}
 		c.at = len(items)
-		c.size = g.leases.size(c.lease, now, leaseEnd(c.Window, now, now))
-		items = append(items, leasedItems(c.Item, c.size)...)
+		c.size = g.advances.size(c.advance, now, advanceEnd(c.Window, now, now))
+		items = append(items, advanceItems(c.Item, c.size)...)
 	}
 	creq.Ceilings = len(items)
 	for _, p := range pols {
 		items = append(items, p.Item)
 	}
 	if len(items) == 0 {
-		// Every ceiling was served from its lease and there is no policy:
+		// Every ceiling was served from its advance and there is no policy:
 		// nothing for the store to decide.
 		v.Allowed = true
 		return g.answer(ctx, req, v, false, nil), nil
@@ -234,9 +234,9 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		}
 		if d := res.Decisions[c.at]; !d.Allowed {
 			// The store counted none of the ceilings: give back what the
-			// leases spent.
+			// advances spent.
 			for _, u := range spent {
-				g.leases.giveBack(u)
+				g.advances.giveBack(u)
 			}
 			return g.refuse(ctx, req, v, admission.Refusal{
 				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
@@ -253,7 +253,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		if top := c.at + 1; c.size > 1 && res.Decisions[top].Allowed {
 			granted, remaining = 1+creq.Items[top].Cost, res.Decisions[top].Remaining
 		}
-		g.leases.grant(c.lease, now, leaseEnd(c.Window, now, res.Now), c.Limit, granted, remaining)
+		g.advances.grant(c.advance, now, advanceEnd(c.Window, now, res.Now), c.Limit, granted, remaining)
 		v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining + granted - 1, Window: windowLength(c.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
 	}
 	v.Allowed = true

@@ -30,7 +30,9 @@ func decodeCheckFast(body []byte) (chk *gate.Check, ok bool) {
 	c := new(oneItemCheck)
 	c.Items = c.one[:0]
 	var seenMode, seenItems bool
-	if !d.peek('}') {
+	// An empty object is consumed here, and refused by the closing brace
+	// below: decodeJSON answers it.
+	if !d.byte('}') {
 		for {
 			key, ok := d.str()
 			if !ok || !d.byte(':') {
@@ -112,9 +114,6 @@ func (d *fastDecoder) byte(c byte) bool {
 	}
 	return false
 }
-
-// peek consumes c, after white space, if it is next, like byte.
-func (d *fastDecoder) peek(c byte) bool { return d.byte(c) }
 
 // str reads a string without escapes: valid UTF-8, no control characters
 // (encoding/json would reject those, or replace bytes of invalid UTF-8).
