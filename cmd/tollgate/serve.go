@@ -145,7 +145,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	dash, err := dashboard.New(dashboard.Config{
 		Logger: log, Accounts: pgstore.NewAdmins(pool), Tenants: pgstore.NewTenants(pool), Policies: policies,
 		Usage: usageRec, Audit: audit.NewLog(auditStore), Traffic: trafficStore,
-		Webhooks: bill, Billing: bill, Counter: store, Local: signIns, Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
+		Webhooks: bill, Billing: bill, SignInLimiter: gate.NewLimiter("sign-in limiter", store, signIns, log), Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
 		Changed: invalidate,
 	})
 	if err != nil {
@@ -182,8 +182,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 		Instruments: met,
 		PublicURL:   cfg.PublicURL,
 		BillingKey:  billingKey(cfg.Pepper),
-		Counter:     store,
-		Local:       linkOpens,
+		LinkLimiter: gate.NewLimiter("billing link limits", store, linkOpens, log),
 		// Billing with Stripe.
 		Billing:        bill,
 		StripeWebhooks: stripeWebhooks,

@@ -115,13 +115,14 @@ const (
 	ruleClientStd      = "the client imports the standard library only, so net/http apps pull in nothing else"
 	ruleClientDeps     = "the client's sub-packages import only the standard library and Echo"
 	ruleAdmission      = "admission imports the standard library only"
+	ruleWebCounters    = "the HTTP layers count through the gate, never with counter or limit"
 	ruleObservers      = "the observers and the database adapter learn what the gate decided from admission, never from gate"
 )
 
 var rules = []string{
 	ruleLimit, ruleCounter, ruleWeb, ruleSqlc, ruleAdapters, ruleTestOnly,
 	ruleAdapterWeb, ruleDrivers, ruleCmd, ruleClientInternal, ruleClientStd, ruleClientDeps,
-	ruleAdmission, ruleObservers,
+	ruleAdmission, ruleObservers, ruleWebCounters,
 }
 
 // TestRulesAreDocumented fails when docs/architecture.md does not name a
@@ -178,6 +179,8 @@ func TestImportArrows(t *testing.T) {
 				t.Errorf("%s imports %s: %s", rel, imp, ruleClientStd)
 			case hasPrefix(p.ImportPath, observers) && hasPrefix(imp, []string{mod + "internal/gate"}):
 				t.Errorf("%s imports %s: %s", rel, imp, ruleObservers)
+			case hasPrefix(p.ImportPath, webLayers) && (imp == mod+"internal/counter" || imp == mod+"internal/limit"):
+				t.Errorf("%s imports %s: %s", rel, imp, ruleWebCounters)
 			case isClient && !isStd(imp) && !ours && !hasPrefix(imp, clientDeps):
 				t.Errorf("%s imports %s: %s (%v)", rel, imp, ruleClientDeps, clientDeps)
 			}

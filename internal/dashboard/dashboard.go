@@ -25,8 +25,8 @@ import (
 	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/digest"
+	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
@@ -90,7 +90,7 @@ type AuditLog interface {
 }
 
 // Config is what the dashboard calls. Accounts, Tenants, Policies, Usage,
-// Audit, Traffic, Counter, Local and Pepper are required.
+// Audit, Traffic, SignInLimiter and Pepper are required.
 type Config struct {
 	Logger   *slog.Logger
 	Accounts admin.Store
@@ -108,14 +108,10 @@ type Config struct {
 	// Leases counts a tenant's leases in flight per concurrency policy
 	// (*gate.Gate); nil shows them as unavailable.
 	Leases LeaseCounter
-	// Counter is the shared counter store the sign-in limiter counts in, so
-	// that its limits hold across instances; when it is unavailable the
-	// limiter counts in this instance's memory.
-	Counter counter.Store
-	// Local is this instance's in-memory counter store (counter/memory,
-	// bounded), where the sign-in limiter counts while Counter is
-	// unavailable. The caller closes it.
-	Local counter.Store
+	// SignInLimiter counts sign-ins against their limits: in the shared
+	// counter store, so that they hold across instances, else in this
+	// instance's memory (gate.NewLimiter).
+	SignInLimiter *gate.Limiter
 	// Pepper keys the HMACs that turn client IPs and emails into counter
 	// keys.
 	Pepper []byte
@@ -166,7 +162,7 @@ type Dashboard struct {
 func New(cfg Config) (*Dashboard, error) {
 	switch {
 	case cfg.Accounts == nil, cfg.Tenants == nil, cfg.Policies == nil, cfg.Usage == nil,
-		cfg.Audit == nil, cfg.Traffic == nil, cfg.Counter == nil, cfg.Local == nil:
+		cfg.Audit == nil, cfg.Traffic == nil, cfg.SignInLimiter == nil:
 		return nil, errors.New("dashboard: a required store is missing")
 	case len(cfg.Pepper) == 0:
 		return nil, errors.New("dashboard: no pepper")
@@ -195,7 +191,7 @@ func New(cfg Config) (*Dashboard, error) {
 	cfg.StripeDashboardURL = strings.TrimRight(cfg.StripeDashboardURL, "/")
 	return &Dashboard{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, touchEvery: min(time.Minute, cfg.IdleTimeout/2),
-		limiter: &limiter{shared: cfg.Counter, local: cfg.Local, digest: digest.New(cfg.Pepper), log: cfg.Logger},
+		limiter: &limiter{Limiter: cfg.SignInLimiter, digest: digest.New(cfg.Pepper)},
 	}, nil
 }
 

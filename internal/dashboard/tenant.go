@@ -13,7 +13,6 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
@@ -207,7 +206,7 @@ func policyRows(td tenantData) []web.PolicyRow {
 			Name: p.Name, Limit: count(p.Limit), Window: policy.FormatWindow(p.Window), Algorithm: p.Algorithm.String(),
 			Scope: string(p.Scope), FailMode: string(p.FailMode), Shadow: p.Shadow, AlertAfter: "never",
 		}
-		if p.Algorithm == limit.Concurrency {
+		if p.Concurrent() {
 			row.Concurrency, row.Window, row.InFlight = true, "none", "in flight: unavailable"
 			if n, ok := td.inFlight[p.Name]; ok {
 				row.InFlight = count(n) + " in flight across subjects"
@@ -312,7 +311,7 @@ func monthChart(days []traffic.DayCount, ms, now time.Time, allotment *int64) we
 func (d *Dashboard) leasesInFlight(ctx context.Context, tenantID string, pols []policy.Policy) map[string]int64 {
 	var names []string
 	for _, p := range pols {
-		if p.Algorithm == limit.Concurrency {
+		if p.Concurrent() {
 			names = append(names, p.Name)
 		}
 	}

@@ -205,9 +205,26 @@ type Request struct {
 
 // Check is the body of a /v1/check call.
 type Check struct {
-	Mode  counter.Mode
+	Mode  Mode
 	Items []Item
 }
+
+// Mode is how a check counts: Consume, or Peek, which answers without
+// counting. The gate's callers speak of it without the counter contract.
+type Mode = counter.Mode
+
+const (
+	Consume = counter.Consume
+	Peek    = counter.Peek
+)
+
+// The counter store's answers the gate passes on, for its callers to tell
+// apart (errors.Is): a counter store that could not answer (a Limiter's
+// too), a lease that is gone.
+var (
+	ErrStoreUnavailable = counter.ErrUnavailable
+	ErrNoLease          = counter.ErrNoLease
+)
 
 // Item is one policy to check for one subject.
 type Item struct {

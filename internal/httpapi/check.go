@@ -18,7 +18,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/admission"
-	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
@@ -177,9 +176,9 @@ func parseCheck(c echo.Context) (*gate.Check, error) {
 	chk := &gate.Check{}
 	switch b.Mode {
 	case "", "consume":
-		chk.Mode = counter.Consume
+		chk.Mode = gate.Consume
 	case "peek":
-		chk.Mode = counter.Peek
+		chk.Mode = gate.Peek
 	default:
 		return nil, &badRequest{field: "mode", reason: `want "consume" or "peek"`}
 	}

@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/gate"
 )
 
@@ -49,9 +48,9 @@ func decodeCheckFast(body []byte) (chk *gate.Check, ok bool) {
 				case !ok:
 					return nil, false
 				case mode == "" || mode == "consume":
-					c.Mode = counter.Consume
+					c.Mode = gate.Consume
 				case mode == "peek":
-					c.Mode = counter.Peek
+					c.Mode = gate.Peek
 				default:
 					return nil, false
 				}

@@ -15,8 +15,8 @@ import (
 
 // LeaseGate is what the lease and reset routes call besides Admit: a
 // *gate.Gate. Errors: *policy.FieldError and *policy.NotFoundError for the
-// client's mistakes, counter.ErrNoLease for a lease that is gone,
-// counter.ErrUnavailable.
+// client's mistakes, gate.ErrNoLease for a lease that is gone,
+// gate.ErrStoreUnavailable.
 type LeaseGate interface {
 	Release(ctx context.Context, tenantID string, test bool, id string) error
 	Renew(ctx context.Context, tenantID string, test bool, id string, ttl time.Duration) (time.Time, error)
