@@ -5,8 +5,8 @@ package gate
 // advances, advance.go). A tenant holds at most
 // Config.TenantMaxLeases of them at once, across policies and subjects. A policy of algorithm "concurrency"
 // admits at most its limit of holders in flight per subject (or in all,
-// scope global). Acquiring a lease is admitted like a check: Admit runs the
-// pipeline with the Request's Lease, the ceilings count it (the allotment
+// scope global). Acquiring a lease is admitted like a check: Acquire runs the
+// pipeline's first steps with the Request's Lease, the ceilings count it (the allotment
 // included), and the lease is taken in the same round trip as the ceilings
 // (counter.Leaser.Acquire), which go to the store whole: an acquire needs
 // the store anyway. Releasing and renewing take no new slot: their routes
@@ -134,9 +134,8 @@ func leasePolicy(set policy.Set, name string) (policy.Policy, error) {
 	return p, nil
 }
 
-// acquire is Admit's last step for a Request with a Lease, once the
-// ceilings that run in memory have passed: the shared ceilings and the
-// lease in one round trip.
+// acquire is Acquire's last step, once the ceilings that run in memory
+// have passed: the shared ceilings and the lease in one round trip.
 func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []layerItem, now time.Time) (Verdict, error) {
 	t, test, l := v.Tenant, v.Key.Test, req.Lease
 	if g.cfg.Leases == nil {
