@@ -84,7 +84,7 @@ var clientDeps = []string{"github.com/labstack/echo/v4"}
 var testOnly = []string{
 	mod + "internal/pgtest", mod + "internal/redistest", mod + "internal/faultnet",
 	mod + "internal/counter/countertest", mod + "internal/billing/stripeapi/stripemocktest",
-	mod + "internal/eventually", mod + "internal/logbuf",
+	mod + "internal/eventually", mod + "internal/logbuf", mod + "internal/bintest",
 }
 
 // drivers may be imported by adapters only.
