@@ -6,7 +6,7 @@ GO    ?= go
 # for a race (the body budget's, the keys' last use) run under it too.
 RACE_PKGS := ./internal/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
 
-.PHONY: run test soak generate check-generated build bench deps vet lint-openapi
+.PHONY: run test soak generate check-generated build bench bench-batch deps vet lint-openapi
 
 ## run: build and serve on :8080 (embedded PostgreSQL unless DATABASE_URL is set)
 run: build
@@ -65,6 +65,10 @@ check-generated:
 ## bench: the counter-store benchmarks quoted in docs/benchmarks.md
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/counter/... ./internal/limit/
+
+## bench-batch: batched checks through the Go client against one check per request and a bare handler (scripts/bench-batch.sh)
+bench-batch:
+	scripts/bench-batch.sh
 
 deps:
 	@scripts/deps.sh postgres redis
