@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
@@ -52,7 +53,8 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 	}
 	expired := s.expiry(time.Now())
 	s.mu.Unlock()
-	go s.send(calls, now)
+	// send filters what it is given in place; calls stays the caller's.
+	go s.send(slices.Clone(calls), now)
 	for k, c := range calls {
 		i := at[k]
 		if err := s.await(ctx, c.done, expired); err != nil {
