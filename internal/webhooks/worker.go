@@ -37,6 +37,9 @@ type WorkerConfig struct {
 	// Poll is how often the outbox is read when nothing woke the worker
 	// (default 1 s): retries fall due without a notification.
 	Poll time.Duration
+	// Retries are the waits after each failed attempt (default
+	// RetryDelays, about 3 days); the attempt after the last is given up.
+	Retries []time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -65,6 +68,9 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Retries == nil {
+		cfg.Retries = RetryDelays
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -158,7 +164,7 @@ func (w *Worker) deliver(ctx context.Context, j Job) {
 	if o.Error == "" {
 		err = w.cfg.Store.Delivered(ctx, j.DeliveryID, o)
 	} else {
-		err = w.cfg.Store.Failed(ctx, j.DeliveryID, o, nextAttempt(j.Attempt, w.cfg.Now()))
+		err = w.cfg.Store.Failed(ctx, j.DeliveryID, o, nextAttempt(w.cfg.Retries, j.Attempt, w.cfg.Now()))
 	}
 	if err != nil {
 		// The claim runs out and another attempt follows: at least once.
@@ -262,10 +268,10 @@ func excerpt(b []byte) string {
 	return string(b)
 }
 
-// retryDelays are the waits after each failed attempt: seconds, then
+// RetryDelays are the waits after each failed attempt: seconds, then
 // minutes, then hours, about 3 days (DisableAfter) in all; the attempt
 // after the last is given up.
-var retryDelays = []time.Duration{
+var RetryDelays = []time.Duration{
 	5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, 30 * time.Minute,
 	time.Hour, 2 * time.Hour, 4 * time.Hour, 8 * time.Hour,
 	12 * time.Hour, 12 * time.Hour, 12 * time.Hour, 12 * time.Hour, 12 * time.Hour,
@@ -275,11 +281,11 @@ var retryDelays = []time.Duration{
 // tried again, each wait off by up to a fifth either way so that the
 // deliveries of one outage do not come back together; zero when it is
 // given up.
-func nextAttempt(attempt int, now time.Time) time.Time {
-	if attempt < 1 || attempt > len(retryDelays) {
+func nextAttempt(delays []time.Duration, attempt int, now time.Time) time.Time {
+	if attempt < 1 || attempt > len(delays) {
 		return time.Time{}
 	}
-	d := retryDelays[attempt-1]
+	d := delays[attempt-1]
 	jitter := time.Duration(rand.Int64N(int64(d)*2/5+1)) - d/5
 	return now.Add(d + jitter)
 }
