@@ -159,7 +159,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 		Logger: log, Accounts: pgstore.NewAdmins(pool), Tenants: pgstore.NewTenants(pool), Policies: policies,
 		Usage: usageRec, Audit: audit.NewLog(auditStore), Traffic: trafficStore,
 		Webhooks: bill, Billing: bill, Counter: store, Local: signIns, Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
-		Changed: invalidate,
+		Changed:   invalidate,
+		Endpoints: hooks,
 	})
 	if err != nil {
 		return err
