@@ -43,6 +43,10 @@ UPDATE webhook_deliveries AS d
 SET status = 'sending', attempts = d.attempts + 1, next_attempt_at = $1, last_attempt_at = now()
 FROM picked, webhook_events AS ev, webhook_endpoints AS e
 WHERE d.id = picked.id AND ev.id = d.event_id AND e.id = d.endpoint_id
+  -- Checked again on the row's latest version: an instance whose
+  -- snapshot predates another's claim (it locked the endpoint just after
+  -- that claim committed) must not claim the same delivery.
+  AND d.next_attempt_at <= now()
 RETURNING d.id, d.attempts, d.tenant_id, ev.id AS event_id, ev.type, ev.data, ev.created_at AS event_at,
     e.id AS endpoint_id, e.url, e.secret, e.previous_secret, e.previous_expires_at
 `
