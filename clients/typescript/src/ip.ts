@@ -212,3 +212,17 @@ function resolve(
   // Every hop is trusted: the farthest is the best guess.
   return parseHop(hops[0]!);
 }
+
+/** headerAddress keys a request by the address in one header that a proxy
+ * in front of the app sets (x-real-ip, or the last hop of x-forwarded-for,
+ * the one the proxy appended), for runtimes that show no TCP peer. */
+export function headerAddress(name: string, ipv6Prefix = 64): AddressKey {
+  const h = name.trim().toLowerCase();
+  const bits = ipv6Prefix > 0 && ipv6Prefix <= 128 ? ipv6Prefix : 64;
+  return (req) => {
+    const hops = (req.headers.get(h) ?? "").split(",");
+    const a = parseHop(hops[hops.length - 1]!);
+    if (!a) return "";
+    return format(a.length === 16 ? mask(a, bits) : a);
+  };
+}

@@ -1,4 +1,5 @@
 import { NextResponse } from "next/server.js";
+import { headerAddress } from "./ip.js";
 import { type LimitOptions, Limiter, type Outcome } from "./limit.js";
 
 export { type LimitOptions, UNKEYED } from "./limit.js";
@@ -10,10 +11,12 @@ export { type LimitOptions, UNKEYED } from "./limit.js";
  * ones go on, their answer carrying RateLimit-Policy and RateLimit.
  * TOLLGATE_URL and TOLLGATE_KEY are read from process.env unless given.
  *
- * The client's address: on Vercel say `platform: "vercel"` (x-real-ip);
- * under `next start` the middleware sees no socket, and the address is the
- * last hop of X-Forwarded-For, which Next.js's own server appends, with
- * `trustedProxies` walked past as for any proxy.
+ * A Next.js middleware sees no TCP peer, and `next start` passes on the
+ * X-Forwarded-For a client sent, so keying by address needs one of: on
+ * Vercel, `platform: "vercel"` (x-real-ip, which Vercel's edge sets); behind
+ * a proxy of your own, `header` naming the header it sets to the client's
+ * address ("x-real-ip", or "x-forwarded-for" whose last hop it appends).
+ * Without either, rateLimit throws rather than key by what clients choose.
  */
 export function rateLimit(opts: LimitOptions): (req: Request) => Promise<Response> {
   const decide = nextLimiter(opts);
@@ -26,14 +29,15 @@ export function rateLimit(opts: LimitOptions): (req: Request) => Promise<Respons
 /** nextLimiter is rateLimit's decision alone, for a middleware that does more
  * than limit: send `response` when there is one, else go on with `headers`. */
 export function nextLimiter(opts: LimitOptions): (req: Request) => Promise<Outcome> {
-  const l = new Limiter(opts);
-  return (req) => l.decide(req, opts.platform ? undefined : lastHop(req));
-}
-
-/** The hop Next.js's server appended to X-Forwarded-For: its TCP peer. */
-function lastHop(req: Request): string | undefined {
-  const xff = req.headers.get("x-forwarded-for");
-  if (!xff) return undefined;
-  const hops = xff.split(",");
-  return hops[hops.length - 1]!.trim();
+  let o = opts;
+  if ((opts.by ?? "ip") === "ip" && !opts.platform) {
+    if (!opts.header) {
+      throw new TypeError(
+        'tollgate: a Next.js middleware sees no client address: say platform: "vercel" on Vercel, header: the header your proxy sets, or key by something else',
+      );
+    }
+    o = { ...opts, by: headerAddress(opts.header, opts.ipv6Prefix) };
+  }
+  const l = new Limiter(o);
+  return (req) => l.decide(req);
 }
