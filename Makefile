@@ -15,8 +15,8 @@ run: build
 
 ## test: every test, against real PostgreSQL and Redis (found or started)
 test: check-generated vet lint-openapi
-	@scripts/deps.sh postgres redis chromium
-	$(GO) test -count=1 -timeout 8m -skip 'TestNoisyNeighbour|TestLeaseBurst|TestLeaseFlood|TestFaultSuite' $$($(GO) list ./... | grep -v /browsertest$$)
+	@scripts/deps.sh postgres redis chromium node
+	$(GO) test -count=1 -timeout 8m -skip 'TestNoisyNeighbour|TestLeaseBurst|TestLeaseFlood|TestFaultSuite' $$($(GO) list ./... | grep -v -e /browsertest$$ -e /clients/typescript$$)
 	@# The browser suite and the noisy-neighbour tests run alone: one Chromium
 	@# beside the black-box suite would squeeze its timing on 2 cores, and
 	@# the noisy neighbours' attackers (and the lease burst) load both cores,
@@ -27,6 +27,9 @@ test: check-generated vet lint-openapi
 	@# of instances, and its invariants hold the timing of every answer.
 	$(GO) test -count=1 -timeout 6m -run 'TestFaultSuite' ./blackbox/
 	$(GO) test -count=1 -timeout 8m -race -run 'Conformance|Property|Concurr|Catalog|Recorder|Race|Breaker' $(RACE_PKGS)
+	@# The TypeScript client's suite runs last and alone: Node.js, workerd and
+	@# a Next.js build (kept while its inputs are unchanged) load both cores.
+	$(GO) test -count=1 -timeout 8m ./clients/typescript/
 
 ## soak: the fault suite's phases, cycle after cycle, for DURATION (make soak DURATION=30m)
 DURATION ?= 30m
