@@ -58,6 +58,9 @@ lint-openapi:
 generate:
 	$(GO) tool sqlc generate
 	$(GO) tool templ generate -include-version=false
+	@# The TypeScript client's types come from the OpenAPI document.
+	@scripts/deps.sh node
+	cd clients/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run --silent generate
 
 ## check-generated: fail when committed generated code differs from its sources
 check-generated:

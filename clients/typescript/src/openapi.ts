@@ -125,6 +125,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/check/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Make many independent checks in one request
+         * @description Up to 1,000 checks, of at most 4,000 items in all, in a body of at most 1 MiB, each with its own `mode` and items and its own all-or-nothing decision. `results[i]` is exactly the body `POST /v1/check` answers `checks[i]` alone: its decision (per-item fields and all), or the problem of a refusal by Tollgate's own ceilings (`status` 429 or 402 in the object). Nothing gets cheaper: every check counts against the per-IP limit (shared with `/v1/check`), the quotas and the monthly or sandbox allotment as one check, and the tenant's work in progress weighs the batch by its items. The counter store decides every check of the batch in one round trip. A batch that cannot be decided whole (too many checks or items, a malformed check, an unknown policy) is answered 400 naming the check and its field (`checks[3].items[0].policy`), and nothing of it is counted. A 429 or 402 answer refuses the batch whole, before any of its checks was decided. The answer carries no RateLimit fields: each result speaks for its check.
+         */
+        post: operations["checkBatch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/usage": {
         parameters: {
             query?: never;
@@ -297,6 +317,176 @@ export interface paths {
          * @description Clears the subject's counter of the policy, as if it had never been counted ("unlock the account after support verified the user"); for a policy of algorithm `concurrency`, drops the subject's leases (their holders get 404 when they renew or release). A live key resets the live counter, a test key the sandbox's: test keys may call it. Every reset is written to the audit log (kind `counter_reset`) with the key's id and the subject's digest, never the subject. 404 for a policy the tenant does not have; 400 naming `subject` for a policy of scope `global`, which counts no subject.
          */
         delete: operations["resetSubject"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the tenant's webhook endpoints */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * Register a webhook endpoint
+         * @description At most 5 per tenant. The answer holds the signing secret, shown this once. Deliveries are signed per the Standard Webhooks specification (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of id.timestamp.body>`), retried with exponential backoff and jitter for 3 days; an endpoint failing for 3 days is disabled, and `/v1/usage` says why.
+         */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** Read a webhook endpoint */
+        get: operations["getWebhook"];
+        put?: never;
+        post?: never;
+        /** Delete a webhook endpoint and its delivery log */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Give an endpoint a new signing secret
+         * @description The previous secret signs too for 24 hours (two signatures in `webhook-signature`), while receivers move to the new one.
+         */
+        post: operations["rotateWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Send a test.ping event to an endpoint */
+        post: operations["testWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/enable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Enable an endpoint (forgets its failures) */
+        post: operations["enableWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/disable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Disable an endpoint: its deliveries wait, new events are not queued for it */
+        post: operations["disableWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * An endpoint's delivery log
+         * @description The last 100 deliveries, newest first: status, attempts, latency, next retry.
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries/{delivery}/resend": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+                /** @description The delivery's id. */
+                delivery: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Send a delivered or failed delivery again */
+        post: operations["resendWebhookDelivery"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -569,6 +759,12 @@ export interface components {
                 last_at?: string;
                 shadow?: boolean;
             }[];
+            /** @description The tenant's disabled webhook endpoints and why. */
+            webhooks_disabled?: {
+                id: string;
+                url: string;
+                reason: string;
+            }[];
         };
         /** @description An RFC 9457 problem. */
         Problem: {
@@ -730,6 +926,220 @@ export interface components {
              * @description The new expiry: now + ttl (to the millisecond, rounded down).
              */
             expires_at: string;
+        };
+        /** @enum {string} */
+        WebhookEventType: "alert.triggered" | "alert.resolved" | "allotment.threshold" | "plan.changed" | "key.revoked";
+        WebhookEndpointInput: {
+            /** @description An https:// URL (http:// and private or loopback addresses only where the operator set TOLLGATE_WEBHOOK_ALLOW_PRIVATE). Addresses are checked again when each delivery connects, after DNS; redirects are not followed. */
+            url: string;
+            events: components["schemas"]["WebhookEventType"][];
+        };
+        WebhookEndpoint: {
+            id: string;
+            tenant_id: string;
+            url: string;
+            events: components["schemas"]["WebhookEventType"][];
+            enabled: boolean;
+            /** @description Who or what disabled the endpoint: the tenant, an operator, or Tollgate after 3 days of failed deliveries. */
+            disabled_reason?: string;
+            /**
+             * Format: date-time
+             * @description The first failed delivery since the last one that succeeded.
+             */
+            failing_since?: string;
+            /**
+             * Format: date-time
+             * @description Until then, deliveries are signed with the secret before the last rotation too.
+             */
+            previous_secret_expires_at?: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        WebhookEndpointWithSecret: components["schemas"]["WebhookEndpoint"] & {
+            /** @description The signing secret, `whsec_` and base64: shown this once. Give it to a Standard Webhooks library to verify deliveries. */
+            secret: string;
+        };
+        WebhookEndpointList: {
+            webhooks: components["schemas"]["WebhookEndpoint"][];
+        };
+        WebhookDelivery: {
+            id: string;
+            /** @description `msg_` and this is the delivery's `webhook-id`, the same at every attempt. */
+            event_id: string;
+            event_type: string;
+            /** @enum {string} */
+            status: "pending" | "sending" | "retrying" | "delivered" | "failed";
+            attempts: number;
+            /** Format: date-time */
+            next_attempt_at?: string | null;
+            /** Format: date-time */
+            last_attempt_at?: string | null;
+            last_status_code?: number | null;
+            last_latency_ms?: number | null;
+            last_error?: string;
+            /** @description At most 256 bytes of the receiver's last answer. */
+            response_excerpt?: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            delivered_at?: string | null;
+        };
+        WebhookDeliveryList: {
+            deliveries: components["schemas"]["WebhookDelivery"][];
+        };
+        /** @description A subject of a policy with `alert_after` was refused that many times within 24 hours (one event per subject, policy and UTC day; `subject_digest` `*` for the day's aggregate of subjects past the alert budget). */
+        AlertTriggeredEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "alert.triggered";
+            /**
+             * Format: date-time
+             * @description When the event happened.
+             */
+            timestamp: string;
+            tenant_id: string;
+            data: {
+                policy: string;
+                subject_digest: string;
+                /** Format: int64 */
+                count: number;
+                /** Format: int64 */
+                threshold: number;
+                /** Format: date */
+                day: string;
+                /** Format: date-time */
+                first_at?: string;
+                shadow?: boolean;
+                /** Format: int64 */
+                subjects?: number;
+            };
+        };
+        /** @description A subject that raised an alert went a whole UTC day without a refusal (sent within a minute or so after that day ends). */
+        AlertResolvedEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "alert.resolved";
+            /**
+             * Format: date-time
+             * @description When the event happened.
+             */
+            timestamp: string;
+            tenant_id: string;
+            data: {
+                policy: string;
+                subject_digest: string;
+                /**
+                 * Format: date
+                 * @description The alert's day.
+                 */
+                day: string;
+                /**
+                 * Format: date
+                 * @description The first whole UTC day without refusals.
+                 */
+                resolved_on: string;
+            };
+        };
+        /** @description The month's live checks reached 50, 80 or 100 % of the effective plan's allotment: once each per tenant and calendar month. */
+        AllotmentThresholdEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "allotment.threshold";
+            /**
+             * Format: date-time
+             * @description When the event happened.
+             */
+            timestamp: string;
+            tenant_id: string;
+            data: {
+                /** @enum {integer} */
+                percent: 50 | 80 | 100;
+                /** Format: int64 */
+                checks_used: number;
+                /** Format: int64 */
+                checks_allotment: number;
+                /** Format: date-time */
+                period_start?: string;
+                /** Format: date-time */
+                period_end?: string;
+            };
+        };
+        /** @description The effective plan (whose limits apply) changed, and why. */
+        PlanChangedEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "plan.changed";
+            /**
+             * Format: date-time
+             * @description When the event happened.
+             */
+            timestamp: string;
+            tenant_id: string;
+            data: {
+                /** @description The plan bought. */
+                plan: string;
+                effective_plan: string;
+                previous_effective_plan: string;
+                billing_status: string;
+                /** @enum {string} */
+                reason: "payment_failed" | "subscription_canceled" | "payment_recovered" | "upgraded" | "downgraded" | "changed";
+            };
+        };
+        /** @description An API key of the tenant was revoked. */
+        KeyRevokedEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "key.revoked";
+            /**
+             * Format: date-time
+             * @description When the event happened.
+             */
+            timestamp: string;
+            tenant_id: string;
+            data: {
+                key_id: string;
+                key_prefix: string;
+                test: boolean;
+                /** Format: date-time */
+                revoked_at: string;
+            };
+        };
+        /** @description Sent to one endpoint by `POST /v1/webhooks/{id}/test`. */
+        TestPingEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "test.ping";
+            /**
+             * Format: date-time
+             * @description When the event happened.
+             */
+            timestamp: string;
+            tenant_id: string;
+            data: {
+                endpoint_id: string;
+            };
+        };
+        /** @description The body of every delivery: Standard Webhooks' `type`, `timestamp` and `data`, and the tenant. */
+        WebhookEvent: components["schemas"]["AlertTriggeredEvent"] | components["schemas"]["AlertResolvedEvent"] | components["schemas"]["AllotmentThresholdEvent"] | components["schemas"]["PlanChangedEvent"] | components["schemas"]["KeyRevokedEvent"] | components["schemas"]["TestPingEvent"];
+        CheckBatchRequest: {
+            /** @description The checks, each a `POST /v1/check` body; at most 4,000 items in all. */
+            checks: components["schemas"]["CheckRequest"][];
+        };
+        CheckBatchResponse: {
+            /** @description `results[i]` answers `checks[i]`. */
+            results: (components["schemas"]["CheckResponse"] | components["schemas"]["QuotaExceededProblem"] | components["schemas"]["PaymentRequiredProblem"])[];
         };
     };
     responses: {
@@ -1154,6 +1564,36 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    checkBatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CheckBatchRequest"];
+            };
+        };
+        responses: {
+            /** @description One result per check, in order. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckBatchResponse"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
+            402: components["responses"]["PaymentRequired"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     usage: {
         parameters: {
             query?: never;
@@ -1440,6 +1880,372 @@ export interface operations {
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoints, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEndpointInput"];
+            };
+        };
+        responses: {
+            /** @description Registered. */
+            201: {
+                headers: {
+                    /** @description The endpoint's address. */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointWithSecret"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TestKeyReadOnly"];
+            /** @description The tenant has 5 endpoints already (`too-many-webhooks`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such endpoint or delivery of this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TestKeyReadOnly"];
+            /** @description No such endpoint or delivery of this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    rotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint and its new secret, shown this once. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointWithSecret"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TestKeyReadOnly"];
+            /** @description No such endpoint or delivery of this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    testWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Queued; its delivery is in the log. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDelivery"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TestKeyReadOnly"];
+            /** @description No such endpoint or delivery of this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    enableWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TestKeyReadOnly"];
+            /** @description No such endpoint or delivery of this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    disableWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TestKeyReadOnly"];
+            /** @description No such endpoint or delivery of this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The log. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such endpoint or delivery of this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    resendWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id. */
+                id: string;
+                /** @description The delivery's id. */
+                delivery: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Due now, with a fresh schedule of retries. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TestKeyReadOnly"];
+            /** @description No such endpoint or delivery of this tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The delivery is waiting or being sent (`delivery-in-progress`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
