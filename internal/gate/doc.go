@@ -47,7 +47,17 @@
 //	  acquire           the shared ceilings and the lease in one
 //	                    counter.Leaser call (concurrency.go)
 //
-// Admit hands a Request with a Lease to Acquire, and Acquire one without
+//	AdmitBatch (POST /v1/check/batch, batch.go)
+//	  Admit's pass up to authenticate, for the request as a whole
+//	  reserveWork       the work of every check at once
+//	  batchItems        each check's policy items
+//	  batchRequests     per check: ipL1, sharedCeilings, storeRequest
+//	  batchSettle       one counter.CheckBatch; each check degraded or
+//	                    settled as Admit's
+//
+// The steps live in pipeline.go, each small enough to read on its own
+// (admitWork is reserveWork for one check; ceilings is ipL1 then
+// sharedCeilings). Admit hands a Request with a Lease to Acquire, and Acquire one without
 // (a malformed body) to Admit. Everything a step needs that is not in the
 // passage is on the Gate; the buffers of the common check (ceilings,
 // policy items, counter items) live on Admit's stack, so that a check

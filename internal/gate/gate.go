@@ -201,6 +201,9 @@ type Request struct {
 	Check *Check
 	// Lease is the POST /v1/leases body; nil for other routes (concurrency.go).
 	Lease *Lease
+	// batch stops Admit once the key is known: AdmitBatch takes the rest
+	// check by check (batch.go).
+	batch bool
 }
 
 // Check is the body of a /v1/check call.

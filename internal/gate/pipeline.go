@@ -119,7 +119,8 @@ func (g *Gate) pass(ctx context.Context, p *passage, out []layerItem) (ceilings 
 	if g.enter(ctx, p) || g.preAuthenticate(ctx, p) {
 		return nil, held{}, true, nil
 	}
-	if err := g.authenticate(ctx, p); err != nil {
+	if err := g.authenticate(ctx, p); err != nil || p.req.batch {
+		// A batch's checks take the rest one by one (AdmitBatch).
 		return nil, held{}, true, err
 	}
 	if work, stop, err = g.admitWork(ctx, p); stop {
@@ -209,16 +210,24 @@ func (g *Gate) authenticate(ctx context.Context, p *passage) error {
 // matchWait it is refused. stop reports that p.v (a refusal) or err is the
 // answer; otherwise the caller releases work.
 func (g *Gate) admitWork(ctx context.Context, p *passage) (work held, stop bool, err error) {
-	t, c := p.v.Tenant, p.req.Check
-	weight := int64(1)
-	if c != nil {
-		if p.set, err = g.cfg.Policies.For(ctx, t.ID); err != nil {
-			return held{}, true, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, t.ID, err)
-		}
-		weight = checkWeight(p.set, c)
+	c := p.req.Check
+	if c == nil {
+		return g.reserveWork(ctx, p, 1, 1)
 	}
-	if c != nil && weight > int64(len(c.Items)) {
-		p.matchEstimate = time.Duration(weight-int64(len(c.Items))) * wildcardTries * tryCost
+	if p.set, err = g.cfg.Policies.For(ctx, p.v.Tenant.ID); err != nil {
+		return held{}, true, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, p.v.Tenant.ID, err)
+	}
+	return g.reserveWork(ctx, p, checkWeight(p.set, c), int64(len(c.Items)))
+}
+
+// reserveWork takes weight units of the tenant's work in progress for
+// items; a weight beyond the items is wildcard tries, whose matching time
+// is reserved first (p.matchEstimate). stop reports that p.v (a refusal)
+// or err is the answer; otherwise the caller releases work.
+func (g *Gate) reserveWork(ctx context.Context, p *passage, weight, items int64) (work held, stop bool, err error) {
+	t := p.v.Tenant
+	if weight > items {
+		p.matchEstimate = time.Duration(weight-items) * wildcardTries * tryCost
 		retry, ok, err := g.awaitMatching(ctx, t.ID, p.matchEstimate)
 		if err != nil {
 			return held{}, true, err
@@ -237,21 +246,38 @@ func (g *Gate) admitWork(ctx context.Context, p *passage) (work held, stop bool,
 }
 
 // ceilings runs the per-IP L1, a local damper before the shared counter,
-// and appends the shared ceilings to out: per-IP L2, the tenant's quotas
-// and, for a check or a lease, the allotment (or the sandbox's). stop
-// reports that p.v (a refusal) or err is the answer.
+// and appends the shared ceilings to out (sharedCeilings). stop reports
+// that p.v (a refusal) or err is the answer.
 func (g *Gate) ceilings(ctx context.Context, p *passage, out []layerItem) (_ []layerItem, stop bool, _ error) {
 	t := p.v.Tenant
 	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
 	if err != nil {
 		return nil, true, fmt.Errorf("%w: effective plan of tenant %s: %w", ErrUnavailable, t.ID, err)
 	}
-	ipLimit := ipPerMinute(t, effective)
-	ipKey := p.client.route(p.req.Route)
-	if d := g.l1Check(ctx, p.now, t.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute)); !d.Allowed {
-		p.v = g.refuse(ctx, p.req, p.v, admission.Refusal{Layer: admission.LayerIP, Limit: ipLimit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: ipKey})
+	ipLimit, ipKey := ipPerMinute(t, effective), p.client.route(p.req.Route)
+	if g.ipL1(ctx, p, ipKey, ipLimit) {
 		return nil, true, nil
 	}
+	// A /v1/leases acquire counts toward the allotments as a check does.
+	counted := p.req.Check != nil || p.req.Lease != nil
+	return sharedCeilings(out, t, p.v.Key, effective, ipKey, ipLimit, counted), false, nil
+}
+
+// ipL1 is the per-IP L1 in this instance's memory. It reports whether it
+// refused (p.v).
+func (g *Gate) ipL1(ctx context.Context, p *passage, ipKey string, ipLimit int64) bool {
+	d := g.l1Check(ctx, p.now, p.v.Tenant.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute))
+	if d.Allowed {
+		return false
+	}
+	p.v = g.refuse(ctx, p.req, p.v, admission.Refusal{Layer: admission.LayerIP, Limit: ipLimit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: ipKey})
+	return true
+}
+
+// sharedCeilings appends to out the shared ceilings a request passes:
+// per-IP L2, the tenant's quotas and, when counted (a check, a lease), the
+// allotment or the sandbox's.
+func sharedCeilings(out []layerItem, t tenant.Tenant, key tenant.Key, effective tenant.Plan, ipKey string, ipLimit int64, counted bool) []layerItem {
 	qMin, qHour := effective.QuotaPerMinute, effective.QuotaPerHour
 	if t.QuotaPerMinute != nil {
 		qMin = *t.QuotaPerMinute
@@ -264,12 +290,9 @@ func (g *Gate) ceilings(ctx context.Context, p *passage, out []layerItem) (_ []l
 		layerItem{Item: counter.Item{Key: "quota:minute", Algorithm: limit.FixedWindow, Limit: qMin, Window: limit.Every(time.Minute), Cost: 1}, layer: admission.LayerQuota, scope: "minute"},
 		layerItem{Item: counter.Item{Key: "quota:hour", Algorithm: limit.FixedWindow, Limit: qHour, Window: limit.Every(time.Hour), Cost: 1}, layer: admission.LayerQuota, scope: "hour"},
 	)
-	// A /v1/leases acquire counts toward the allotments as a check does.
-	if p.req.Check == nil && p.req.Lease == nil {
-		return out, false, nil
-	}
 	switch {
-	case p.v.Key.Test:
+	case !counted:
+	case key.Test:
 		out = append(out, layerItem{Item: counter.Item{Key: "sandbox", Algorithm: limit.SlidingWindow, Limit: tenant.SandboxAllotment, Window: limit.Every(30 * 24 * time.Hour), Cost: 1}, layer: admission.LayerSandbox})
 	case effective.MonthlyChecks != nil:
 		out = append(out, layerItem{
@@ -279,7 +302,7 @@ func (g *Gate) ceilings(ctx context.Context, p *passage, out []layerItem) (_ []l
 			plan:    effective.Name,
 		})
 	}
-	return out, false, nil
+	return out
 }
 
 // ipPerMinute is the tenant's per-IP limit: its own, else its plan's, else
