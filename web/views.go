@@ -264,8 +264,8 @@ type LinkCustomerForm struct {
 	Error    string
 }
 
-// OutcomeOption is a choice of the webhook outcome filter.
-type OutcomeOption struct {
+// Option is a choice of a select (the webhook outcome filter, the audit kind filter).
+type Option struct {
 	Value, Label string
 	Selected     bool
 }
@@ -275,7 +275,7 @@ type WebhooksView struct {
 	Chrome
 	// Unavailable, when set, says why there is no log on this server.
 	Unavailable string
-	Outcomes    []OutcomeOption
+	Outcomes    []Option
 	Rows        []WebhookRow
 	Selected    *WebhookDetail
 	NextHref    string
@@ -300,19 +300,34 @@ type PlansView struct {
 
 // AuditRow is one audit entry.
 type AuditRow struct {
-	ID, At, Actor, Kind, Detail string
-	Tenant, TenantHref          string
-	// Flood marks an entry that stands for many first refusals past the
-	// tenant's budget; Detail then says so in a sentence.
-	Flood bool
+	ID, At, Actor, Kind string
+	Tenant, TenantHref  string
+	// Detail is the entry's detail, one pair a line.
+	Detail []KV
+	// Flood, when set, stands for many first refusals past the tenant's
+	// budget, in a sentence; Detail is then empty.
+	Flood string
+}
+
+// KV is one "key: value" line.
+type KV struct{ Key, Value string }
+
+// Tab is one of a page's views.
+type Tab struct {
+	Label, Href, TestID string
+	Current             bool
 }
 
 // AuditView is the audit log.
 type AuditView struct {
 	Chrome
+	// View is "changes" or "refusals"; Tabs link to both.
+	View                     string
+	Tabs                     []Tab
 	TenantFilter, KindFilter string
-	Kinds                    []string
-	Rows                     []AuditRow
-	NextHref                 string
-	Empty                    string
+	// Kinds are the view's kinds, for the filter.
+	Kinds    []Option
+	Rows     []AuditRow
+	NextHref string
+	Empty    string
 }

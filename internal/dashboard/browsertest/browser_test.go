@@ -452,7 +452,7 @@ func TestDashboardInChromium(t *testing.T) {
 
 	// Signed out, the dashboard sends the browser to sign in.
 	b.open("/admin", "login-form")
-	b.screenshot("01-login")
+	b.survey([]surveyPage{{"01-login", "/admin/login", "login-form"}})
 
 	// Wrong passwords are refused; the ninth failure of one account within
 	// 15 minutes is refused by the limiter before its password is tried,
@@ -495,14 +495,12 @@ func TestDashboardInChromium(t *testing.T) {
 	if n := b.count(`[data-testid="chart-day"] svg rect.band`); n < 1 {
 		t.Errorf("day chart: %d degraded bands, want one at least", n)
 	}
-	b.screenshot("03-overview")
 
 	// Tenants: the list, and a search.
 	b.click("nav-tenants", "tenant-table")
 	if n := b.count(`[data-testid="tenant-row"]`); n != 2 {
 		t.Errorf("tenant list: %d rows, want 2", n)
 	}
-	b.screenshot("04-tenants")
 	b.do("type a search", chromedp.SetValue(chromedp.ID("q"), "acme"))
 	b.submit("search tenants", chromedp.Submit(chromedp.ID("q")), chromedp.WaitVisible(tid("tenant-table")))
 	if n := b.count(`[data-testid="tenant-row"]`); n != 1 {
@@ -518,7 +516,6 @@ func TestDashboardInChromium(t *testing.T) {
 	if b.count(`[data-testid="chart-tenant-minutes"] svg path`) == 0 {
 		t.Error("the tenant's minute chart draws nothing")
 	}
-	b.screenshot("05-tenant")
 	if n := b.count(`[data-testid="api-reference"][href="/docs"]`); n != 1 {
 		t.Errorf("the tenant page links to the API reference %d times, want once", n)
 	}
@@ -570,18 +567,25 @@ func TestDashboardInChromium(t *testing.T) {
 	if got := b.text("webhook-payload"); !strings.Contains(got, `"object": "event"`) {
 		t.Errorf("payload view shows %q", got)
 	}
-	b.screenshot("07-webhooks")
 	b.click("nav-plans", "plans")
 	if n := b.count(`[data-testid="plan-row"]`); n != 5 {
 		t.Errorf("plan table: %d rows, want 5", n)
 	}
-	b.screenshot("08-plans")
 	b.open("/admin/audit?tenant="+url.QueryEscape(acme.TenantID)+"&kind=tenant_limits_changed", "audit")
 	if got := b.text("audit-actor"); got != "ops@example.com" {
 		t.Errorf("audit entry of the limit change by %q", got)
 	}
 	b.click("nav-audit", "audit")
-	b.screenshot("09-audit")
+
+	// Every page, at a phone's width and a laptop's.
+	b.survey([]surveyPage{
+		{"03-overview", "/admin", "chart-hour"},
+		{"04-tenants", "/admin/tenants", "tenant-table"},
+		{"05-tenant", "/admin/tenants/" + acme.TenantID, "limits-form"},
+		{"07-webhooks", "/admin/webhooks/evt_1QdemoStranger", "webhook-payload"},
+		{"08-plans", "/admin/plans", "plans"},
+		{"09-audit", "/admin/audit", "audit"},
+	})
 
 	// Sign out: the session is gone.
 	b.click("sign-out", "login-notice")
