@@ -1,5 +1,7 @@
 package web
 
+import "github.com/a-h/templ"
+
 // The view models of the operators' dashboard (/admin). Handlers in
 // internal/dashboard fill them with display-ready strings: the components
 // format nothing but what Chart and HBars draw.
@@ -176,6 +178,12 @@ type PolicyRow struct {
 	Shadow                                          bool
 	AlertAfter                                      string
 	Overrides                                       []OverrideRow
+	// Edit replaces the policy; DeleteAction deletes it and its overrides.
+	Edit         PolicyForm
+	DeleteAction string
+	// NewOverride adds or replaces an override; nil for a policy of scope
+	// global, which has none.
+	NewOverride *OverrideForm
 	// Concurrency marks a policy of algorithm concurrency: InFlight says
 	// its leases in flight (or that the store did not say), and Meter, for
 	// scope global, how full it is, from 0 to 1.
@@ -187,6 +195,33 @@ type PolicyRow struct {
 // OverrideRow is one override of a policy.
 type OverrideRow struct {
 	Pattern, Limit, Expires string
+	// DeleteAction deletes it (the pattern goes in the form).
+	DeleteAction string
+}
+
+// PolicyForm creates or replaces a policy: the fields of PUT
+// /v1/policies/{name}, as typed, and what was wrong with them.
+type PolicyForm struct {
+	Action string
+	// ID prefixes the form's element ids.
+	ID string
+	// New marks the form that creates a policy: it asks for the name.
+	New                                                         bool
+	Name, Limit, Window, Algorithm, Scope, FailMode, AlertAfter string
+	Shadow                                                      bool
+	// Error says why the form was not saved; ErrorField names the field at
+	// fault ("limit", "window", …), empty when no one field is.
+	Error, ErrorField string
+	// Open shows the form unfolded (after an error).
+	Open bool
+}
+
+// OverrideForm adds or replaces an override of a policy.
+type OverrideForm struct {
+	Action, ID                string
+	Pattern, Limit, ExpiresAt string
+	Error, ErrorField         string
+	Open                      bool
 }
 
 // AlertRow is an alert of a tenant.
@@ -235,8 +270,10 @@ type TenantView struct {
 	CreateKeyAction   string
 	Limits            LimitsForm
 	Policies          []PolicyRow
-	Alerts            []AlertRow
-	Events            []WebhookRow
+	// NewPolicy creates a policy.
+	NewPolicy PolicyForm
+	Alerts    []AlertRow
+	Events    []WebhookRow
 	// EventsNote explains an empty or unavailable event list.
 	EventsNote string
 	AuditHref  string
@@ -330,4 +367,13 @@ type AuditView struct {
 	Rows     []AuditRow
 	NextHref string
 	Empty    string
+}
+
+// fieldAttrs marks the input of field as invalid and described by its
+// form's error when the error is about that field.
+func fieldAttrs(errField, field, formID string) templ.Attributes {
+	if errField == "" || errField != field {
+		return templ.Attributes{}
+	}
+	return templ.Attributes{"aria-invalid": "true", "aria-describedby": formID + "-error"}
 }

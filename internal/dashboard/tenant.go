@@ -34,10 +34,14 @@ func (d *Dashboard) tenantPage(c echo.Context, s *signedIn) error {
 // flashes are the confirmations a redirect may ask for: fixed sentences,
 // so that a link cannot make the dashboard say anything else.
 var flashes = map[string]string{
-	"limits":  "Limits saved. Every instance applies them within a second.",
-	"revoked": "Key revoked. The API refuses it from now on.",
-	"plan":    "Plan saved. Every instance applies it within a second.",
-	"linked":  "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
+	"limits":           "Limits saved. Every instance applies them within a second.",
+	"revoked":          "Key revoked. The API refuses it from now on.",
+	"plan":             "Plan saved. Every instance applies it within a second.",
+	"linked":           "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
+	"policy":           "Policy saved. Every instance applies it within a second.",
+	"policy-deleted":   "Policy deleted, with its overrides.",
+	"override":         "Override saved. Every instance applies it within a second.",
+	"override-deleted": "Override deleted.",
 }
 
 // tenantData is what a tenant's page shows, fetched in one place
@@ -164,6 +168,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 		v.Limits.LastChange = fmt.Sprintf("Last changed by %s at %s.", td.lastChange[0].Actor, when(td.lastChange[0].At))
 	}
 	v.Policies = policyRows(td)
+	v.NewPolicy = newPolicyForm(t.ID)
 	v.Alerts = alertRows(td.report.Alerts)
 
 	if d.cfg.Webhooks == nil {
@@ -228,6 +233,7 @@ func policyRows(td tenantData) []web.PolicyRow {
 			}
 			row.Overrides = append(row.Overrides, web.OverrideRow{Pattern: o.Pattern, Limit: count(o.Limit), Expires: exp})
 		}
+		policyForms(td.t.ID, p, &row)
 		rows = append(rows, row)
 	}
 	return rows
