@@ -88,7 +88,7 @@ type chartGeometry struct {
 
 var (
 	wideChart   = chartGeometry{w: 1000, h: 260, left: 64, right: 16, top: 14, bottom: 44, tickGap: 60}
-	narrowChart = chartGeometry{w: 340, h: 230, left: 46, right: 10, top: 12, bottom: 42, tickGap: 46}
+	narrowChart = chartGeometry{w: 340, h: 230, left: 46, right: 20, top: 12, bottom: 42, tickGap: 46}
 )
 
 // Plot is a Chart's geometry, ready to draw.
@@ -254,9 +254,15 @@ func (c Chart) plot(g chartGeometry) Plot {
 	}
 	for _, l := range c.Lines {
 		ly := y(l.Value)
+		// The label sits above its line, or below it when above would
+		// leave the picture (a line at the top of the scale).
+		labelY := ly - 6
+		if labelY < 13 {
+			labelY = ly + 16
+		}
 		p.Lines = append(p.Lines, PlotLine{
 			X1: num(chartLeft), X2: num(chartLeft + plotW), Y: num(ly), Class: l.Class, Label: l.Label,
-			LabelX: num(chartLeft + 8), LabelY: num(ly - 6),
+			LabelX: num(chartLeft + 8), LabelY: num(labelY),
 		})
 	}
 	return p

@@ -160,6 +160,28 @@ func check(t *testing.T, base, key, ip, policy, subject string) *http.Response {
 	return api(t, http.MethodPost, base+"/v1/check", key, ip, fmt.Sprintf(`{"items":[{"policy":%q,"subject":%q}]}`, policy, subject))
 }
 
+// allowed reports whether a check of one item was allowed (200 with
+// allowed true; a policy's refusal is 200 with allowed false).
+func allowed(t *testing.T, base, key, ip, policy, subject string) bool {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/check", strings.NewReader(fmt.Sprintf(`{"items":[{"policy":%q,"subject":%q}]}`, policy, subject)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Forwarded-For", ip)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Allowed bool `json:"allowed"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("check %s of %s: %d, %v", policy, subject, resp.StatusCode, err)
+	}
+	return v.Allowed
+}
+
 // chromium finds the browser: TOLLGATE_CHROMIUM, Debian's /usr/bin/chromium,
 // or chromium on the PATH. It fails, never skips, without one.
 func chromium(t *testing.T) string {
@@ -312,6 +334,13 @@ func (b *browser) open(path, waitFor string) {
 // screenshot saves a picture of the whole page as name.png.
 func (b *browser) screenshot(name string) {
 	b.t.Helper()
+	// A full-page picture lays the page out as tall as it is, without the
+	// vertical scroll bar, but keeps the width measured with it: without
+	// the bar from the start, the picture is the whole width, as on a
+	// phone, whose scroll bars take no room.
+	if _, err := chromedp.Run(b.ctx, chromedp.Evaluate[any](`document.documentElement.style.scrollbarWidth = "none"`)); err != nil {
+		b.t.Fatalf("hide the scroll bar: %v", err)
+	}
 	b.screenshotWith(name, chromedp.FullScreenshot(100))
 }
 
@@ -534,6 +563,38 @@ func TestDashboardInChromium(t *testing.T) {
 	if r.StatusCode != http.StatusTooManyRequests || r.Header.Get("X-RateLimit-Layer") != "ip" || r.Header.Get("X-RateLimit-Limit") != "5" {
 		t.Fatalf("sixth check from %s: %d layer %q limit %q, want 429 from the ip layer at 5",
 			limitIP, r.StatusCode, r.Header.Get("X-RateLimit-Layer"), r.Header.Get("X-RateLimit-Limit"))
+	}
+
+	// A policy created on the page applies to the API at once; a mistake
+	// is shown next to its form, in the API's words, with what was typed.
+	b.open("/admin/tenants/"+acme.TenantID, "new-policy")
+	b.do("open the new policy form", chromedp.Click(`[data-testid="new-policy"] summary`, chromedp.NodeVisible),
+		chromedp.SetValue(chromedp.ID("new-policy-name"), "export"),
+		chromedp.SetValue(chromedp.ID("new-policy-limit"), "2"),
+		chromedp.SetValue(chromedp.ID("new-policy-window"), "1 minute"))
+	b.click("create-policy", "policy-error")
+	if got := b.text("policy-error"); !strings.HasPrefix(got, `Not saved: window must be a duration from "1s"`) {
+		t.Errorf("inline error %q", got)
+	}
+	b.screenshot("05-tenant-policy-error")
+	for _, v := range b.axe() {
+		t.Errorf("the policy form with its error: axe-core %s (%s): %s, at %s", v.ID, v.Impact, v.Help, strings.Join(v.Targets, "; "))
+	}
+	b.do("fix the window", chromedp.SetValue(chromedp.ID("new-policy-window"), "1h"))
+	b.click("create-policy", "flash")
+	b.do("open the policy's changes", chromedp.Click(`[data-policy="export"] summary`, chromedp.NodeVisible),
+		chromedp.SetValue(chromedp.ID("override-export-pattern"), "vip-*"),
+		chromedp.SetValue(chromedp.ID("override-export-limit"), "4"))
+	b.click("save-override", "flash")
+	// Each check from an address of its own: Acme's per-IP limit is 5 now.
+	n := 0
+	for subject, limit := range map[string]int{"acct-1": 2, "vip-1": 4} {
+		for i := 1; i <= limit+1; i++ {
+			n++
+			if got, want := allowed(t, base, acme.LiveKey, fmt.Sprintf("198.51.100.%d", n), "export", subject), i <= limit; got != want {
+				t.Fatalf("export check %d of %s: allowed %t, want %t", i, subject, got, want)
+			}
+		}
 	}
 
 	// A key created on the page is shown once and works; revoked, the API
