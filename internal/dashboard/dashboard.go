@@ -98,6 +98,9 @@ type Config struct {
 	// Webhooks is the Stripe event log; nil shows the webhook pages empty,
 	// with what to configure.
 	Webhooks WebhookLog
+	// Endpoints are the tenants' outbound webhook endpoints, listed on a
+	// tenant's page where an operator may disable one; nil lists none.
+	Endpoints Endpoints
 	// Billing links the customers of events held as unknown_customer; nil
 	// offers no link form.
 	Billing CustomerLinker
@@ -235,6 +238,7 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.GET("/tenants/:id", d.page(d.tenantPage))
 	g.POST("/tenants/:id/keys", d.page(d.createKey))
 	g.POST("/tenants/:id/keys/:key/revoke", d.page(d.revokeKey))
+	g.POST("/tenants/:id/endpoints/:endpoint/disable", d.page(d.disableEndpoint))
 	g.POST("/tenants/:id/limits", d.page(d.setLimits))
 	g.POST("/tenants/:id/policies", d.page(d.putPolicy))
 	g.POST("/tenants/:id/policies/:name/delete", d.page(d.deletePolicy))

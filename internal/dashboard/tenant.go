@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/internal/usage"
+	"github.com/tollgate/tollgate/internal/webhooks"
 	"github.com/tollgate/tollgate/web"
 )
 
@@ -34,14 +35,15 @@ func (d *Dashboard) tenantPage(c echo.Context, s *signedIn) error {
 // flashes are the confirmations a redirect may ask for: fixed sentences,
 // so that a link cannot make the dashboard say anything else.
 var flashes = map[string]string{
-	"limits":           "Limits saved. Every instance applies them within a second.",
-	"revoked":          "Key revoked. The API refuses it from now on.",
-	"plan":             "Plan saved. Every instance applies it within a second.",
-	"linked":           "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
-	"policy":           "Policy saved. Every instance applies it within a second.",
-	"policy-deleted":   "Policy deleted, with its overrides.",
-	"override":         "Override saved. Every instance applies it within a second.",
-	"override-deleted": "Override deleted.",
+	"limits":            "Limits saved. Every instance applies them within a second.",
+	"revoked":           "Key revoked. The API refuses it from now on.",
+	"endpoint-disabled": "Webhook endpoint disabled. Its deliveries wait until the tenant enables it again.",
+	"plan":              "Plan saved. Every instance applies it within a second.",
+	"linked":            "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
+	"policy":            "Policy saved. Every instance applies it within a second.",
+	"policy-deleted":    "Policy deleted, with its overrides.",
+	"override":          "Override saved. Every instance applies it within a second.",
+	"override-deleted":  "Override deleted.",
 }
 
 // tenantData is what a tenant's page shows, fetched in one place
@@ -66,6 +68,9 @@ type tenantData struct {
 	// events are the tenant's latest Stripe events; nil without the
 	// webhook log.
 	events []billing.EventRecord
+	// endpoints are the tenant's outbound webhook endpoints; nil without
+	// Config.Endpoints.
+	endpoints []webhooks.Endpoint
 }
 
 // fetchTenant reads everything a tenant's page shows. An error names the
@@ -116,6 +121,11 @@ func (d *Dashboard) fetchTenant(ctx context.Context, id string) (tenantData, err
 	td.inFlight = d.leasesInFlight(ctx, td.t.ID, td.policies)
 	if td.lastChange, err = d.cfg.Audit.List(ctx, audit.Filter{TenantID: td.t.ID, Kind: KindLimitsChanged, Limit: 1}); err != nil {
 		return fail("last change of its limits", err)
+	}
+	if d.cfg.Endpoints != nil {
+		if td.endpoints, err = d.cfg.Endpoints.Endpoints(ctx, td.t.ID); err != nil {
+			return fail("webhook endpoints", err)
+		}
 	}
 	if d.cfg.Webhooks != nil {
 		if td.events, err = d.cfg.Webhooks.Events(ctx, billing.EventFilter{TenantID: td.t.ID, Limit: 10}); err != nil {
@@ -170,6 +180,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 	v.Policies = policyRows(td)
 	v.NewPolicy = newPolicyForm(t.ID)
 	v.Alerts = alertRows(td.report.Alerts)
+	v.Endpoints = endpointRows(t.ID, td.endpoints)
 
 	if d.cfg.Webhooks == nil {
 		v.EventsNote = webhooksUnavailable

@@ -129,6 +129,7 @@ func newTenantAPIWith(t testing.TB, dsn string, o apiOptions) *tenantAPI {
 		Gate:        g,
 		Policies:    policy.Service{Store: policies, Catalog: catalog},
 		Usage:       usageOf{rec, dir},
+		Webhooks:    testWebhooks(t, pool),
 		PublicURL:   "https://tollgate.example",
 		BillingKey:  []byte("billing-key"),
 		Local:       local,

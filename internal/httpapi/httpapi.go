@@ -93,6 +93,10 @@ type Config struct {
 	// Instruments are the collectors the HTTP layer feeds; nil feeds a set
 	// of its own.
 	Instruments *metrics.Metrics
+	// Webhooks serves /v1/webhooks, the tenant's outbound webhook
+	// endpoints, and lists the disabled ones in /v1/usage; nil serves
+	// neither.
+	Webhooks TenantWebhooks
 	// Dashboard, when set, mounts the operators' dashboard (/admin) on the
 	// same Echo, so that it shares the client-IP rules and the recovery
 	// middleware; httpapi knows nothing else of it.
@@ -128,6 +132,7 @@ func New(cfg Config) *echo.Echo {
 		v1.GET("/usage", a.usage, a.admit("usage"))
 		registerBilling(v1.Group("/billing", a.admit("billing")), a)
 		registerLeases(v1, a)
+		registerTenantWebhooks(v1.Group("/webhooks", a.admit("webhooks")), cfg.Webhooks)
 	}
 	e.GET("/billing/portal/:token", portalLink(cfg))
 	e.POST("/webhooks/stripe", stripeWebhook(cfg))

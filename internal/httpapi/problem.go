@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/webhooks"
 )
 
 // problemBase is the prefix of Tollgate's problem type URIs.
@@ -49,6 +50,12 @@ var problemKinds = []problemKind{
 	{billing.ErrNotConfigured, http.StatusServiceUnavailable, "billing-not-configured", "Billing with Stripe is not configured on this server"},
 	{billing.ErrNoCustomer, http.StatusConflict, "no-billing-account", "No billing account yet: buy a plan with POST /v1/billing/checkout"},
 	{billing.ErrProvider, http.StatusBadGateway, "payment-provider-error", "The payment provider failed; try again"},
+	// Outbound webhooks (tenanthooks.go).
+	{webhooks.ErrNotFound, http.StatusNotFound, "not-found", "Not found"},
+	{webhooks.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
+	{webhooks.ErrTooMany, http.StatusConflict, "too-many-webhooks", "A tenant may have at most 5 webhook endpoints: delete one first"},
+	{webhooks.ErrConflict, http.StatusConflict, "delivery-in-progress", "This delivery is waiting or being sent; it can be sent again once it is delivered or failed"},
+	{webhooks.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Tollgate cannot reach its database right now; retry"},
 }
 
 // clientError is an error whose words were chosen for the client that
