@@ -200,6 +200,9 @@ type Request struct {
 	Check *Check
 	// Lease is the POST /v1/leases body; nil for other routes (lease.go).
 	Lease *Lease
+	// batch stops Admit once the key is known: AdmitBatch takes the rest
+	// check by check (batch.go).
+	batch bool
 }
 
 // Check is the body of a /v1/check call.

@@ -79,6 +79,9 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		return v, err
 	}
 	v.Tenant, v.Key = t, key
+	if req.batch {
+		return v, nil
+	}
 
 	// The tenant's work in progress on this instance is bounded before any
 	// of it is done.

@@ -166,6 +166,12 @@ func parseCheck(c echo.Context) (*gate.Check, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseCheckBody(body)
+}
+
+// parseCheckBody decodes one check, a /v1/check body or one of a batch's
+// checks; every fault names its field.
+func parseCheckBody(body []byte) (*gate.Check, error) {
 	if chk, ok := decodeCheckFast(body); ok {
 		return chk, nil
 	}
@@ -279,6 +285,19 @@ func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 	// The ceiling that refused, its t Retry-After (the rule in
 	// checkanswer.go).
 	writeRateLimit(h, gate.Quota{Name: name, Limit: r.Limit, Window: r.Window}, retry)
+	p := a.refusalProblem(v)
+	body, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return c.Blob(p.Status, "application/problem+json", body)
+}
+
+// refusalProblem is the problem that answers v's refusal by a ceiling.
+func (a *api) refusalProblem(v gate.Verdict) refusalProblem {
+	r := v.Refusal
+	retry := retrySeconds(r.RetryAfter)
+	name := r.Layer
 	p := refusalProblem{
 		Type:   "https://tollgate.dev/problems/quota-exceeded",
 		Title:  "Too many requests",
@@ -309,11 +328,7 @@ func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 		p.BillingURL = a.billingURL(v.Tenant.ID)
 		p.Detail = fmt.Sprintf("The subscription is %s, so the tenant is held to the starter plan, whose %d checks this month are used up. Update the payment method at billing_url.", v.Tenant.BillingStatus, r.Limit)
 	}
-	body, err := json.Marshal(p)
-	if err != nil {
-		return err
-	}
-	return c.Blob(p.Status, "application/problem+json", body)
+	return p
 }
 
 // billingURL is the address that sends a tenant to a fresh Stripe portal

@@ -128,6 +128,7 @@ func New(cfg Config) *echo.Echo {
 		a := &api{cfg: cfg, gate: cfg.Gate}
 		v1 := e.Group("/v1")
 		v1.POST("/check", a.check)
+		v1.POST("/check/batch", a.checkBatch)
 		registerPolicies(v1.Group("", a.admit("policies")), cfg.Policies)
 		v1.GET("/usage", a.usage, a.admit("usage"))
 		registerBilling(v1.Group("/billing", a.admit("billing")), a)
