@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -120,11 +118,7 @@ func TestPoliciesAndOverridesCommands(t *testing.T) {
 	}
 
 	// In the store, and audited with the operator.
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := pgtest.PoolAt(t, dsn)
 	if ps, err := pgstore.NewPolicies(pool).ListPolicies(context.Background(), tn); err != nil || len(ps) != 0 {
 		t.Errorf("after delete: %v, %v", ps, err)
 	}

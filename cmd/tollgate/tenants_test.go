@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/tenant"
@@ -91,12 +89,7 @@ type planPrinted struct {
 // directory reads the database at dsn as serve does.
 func directory(t *testing.T, dsn string) *tenant.Directory {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return tenant.NewDirectory(tenant.DirectoryConfig{Store: pgstore.NewTenants(pool)})
+	return tenant.NewDirectory(tenant.DirectoryConfig{Store: pgstore.NewTenants(pgtest.PoolAt(t, dsn))})
 }
 
 func TestTenantAndKeyCommands(t *testing.T) {

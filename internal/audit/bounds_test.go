@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/pgtest"
 )
 
 // rowsOf counts a tenant's rows in table.
@@ -42,8 +43,8 @@ func refusalsCounted(t *testing.T, pool *pgxpool.Pool, tenantID string) int64 {
 // counted.
 func TestAlertFloodWritesBoundedRowsPerDay(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	r := newRecorder(t, pool, audit.RecorderConfig{Now: func() time.Time { return t0 }})
 	flush := func() {
 		t.Helper()
@@ -84,8 +85,8 @@ func TestAlertFloodWritesBoundedRowsPerDay(t *testing.T) {
 // as one aggregate count.
 func TestWatchedSubjectsKeepCounting(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	r, st := newCountingRecorder(t, pool, audit.RecorderConfig{WatchBudget: 3})
 	ctx := context.Background()
 	refuse := func(keys ...string) {
@@ -127,8 +128,8 @@ func TestWatchedSubjectsKeepCounting(t *testing.T) {
 // between them and count every refusal once.
 func TestWatchBudgetIsSharedByInstances(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	var wg sync.WaitGroup
 	for i := range 3 {
 		r := newRecorder(t, pool, audit.RecorderConfig{Now: func() time.Time { return t0 }})
@@ -168,8 +169,8 @@ func TestWatchBudgetIsSharedByInstances(t *testing.T) {
 // budget of its own.
 func TestResetFloodIsBoundedAcrossInstances(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	const budget = 20
 	var wg sync.WaitGroup
 	var recs []*audit.Recorder

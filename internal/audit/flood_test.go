@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/pgtest"
 )
 
 // flood observes checks refusals, each of items new subjects, of a policy
@@ -68,8 +69,8 @@ func ownAlerts(t *testing.T, pool *pgxpool.Pool, tenantID string) (own []audit.A
 // one aggregate alert counting the rest.
 func TestRefusalFloodWritesBoundedRows(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	r := newRecorder(t, pool, audit.RecorderConfig{Now: func() time.Time { return t0 }})
 	ctx := context.Background()
 	// Each flush has the time Run gives it: a flood must not make the
@@ -157,8 +158,8 @@ func TestRefusalFloodWritesBoundedRows(t *testing.T) {
 // refusal and subject once.
 func TestFloodBudgetsAreSharedByInstances(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	// Every subject is watched: the watch budget's own sharing is
 	// TestWatchBudgetIsSharedByInstances.
 	cfg := audit.RecorderConfig{AuditBudget: 30, AlertBudget: 40, WatchBudget: 10_000, Now: func() time.Time { return t0 }}
@@ -196,8 +197,8 @@ func TestFloodBudgetsAreSharedByInstances(t *testing.T) {
 // another tenant's first refusal, and its own are all counted.
 func TestFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	a, b := newTenant(t, pool), newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	a, b := pgtest.Tenant(t, pool, "starter"), pgtest.Tenant(t, pool, "starter")
 	r := newRecorder(t, pool, audit.RecorderConfig{MaxPending: 1000, Now: func() time.Time { return t0 }})
 	ctx := context.Background()
 	flood(r, a, "a", 100, 32, t0)
@@ -223,7 +224,7 @@ func TestFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
 	r = newRecorder(t, pool, audit.RecorderConfig{MaxPending: 100, MaxPendingPerTenant: 50, Now: func() time.Time { return t0 }})
 	flood(r, a, "a2", 2, 32, t0)
 	flood(r, b, "b2", 2, 32, t0)
-	c := newTenant(t, pool)
+	c := pgtest.Tenant(t, pool, "starter")
 	flood(r, c, "c2", 1, 1, t0)
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -237,8 +238,8 @@ func TestFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
 // error that left its fate unknown writes and counts nothing more.
 func TestRecordFirstRefusalsAppliesABatchOnce(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	st := pgstore.NewAudit(pool)
 	ctx := context.Background()
 	b := audit.FirstRefusalBatch{ID: uuid.NewString(), Budget: 2,
@@ -274,8 +275,8 @@ func TestPruneDeletesOldAuditEntries(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			pool := newDB(t)
-			tenant := newTenant(t, pool)
+			pool := pgtest.Pool(t)
+			tenant := pgtest.Tenant(t, pool, "starter")
 			ctx := context.Background()
 			log := audit.NewLog(pgstore.NewAudit(pool))
 			// Entries of every kind, each its age in days before t0.

@@ -169,8 +169,8 @@ func TestRefusalDetail(t *testing.T) {
 
 func TestRecorderQueuesFirstRefusalOfAWindowOnce(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant, other := newTenant(t, pool), newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant, other := pgtest.Tenant(t, pool, "starter"), pgtest.Tenant(t, pool, "starter")
 	r, st := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
 	end1, end2 := t0.Add(time.Minute), t0.Add(2*time.Minute)
@@ -214,8 +214,8 @@ func TestRecorderQueuesFirstRefusalOfAWindowOnce(t *testing.T) {
 
 func TestRecorderObserveIgnoresEventsWithoutTenantOrRefusals(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	r, _ := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	r.Observe(context.Background(), admission.Event{At: t0, Outcome: admission.LayerIP, Refusals: []admission.Refusal{{Layer: admission.LayerIP, Key: "ip", ResetAt: t0}}})
 	r.Observe(context.Background(), admission.Event{At: t0, TenantID: tenant, Outcome: admission.OutcomeAllowed})
@@ -242,8 +242,8 @@ func TestRecorderCountsOnlyPolicyRefusalsWithAlertAfter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			pool := newDB(t)
-			tenant := newTenant(t, pool)
+			pool := pgtest.Pool(t)
+			tenant := pgtest.Tenant(t, pool, "starter")
 			r, st := newCountingRecorder(t, pool, audit.RecorderConfig{})
 			ctx := context.Background()
 			for i := range 3 {
@@ -279,7 +279,7 @@ func TestRecorderCountsOnlyPolicyRefusalsWithAlertAfter(t *testing.T) {
 func TestRecorderFailedFlushKeepsEverything(t *testing.T) {
 	t.Parallel()
 	pool, proxy, direct := pgtest.NewBehindProxy(t)
-	tenant := newTenant(t, direct)
+	tenant := pgtest.Tenant(t, direct, "starter")
 	r, _ := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
 	for i := range 4 {
@@ -320,7 +320,7 @@ func TestRecorderFailedFlushKeepsEverything(t *testing.T) {
 func TestRecorderCountsLostAfterCommitCountOnce(t *testing.T) {
 	t.Parallel()
 	pool, proxy, direct := pgtest.NewBehindProxy(t)
-	tenant := newTenant(t, direct)
+	tenant := pgtest.Tenant(t, direct, "starter")
 	r, st := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
 	// The key's first refusal is written first, so that the flush below
@@ -367,8 +367,8 @@ func TestRecorderCountsLostAfterCommitCountOnce(t *testing.T) {
 
 func TestRecorderSeenMapStaysBounded(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	const maxSeen = 100
 	var now atomic.Int64 // Unix nanoseconds; Run reads it on its goroutine
 	now.Store(t0.UnixNano())
@@ -411,7 +411,7 @@ func TestRecorderSeenMapStaysBounded(t *testing.T) {
 func TestRecorderPendingStaysBoundedWhileTheStoreIsDown(t *testing.T) {
 	t.Parallel()
 	pool, proxy, direct := pgtest.NewBehindProxy(t)
-	tenant := newTenant(t, direct)
+	tenant := pgtest.Tenant(t, direct, "starter")
 	const maxPending = 50
 	r, _ := newCountingRecorder(t, pool, audit.RecorderConfig{MaxPending: maxPending})
 	ctx := context.Background()

@@ -21,27 +21,6 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func newDB(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
-func newTenant(t *testing.T, pool *pgxpool.Pool) string {
-	t.Helper()
-	var id string
-	err := pool.QueryRow(context.Background(),
-		"INSERT INTO tenants (name, plan) VALUES ('audit test', 'starter') RETURNING id::text").Scan(&id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 func newRecorder(t *testing.T, pool *pgxpool.Pool, cfg audit.RecorderConfig) *audit.Recorder {
 	t.Helper()
 	cfg.Store = pgstore.NewAudit(pool)
@@ -89,8 +68,8 @@ var t0 = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 
 func TestFirstRefusalOncePerWindowAcrossInstances(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	// Two instances; each remembers few windows, so that both keep asking
 	// the database, which must still write one entry per window.
 	a := newRecorder(t, pool, audit.RecorderConfig{FlushEvery: 2 * time.Millisecond, MaxSeen: 1})
@@ -184,8 +163,8 @@ func TestFirstRefusalOncePerWindowAcrossInstances(t *testing.T) {
 
 func TestAlertsAfterNRefusalsIn24Hours(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	a := newRecorder(t, pool, audit.RecorderConfig{})
 	b := newRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
@@ -261,15 +240,15 @@ func TestAlertsAfterNRefusalsIn24Hours(t *testing.T) {
 		t.Errorf("usage report alerts = %+v, want [%+v]", rep.Alerts, want)
 	}
 	// Alerts are per tenant.
-	if as, err := a.Alerts(ctx, newTenant(t, pool), t0.Add(-48*time.Hour), 0); err != nil || len(as) != 0 {
+	if as, err := a.Alerts(ctx, pgtest.Tenant(t, pool, "starter"), t0.Add(-48*time.Hour), 0); err != nil || len(as) != 0 {
 		t.Errorf("another tenant's alerts = %+v, %v; want none", as, err)
 	}
 }
 
 func TestPruneDeletesExpiredRows(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	now := t0
 	r := newRecorder(t, pool, audit.RecorderConfig{Now: func() time.Time { return now }})
 	ctx := context.Background()
@@ -305,8 +284,8 @@ func TestPruneDeletesExpiredRows(t *testing.T) {
 
 func TestLogRecordAndList(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant, other := newTenant(t, pool), newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant, other := pgtest.Tenant(t, pool, "starter"), pgtest.Tenant(t, pool, "starter")
 	log := audit.NewLog(pgstore.NewAudit(pool))
 	ctx := context.Background()
 	record := func(e audit.Entry) {
@@ -383,8 +362,8 @@ func TestLogRecordAndList(t *testing.T) {
 
 func TestRecorderDropsUnknownTenants(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	r := newRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
 	for _, id := range []string{tenant, "00000000-0000-0000-0000-000000000000", "nope"} {
@@ -404,8 +383,8 @@ func TestRecorderDropsUnknownTenants(t *testing.T) {
 
 func TestCountRefusalsAppliesABatchOnce(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	st := pgstore.NewAudit(pool)
 	ctx := context.Background()
 	cs := []audit.RefusalCount{{TenantID: tenant, Policy: "p", Key: "k", Hour: t0, Count: 3}}
@@ -426,8 +405,8 @@ func TestCountRefusalsAppliesABatchOnce(t *testing.T) {
 
 func TestPruneDeletesOldAlerts(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	ctx := context.Background()
 	// One alert per age, in days before t0, as RaiseAlerts would have left it.
 	for _, days := range []int{200, 91, 89, 0} {

@@ -38,7 +38,7 @@ func newWorld(t *testing.T, payments billing.Payments) *world {
 	t.Helper()
 	dsn := pgtest.New(t)
 	w := &world{t: t, dsn: dsn}
-	w.pool = openPool(t, dsn)
+	w.pool = pgtest.PoolAt(t, dsn)
 	w.tenants = pgstore.NewTenants(w.pool)
 	w.store = pgstore.NewBilling(w.pool)
 	w.svc = billing.NewService(billing.Config{Store: w.store, Tenants: w.tenants, Payments: payments, PublicURL: "https://tollgate.example"})
@@ -49,16 +49,6 @@ func newWorld(t *testing.T, payments billing.Payments) *world {
 		}
 	}
 	return w
-}
-
-func openPool(t *testing.T, dsn string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }
 
 func (w *world) tenant(plan string) tenant.Tenant {
@@ -274,7 +264,7 @@ func TestReplayChangesNothing(t *testing.T) {
 func TestConcurrentDeliveriesApplyOnce(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, nil)
-	other := billing.NewService(billing.Config{Store: pgstore.NewBilling(openPool(t, w.dsn)), Tenants: w.tenants})
+	other := billing.NewService(billing.Config{Store: pgstore.NewBilling(pgtest.PoolAt(t, w.dsn)), Tenants: w.tenants})
 	tn := w.tenant(tenant.PlanStarter)
 	w.deliver(checkout("evt_ck", sec(1), tn.ID, "cus_C", "sub_C"))
 	ev := subscription("evt_race", billing.EventSubscriptionUpdated, sec(2), "cus_C", "sub_C", tenant.StatusActive, "price_pro")

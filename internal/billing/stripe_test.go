@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing/stripeapi"
 	"github.com/tollgate/tollgate/internal/billing/stripeapi/stripemocktest"
 	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/usage"
 )
@@ -232,7 +233,7 @@ func TestUsageReportedOncePerHour(t *testing.T) {
 	newReporter := func(store *pgstore.Billing) *billing.Reporter {
 		return billing.NewReporter(billing.ReporterConfig{Cursors: store, Usage: usageStore, Meter: sc, Grace: time.Second})
 	}
-	a, b := newReporter(w.store), newReporter(pgstore.NewBilling(openPool(t, w.dsn)))
+	a, b := newReporter(w.store), newReporter(pgstore.NewBilling(pgtest.PoolAt(t, w.dsn)))
 	var wg sync.WaitGroup
 	settled := make([]int, 2)
 	for i, r := range []*billing.Reporter{a, b} {

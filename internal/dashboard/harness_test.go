@@ -74,11 +74,7 @@ func newEnvBehindProxy(t *testing.T, opts ...option) *env {
 // newEnvWith is newEnv with api changing the HTTP layer's configuration.
 func newEnvWith(t *testing.T, api func(*httpapi.Config), opts ...option) *env {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.Pool(t)
 	e := &env{t: t, pool: pool, tenants: pgstore.NewTenants(pool), admins: pgstore.NewAdmins(pool),
 		usage: pgstore.NewUsage(pool), traffic: pgstore.NewTraffic(pool), audit: audit.NewLog(pgstore.NewAudit(pool))}
 	e.billing = billing.NewService(billing.Config{Store: pgstore.NewBilling(pool), Tenants: e.tenants, PublicURL: "https://tollgate.example"})

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/net/html"
 
 	"github.com/tollgate/tollgate/internal/admission"
@@ -506,10 +505,7 @@ func TestFailedPageSaysWhatFailed(t *testing.T) {
 	t.Parallel()
 	logs := &logbuf.Buffer{}
 	// The traffic store's pool is closed: a real store that fails.
-	closed, err := pgxpool.New(context.Background(), pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	closed := pgtest.Pool(t)
 	closed.Close()
 	e := newEnv(t, func(c *dashboard.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))

@@ -85,11 +85,7 @@ type apiOptions struct {
 // served at /metrics, with the usage recorder's backlog.
 func newTenantAPIWith(t testing.TB, dsn string, o apiOptions) *tenantAPI {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.PoolAt(t, dsn)
 	log := o.log
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -38,11 +38,7 @@ type policyAPI struct {
 
 func newPolicyAPI(t *testing.T) *policyAPI {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.Pool(t)
 	store := pgstore.NewPolicies(pool)
 	catalog := policy.NewCatalog(store, policy.CatalogConfig{})
 	a := &policyAPI{t: t, pool: pool, catalog: catalog}
@@ -73,12 +69,7 @@ func newTestEcho(svc PolicyService) (*echo.Echo, *bytes.Buffer) {
 
 func (a *policyAPI) tenant() string {
 	a.t.Helper()
-	var id string
-	if err := a.pool.QueryRow(context.Background(),
-		`INSERT INTO tenants (name, plan) VALUES ('http test', 'starter') RETURNING id::text`).Scan(&id); err != nil {
-		a.t.Fatal(err)
-	}
-	return id
+	return pgtest.Tenant(a.t, a.pool, tenant.PlanStarter)
 }
 
 // answer is a response read whole.

@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/tenant"
 )
 
 const webhookSecret = "whsec_httpapi_test_0123456789"
@@ -46,19 +47,9 @@ type billingWorld struct {
 func newBillingWorld(t *testing.T) *billingWorld {
 	t.Helper()
 	dsn := pgtest.New(t)
-	w := &billingWorld{t: t, dsn: dsn, db: billingPool(t, dsn)}
+	w := &billingWorld{t: t, dsn: dsn, db: pgtest.PoolAt(t, dsn)}
 	w.exec("UPDATE plans SET stripe_price_id = 'price_pro' WHERE name = 'pro'")
 	return w
-}
-
-func billingPool(t *testing.T, dsn string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }
 
 func (w *billingWorld) exec(sql string, args ...any) {
@@ -70,11 +61,7 @@ func (w *billingWorld) exec(sql string, args ...any) {
 
 func (w *billingWorld) tenant() string {
 	w.t.Helper()
-	var id string
-	if err := w.db.QueryRow(context.Background(), `INSERT INTO tenants (name, plan) VALUES ('billing test', 'starter') RETURNING id::text`).Scan(&id); err != nil {
-		w.t.Fatal(err)
-	}
-	return id
+	return pgtest.Tenant(w.t, w.db, tenant.PlanStarter)
 }
 
 func (w *billingWorld) planAndStatus(id string) (string, string) {
@@ -99,7 +86,7 @@ func (w *billingWorld) count(sql string, args ...any) int {
 // Stripe API key (pointing at stripe-mock), secret whether a webhook secret.
 func (w *billingWorld) instance(stripe, secret bool, mods ...func(*Config)) *billingInstance {
 	w.t.Helper()
-	pool := billingPool(w.t, w.dsn)
+	pool := pgtest.PoolAt(w.t, w.dsn)
 	tenants := pgstore.NewTenants(pool)
 	var payments billing.Payments
 	if stripe {

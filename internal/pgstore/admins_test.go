@@ -15,11 +15,7 @@ import (
 
 func newAdmins(t *testing.T) (*pgstore.Admins, *pgxpool.Pool) {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.Pool(t)
 	return pgstore.NewAdmins(pool), pool
 }
 

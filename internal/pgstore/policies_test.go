@@ -14,28 +14,15 @@ import (
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
 )
 
 // newPolicies returns a policy store on a database of the test's own, the
 // pool under it (for arranging rows the API would refuse), and a tenant.
 func newPolicies(t *testing.T) (*pgstore.Policies, *pgxpool.Pool, string) {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pgstore.NewPolicies(pool), pool, insertPolicyTenant(t, pool)
-}
-
-func insertPolicyTenant(t *testing.T, pool *pgxpool.Pool) string {
-	t.Helper()
-	var id string
-	if err := pool.QueryRow(context.Background(),
-		`INSERT INTO tenants (name, plan) VALUES ('policy test', 'starter') RETURNING id::text`).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-	return id
+	pool := pgtest.Pool(t)
+	return pgstore.NewPolicies(pool), pool, pgtest.Tenant(t, pool, tenant.PlanStarter)
 }
 
 func mustParse(t *testing.T, name, body string) policy.Policy {
@@ -62,7 +49,7 @@ func TestPolicyRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, pool, tid := newPolicies(t)
-	other := insertPolicyTenant(t, pool)
+	other := pgtest.Tenant(t, pool, tenant.PlanStarter)
 
 	in := mustParse(t, "sign-in", `{"limit":10,"window":"60s","algorithm":"sliding_window","fail_mode":"closed","alert_after":3}`)
 	got, err := s.PutPolicy(ctx, tid, in)
@@ -386,7 +373,7 @@ func TestLoadSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another tenant's policies stay out.
-	other := insertPolicyTenant(t, pool)
+	other := pgtest.Tenant(t, pool, tenant.PlanStarter)
 	if _, err := s.PutPolicy(ctx, other, mustParse(t, "theirs", `{"limit":1,"window":"1s"}`)); err != nil {
 		t.Fatal(err)
 	}

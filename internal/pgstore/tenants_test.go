@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/policy"
@@ -22,12 +20,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func newStore(t *testing.T) (*pgstore.Tenants, string) {
 	t.Helper()
 	dsn := pgtest.New(t)
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pgstore.NewTenants(pool), dsn
+	return pgstore.NewTenants(pgtest.PoolAt(t, dsn)), dsn
 }
 
 func newKey(t *testing.T, test bool) (string, tenant.Key) {
@@ -183,11 +176,7 @@ func TestInstantsReadBackInUTC(t *testing.T) {
 	if _, err := s.RevokeKey(ctx, k.ID); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.PoolAt(t, dsn)
 	if _, err := pool.Exec(ctx, "UPDATE tenants SET billing_updated_at = now() WHERE id = $1", tn.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -18,11 +17,7 @@ import (
 
 func TestTrafficQueries(t *testing.T) {
 	t.Parallel()
-	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	ts, u, d := pgstore.NewTenants(pool), pgstore.NewUsage(pool), pgstore.NewTraffic(pool)
 	a, _ := ts.CreateTenant(ctx, "Alpha 100%", tenant.PlanStarter)

@@ -30,12 +30,7 @@ func NewBehindProxy(t *testing.T) (viaProxy *pgxpool.Pool, proxy *faultnet.Proxy
 		t.Fatal(err)
 	}
 	t.Cleanup(viaProxy.Close)
-	direct, err = pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(direct.Close)
-	return viaProxy, proxy, direct
+	return viaProxy, proxy, PoolAt(t, dsn)
 }
 
 // Proxied returns dsn with its host replaced by a proxy to it that the test

@@ -75,3 +75,19 @@ func TestNewIsolated(t *testing.T) {
 		t.Errorf("after deleting starter in one database, another has %d starter plans, want 1", n)
 	}
 }
+
+func TestTenant(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	a, b := pgtest.Tenant(t, pool, "starter"), pgtest.Tenant(t, pool, "pro")
+	if a == b {
+		t.Fatalf("two tenants share the id %s", a)
+	}
+	var plan string
+	if err := pool.QueryRow(context.Background(), "SELECT plan FROM tenants WHERE id = $1", b).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	if plan != "pro" {
+		t.Errorf("tenant on plan %q, want pro", plan)
+	}
+}

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -73,19 +71,9 @@ type db struct {
 
 func newDB(t *testing.T) *db {
 	t.Helper()
-	ctx := context.Background()
 	dsn := pgtest.New(t)
 	proxiedDSN, proxy := pgtest.Proxied(t, dsn)
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	proxied, err := pgxpool.New(ctx, proxiedDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxied.Close)
+	pool, proxied := pgtest.PoolAt(t, dsn), pgtest.PoolAt(t, proxiedDSN)
 	return &db{
 		policies: pgstore.NewPolicies(pool),
 		tenants:  pgstore.NewTenants(pool),

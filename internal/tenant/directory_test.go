@@ -132,16 +132,7 @@ func newDB(t *testing.T) *db {
 	ctx := context.Background()
 	dsn := pgtest.New(t)
 	proxiedDSN, proxy := pgtest.Proxied(t, dsn)
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	proxied, err := pgxpool.New(ctx, proxiedDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxied.Close)
+	pool, proxied := pgtest.PoolAt(t, dsn), pgtest.PoolAt(t, proxiedDSN)
 	direct := pgstore.NewTenants(pool)
 	acme, err := direct.CreateTenant(ctx, "Acme", tenant.PlanPro)
 	if err != nil {

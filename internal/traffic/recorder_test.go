@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -17,11 +15,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestRecorderCountsDegradedAnswersPerMinute(t *testing.T) {
 	t.Parallel()
-	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.Pool(t)
 	store := pgstore.NewTraffic(pool)
 	r := traffic.NewRecorder(store, nil)
 	ctx := context.Background()

@@ -25,7 +25,7 @@ func checks(tenant string, m int) rowKey {
 func TestRecorderFailedFlushKeepsCounts(t *testing.T) {
 	t.Parallel()
 	pool, proxy, direct := pgtest.NewBehindProxy(t)
-	tenant := newTenant(t, direct)
+	tenant := pgtest.Tenant(t, direct, "starter")
 	r := newRecorder(t, pool, usage.Config{})
 	ctx := context.Background()
 	for i := range 10 {
@@ -57,7 +57,7 @@ func TestRecorderFailedFlushKeepsCounts(t *testing.T) {
 func TestRecorderFlushLostAfterCommitCountsOnce(t *testing.T) {
 	t.Parallel()
 	pool, proxy, direct := pgtest.NewBehindProxy(t)
-	tenant := newTenant(t, direct)
+	tenant := pgtest.Tenant(t, direct, "starter")
 	r := newRecorder(t, pool, usage.Config{})
 	ctx := context.Background()
 	for range 10 {
@@ -94,7 +94,7 @@ func TestRecorderFlushLostAfterCommitCountsOnce(t *testing.T) {
 func TestRecorderPendingStaysBounded(t *testing.T) {
 	t.Parallel()
 	pool, proxy, direct := pgtest.NewBehindProxy(t)
-	tenants := []string{newTenant(t, direct), newTenant(t, direct), newTenant(t, direct)}
+	tenants := []string{pgtest.Tenant(t, direct, "starter"), pgtest.Tenant(t, direct, "starter"), pgtest.Tenant(t, direct, "starter")}
 	const maxPending = 50
 	r := newRecorder(t, pool, usage.Config{MaxPending: maxPending})
 	ctx := context.Background()
@@ -142,8 +142,8 @@ func TestRecorderPendingStaysBounded(t *testing.T) {
 
 func TestRecorderAtTheCapTheOldestMinuteGoes(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	a, b, c, d, e := newTenant(t, pool), newTenant(t, pool), newTenant(t, pool), newTenant(t, pool), newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	a, b, c, d, e := pgtest.Tenant(t, pool, "starter"), pgtest.Tenant(t, pool, "starter"), pgtest.Tenant(t, pool, "starter"), pgtest.Tenant(t, pool, "starter"), pgtest.Tenant(t, pool, "starter")
 	r := newRecorder(t, pool, usage.Config{MaxPending: 3})
 	ctx := context.Background()
 	observe := func(tenant string, minute int) {
@@ -179,7 +179,7 @@ func TestRecorderAtTheCapTheOldestMinuteGoes(t *testing.T) {
 
 func TestRecorderObserveIgnoresEventsWithoutTenant(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
+	pool := pgtest.Pool(t)
 	r := newRecorder(t, pool, usage.Config{})
 	r.Observe(context.Background(), admission.Event{At: base, Outcome: admission.LayerInstance})
 	if got := r.Pending(); got != 0 {
@@ -195,8 +195,8 @@ func TestRecorderObserveIgnoresEventsWithoutTenant(t *testing.T) {
 
 func TestRecorderObserveEmptyOutcomeAndZeroTime(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	r := newRecorder(t, pool, usage.Config{Now: func() time.Time { return base.Add(90 * time.Second) }})
 	r.Observe(context.Background(), admission.Event{TenantID: tenant, Live: true, Checked: true})
 	if err := r.Flush(context.Background()); err != nil {
@@ -220,8 +220,8 @@ func TestNewRecorderNeedsStore(t *testing.T) {
 // mutex to make its count while others already add to it.
 func TestRecorderNewCellRaceLosesNothing(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	r := newRecorder(t, pool, usage.Config{})
 	ctx := context.Background()
 	const goroutines, minutes, each = 16, 100, 20

@@ -20,29 +20,6 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// newDB returns a pool on a migrated database of the test's own.
-func newDB(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
-// newTenant inserts a tenant and returns its id.
-func newTenant(t *testing.T, pool *pgxpool.Pool) string {
-	t.Helper()
-	var id string
-	err := pool.QueryRow(context.Background(),
-		"INSERT INTO tenants (name, plan) VALUES ('usage test', 'starter') RETURNING id::text").Scan(&id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 type rowKey struct {
 	tenant        string
 	minute        time.Time
@@ -120,8 +97,8 @@ func TestConcurrentTotalsAsMinutesTurn(t *testing.T) {
 // at(g, i)) into two recorders flushing every few milliseconds, and wants
 // every event in usage_minutes exactly once.
 func testConcurrentTotals(t *testing.T, at func(g, i int) time.Time) {
-	pool := newDB(t)
-	tenants := []string{newTenant(t, pool), newTenant(t, pool), newTenant(t, pool)}
+	pool := pgtest.Pool(t)
+	tenants := []string{pgtest.Tenant(t, pool, "starter"), pgtest.Tenant(t, pool, "starter"), pgtest.Tenant(t, pool, "starter")}
 	// Two instances on one database, flushing often, so that flushes race
 	// each other and the events.
 	a := newRecorder(t, pool, usage.Config{FlushEvery: 3 * time.Millisecond})
@@ -186,8 +163,8 @@ func testConcurrentTotals(t *testing.T, at func(g, i int) time.Time) {
 
 func TestGracefulStopFlushesEverything(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	// Run would not flush for an hour: only the final flush writes.
 	r := newRecorder(t, pool, usage.Config{FlushEvery: time.Hour})
 	stop := run(r)
@@ -209,8 +186,8 @@ func TestGracefulStopFlushesEverything(t *testing.T) {
 
 func TestFlushDropsUnknownTenants(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	r := newRecorder(t, pool, usage.Config{})
 	at := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 	for _, id := range []string{tenant, "not-a-uuid", "00000000-0000-0000-0000-000000000000"} {
@@ -227,8 +204,8 @@ func TestFlushDropsUnknownTenants(t *testing.T) {
 
 func TestUsageCountsChecksAndSandbox(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant, other := newTenant(t, pool), newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant, other := pgtest.Tenant(t, pool, "starter"), pgtest.Tenant(t, pool, "starter")
 	now := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 	r := newRecorder(t, pool, usage.Config{})
 	ctx := context.Background()
@@ -317,8 +294,8 @@ func TestUsageCountsChecksAndSandbox(t *testing.T) {
 
 func TestUsageDuringFlushesCountsEachEventOnce(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	now := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 	r := newRecorder(t, pool, usage.Config{FlushEvery: time.Millisecond})
 	stop := run(r)
@@ -344,7 +321,7 @@ func TestUsageDuringFlushesCountsEachEventOnce(t *testing.T) {
 
 func TestUsageOfUnknownTenant(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
+	pool := pgtest.Pool(t)
 	r := newRecorder(t, pool, usage.Config{})
 	for _, id := range []string{"00000000-0000-0000-0000-000000000000", "nope"} {
 		t.Run(id, func(t *testing.T) {
@@ -386,8 +363,8 @@ func jsonKeys(t *testing.T, v any) []string {
 
 func TestAddUsageAppliesABatchOnce(t *testing.T) {
 	t.Parallel()
-	pool := newDB(t)
-	tenant := newTenant(t, pool)
+	pool := pgtest.Pool(t)
+	tenant := pgtest.Tenant(t, pool, "starter")
 	st := pgstore.NewUsage(pool)
 	ctx := context.Background()
 	minute := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)

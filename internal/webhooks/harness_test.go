@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/webhooks"
 )
 
@@ -39,11 +40,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.Pool(t)
 	sealer, err := webhooks.NewSealer(digest.Key([]byte("webhooks-test-pepper"), "tollgate webhook secrets"))
 	if err != nil {
 		t.Fatal(err)
@@ -62,12 +59,7 @@ func (e *env) exec(sql string, args ...any) {
 
 func (e *env) tenant() string {
 	e.t.Helper()
-	var id string
-	if err := e.pool.QueryRow(context.Background(),
-		`INSERT INTO tenants (name, plan) VALUES ('webhooks test', 'starter') RETURNING id::text`).Scan(&id); err != nil {
-		e.t.Fatal(err)
-	}
-	return id
+	return pgtest.Tenant(e.t, e.pool, tenant.PlanStarter)
 }
 
 // endpoint registers url for tenantID, listening to every event type,
