@@ -1,7 +1,7 @@
 package blackbox
 
 import (
-	"github.com/tollgate/tollgate/internal/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
 
 	"bytes"
 	"fmt"

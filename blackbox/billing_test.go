@@ -11,8 +11,8 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/tollgate/tollgate/internal/billing/stripeapi/stripemocktest"
-	"github.com/tollgate/tollgate/internal/eventually"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 const stripeSecret = "whsec_blackbox_0123456789abcdef"

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/eventually"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // TestCeilings drives each of the service's own ceilings (DESIGN §3) to its

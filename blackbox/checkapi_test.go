@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/eventually"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // TestCheckAnswers covers what /v1/check answers for a tenant's own

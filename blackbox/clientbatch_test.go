@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/client"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // TestClientBatching: concurrent checks through a batching client travel

@@ -12,11 +12,11 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tollgate/tollgate/internal/eventually"
-	"github.com/tollgate/tollgate/internal/faultnet"
-	"github.com/tollgate/tollgate/internal/logbuf"
-	"github.com/tollgate/tollgate/internal/pgtest"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/faultnet"
+	"github.com/tollgate/tollgate/internal/testkit/logbuf"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/redistest"
 )
 
 // onCluster is the environment of an instance whose counters are on c.

@@ -14,10 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/eventually"
-	"github.com/tollgate/tollgate/internal/faultnet"
-	"github.com/tollgate/tollgate/internal/pgtest"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/faultnet"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/redistest"
 )
 
 // stack is a group of Tollgate instances on one database (and, for the

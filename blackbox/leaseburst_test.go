@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/pgtest"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/redistest"
 )
 
 // burstClient posts from many goroutines at once, each on a connection of

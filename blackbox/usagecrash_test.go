@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // crashLossBound is what the README promises an instance killed without

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/eventually"
-	"github.com/tollgate/tollgate/internal/faultnet"
-	"github.com/tollgate/tollgate/internal/logbuf"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/faultnet"
+	"github.com/tollgate/tollgate/internal/testkit/logbuf"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // binary is the tollgate built from this tree for the tests.

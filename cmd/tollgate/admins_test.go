@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // admins runs `tollgate admins ...` with stdin against dsn.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/pgstore"
-	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 type policyPrinted struct {

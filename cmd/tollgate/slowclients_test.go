@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/httpapi"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // bodyBytesInFlight scrapes the server's gauge of request body bytes in

@@ -80,11 +80,11 @@ var observers = []string{
 var clientDeps = []string{"github.com/labstack/echo/v4"}
 
 // testOnly are the packages only tests (and each other) import: the code
-// that ships never reaches them.
+// that ships never reaches them. internal/testkit holds those that serve
+// tests across the tree; the two suites stay beside what they test.
 var testOnly = []string{
-	mod + "internal/pgtest", mod + "internal/redistest", mod + "internal/faultnet",
+	mod + "internal/testkit",
 	mod + "internal/counter/countertest", mod + "internal/billing/stripeapi/stripemocktest",
-	mod + "internal/eventually", mod + "internal/logbuf", mod + "internal/bintest",
 }
 
 // drivers may be imported by adapters only.
@@ -148,7 +148,7 @@ func TestImportArrows(t *testing.T) {
 		rel := strings.TrimPrefix(p.ImportPath, mod)
 		adapter := isAdapter(p.ImportPath)
 		isClient := rel == "client" || strings.HasPrefix(rel, "client/")
-		isTestInfra := hasPrefix(rel, []string{"internal/pgtest", "internal/redistest", "internal/pglocal", "internal/faultnet", "internal/counter/countertest", "internal/archtest", "blackbox"}) ||
+		isTestInfra := hasPrefix(rel, []string{"internal/testkit", "internal/pglocal", "internal/counter/countertest", "internal/archtest", "blackbox"}) ||
 			hasPrefix(p.ImportPath, testOnly)
 		for _, imp := range p.Imports {
 			ours := strings.HasPrefix(imp, mod)

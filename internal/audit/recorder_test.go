@@ -15,7 +15,7 @@ import (
 	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/pgstore"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // The Recorder's tests below run over the real PostgreSQL store; where the

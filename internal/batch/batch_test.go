@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/batch"
-	"github.com/tollgate/tollgate/internal/eventually"
-	"github.com/tollgate/tollgate/internal/logbuf"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/logbuf"
 )
 
 // TestLoopFinalFlushOutlivesTheStop: stopping the loop (cancelling its

@@ -20,8 +20,8 @@ import (
 	"github.com/tollgate/tollgate/internal/billing/stripeapi"
 	"github.com/tollgate/tollgate/internal/billing/stripeapi/stripemocktest"
 	"github.com/tollgate/tollgate/internal/pgstore"
-	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 	"github.com/tollgate/tollgate/internal/usage"
 )
 

@@ -18,11 +18,11 @@ import (
 	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/dashboard"
-	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgstore"
-	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/logbuf"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 	"github.com/tollgate/tollgate/internal/usage"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/dashboard"
-	"github.com/tollgate/tollgate/internal/logbuf"
+	"github.com/tollgate/tollgate/internal/testkit/logbuf"
 )
 
 // TestSignInHashesAreBounded: forty sign-ins at once, each from an address

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
 )
 
 // TestMatchBudget: a tenant's matching time comes from a bucket of burst

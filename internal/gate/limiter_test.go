@@ -9,7 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/gate"
-	"github.com/tollgate/tollgate/internal/logbuf"
+	"github.com/tollgate/tollgate/internal/testkit/logbuf"
 )
 
 // TestLimiterCountsLocallyWhileTheStoreIsDown: a Limiter counts in the

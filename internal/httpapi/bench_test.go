@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // benchCheck posts body to /v1/check through the whole in-process pipeline

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
 )
 
 // Many goroutines reserving and returning bodies for a few addresses at

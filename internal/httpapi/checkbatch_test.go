@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // TestCheckBatchAnswersEachCheckAsCheckWould sends the same checks to two

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // wantFieldProblem fails unless r is a problem of status and, when field is not

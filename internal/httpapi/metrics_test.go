@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/common/model"
 
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
-	"github.com/tollgate/tollgate/internal/eventually"
-	"github.com/tollgate/tollgate/internal/logbuf"
-	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/logbuf"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // scrape reads a's /metrics through its router and parses it with the

@@ -11,8 +11,8 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/tollgate/tollgate/client"
-	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // rateLimitFields are an answer's RateLimit-Policy and RateLimit fields as

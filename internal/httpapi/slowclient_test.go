@@ -18,9 +18,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tollgate/tollgate/internal/counter/memory"
-	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
 )
 
 // slowClient opens a connection to addr and sends a request's headers

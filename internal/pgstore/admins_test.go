@@ -10,7 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/pgstore"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 func newAdmins(t *testing.T) (*pgstore.Admins, *pgxpool.Pool) {

@@ -10,10 +10,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/pgstore"
-	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 type listener func(ctx context.Context, dsn string, log *slog.Logger, onChange func(kind, id string), onReconnect func()) error

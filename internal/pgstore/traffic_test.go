@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tollgate/tollgate/internal/pgstore"
-	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/internal/usage"
 )

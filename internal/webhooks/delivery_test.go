@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/webhooks"
 )
 

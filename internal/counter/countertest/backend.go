@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/tollgate/tollgate/internal/counter"
-	"github.com/tollgate/tollgate/internal/faultnet"
+	"github.com/tollgate/tollgate/internal/testkit/faultnet"
 )
 
 // Backend is what a backend's test file hands to Run.

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
-	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/testkit/faultnet"
 )
 
 // unavailable cuts and stalls the link to the server: the store answers

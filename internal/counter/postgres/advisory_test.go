@@ -13,7 +13,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/postgres"
 	"github.com/tollgate/tollgate/internal/limit"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // connect opens a connection of the test's own, closed when it ends.

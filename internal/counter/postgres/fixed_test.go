@@ -21,7 +21,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter/countertest"
 	"github.com/tollgate/tollgate/internal/counter/postgres"
 	"github.com/tollgate/tollgate/internal/limit"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // TestFixedBatchesMatchSequentialModel sends random batches of one-item

@@ -6,7 +6,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/counter/countertest"
 	"github.com/tollgate/tollgate/internal/counter/postgres"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // BenchmarkLeases: countertest.BenchLeases on a store that waits up to 5 s.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/postgres"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // TestPruneDeletesExpiredLeases prunes, in batches smaller than their

@@ -22,7 +22,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter/countertest"
 	"github.com/tollgate/tollgate/internal/counter/postgres"
 	"github.com/tollgate/tollgate/internal/limit"
-	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 // base is mid-month, so that a month window is a plain one unless a test

@@ -17,7 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter/countertest"
 	tgredis "github.com/tollgate/tollgate/internal/counter/redis"
 	"github.com/tollgate/tollgate/internal/limit"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit/redistest"
 )
 
 // batchTarget is a store and a plain client on its server (one server or a

@@ -10,7 +10,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 	tgredis "github.com/tollgate/tollgate/internal/counter/redis"
 	"github.com/tollgate/tollgate/internal/limit"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit/redistest"
 )
 
 // benchParallelism is goroutines per GOMAXPROCS in the parallel benchmarks:

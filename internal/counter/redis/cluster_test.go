@@ -17,10 +17,10 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/countertest"
 	tgredis "github.com/tollgate/tollgate/internal/counter/redis"
-	"github.com/tollgate/tollgate/internal/eventually"
-	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/limit"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/faultnet"
+	"github.com/tollgate/tollgate/internal/testkit/redistest"
 )
 
 func TestClusterConformance(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/countertest"
 	tgredis "github.com/tollgate/tollgate/internal/counter/redis"
-	"github.com/tollgate/tollgate/internal/faultnet"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testkit/faultnet"
+	"github.com/tollgate/tollgate/internal/testkit/redistest"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate/internal/faultnet"
+	"github.com/tollgate/tollgate/internal/testkit/faultnet"
 )
 
 // NewBehindProxy returns a pool on a migrated database of the test's own that

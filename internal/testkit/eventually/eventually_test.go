@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
 )
 
 // fakeT records a failure instead of ending the test, as a testing.TB
