@@ -50,6 +50,9 @@ type Worker struct {
 	cfg  WorkerConfig
 	wake chan struct{}
 	free chan struct{} // one token per free slot
+	// finished is signalled by each delivery that ends: its slot is free
+	// and its endpoint has room for the next of its backlog.
+	finished chan struct{}
 }
 
 // NewWorker returns a Worker.
@@ -75,7 +78,7 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	w := &Worker{cfg: cfg, wake: make(chan struct{}, 1), free: make(chan struct{}, cfg.Slots)}
+	w := &Worker{cfg: cfg, wake: make(chan struct{}, 1), free: make(chan struct{}, cfg.Slots), finished: make(chan struct{}, 1)}
 	for range cfg.Slots {
 		w.free <- struct{}{}
 	}
@@ -110,27 +113,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-w.wake:
 		case <-t.C:
-		case <-w.slotFreed(ctx):
+		case <-w.finished:
 		}
 	}
-}
-
-// slotFreed returns a channel that is ready once a slot is free, or nil
-// (never ready) while some are.
-func (w *Worker) slotFreed(ctx context.Context) <-chan struct{} {
-	if len(w.free) > 0 {
-		return nil
-	}
-	ch := make(chan struct{})
-	go func() {
-		select {
-		case tok := <-w.free:
-			w.free <- tok
-			close(ch)
-		case <-ctx.Done():
-		}
-	}()
-	return ch
 }
 
 // claim claims as many due deliveries as there are free slots and starts
@@ -150,11 +135,20 @@ func (w *Worker) claim(ctx, record context.Context, inflight *sync.WaitGroup) bo
 	for _, j := range jobs {
 		<-w.free
 		inflight.Go(func() {
-			defer func() { w.free <- struct{}{} }()
+			defer w.release()
 			w.deliver(record, j)
 		})
 	}
 	return len(jobs) > 0
+}
+
+// release frees a delivery's slot and tells Run that one ended.
+func (w *Worker) release() {
+	w.free <- struct{}{}
+	select {
+	case w.finished <- struct{}{}:
+	default:
+	}
 }
 
 // deliver sends one job and records its outcome.
