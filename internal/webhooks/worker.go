@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -40,6 +41,9 @@ type WorkerConfig struct {
 	// Retries are the waits after each failed attempt (default
 	// RetryDelays, about 3 days); the attempt after the last is given up.
 	Retries []time.Duration
+	// BacklogEvery is how often Backlog's count is read from the outbox
+	// (default 5 s).
+	BacklogEvery time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -53,6 +57,7 @@ type Worker struct {
 	// finished is signalled by each delivery that ends: its slot is free
 	// and its endpoint has room for the next of its backlog.
 	finished chan struct{}
+	backlog  atomic.Int64
 }
 
 // NewWorker returns a Worker.
@@ -68,6 +73,9 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
+	}
+	if cfg.BacklogEvery <= 0 {
+		cfg.BacklogEvery = 5 * time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -100,6 +108,7 @@ func (w *Worker) Wake() {
 func (w *Worker) Run(ctx context.Context) error {
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
+	inflight.Go(func() { w.countBacklog(ctx) })
 	record := context.WithoutCancel(ctx)
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
@@ -140,6 +149,27 @@ func (w *Worker) claim(ctx, record context.Context, inflight *sync.WaitGroup) bo
 		})
 	}
 	return len(jobs) > 0
+}
+
+// Backlog is the outbox's deliveries not settled (metrics.QueueWebhooks),
+// as last counted: the same on every instance. It never blocks.
+func (w *Worker) Backlog() int { return int(w.backlog.Load()) }
+
+// countBacklog counts the outbox's backlog every BacklogEvery until ctx
+// is cancelled; a count that fails keeps the last one.
+func (w *Worker) countBacklog(ctx context.Context) {
+	t := time.NewTicker(w.cfg.BacklogEvery)
+	defer t.Stop()
+	for {
+		if n, err := w.cfg.Store.Backlog(ctx); err == nil {
+			w.backlog.Store(n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // release frees a delivery's slot and tells Run that one ended.
