@@ -25,7 +25,7 @@ const auditPerPage = 50
 // auditKinds are the kinds the filter suggests: those written by the
 // dashboard, billing, the refusal recorder and the tenant API's counter
 // resets.
-var auditKinds = []string{KindLimitsChanged, KindKeyCreated, KindKeyRevoked, KindPlanChanged, "billing_changed", audit.KindCounterReset, audit.KindCounterReset + audit.FloodSuffix, audit.KindRefusal, audit.KindRefusalFlood, KindSignedIn}
+var auditKinds = []string{KindLimitsChanged, KindKeyCreated, KindKeyRevoked, KindPlanChanged, KindEndpointDisabled, KindEndpointEnabled, "billing_changed", audit.KindCounterReset, audit.KindCounterReset + audit.FloodSuffix, audit.KindRefusal, audit.KindRefusalFlood, KindSignedIn}
 
 // auditPage lists audit entries, newest first, by tenant and kind.
 func (d *Dashboard) auditPage(c echo.Context, s *signedIn) error {
