@@ -13,7 +13,6 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
@@ -41,6 +40,10 @@ var flashes = map[string]string{
 	"endpoint-enabled":  "Webhook endpoint enabled. Its waiting deliveries go out now; those given up stay given up (the tenant may re-send them).",
 	"plan":              "Plan saved. Every instance applies it within a second.",
 	"linked":            "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
+	"policy":            "Policy saved. Every instance applies it within a second.",
+	"policy-deleted":    "Policy deleted, with its overrides.",
+	"override":          "Override saved. Every instance applies it within a second.",
+	"override-deleted":  "Override deleted.",
 }
 
 // tenantData is what a tenant's page shows, fetched in one place
@@ -175,6 +178,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 		v.Limits.LastChange = fmt.Sprintf("Last changed by %s at %s.", td.lastChange[0].Actor, when(td.lastChange[0].At))
 	}
 	v.Policies = policyRows(td)
+	v.NewPolicy = newPolicyForm(t.ID)
 	v.Alerts = alertRows(td.report.Alerts)
 	v.Endpoints = endpointRows(t.ID, td.endpoints)
 
@@ -219,7 +223,7 @@ func policyRows(td tenantData) []web.PolicyRow {
 			Name: p.Name, Limit: count(p.Limit), Window: policy.FormatWindow(p.Window), Algorithm: p.Algorithm.String(),
 			Scope: string(p.Scope), FailMode: string(p.FailMode), Shadow: p.Shadow, AlertAfter: "never",
 		}
-		if p.Algorithm == limit.Concurrency {
+		if p.Concurrent() {
 			row.Concurrency, row.Window, row.InFlight = true, "none", "in flight: unavailable"
 			if n, ok := td.inFlight[p.Name]; ok {
 				row.InFlight = count(n) + " in flight across subjects"
@@ -240,6 +244,7 @@ func policyRows(td tenantData) []web.PolicyRow {
 			}
 			row.Overrides = append(row.Overrides, web.OverrideRow{Pattern: o.Pattern, Limit: count(o.Limit), Expires: exp})
 		}
+		policyForms(td.t.ID, p, &row)
 		rows = append(rows, row)
 	}
 	return rows
@@ -324,7 +329,7 @@ func monthChart(days []traffic.DayCount, ms, now time.Time, allotment *int64) we
 func (d *Dashboard) leasesInFlight(ctx context.Context, tenantID string, pols []policy.Policy) map[string]int64 {
 	var names []string
 	for _, p := range pols {
-		if p.Algorithm == limit.Concurrency {
+		if p.Concurrent() {
 			names = append(names, p.Name)
 		}
 	}
