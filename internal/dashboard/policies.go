@@ -12,7 +12,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/web"
 )
@@ -239,7 +238,7 @@ func policyForms(tenantID string, p policy.Policy, row *web.PolicyRow) {
 		Name: p.Name, Limit: strconv.FormatInt(p.Limit, 10), Algorithm: p.Algorithm.String(), Scope: string(p.Scope),
 		FailMode: string(p.FailMode), AlertAfter: strconv.FormatInt(p.AlertAfter, 10), Shadow: p.Shadow,
 	}
-	if p.Algorithm != limit.Concurrency {
+	if !p.Concurrent() {
 		row.Edit.Window = policy.FormatWindow(p.Window)
 	}
 	row.DeleteAction = base + "/delete"
@@ -254,8 +253,9 @@ func policyForms(tenantID string, p policy.Policy, row *web.PolicyRow) {
 // newPolicyForm is the empty form that creates a policy, with the API's
 // defaults chosen.
 func newPolicyForm(tenantID string) web.PolicyForm {
+	d := policy.Default("")
 	return web.PolicyForm{
 		Action: "/admin/tenants/" + tenantID + "/policies", ID: "new-policy", New: true,
-		Algorithm: limit.FixedWindow.String(), Scope: string(policy.ScopeSubject), FailMode: string(policy.FailOpen), AlertAfter: "0",
+		Algorithm: d.Algorithm.String(), Scope: string(d.Scope), FailMode: string(d.FailMode), AlertAfter: "0",
 	}
 }
