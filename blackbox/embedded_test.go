@@ -167,3 +167,18 @@ func TestTwoOperatorCommandsAtOnce(t *testing.T) {
 	}
 	noServerLeft(t, data)
 }
+
+// TestUnknownCommandExits2: the process prints the error and one hint line
+// and exits 2, the exit status of a command line it cannot read.
+func TestUnknownCommandExits2(t *testing.T) {
+	cmd := exec.Command(binary, "tenant", "create")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Fatalf("tollgate tenant create: %v, want exit status 2", err)
+	}
+	if want := "tollgate: unknown command \"tenant\"\nrun 'tollgate help' for the commands\n"; out.String() != want {
+		t.Errorf("printed %q, want %q", out.String(), want)
+	}
+}
