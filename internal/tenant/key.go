@@ -39,7 +39,7 @@ type Key struct {
 	// passwords, would cost CPU on every request and add no safety.
 	Hash []byte
 	// Test marks a tg_test_ key: sandbox allotment, never metered.
-	Test       bool
+	Test bool
 	// Name says what the key is for, to operators; empty when not given
 	// (at most MaxKeyNameLen characters).
 	Name string
