@@ -95,6 +95,14 @@ var commands = []command{
 		run:     adminsCmd,
 	},
 	{
+		name:     "healthcheck",
+		synopses: []string{"healthcheck [--ready]"},
+		summary:  "GET this machine's instance's /healthz (or /readyz with --ready) and exit 0 on 200, 1 otherwise: the Docker image's HEALTHCHECK",
+		env:      "TOLLGATE_ADDR",
+		config:   loadAddrConfig,
+		run:      healthcheckCmd,
+	},
+	{
 		name:     "version",
 		synopses: []string{"version"},
 		summary:  "print Tollgate's version: the module version and the revision it was built from",
