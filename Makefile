@@ -6,7 +6,7 @@ GO    ?= go
 # for a race (the body budget's, the keys' last use) run under it too.
 RACE_PKGS := ./internal/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
 
-.PHONY: run test soak generate check-generated build bench deps vet lint-openapi
+.PHONY: run test soak generate check-generated build bench bench-batch deps vet lint-openapi
 
 ## run: build and serve on :8080 (embedded PostgreSQL unless DATABASE_URL is set)
 run: build
@@ -15,8 +15,8 @@ run: build
 
 ## test: every test, against real PostgreSQL and Redis (found or started)
 test: check-generated vet lint-openapi
-	@scripts/deps.sh postgres redis chromium
-	$(GO) test -count=1 -timeout 8m -skip 'TestNoisyNeighbour|TestLeaseBurst|TestLeaseFlood|TestFaultSuite' $$($(GO) list ./... | grep -v /browsertest$$)
+	@scripts/deps.sh postgres redis chromium node
+	$(GO) test -count=1 -timeout 8m -skip 'TestNoisyNeighbour|TestLeaseBurst|TestLeaseFlood|TestFaultSuite' $$($(GO) list ./... | grep -v -e /browsertest$$ -e /clients/typescript$$)
 	@# The browser suite and the noisy-neighbour tests run alone: one Chromium
 	@# beside the black-box suite would squeeze its timing on 2 cores, and
 	@# the noisy neighbours' attackers (and the lease burst) load both cores,
@@ -27,6 +27,9 @@ test: check-generated vet lint-openapi
 	@# of instances, and its invariants hold the timing of every answer.
 	$(GO) test -count=1 -timeout 6m -run 'TestFaultSuite' ./blackbox/
 	$(GO) test -count=1 -timeout 8m -race -run 'Conformance|Property|Concurr|Catalog|Recorder|Race|Breaker' $(RACE_PKGS)
+	@# The TypeScript client's suite runs last and alone: Node.js, workerd and
+	@# a Next.js build (kept while its inputs are unchanged) load both cores.
+	$(GO) test -count=1 -timeout 8m ./clients/typescript/
 
 ## soak: the fault suite's phases, cycle after cycle, for DURATION (make soak DURATION=30m)
 DURATION ?= 30m
@@ -55,6 +58,9 @@ lint-openapi:
 generate:
 	$(GO) tool sqlc generate
 	$(GO) tool templ generate -include-version=false
+	@# The TypeScript client's types come from the OpenAPI document.
+	@scripts/deps.sh node
+	cd clients/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run --silent generate
 
 ## check-generated: fail when committed generated code differs from its sources
 check-generated:
@@ -65,6 +71,10 @@ check-generated:
 ## bench: the counter-store benchmarks quoted in docs/benchmarks.md
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/counter/... ./internal/limit/
+
+## bench-batch: batched checks through the Go client against one check per request and a bare handler (scripts/bench-batch.sh)
+bench-batch:
+	scripts/bench-batch.sh
 
 deps:
 	@scripts/deps.sh postgres redis

@@ -2,6 +2,9 @@ module github.com/tollgate/tollgate
 
 go 1.26.8
 
+// The TypeScript client's npm dependencies are no Go packages of ours.
+ignore ./clients/typescript/node_modules
+
 require (
 	github.com/a-h/templ v0.3.1118
 	github.com/chromedp/cdproto v0.160.1

@@ -123,13 +123,27 @@ func (c *Client) check(ctx context.Context, mode string, items []Item) (Decision
 	for i, it := range items {
 		in.Items[i] = checkItemIn{Policy: it.Policy, Subject: subjectOf(it.Subject), Cost: it.Cost}
 	}
+	if c.batcher != nil {
+		return c.batcher.check(ctx, in)
+	}
 	var out checkOut
 	if err := c.do(ctx, "POST", "/v1/check", in, &out); err != nil {
-		if failModeDecides(err) {
-			return c.failDecision(), err
-		}
-		return Decision{}, err
+		return c.checkFailed(err)
 	}
+	return out.decision(), nil
+}
+
+// checkFailed is the answer of a check that err failed: the FailMode's
+// decision when it decides, else a zero Decision.
+func (c *Client) checkFailed(err error) (Decision, error) {
+	if failModeDecides(err) {
+		return c.failDecision(), err
+	}
+	return Decision{}, err
+}
+
+// decision is the Decision out says.
+func (out *checkOut) decision() Decision {
 	d := Decision{Allowed: out.Allowed, Degraded: out.Degraded, Items: make([]ItemDecision, len(out.Items))}
 	for i, it := range out.Items {
 		d.Items[i] = ItemDecision{
@@ -139,7 +153,7 @@ func (c *Client) check(ctx context.Context, mode string, items []Item) (Decision
 			Shadow: it.Shadow, Degraded: it.Degraded,
 		}
 	}
-	return d, nil
+	return d
 }
 
 // failDecision is the FailMode's answer.

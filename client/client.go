@@ -58,6 +58,7 @@ type Client struct {
 	failMode FailMode
 	attempts int           // 1: no retry
 	maxWait  time.Duration // the longest Retry-After a retry waits for
+	batcher  *batcher      // nil: each check its own request
 }
 
 // Option configures a Client in New.
@@ -136,6 +137,9 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.batcher != nil {
+		c.batcher.c = c
 	}
 	if c.hc == nil {
 		// An app server calls Tollgate once per request of its own: keep

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what Tollgate's commands need from the machine when it is missing:
-#   scripts/deps.sh postgres redis chromium redocly
+#   scripts/deps.sh postgres redis chromium redocly node
 # Debian/Ubuntu packages through apt-get (as root, or with sudo). Elsewhere it
 # says what to install and stops.
 #
@@ -36,6 +36,12 @@ have_postgres() {
 have_redis() { command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; }
 have_chromium() { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; }
 have_redocly() { [ -x "$(redocly_bin)" ]; }
+# node is Node.js 20.9 or later and npm, which the TypeScript client's tests
+# (clients/typescript) run with: Next.js needs 20.9.
+have_node() {
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 &&
+    node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 9) ? 0 : 1)'
+}
 
 # install_redocly installs the pinned Redocly CLI with npm ci (the lock
 # file's versions and digests, nothing else) in a folder of its own, moved
@@ -75,6 +81,7 @@ for want in "$@"; do
     redis) have_redis || missing+=(redis-server redis-tools) ;;
     chromium) have_chromium || missing+=(chromium) ;;
     redocly) have_redocly || redocly=1 ;;
+    node) have_node || missing+=(nodejs npm) ;;
     *) echo "deps.sh: unknown dependency $want" >&2; exit 2 ;;
   esac
 done

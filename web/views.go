@@ -154,6 +154,15 @@ type KeyRow struct {
 	RevokeAction string
 }
 
+// EndpointRow is one of a tenant's outbound webhook endpoints.
+type EndpointRow struct {
+	ID, URL, Events string
+	Enabled         bool
+	// State says enabled, failing since when, or why it was disabled.
+	State         string
+	DisableAction string
+}
+
 // NewKey is a key just created: shown on this page once, never again.
 type NewKey struct {
 	ID, Raw, Mode string
@@ -243,6 +252,8 @@ type TenantView struct {
 	Policies          []PolicyRow
 	Alerts            []AlertRow
 	Events            []WebhookRow
+	// Endpoints are the tenant's outbound webhook endpoints.
+	Endpoints []EndpointRow
 	// EventsNote explains an empty or unavailable event list.
 	EventsNote string
 	AuditHref  string

@@ -44,6 +44,10 @@ type Config struct {
 	IdleTimeout     time.Duration // TOLLGATE_IDLE_TIMEOUT: a kept-alive connection between requests
 	AuditRetention  time.Duration // TOLLGATE_AUDIT_RETENTION_DAYS: audit entries older than this are deleted
 	DebugAddr       string        // TOLLGATE_DEBUG_ADDR: a loopback address for Go's profiler; empty is off
+	// WebhookAllowPrivate lets tenants' webhooks go to http:// URLs and to
+	// loopback and private addresses (TOLLGATE_WEBHOOK_ALLOW_PRIVATE): for
+	// self-hosters whose receivers are inside, and for tests.
+	WebhookAllowPrivate bool
 
 	// Billing with Stripe (internal/billing).
 	StripeWebhookSecrets []string // STRIPE_WEBHOOK_SECRET: comma-separated whsec_… signing secrets
@@ -147,6 +151,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	c.WriteTimeout = 60 * time.Second
 	c.IdleTimeout = 60 * time.Second
 	c.AuditRetention = 90 * 24 * time.Hour
+	if c.WebhookAllowPrivate, err = parseBool("TOLLGATE_WEBHOOK_ALLOW_PRIVATE", getenv("TOLLGATE_WEBHOOK_ALLOW_PRIVATE")); err != nil {
+		return c, err
+	}
 	if c.SecureCookies, err = parseBool("TOLLGATE_SECURE_COOKIES", getenv("TOLLGATE_SECURE_COOKIES")); err != nil {
 		return c, err
 	}
@@ -311,6 +318,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("client_ip_header", c.ClientIPHeader),
 		slog.String("public_url", c.PublicURL),
 		slog.Bool("secure_cookies", c.SecureCookies),
+		slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
 		slog.Int("ipv6_prefix", c.IPv6Prefix),
 		slog.Int64("tenant_inflight", c.TenantInflight),
 		slog.Int64("tenant_max_leases", c.TenantMaxLeases),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
@@ -28,6 +29,7 @@ import (
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/internal/usage"
+	"github.com/tollgate/tollgate/internal/webhooks"
 )
 
 // serve runs the HTTP server until ctx is cancelled, then shuts down in
@@ -105,7 +107,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	linkOpens := memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1})
 	defer linkOpens.Close()
 	g, err := gate.New(gate.Config{
-		Store: store, Local: l1, Tenants: dir, Policies: catalog, Observer: gate.Observers{usageRec, auditRec, degradedRec},
+		Store: store, Local: l1, Tenants: dir, Policies: catalog, Observer: admission.Observers{usageRec, auditRec, degradedRec},
 		Metrics: met, StoreName: cfg.CounterStore, Logger: log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
 		TenantInflight:  cfg.TenantInflight,
 		TenantMaxLeases: cfg.TenantMaxLeases,
@@ -121,7 +123,20 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	// Changes made by any instance (or by hand in SQL) reach this one's caches
 	// within a second; after a reconnect everything is marked stale (read
 	// again on its next use), since notifications may have been missed.
+	// Outbound tenant webhooks: every instance delivers from the outbox,
+	// woken by the notification of a new delivery, and sweeps for the
+	// events decided by looking (idempotency keys write each once).
+	hooks, hookWorker, err := webhookWiring(cfg, pool, log)
+	if err != nil {
+		return err
+	}
+	running.Go(func() { logRun(log, "webhook delivery", hookWorker.Run(bg)) })
+	running.Go(func() { logRun(log, "webhook sweep", webhooks.Sweep(bg, hooks.Store, log, time.Now)) })
 	invalidate := func(kind, id string) {
+		if kind == "webhook" {
+			hookWorker.Wake()
+			return
+		}
 		dir.Invalidate(kind, id)
 		if kind == "policy" {
 			catalog.Invalidate(id)
@@ -129,7 +144,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	}
 	running.Go(func() {
 		logRun(log, "change listener", pgstore.Listen(bg, dsn, log, invalidate,
-			func() { dir.InvalidateAll(); catalog.InvalidateAll() }))
+			func() { dir.InvalidateAll(); catalog.InvalidateAll(); hookWorker.Wake() }))
 	})
 
 	// Billing with Stripe: webhooks, Checkout and portal links, and the
@@ -144,8 +159,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	dash, err := dashboard.New(dashboard.Config{
 		Logger: log, Accounts: pgstore.NewAdmins(pool), Tenants: pgstore.NewTenants(pool), Policies: policies,
 		Usage: usageRec, Audit: audit.NewLog(auditStore), Traffic: trafficStore,
-		Webhooks: bill, Billing: bill, Counter: store, Local: signIns, Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
-		Changed: invalidate,
+		Webhooks: bill, Billing: bill, SignInLimiter: gate.NewLimiter("sign-in limiter", store, signIns, log), Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
+		Changed:   invalidate,
+		Endpoints: hooks,
 	})
 	if err != nil {
 		return err
@@ -181,11 +197,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 		Instruments: met,
 		PublicURL:   cfg.PublicURL,
 		BillingKey:  billingKey(cfg.Pepper),
-		Counter:     store,
-		Local:       linkOpens,
+		LinkLimiter: gate.NewLimiter("billing link limits", store, linkOpens, log),
 		// Billing with Stripe.
 		Billing:        bill,
 		StripeWebhooks: stripeWebhooks,
+		// Outbound tenant webhooks.
+		Webhooks: hooks,
 		// Dashboard (/admin).
 		Dashboard: dash.Register,
 	})
@@ -234,6 +251,26 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	log.Info("tollgate stopped")
 	return nil
 }
+
+// webhookWiring builds the tenant webhooks' service and delivery worker:
+// secrets sealed under a key derived from the pepper, deliveries sent
+// through the guarded client with a 10 s timeout.
+func webhookWiring(cfg Config, pool *pgxpool.Pool, log *slog.Logger) (*webhooks.Service, *webhooks.Worker, error) {
+	sealer, err := webhooks.NewSealer(digest.Key(cfg.Pepper, "tollgate webhook secrets"))
+	if err != nil {
+		return nil, nil, err
+	}
+	store := pgstore.NewWebhooks(pool)
+	svc := &webhooks.Service{Store: store, Sealer: sealer, AllowPrivate: cfg.WebhookAllowPrivate}
+	w := webhooks.NewWorker(webhooks.WorkerConfig{
+		Store: store, Sealer: sealer, Logger: log,
+		Client: webhooks.NewClient(cfg.WebhookAllowPrivate, webhookTimeout),
+	})
+	return svc, w, nil
+}
+
+// webhookTimeout bounds one delivery attempt, answer included.
+const webhookTimeout = 10 * time.Second
 
 // backlogs reports the recorders' queues of writes. Outbound tenant
 // webhooks have no queue yet; their outbox will report under

@@ -1,7 +1,7 @@
 // Package audit keeps Tollgate's audit log: who changed what (plan changes,
 // key revocations, overrides: any component records through Log), and the
 // first refusal of each counter key in each window, which its Recorder, a
-// gate.Observer, writes in batches off the request path so that a flood of
+// admission.Observer, writes in batches off the request path so that a flood of
 // refusals writes one entry per key and window, whatever the number of
 // instances. The Recorder also counts refusals of policies that set
 // alert_after and raises an alert when one subject is refused that many

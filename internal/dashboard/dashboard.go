@@ -25,8 +25,8 @@ import (
 	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/digest"
+	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
@@ -90,7 +90,7 @@ type AuditLog interface {
 }
 
 // Config is what the dashboard calls. Accounts, Tenants, Policies, Usage,
-// Audit, Traffic, Counter, Local and Pepper are required.
+// Audit, Traffic, SignInLimiter and Pepper are required.
 type Config struct {
 	Logger   *slog.Logger
 	Accounts admin.Store
@@ -102,20 +102,19 @@ type Config struct {
 	// Webhooks is the Stripe event log; nil shows the webhook pages empty,
 	// with what to configure.
 	Webhooks WebhookLog
+	// Endpoints are the tenants' outbound webhook endpoints, listed on a
+	// tenant's page where an operator may disable one; nil lists none.
+	Endpoints Endpoints
 	// Billing links the customers of events held as unknown_customer; nil
 	// offers no link form.
 	Billing CustomerLinker
 	// Leases counts a tenant's leases in flight per concurrency policy
 	// (*gate.Gate); nil shows them as unavailable.
 	Leases LeaseCounter
-	// Counter is the shared counter store the sign-in limiter counts in, so
-	// that its limits hold across instances; when it is unavailable the
-	// limiter counts in this instance's memory.
-	Counter counter.Store
-	// Local is this instance's in-memory counter store (counter/memory,
-	// bounded), where the sign-in limiter counts while Counter is
-	// unavailable. The caller closes it.
-	Local counter.Store
+	// SignInLimiter counts sign-ins against their limits: in the shared
+	// counter store, so that they hold across instances, else in this
+	// instance's memory (gate.NewLimiter).
+	SignInLimiter *gate.Limiter
 	// Pepper keys the HMACs that turn client IPs and emails into counter
 	// keys.
 	Pepper []byte
@@ -166,7 +165,7 @@ type Dashboard struct {
 func New(cfg Config) (*Dashboard, error) {
 	switch {
 	case cfg.Accounts == nil, cfg.Tenants == nil, cfg.Policies == nil, cfg.Usage == nil,
-		cfg.Audit == nil, cfg.Traffic == nil, cfg.Counter == nil, cfg.Local == nil:
+		cfg.Audit == nil, cfg.Traffic == nil, cfg.SignInLimiter == nil:
 		return nil, errors.New("dashboard: a required store is missing")
 	case len(cfg.Pepper) == 0:
 		return nil, errors.New("dashboard: no pepper")
@@ -195,7 +194,7 @@ func New(cfg Config) (*Dashboard, error) {
 	cfg.StripeDashboardURL = strings.TrimRight(cfg.StripeDashboardURL, "/")
 	return &Dashboard{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, touchEvery: min(time.Minute, cfg.IdleTimeout/2),
-		limiter: &limiter{shared: cfg.Counter, local: cfg.Local, digest: digest.New(cfg.Pepper), log: cfg.Logger},
+		limiter: &limiter{Limiter: cfg.SignInLimiter, digest: digest.New(cfg.Pepper)},
 	}, nil
 }
 
@@ -239,6 +238,7 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.GET("/tenants/:id", d.page(d.tenantPage))
 	g.POST("/tenants/:id/keys", d.page(d.createKey))
 	g.POST("/tenants/:id/keys/:key/revoke", d.page(d.revokeKey))
+	g.POST("/tenants/:id/endpoints/:endpoint/disable", d.page(d.disableEndpoint))
 	g.POST("/tenants/:id/limits", d.page(d.setLimits))
 	g.GET("/webhooks", d.page(d.webhooks))
 	g.GET("/webhooks/:id", d.page(d.webhooks))

@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/net/html"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/dashboard"
-	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -71,10 +71,10 @@ func TestPagesShowTheData(t *testing.T) {
 	if _, err := policies.PutOverride(ctx, acme.ID, "sign-in-ip", o); err != nil {
 		t.Fatal(err)
 	}
-	e.record(acme.ID, 5, gate.OutcomeAllowed, 40)
-	e.record(acme.ID, 5, gate.LayerPolicy, 7)
-	e.record(acme.ID, 300, gate.LayerIP, 3)
-	e.record(globex.ID, 1, gate.OutcomeAllowed, 90)
+	e.record(acme.ID, 5, admission.OutcomeAllowed, 40)
+	e.record(acme.ID, 5, admission.LayerPolicy, 7)
+	e.record(acme.ID, 300, admission.LayerIP, 3)
+	e.record(globex.ID, 1, admission.OutcomeAllowed, 90)
 	now := time.Now().UTC().Truncate(time.Minute)
 	if err := e.traffic.AddDegraded(ctx, map[time.Time]int64{now.Add(-10 * time.Minute): 4, now.Add(-9 * time.Minute): 6, now.Add(-2 * time.Hour): 1}); err != nil {
 		t.Fatal(err)
@@ -447,11 +447,11 @@ func TestFloodsReadAsOneRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now().UTC().Truncate(time.Minute).Add(-5 * time.Minute)
-	var refs []gate.Refusal
+	var refs []admission.Refusal
 	for i := range 10 {
-		refs = append(refs, gate.Refusal{Layer: gate.LayerPolicy, Policy: "sign-in", Limit: 1, ResetAt: at.Add(time.Minute), Key: fmt.Sprintf("%032x", i), AlertAfter: 1})
+		refs = append(refs, admission.Refusal{Layer: admission.LayerPolicy, Policy: "sign-in", Limit: 1, ResetAt: at.Add(time.Minute), Key: fmt.Sprintf("%032x", i), AlertAfter: 1})
 	}
-	rec.Observe(ctx, gate.Event{At: at.Add(10 * time.Second), TenantID: acme.ID, Outcome: gate.LayerPolicy, Refusals: refs})
+	rec.Observe(ctx, admission.Event{At: at.Add(10 * time.Second), TenantID: acme.ID, Outcome: admission.LayerPolicy, Refusals: refs})
 	if err := rec.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -13,11 +13,11 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/internal/usage"
+	"github.com/tollgate/tollgate/internal/webhooks"
 	"github.com/tollgate/tollgate/web"
 )
 
@@ -34,10 +34,11 @@ func (d *Dashboard) tenantPage(c echo.Context, s *signedIn) error {
 // flashes are the confirmations a redirect may ask for: fixed sentences,
 // so that a link cannot make the dashboard say anything else.
 var flashes = map[string]string{
-	"limits":  "Limits saved. Every instance applies them within a second.",
-	"revoked": "Key revoked. The API refuses it from now on.",
-	"plan":    "Plan saved. Every instance applies it within a second.",
-	"linked":  "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
+	"limits":            "Limits saved. Every instance applies them within a second.",
+	"revoked":           "Key revoked. The API refuses it from now on.",
+	"endpoint-disabled": "Webhook endpoint disabled. Its deliveries wait until the tenant enables it again.",
+	"plan":              "Plan saved. Every instance applies it within a second.",
+	"linked":            "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
 }
 
 // tenantData is what a tenant's page shows, fetched in one place
@@ -62,6 +63,9 @@ type tenantData struct {
 	// events are the tenant's latest Stripe events; nil without the
 	// webhook log.
 	events []billing.EventRecord
+	// endpoints are the tenant's outbound webhook endpoints; nil without
+	// Config.Endpoints.
+	endpoints []webhooks.Endpoint
 }
 
 // fetchTenant reads everything a tenant's page shows. An error names the
@@ -112,6 +116,11 @@ func (d *Dashboard) fetchTenant(ctx context.Context, id string) (tenantData, err
 	td.inFlight = d.leasesInFlight(ctx, td.t.ID, td.policies)
 	if td.lastChange, err = d.cfg.Audit.List(ctx, audit.Filter{TenantID: td.t.ID, Kind: KindLimitsChanged, Limit: 1}); err != nil {
 		return fail("last change of its limits", err)
+	}
+	if d.cfg.Endpoints != nil {
+		if td.endpoints, err = d.cfg.Endpoints.Endpoints(ctx, td.t.ID); err != nil {
+			return fail("webhook endpoints", err)
+		}
 	}
 	if d.cfg.Webhooks != nil {
 		if td.events, err = d.cfg.Webhooks.Events(ctx, billing.EventFilter{TenantID: td.t.ID, Limit: 10}); err != nil {
@@ -165,6 +174,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 	}
 	v.Policies = policyRows(td)
 	v.Alerts = alertRows(td.report.Alerts)
+	v.Endpoints = endpointRows(t.ID, td.endpoints)
 
 	if d.cfg.Webhooks == nil {
 		v.EventsNote = webhooksUnavailable
@@ -212,7 +222,7 @@ func policyRows(td tenantData) []web.PolicyRow {
 			Name: p.Name, Limit: count(p.Limit), Window: policy.FormatWindow(p.Window), Algorithm: p.Algorithm.String(),
 			Scope: string(p.Scope), FailMode: string(p.FailMode), Shadow: p.Shadow, AlertAfter: "never",
 		}
-		if p.Algorithm == limit.Concurrency {
+		if p.Concurrent() {
 			row.Concurrency, row.Window, row.InFlight = true, "none", "in flight: unavailable"
 			if n, ok := td.inFlight[p.Name]; ok {
 				row.InFlight = count(n) + " in flight across subjects"
@@ -317,7 +327,7 @@ func monthChart(days []traffic.DayCount, ms, now time.Time, allotment *int64) we
 func (d *Dashboard) leasesInFlight(ctx context.Context, tenantID string, pols []policy.Policy) map[string]int64 {
 	var names []string
 	for _, p := range pols {
-		if p.Algorithm == limit.Concurrency {
+		if p.Concurrent() {
 			names = append(names, p.Name)
 		}
 	}

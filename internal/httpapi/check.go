@@ -17,7 +17,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
@@ -166,6 +166,12 @@ func parseCheck(c echo.Context) (*gate.Check, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseCheckBody(body)
+}
+
+// parseCheckBody decodes one check, a /v1/check body or one of a batch's
+// checks; every fault names its field.
+func parseCheckBody(body []byte) (*gate.Check, error) {
 	if chk, ok := decodeCheckFast(body); ok {
 		return chk, nil
 	}
@@ -176,9 +182,9 @@ func parseCheck(c echo.Context) (*gate.Check, error) {
 	chk := &gate.Check{}
 	switch b.Mode {
 	case "", "consume":
-		chk.Mode = counter.Consume
+		chk.Mode = gate.Consume
 	case "peek":
-		chk.Mode = counter.Peek
+		chk.Mode = gate.Peek
 	default:
 		return nil, &badRequest{field: "mode", reason: `want "consume" or "peek"`}
 	}
@@ -279,6 +285,19 @@ func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 	// The ceiling that refused, its t Retry-After (the rule in
 	// checkanswer.go).
 	writeRateLimit(h, gate.Quota{Name: name, Limit: r.Limit, Window: r.Window}, retry)
+	p := a.refusalProblem(v)
+	body, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return c.Blob(p.Status, "application/problem+json", body)
+}
+
+// refusalProblem is the problem that answers v's refusal by a ceiling.
+func (a *api) refusalProblem(v gate.Verdict) refusalProblem {
+	r := v.Refusal
+	retry := retrySeconds(r.RetryAfter)
+	name := r.Layer
 	p := refusalProblem{
 		Type:   "https://tollgate.dev/problems/quota-exceeded",
 		Title:  "Too many requests",
@@ -288,17 +307,17 @@ func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 		Degraded:         r.Degraded,
 	}
 	switch r.Layer {
-	case gate.LayerInstance:
+	case admission.LayerInstance:
 		p.Detail = fmt.Sprintf("This Tollgate instance is at its ceiling of %d requests a second; retry in %d s.", r.Limit, retry)
-	case gate.LayerIP:
+	case admission.LayerIP:
 		p.Detail = fmt.Sprintf("Too many requests from this address: the limit is %d a minute; retry in %d s.", r.Limit, retry)
-	case gate.LayerQuota:
+	case admission.LayerQuota:
 		p.Detail = fmt.Sprintf("The tenant's quota of %d requests per %s is used up; retry in %d s.", r.Limit, r.Scope, retry)
-	case gate.LayerAllotment:
+	case admission.LayerAllotment:
 		p.Detail = fmt.Sprintf("The %s plan's allotment of %d checks this month is used up. Upgrade the plan, or wait until %s.", r.Plan, r.Limit, r.ResetAt.UTC().Format(time.RFC3339))
-	case gate.LayerSandbox:
+	case admission.LayerSandbox:
 		p.Detail = fmt.Sprintf("Test keys share %d checks per rolling 30 days and they are used up; use a live key or retry in %d s.", r.Limit, retry)
-	case gate.LayerInflight:
+	case admission.LayerInflight:
 		p.Detail = fmt.Sprintf("The tenant has as much work in progress on this Tollgate instance as it may (%d check items at once); retry in %d s, or send fewer items in parallel.", r.Limit, retry)
 	}
 	if r.PaymentRequired {
@@ -309,11 +328,7 @@ func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 		p.BillingURL = a.billingURL(v.Tenant.ID)
 		p.Detail = fmt.Sprintf("The subscription is %s, so the tenant is held to the starter plan, whose %d checks this month are used up. Update the payment method at billing_url.", v.Tenant.BillingStatus, r.Limit)
 	}
-	body, err := json.Marshal(p)
-	if err != nil {
-		return err
-	}
-	return c.Blob(p.Status, "application/problem+json", body)
+	return p
 }
 
 // billingURL is the address that sends a tenant to a fresh Stripe portal

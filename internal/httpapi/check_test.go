@@ -130,9 +130,10 @@ func newTenantAPIWith(t testing.TB, dsn string, o apiOptions) *tenantAPI {
 		Gate:        g,
 		Policies:    policy.Service{Store: policies, Catalog: catalog},
 		Usage:       usageOf{rec, dir},
+		Webhooks:    testWebhooks(t, pool),
 		PublicURL:   "https://tollgate.example",
 		BillingKey:  []byte("billing-key"),
-		Local:       local,
+		LinkLimiter: gate.NewLimiter("billing link limits", nil, local, nil),
 		Metrics:     met.Handler(),
 		Instruments: met,
 		Audit: func(_ context.Context, tenantID, kind string, detail map[string]any) {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/web"
@@ -63,16 +63,11 @@ type Config struct {
 	PublicURL string
 	// BillingKey signs the billing links of 402 answers.
 	BillingKey []byte
-	// Counter is the shared counter store, where opens of billing links are
-	// counted against their limits across instances; nil counts them in
-	// Local only.
-	Counter counter.Store
-	// Local is this instance's in-memory counter store (counter/memory,
-	// bounded), where opens of billing links are counted while Counter is
-	// unavailable or nil; the limits then hold per instance. Nil counts
-	// nowhere else: an open that Counter cannot count is answered 503. The
-	// caller closes it.
-	Local counter.Store
+	// LinkLimiter counts opens of billing links against their limits: in
+	// the shared counter store across instances, else in this instance's
+	// memory (gate.NewLimiter). Nil counts nowhere: every open is answered
+	// 503.
+	LinkLimiter *gate.Limiter
 	// Billing serves /v1/billing, the billing links and Stripe webhooks;
 	// nil answers them 503.
 	Billing BillingService
@@ -93,6 +88,10 @@ type Config struct {
 	// Instruments are the collectors the HTTP layer feeds; nil feeds a set
 	// of its own.
 	Instruments *metrics.Metrics
+	// Webhooks serves /v1/webhooks, the tenant's outbound webhook
+	// endpoints, and lists the disabled ones in /v1/usage; nil serves
+	// neither.
+	Webhooks TenantWebhooks
 	// Dashboard, when set, mounts the operators' dashboard (/admin) on the
 	// same Echo, so that it shares the client-IP rules and the recovery
 	// middleware; httpapi knows nothing else of it.
@@ -124,10 +123,12 @@ func New(cfg Config) *echo.Echo {
 		a := &api{cfg: cfg, gate: cfg.Gate}
 		v1 := e.Group("/v1")
 		v1.POST("/check", a.check)
+		v1.POST("/check/batch", a.checkBatch)
 		registerPolicies(v1.Group("", a.admit("policies")), cfg.Policies)
 		v1.GET("/usage", a.usage, a.admit("usage"))
 		registerBilling(v1.Group("/billing", a.admit("billing")), a)
 		registerLeases(v1, a)
+		registerTenantWebhooks(v1.Group("/webhooks", a.admit("webhooks")), cfg.Webhooks)
 	}
 	e.GET("/billing/portal/:token", portalLink(cfg))
 	e.POST("/webhooks/stripe", stripeWebhook(cfg))
@@ -201,7 +202,7 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			c.Response().Header().Set("Retry-After", "1")
 		}
 		if errors.Is(err, gate.ErrBusy) {
-			c.Response().Header().Set("X-RateLimit-Layer", gate.LayerInflight)
+			c.Response().Header().Set("X-RateLimit-Layer", admission.LayerInflight)
 		}
 		sendProblem(c, p)
 	}

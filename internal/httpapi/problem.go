@@ -8,10 +8,10 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/webhooks"
 )
 
 // problemBase is the prefix of Tollgate's problem type URIs.
@@ -39,9 +39,9 @@ var problemKinds = []problemKind{
 	// The HTTP layer's own reading of a request (badRequest).
 	{errBadRequest, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	// Leases (leases.go).
-	{counter.ErrNoLease, http.StatusNotFound, "lease-not-found", "No such lease: it was released, it expired, or it never was"},
+	{gate.ErrNoLease, http.StatusNotFound, "lease-not-found", "No such lease: it was released, it expired, or it never was"},
 	{gate.ErrBusy, http.StatusTooManyRequests, "tenant-busy", "Too many of this tenant's requests are in progress on this instance; retry after a second"},
-	{counter.ErrUnavailable, http.StatusServiceUnavailable, "store-unavailable", "The counter store is unavailable; retry"},
+	{gate.ErrStoreUnavailable, http.StatusServiceUnavailable, "store-unavailable", "The counter store is unavailable; retry"},
 	{policy.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Tollgate cannot reach its database right now; retry"},
 	{gate.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Tollgate cannot read this key's tenant, plan or policies from its database right now; retry"},
 	// Billing (billing.go, webhooks.go).
@@ -49,6 +49,12 @@ var problemKinds = []problemKind{
 	{billing.ErrNotConfigured, http.StatusServiceUnavailable, "billing-not-configured", "Billing with Stripe is not configured on this server"},
 	{billing.ErrNoCustomer, http.StatusConflict, "no-billing-account", "No billing account yet: buy a plan with POST /v1/billing/checkout"},
 	{billing.ErrProvider, http.StatusBadGateway, "payment-provider-error", "The payment provider failed; try again"},
+	// Outbound webhooks (tenanthooks.go).
+	{webhooks.ErrNotFound, http.StatusNotFound, "not-found", "Not found"},
+	{webhooks.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
+	{webhooks.ErrTooMany, http.StatusConflict, "too-many-webhooks", "A tenant may have at most 5 webhook endpoints: delete one first"},
+	{webhooks.ErrConflict, http.StatusConflict, "delivery-in-progress", "This delivery is waiting or being sent; it can be sent again once it is delivered or failed"},
+	{webhooks.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Tollgate cannot reach its database right now; retry"},
 }
 
 // clientError is an error whose words were chosen for the client that

@@ -33,6 +33,16 @@ type usageAnswer struct {
 	SandboxAllotment int64            `json:"sandbox_allotment"`
 	RefusalsByLayer  map[string]int64 `json:"refusals_by_layer"`
 	Alerts           []audit.Alert    `json:"alerts"`
+	// WebhooksDisabled lists the tenant's disabled webhook endpoints and
+	// why: a tenant that polls its usage learns that its receiver was
+	// given up on.
+	WebhooksDisabled []disabledHook `json:"webhooks_disabled"`
+}
+
+type disabledHook struct {
+	ID     string `json:"id"`
+	URL    string `json:"url"`
+	Reason string `json:"reason"`
 }
 
 func (a *api) usage(c echo.Context) error {
@@ -55,11 +65,23 @@ func (a *api) usage(c echo.Context) error {
 	if alerts == nil {
 		alerts = []audit.Alert{}
 	}
+	disabled := []disabledHook{}
+	if a.cfg.Webhooks != nil {
+		es, err := a.cfg.Webhooks.Endpoints(ctx, t.ID)
+		if err != nil {
+			return err
+		}
+		for _, e := range es {
+			if !e.Enabled {
+				disabled = append(disabled, disabledHook{ID: e.ID, URL: e.URL, Reason: e.DisabledReason})
+			}
+		}
+	}
 	return c.JSON(http.StatusOK, usageAnswer{
 		TenantID: t.ID, Plan: t.Plan, EffectivePlan: eff, BillingStatus: t.BillingStatus,
 		PeriodStart: r.PeriodStart, PeriodEnd: r.PeriodEnd,
 		ChecksUsed: r.ChecksUsed, ChecksAllotment: plan.MonthlyChecks,
 		SandboxUsed: r.SandboxUsed, SandboxAllotment: tenant.SandboxAllotment,
-		RefusalsByLayer: r.Refusals, Alerts: alerts,
+		RefusalsByLayer: r.Refusals, Alerts: alerts, WebhooksDisabled: disabled,
 	})
 }

@@ -341,12 +341,21 @@ func (t *billingTx) SaveAccount(ctx context.Context, a billing.Account, usageFro
 	if !a.UpdatedAt.IsZero() {
 		p.BillingUpdatedAt = ts(a.UpdatedAt)
 	}
+	// The state before, locked, for the plan.changed event written in
+	// this transaction when the effective plan moves.
+	before, err := t.q.BillingAccount(ctx, id)
+	if err != nil {
+		return fmt.Errorf("save billing of tenant %s: %w", a.TenantID, dbErr(err, billingErrors))
+	}
 	n, err := t.q.SaveBillingAccount(ctx, p)
 	if err != nil {
 		return fmt.Errorf("save billing of tenant %s: %w", a.TenantID, dbErr(err, billingErrors))
 	}
 	if n == 0 {
 		return fmt.Errorf("save billing of tenant %s: %w", a.TenantID, billing.ErrNotFound)
+	}
+	if err := emitPlanChanged(ctx, t.q, id, planState{before.Plan, before.BillingStatus}, planState{a.Plan, a.Status}); err != nil {
+		return fmt.Errorf("save billing of tenant %s: %w", a.TenantID, dbErr(err, billingErrors))
 	}
 	x := sqlcgen.SaveBillingExtrasParams{
 		TenantID: id, UsageItemID: a.UsageItemID, UsageFrom: ts(usageFrom.UTC().Truncate(time.Hour)),

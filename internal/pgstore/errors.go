@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/webhooks"
 )
 
 // dbErrors says which of one domain's sentinels stand for what PostgreSQL
@@ -162,4 +163,12 @@ var policyErrors = dbErrors{
 		}
 		return nil
 	},
+}
+
+// webhookErrors, of the outbound webhooks' statements: a connection that
+// fails is webhooks.ErrUnavailable, a missing row webhooks.ErrNotFound.
+var webhookErrors = dbErrors{
+	domain:      []error{webhooks.ErrNotFound, webhooks.ErrTooMany, webhooks.ErrConflict, webhooks.ErrInvalid},
+	noRows:      webhooks.ErrNotFound,
+	unavailable: webhooks.ErrUnavailable,
 }

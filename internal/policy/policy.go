@@ -372,6 +372,10 @@ func parseOverride(pattern string, body []byte, now time.Time) (Override, error)
 	return o, nil
 }
 
+// Concurrent reports whether p is a concurrency policy, which bounds the
+// leases in flight instead of counting requests in a window.
+func (p Policy) Concurrent() bool { return p.Algorithm == limit.Concurrency }
+
 // MarshalJSON writes p in the shape Parse reads, plus name, created_at and
 // updated_at; the window in its shortest form ("1m", "1h30m", "7d",
 // "month"), null for a concurrency policy.

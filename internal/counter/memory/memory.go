@@ -357,3 +357,18 @@ func (sh *shard) pushFront(i int32) {
 	sh.ents[first].prev = i
 	sh.ents[0].next = i
 }
+
+var _ counter.Batcher = (*Store)(nil)
+
+// CheckBatch implements counter.Batcher: each request is checked in turn,
+// in memory there being no round trip to share.
+func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]counter.Result, []error) {
+	res, errs := make([]counter.Result, len(reqs)), make([]error, len(reqs))
+	if counter.TooLarge(reqs, errs) {
+		return res, errs
+	}
+	for i, req := range reqs {
+		res[i], errs[i] = s.CheckInto(ctx, req, nil)
+	}
+	return res, errs
+}

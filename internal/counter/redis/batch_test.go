@@ -117,7 +117,7 @@ func TestBatchMatchesModelInOrder(t *testing.T) {
 						req.Ceilings = r.IntN(len(req.Items) + 1)
 						reqs[i] = req
 					}
-					got, errs, scripts := target.store.CheckBatch(ctx, reqs)
+					got, errs, scripts := target.store.CheckBatchScripts(ctx, reqs)
 					tenants := map[string]bool{}
 					for i, req := range reqs {
 						if errs[i] != nil {
@@ -155,7 +155,7 @@ func TestBatchHotKeyInArrivalOrder(t *testing.T) {
 				own := counter.Item{Key: fmt.Sprint("own", i), Algorithm: limit.TokenBucket, Limit: 3, Window: limit.Every(time.Hour), Cost: 1}
 				reqs[i] = counter.Request{Group: "t", Items: []counter.Item{own, hot}}
 			}
-			got, errs, scripts := target.store.CheckBatch(ctx, reqs)
+			got, errs, scripts := target.store.CheckBatchScripts(ctx, reqs)
 			if scripts != 1 {
 				t.Fatalf("64 checks of one tenant in %d scripts, want 1", scripts)
 			}
@@ -253,7 +253,7 @@ func TestBatchSplitsLargeBatches(t *testing.T) {
 				}
 				reqs[i] = req
 			}
-			got, errs, scripts := target.store.CheckBatch(ctx, reqs)
+			got, errs, scripts := target.store.CheckBatchScripts(ctx, reqs)
 			if scripts != 3 {
 				t.Fatalf("1,280 items in %d scripts, want 3", scripts)
 			}
@@ -299,7 +299,7 @@ func TestBatchBadKeyFailsAlone(t *testing.T) {
 				{Group: "a", Ceilings: 1, Items: []counter.Item{item("hot"), item("short")}},
 				{Group: "b", Items: []counter.Item{item("hot")}},
 			}
-			got, errs, _ := target.store.CheckBatch(ctx, reqs)
+			got, errs, _ := target.store.CheckBatchScripts(ctx, reqs)
 			for i := range reqs {
 				bad := i == 1 || i == 4
 				if bad {

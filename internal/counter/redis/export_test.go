@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"net"
-	"slices"
 
 	"github.com/tollgate/tollgate/internal/counter"
 )
@@ -18,33 +17,16 @@ func NewWithDialer(cfg Config, dial func(ctx context.Context, network, addr stri
 // their script before running it.
 func (s *Store) Resent() int64 { return s.resent.Load() }
 
-// CheckBatch decides reqs as a drain decides the checks it takes from the
-// queue: in one pipeline of as few scripts as the store makes of them, each
-// deciding its requests in order. It returns each request's answer or
-// error, and how many scripts it sent. reqs must be valid.
-func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]counter.Result, []error, int) {
+// CheckBatchScripts is CheckBatch, which decides reqs as a drain decides
+// the checks it takes from the queue, with how many scripts it sent.
+func (s *Store) CheckBatchScripts(ctx context.Context, reqs []counter.Request) ([]counter.Result, []error, int) {
 	batch := make([]*job, len(reqs))
 	for i, req := range reqs {
-		if err := counter.Validate(req); err != nil {
-			panic(err)
-		}
-		batch[i] = newJob()
+		batch[i] = &job{}
 		s.encode(batch[i], req)
-		s.deadlines(ctx, batch[i])
 	}
-	scripts := len(s.split(slices.Clone(batch), nil))
-	// flush reorders what it is given on a cluster.
-	s.flush(slices.Clone(batch), nil)
-	res := make([]counter.Result, len(reqs))
-	errs := make([]error, len(reqs))
-	for i, j := range batch {
-		<-j.done
-		if j.err != nil {
-			errs[i] = unavailable(ctx, j.err)
-			continue
-		}
-		res[i], errs[i] = s.result(ctx, reqs[i], j)
-	}
+	scripts := len(s.split(batch, nil))
+	res, errs := s.CheckBatch(ctx, reqs)
 	return res, errs, scripts
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate/internal/bintest"
 	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -29,20 +30,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tollgate-browser-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "tollgate")
-	build := exec.Command("go", "build", "-o", binary, "github.com/tollgate/tollgate/cmd/tollgate")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tollgate:", err)
-		os.Exit(1)
-	}
-	defer os.RemoveAll(dir)
-	pgtest.Main(m)
+	bintest.Main(m, &binary)
 }
 
 const (

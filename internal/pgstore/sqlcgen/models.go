@@ -231,3 +231,44 @@ type UsageMinute struct {
 	Checks   int64
 	Checked  bool
 }
+
+type WebhookDelivery struct {
+	ID              pgtype.UUID
+	EventID         pgtype.UUID
+	EndpointID      pgtype.UUID
+	TenantID        pgtype.UUID
+	Status          string
+	Attempts        int32
+	NextAttemptAt   pgtype.Timestamptz
+	LastAttemptAt   pgtype.Timestamptz
+	LastStatusCode  *int32
+	LastLatencyMs   *int32
+	LastError       string
+	ResponseExcerpt string
+	CreatedAt       pgtype.Timestamptz
+	DeliveredAt     pgtype.Timestamptz
+}
+
+type WebhookEndpoint struct {
+	ID                pgtype.UUID
+	TenantID          pgtype.UUID
+	Url               string
+	Events            []string
+	Secret            []byte
+	PreviousSecret    []byte
+	PreviousExpiresAt pgtype.Timestamptz
+	Enabled           bool
+	DisabledReason    string
+	FailingSince      pgtype.Timestamptz
+	CreatedAt         pgtype.Timestamptz
+	UpdatedAt         pgtype.Timestamptz
+}
+
+type WebhookEvent struct {
+	ID             pgtype.UUID
+	TenantID       pgtype.UUID
+	Type           string
+	Data           []byte
+	IdempotencyKey string
+	CreatedAt      pgtype.Timestamptz
+}

@@ -1,0 +1,226 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Batching defaults and bounds (WithBatching).
+const (
+	DefaultBatchDelay = time.Millisecond
+	DefaultBatchSize  = 100
+	// MaxBatchSize is the most checks Tollgate takes in one batch.
+	MaxBatchSize = 1000
+)
+
+// WithBatching makes concurrent Check and Peek calls travel together: a
+// call that finds no other waiting and no batch in flight is sent at once,
+// alone, as without batching; calls made while a request is in flight wait
+// up to maxDelay (or until maxChecks are waiting, or the request in flight
+// returns) and go in one POST /v1/check/batch. Each call still gets its
+// own Decision and error, FailMode and all, and returns when its own
+// context ends even while its batch is in flight. maxDelay <= 0 means
+// DefaultBatchDelay; maxChecks <= 0 DefaultBatchSize, and at most
+// MaxBatchSize. The middleware checks through the Client, so it batches
+// when its Client does.
+//
+// Batching pays the HTTP cost once for many checks: an app server that
+// checks each of its own requests sends one request to Tollgate per
+// millisecond instead of one per check. It needs a Tollgate that serves
+// /v1/check/batch.
+func WithBatching(maxDelay time.Duration, maxChecks int) Option {
+	if maxDelay <= 0 {
+		maxDelay = DefaultBatchDelay
+	}
+	if maxChecks <= 0 {
+		maxChecks = DefaultBatchSize
+	}
+	return func(c *Client) {
+		c.batcher = &batcher{maxDelay: maxDelay, maxChecks: min(maxChecks, MaxBatchSize)}
+	}
+}
+
+// batcher gathers the checks of one Client.
+type batcher struct {
+	c         *Client
+	maxDelay  time.Duration
+	maxChecks int
+
+	mu       sync.Mutex
+	pending  []*waiter
+	inflight int         // requests in flight
+	timer    *time.Timer // flushes pending at maxDelay, when set
+}
+
+// waiter is one call waiting for its batch.
+type waiter struct {
+	in   checkIn
+	done chan struct{} // closed once d and err are set
+	d    Decision
+	err  error
+}
+
+// check sends in alone or in a batch, and waits for its answer or ctx.
+func (b *batcher) check(ctx context.Context, in checkIn) (Decision, error) {
+	b.mu.Lock()
+	if b.inflight == 0 && len(b.pending) == 0 {
+		// Alone: no reason to wait.
+		b.inflight++
+		b.mu.Unlock()
+		var out checkOut
+		err := b.c.do(ctx, "POST", "/v1/check", in, &out)
+		b.returned()
+		if err != nil {
+			return b.c.checkFailed(err)
+		}
+		return out.decision(), nil
+	}
+	w := &waiter{in: in, done: make(chan struct{})}
+	b.pending = append(b.pending, w)
+	switch {
+	case len(b.pending) >= b.maxChecks:
+		b.flushLocked()
+	case b.timer == nil:
+		b.timer = time.AfterFunc(b.maxDelay, b.flush)
+	}
+	b.mu.Unlock()
+	select {
+	case <-w.done:
+		return w.d, w.err
+	case <-ctx.Done():
+		return b.c.checkFailed(unavailable("POST", "/v1/check/batch", ctx.Err()))
+	}
+}
+
+// returned notes a request that came back, and sends what gathered
+// meanwhile at once: waiting longer would only add to its latency.
+func (b *batcher) returned() {
+	b.mu.Lock()
+	b.inflight--
+	if b.inflight == 0 && len(b.pending) > 0 {
+		b.flushLocked()
+	}
+	b.mu.Unlock()
+}
+
+func (b *batcher) flush() {
+	b.mu.Lock()
+	b.flushLocked()
+	b.mu.Unlock()
+}
+
+// flushLocked sends the pending calls as one batch; b.mu is held.
+func (b *batcher) flushLocked() {
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	if len(b.pending) == 0 {
+		return
+	}
+	batch := b.pending
+	b.pending = nil
+	b.inflight++
+	go func() {
+		b.send(batch)
+		b.returned()
+	}()
+}
+
+// checkField matches the field of a batch's 400 that names one check.
+var checkField = regexp.MustCompile(`^checks\[(\d+)\]\.?(.*)$`)
+
+// send makes the batch's request and answers each waiter. A 400 that
+// names one check answers that check's caller with it (as /v1/check would
+// have, the field named within the check) and sends the others again: one
+// caller's mistake is not the others'.
+func (b *batcher) send(batch []*waiter) {
+	for len(batch) > 0 {
+		if len(batch) == 1 {
+			w := batch[0]
+			var out checkOut
+			err := b.c.do(context.Background(), "POST", "/v1/check", w.in, &out)
+			w.answer(b.c, out, err)
+			return
+		}
+		in := struct {
+			Checks []checkIn `json:"checks"`
+		}{Checks: make([]checkIn, len(batch))}
+		for i, w := range batch {
+			in.Checks[i] = w.in
+		}
+		var out struct {
+			Results []json.RawMessage `json:"results"`
+		}
+		err := b.c.do(context.Background(), "POST", "/v1/check/batch", in, &out)
+		var ae *APIError
+		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
+			if m := checkField.FindStringSubmatch(ae.Field); m != nil {
+				if i, _ := strconv.Atoi(m[1]); i < len(batch) {
+					one := *ae
+					one.Field = m[2]
+					batch[i].answer(b.c, checkOut{}, fmt.Errorf("POST /v1/check: %w", &one))
+					batch = append(batch[:i:i], batch[i+1:]...)
+					continue
+				}
+			}
+		}
+		if err == nil && len(out.Results) != len(batch) {
+			err = unavailable("POST", "/v1/check/batch", fmt.Errorf("%d results for %d checks", len(out.Results), len(batch)))
+		}
+		if err != nil {
+			for _, w := range batch {
+				w.answer(b.c, checkOut{}, err)
+			}
+			return
+		}
+		for i, w := range batch {
+			w.result(b.c, out.Results[i])
+		}
+		return
+	}
+}
+
+// answer hands w the answer out, or err.
+func (w *waiter) answer(c *Client, out checkOut, err error) {
+	if err != nil {
+		w.d, w.err = c.checkFailed(err)
+	} else {
+		w.d = out.decision()
+	}
+	close(w.done)
+}
+
+// result hands w its result of a batch: the decision /v1/check would have
+// answered, or the refusal of Tollgate's own ceilings (a problem with its
+// status), as errors alike.
+func (w *waiter) result(c *Client, raw json.RawMessage) {
+	var head struct {
+		Status int `json:"status"`
+	}
+	_ = json.Unmarshal(raw, &head)
+	switch head.Status {
+	case 0:
+		var out checkOut
+		if err := json.Unmarshal(raw, &out); err != nil {
+			w.answer(c, out, unavailable("POST", "/v1/check/batch", fmt.Errorf("a result is not Tollgate's JSON: %w", err)))
+			return
+		}
+		w.answer(c, out, nil)
+	case http.StatusTooManyRequests:
+		w.answer(c, checkOut{}, fmt.Errorf("POST /v1/check/batch: %w", rateLimited(http.Header{}, raw)))
+	case http.StatusPaymentRequired:
+		var p problemBody
+		_ = json.Unmarshal(raw, &p)
+		w.answer(c, checkOut{}, fmt.Errorf("POST /v1/check/batch: %w", &PaymentRequiredError{BillingURL: p.BillingURL, Detail: p.Detail}))
+	default:
+		w.answer(c, checkOut{}, unavailable("POST", "/v1/check/batch", fmt.Errorf("a result of status %d", head.Status)))
+	}
+}

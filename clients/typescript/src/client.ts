@@ -1,0 +1,479 @@
+import {
+  APIError,
+  LeaseGoneError,
+  PaymentRequiredError,
+  type Problem,
+  RateLimitedError,
+  TollgateError,
+  UnavailableError,
+  failModeDecides,
+} from "./errors.js";
+import type { components } from "./openapi.js";
+import { subjectOf } from "./subject.js";
+
+type Schemas = components["schemas"];
+export type Policy = Schemas["Policy"];
+export type PolicyInput = Schemas["PolicyInput"];
+export type Override = Schemas["Override"];
+export type OverrideInput = Schemas["OverrideInput"];
+export type Usage = Schemas["Usage"];
+export type CheckResponse = Schemas["CheckResponse"];
+export type CheckResponseItem = Schemas["CheckResponseItem"];
+export type LeaseResponse = Schemas["LeaseResponse"];
+
+/** How long one call to Tollgate may take unless `timeoutMs` says otherwise:
+ * a check sits in the path of a request of the app's own, so an outage
+ * should cost the app milliseconds, not seconds. */
+export const DEFAULT_TIMEOUT_MS = 100;
+
+/** The most bytes read of one answer of Tollgate's: the largest, a check of
+ * 32 items, is a few kilobytes. */
+const maxAnswerBytes = 1 << 20;
+
+/**
+ * What the decision-making calls (check, peek, acquire) answer when Tollgate
+ * is unavailable, or its own ceilings or billing refuse the tenant for now;
+ * never when it refuses a call as wrong. "open" allows, "closed" refuses;
+ * both mark the answer degraded.
+ */
+export type FailMode = "open" | "closed";
+
+export interface ClientOptions {
+  /** Tollgate's base URL, such as "https://tollgate.internal:8080". */
+  url: string;
+  /** An API key, tg_live_… or tg_test_…. */
+  key: string;
+  /** Bounds each call (each attempt, when retrying); default 100 ms. */
+  timeoutMs?: number;
+  /** Default "open": an outage of Tollgate does not become an outage of the app. */
+  failMode?: FailMode;
+  /** Retry a call that Tollgate's own ceilings refuse (429) after its
+   * Retry-After, up to `attempts` tries in all, when that wait is at most
+   * `maxWaitMs` and the caller's signal has not aborted. Nothing else is
+   * retried. Off by default. */
+  retry?: { attempts: number; maxWaitMs: number };
+  /** The fetch to send with; default globalThis.fetch. */
+  fetch?: typeof fetch;
+}
+
+/** Options of one call. */
+export interface CallOptions {
+  /** Ends the call (and any wait before a retry) when it aborts. */
+  signal?: AbortSignal;
+}
+
+/** One question of a check: may `subject` spend `cost` of `policy` now? */
+export interface Item {
+  policy: string;
+  /** Whom the policy counts (a client address, an account, …); Tollgate
+   * stores only an HMAC digest of it. A global policy takes none. Any
+   * length: one Tollgate would refuse is sent as its SHA-256 digest. */
+  subject?: string;
+  /** What the item spends; default 1. */
+  cost?: number;
+}
+
+/**
+ * Tollgate's answer to a check, as the API gives it. When Tollgate gave no
+ * decision and the client's fail mode did, `degraded` is true, `items` is
+ * empty and `error` says why (an UnavailableError, RateLimitedError or
+ * PaymentRequiredError).
+ */
+export interface Decision extends CheckResponse {
+  error?: TollgateError;
+}
+
+/** A lease of a concurrency policy, as the API gives it; when the client's
+ * fail mode decided, `degraded` is true, there is no `lease_id`, and
+ * `error` says why. */
+export interface Lease extends LeaseResponse {
+  error?: TollgateError;
+}
+
+/** How long until a refused check would be allowed, in milliseconds: the
+ * longest wait among its refused enforced items; 0 when allowed. */
+export function retryAfterMs(d: CheckResponse): number {
+  let r = 0;
+  for (const it of d.items) {
+    if (!it.allowed && !it.shadow) r = Math.max(r, it.retry_after_ms);
+  }
+  return r;
+}
+
+/**
+ * Client calls one Tollgate service with one API key, with fetch alone: it
+ * runs on Node.js 18+, Cloudflare Workers, Vercel and Next.js Edge, Deno and
+ * Bun. Make one and share it.
+ */
+export class Client {
+  readonly failMode: FailMode;
+  readonly timeoutMs: number;
+  readonly #base: string;
+  readonly #key: string;
+  readonly #fetch: typeof fetch;
+  readonly #attempts: number;
+  readonly #maxWaitMs: number;
+
+  constructor(opts: ClientOptions) {
+    let u: URL;
+    try {
+      u = new URL(opts.url);
+    } catch {
+      throw new TypeError(`tollgate client: base URL ${JSON.stringify(opts.url)}: want an absolute http or https URL`);
+    }
+    if ((u.protocol !== "http:" && u.protocol !== "https:") || u.search || u.hash || u.username || u.password) {
+      throw new TypeError(
+        `tollgate client: base URL ${JSON.stringify(opts.url)}: want an http or https URL with no user, query or fragment`,
+      );
+    }
+    if (!opts.key || !opts.key.trim()) throw new TypeError("tollgate client: empty API key");
+    this.#base = u.href.replace(/\/+$/, "");
+    this.#key = opts.key;
+    this.timeoutMs = opts.timeoutMs && opts.timeoutMs > 0 ? opts.timeoutMs : DEFAULT_TIMEOUT_MS;
+    this.failMode = opts.failMode ?? "open";
+    this.#attempts = Math.max(1, opts.retry?.attempts ?? 1);
+    this.#maxWaitMs = Math.max(0, opts.retry?.maxWaitMs ?? 0);
+    // Bound late: a platform may replace globalThis.fetch after import.
+    this.#fetch = opts.fetch ?? ((input, init) => globalThis.fetch(input, init));
+  }
+
+  /** Asks whether every item may act now and, when all allow, counts them
+   * all (nothing is counted otherwise). A refusal of the tenant's own
+   * policies is a Decision with `allowed` false. Throws an APIError when
+   * Tollgate refuses the call as wrong (unknown key or policy, invalid
+   * item), whatever the fail mode. */
+  check(items: Item | Item[], opts?: CallOptions): Promise<Decision> {
+    return this.#check("consume", items, opts);
+  }
+
+  /** check without counting: what a check would answer now. "Check before
+   * trying, count on failure" is a peek, then a check when the attempt
+   * failed. */
+  peek(items: Item | Item[], opts?: CallOptions): Promise<Decision> {
+    return this.#check("peek", items, opts);
+  }
+
+  async #check(mode: "consume" | "peek", items: Item | Item[], opts?: CallOptions): Promise<Decision> {
+    const list = Array.isArray(items) ? items : [items];
+    const body: Schemas["CheckRequest"] = {
+      mode,
+      items: await Promise.all(
+        list.map(async (it) => {
+          const out: Schemas["CheckRequestItem"] = { policy: it.policy };
+          if (it.subject !== undefined && it.subject !== "") out.subject = await subjectOf(it.subject);
+          if (it.cost) out.cost = it.cost;
+          return out;
+        }),
+      ),
+    };
+    try {
+      return await this.#call<CheckResponse>("POST", "/v1/check", body, opts);
+    } catch (err) {
+      if (!failModeDecides(err)) throw err;
+      return { allowed: this.failMode === "open", degraded: true, items: [], error: err as TollgateError };
+    }
+  }
+
+  /** Asks for a lease of a concurrency policy for subject, held for
+   * `ttlSeconds` (Tollgate's default when absent) unless released or renewed
+   * first. A subject at its limit is a Lease with `allowed` false. */
+  async acquire(policy: string, subject: string, opts?: CallOptions & { ttlSeconds?: number }): Promise<Lease> {
+    const body: Schemas["LeaseRequest"] = { policy };
+    if (subject !== "") body.subject = await subjectOf(subject);
+    if (opts?.ttlSeconds && opts.ttlSeconds > 0) body.ttl = `${Math.ceil(opts.ttlSeconds)}s`;
+    try {
+      return await this.#call<LeaseResponse>("POST", "/v1/leases", body, opts);
+    } catch (err) {
+      if (!failModeDecides(err)) throw err;
+      return {
+        allowed: this.failMode === "open",
+        degraded: true,
+        in_flight: 0,
+        limit: 0,
+        retry_after_ms: 0,
+        error: err as TollgateError,
+      };
+    }
+  }
+
+  /** Extends a held lease to `ttlSeconds` from now and returns it with its
+   * new `expires_at`. Throws a LeaseGoneError when the lease no longer holds
+   * a place. A lease without an id (not granted, or granted by the fail
+   * mode) is returned as it is. */
+  async renew(lease: Lease, opts?: CallOptions & { ttlSeconds?: number }): Promise<Lease> {
+    if (!lease.lease_id) return lease;
+    const body: Schemas["RenewRequest"] = {};
+    if (opts?.ttlSeconds && opts.ttlSeconds > 0) body.ttl = `${Math.ceil(opts.ttlSeconds)}s`;
+    try {
+      const out = await this.#call<Schemas["RenewResponse"]>(
+        "POST",
+        `/v1/leases/${encodeURIComponent(lease.lease_id)}/renew`,
+        body,
+        opts,
+      );
+      return { ...lease, expires_at: out.expires_at };
+    } catch (err) {
+      if (err instanceof APIError && err.status === 404) {
+        throw new LeaseGoneError(`lease ${lease.lease_id} is gone`, { cause: err });
+      }
+      throw err;
+    }
+  }
+
+  /** Gives a lease back, freeing its place at once. Idempotent: a lease
+   * already gone, or one without an id, is released without error. */
+  async release(lease: Lease, opts?: CallOptions): Promise<void> {
+    if (!lease.lease_id) return;
+    try {
+      await this.#call("DELETE", `/v1/leases/${encodeURIComponent(lease.lease_id)}`, undefined, opts);
+    } catch (err) {
+      if (err instanceof APIError && err.status === 404) return;
+      throw err;
+    }
+  }
+
+  /** Forgets what subject has spent of policy (after a successful sign-in,
+   * or once support has verified the user); Tollgate audits every reset.
+   * Never answered by the fail mode. */
+  async reset(policy: string, subject: string, opts?: CallOptions): Promise<void> {
+    const s = await subjectOf(subject);
+    await this.#call("DELETE", `${policyPath(policy)}/subjects/${encodeURIComponent(s)}`, undefined, opts);
+  }
+
+  /** The tenant's plan and what it has used this period. */
+  usage(opts?: CallOptions): Promise<Usage> {
+    return this.#call<Usage>("GET", "/v1/usage", undefined, opts);
+  }
+
+  /** Throws unless Tollgate knows the key and, for each name, the tenant has
+   * that policy: call it when an app starts, so that a wrong key or policy
+   * name stops the start rather than failing every check. */
+  async verify(policies: string[] = [], opts?: CallOptions): Promise<void> {
+    if (policies.length === 0) {
+      await this.listPolicies(opts);
+      return;
+    }
+    for (const p of policies) await this.getPolicy(p, opts);
+  }
+
+  async listPolicies(opts?: CallOptions): Promise<Policy[]> {
+    return (await this.#call<Schemas["PolicyList"]>("GET", "/v1/policies", undefined, opts)).policies;
+  }
+
+  getPolicy(name: string, opts?: CallOptions): Promise<Policy> {
+    return this.#call<Policy>("GET", policyPath(name), undefined, opts);
+  }
+
+  /** Creates or replaces the policy called name. */
+  putPolicy(name: string, policy: PolicyInput, opts?: CallOptions): Promise<Policy> {
+    return this.#call<Policy>("PUT", policyPath(name), policy, opts);
+  }
+
+  async deletePolicy(name: string, opts?: CallOptions): Promise<void> {
+    await this.#call("DELETE", policyPath(name), undefined, opts);
+  }
+
+  async listOverrides(policy: string, opts?: CallOptions): Promise<Override[]> {
+    return (await this.#call<Schemas["OverrideList"]>("GET", `${policyPath(policy)}/overrides`, undefined, opts))
+      .overrides;
+  }
+
+  getOverride(policy: string, pattern: string, opts?: CallOptions): Promise<Override> {
+    return this.#call<Override>("GET", overridePath(policy, pattern), undefined, opts);
+  }
+
+  /** Creates or replaces the override of pattern in policy. */
+  putOverride(policy: string, pattern: string, override: OverrideInput, opts?: CallOptions): Promise<Override> {
+    return this.#call<Override>("PUT", overridePath(policy, pattern), override, opts);
+  }
+
+  async deleteOverride(policy: string, pattern: string, opts?: CallOptions): Promise<void> {
+    await this.#call("DELETE", overridePath(policy, pattern), undefined, opts);
+  }
+
+  /** One call, retried as `retry` allows when Tollgate's own ceilings refuse. */
+  async #call<T>(method: string, path: string, body: unknown, opts?: CallOptions): Promise<T> {
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return (await this.#once(method, path, payload, opts?.signal)) as T;
+      } catch (err) {
+        if (
+          attempt >= this.#attempts ||
+          !(err instanceof RateLimitedError) ||
+          err.retryAfterSeconds * 1000 > this.#maxWaitMs ||
+          !(await sleep(err.retryAfterSeconds * 1000, opts?.signal))
+        ) {
+          throw err;
+        }
+      }
+    }
+  }
+
+  /** One attempt of #call, bounded by the per-call timeout and signal. */
+  async #once(method: string, path: string, body: string | undefined, signal?: AbortSignal): Promise<unknown> {
+    const where = `${method} ${path}`;
+    if (signal?.aborted) throw new UnavailableError(`${where}: aborted by the caller`, { cause: signal.reason });
+    const { signal: bounded, done } = bound(this.timeoutMs, signal);
+    try {
+      const headers: Record<string, string> = {
+        authorization: `Bearer ${this.#key}`,
+        accept: "application/json, application/problem+json",
+      };
+      if (body !== undefined) headers["content-type"] = "application/json";
+      let resp: Response;
+      let text: string;
+      try {
+        // redirect "manual": a redirect would carry the API key to wherever it points.
+        resp = await this.#fetch(this.#base + path, { method, headers, body, signal: bounded, redirect: "manual" });
+        text = await readCapped(resp);
+      } catch (err) {
+        throw new UnavailableError(`${where}: ${describe(err, bounded, signal)}`, { cause: err });
+      }
+      return answer(where, resp, text);
+    } finally {
+      done();
+    }
+  }
+}
+
+/** The result of a call from its answer, or the error it is. */
+function answer(where: string, resp: Response, text: string): unknown {
+  const s = resp.status;
+  if (s >= 200 && s < 300) {
+    if (s === 204 || text === "") return undefined;
+    try {
+      return JSON.parse(text);
+    } catch (err) {
+      // Something answered that is not Tollgate (a captive proxy, a load balancer's page).
+      throw new UnavailableError(`${where}: answer ${s} is not Tollgate's JSON`, { cause: err });
+    }
+  }
+  const p = problemOf(text);
+  if (s === 429) return rethrow(rateLimited(resp.headers, p));
+  if (s === 402) return rethrow(new PaymentRequiredError(str(p.billing_url), str(p.detail)));
+  // A 408 is a proxy's or server's timeout, as unavailable as a 504.
+  if (s >= 500 || s === 408) throw new UnavailableError(`${where}: Tollgate answered ${s}`);
+  // Status 0: a browser's opaque redirect.
+  throw new APIError(s || 302, p);
+}
+
+function rethrow(err: Error): never {
+  throw err;
+}
+
+function problemOf(text: string): Problem {
+  try {
+    const v: unknown = JSON.parse(text);
+    if (v && typeof v === "object" && !Array.isArray(v)) return v as Problem;
+  } catch {
+    // Not a problem document: the status says it all.
+  }
+  return {};
+}
+
+function str(v: unknown): string {
+  return typeof v === "string" ? v : "";
+}
+
+function num(v: unknown): number {
+  return typeof v === "number" && Number.isFinite(v) ? v : 0;
+}
+
+/** A 429 of Tollgate's: the headers first (they are on every refusal,
+ * whatever the body), the problem for what they lack. */
+function rateLimited(h: Headers, p: Problem): RateLimitedError {
+  const limit = Number.parseInt(h.get("x-ratelimit-limit") ?? "", 10);
+  const ra = Number.parseInt((h.get("retry-after") ?? "").trim(), 10);
+  const secs = Number.isFinite(ra) && ra >= 0 ? ra : num(p.retry_after_seconds);
+  return new RateLimitedError(
+    h.get("x-ratelimit-layer") || str(p.layer),
+    h.get("x-ratelimit-scope") || str(p.scope),
+    Number.isFinite(limit) ? limit : num(p.limit),
+    Math.min(secs, 365 * 24 * 3600),
+    str(p.detail),
+    p.degraded === true || h.get("x-ratelimit-degraded") === "true",
+  );
+}
+
+/** Reads an answer's body, at most maxAnswerBytes of it. */
+async function readCapped(resp: Response): Promise<string> {
+  if (!resp.body) return "";
+  const reader = resp.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let n = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    n += value.byteLength;
+    if (n > maxAnswerBytes) {
+      await reader.cancel();
+      throw new Error(`answer larger than ${maxAnswerBytes} bytes`);
+    }
+    chunks.push(value);
+  }
+  const all = new Uint8Array(n);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.byteLength;
+  }
+  return new TextDecoder().decode(all);
+}
+
+/** A signal that aborts after ms or when parent does, and a function to
+ * release its timer. (AbortSignal.any is missing from Node 18.) */
+function bound(ms: number, parent?: AbortSignal): { signal: AbortSignal; done: () => void } {
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(new TimeoutError(ms)), ms);
+  const onAbort = () => ctl.abort(parent?.reason);
+  parent?.addEventListener("abort", onAbort, { once: true });
+  return {
+    signal: ctl.signal,
+    done: () => {
+      clearTimeout(timer);
+      parent?.removeEventListener("abort", onAbort);
+    },
+  };
+}
+
+class TimeoutError extends Error {
+  override name = "TimeoutError";
+  constructor(ms: number) {
+    super(`no answer within ${ms} ms`);
+  }
+}
+
+function describe(err: unknown, bounded: AbortSignal, parent?: AbortSignal): string {
+  if (bounded.aborted) return parent?.aborted ? "aborted by the caller" : String((bounded.reason as Error).message);
+  if (err instanceof Error) {
+    const cause = (err as { cause?: unknown }).cause;
+    return cause instanceof Error ? `${err.message}: ${cause.message}` : err.message;
+  }
+  return String(err);
+}
+
+/** Waits ms; false when signal aborted first. */
+function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
+  if (signal?.aborted) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const onAbort = () => {
+      clearTimeout(t);
+      resolve(false);
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve(true);
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+function policyPath(name: string): string {
+  if (!name) throw new TypeError("tollgate client: empty policy name");
+  return `/v1/policies/${encodeURIComponent(name)}`;
+}
+
+function overridePath(policy: string, pattern: string): string {
+  return `${policyPath(policy)}/overrides/${encodeURIComponent(pattern)}`;
+}

@@ -1,0 +1,102 @@
+/**
+ * The errors of Tollgate's client. Every call that fails throws one of
+ * these, so that a caller can tell the three kinds apart:
+ *
+ * - {@link UnavailableError}: no answer from Tollgate (unreachable, past the
+ *   timeout, a 5xx or 408, an answer that is not Tollgate's);
+ * - {@link RateLimitedError} and {@link PaymentRequiredError}: Tollgate's own
+ *   ceilings or billing refuse the tenant for now;
+ * - {@link APIError}: Tollgate refused the call as wrong (a key it does not
+ *   know, a policy that does not exist, an invalid item). A fault to fix,
+ *   never answered by the fail mode.
+ */
+
+/** Base class of every error the client throws. */
+export class TollgateError extends Error {
+  override name = "TollgateError";
+}
+
+/** No answer from Tollgate: it could not be reached, did not answer within
+ * the per-call timeout or the caller's signal, answered 5xx or 408, or what
+ * answered was not Tollgate. `cause` holds the underlying error. */
+export class UnavailableError extends TollgateError {
+  override name = "UnavailableError";
+}
+
+/** A refusal by one of Tollgate's own ceilings (HTTP 429): the tenant (the
+ * app, not its user) asked Tollgate too much. It counted nothing; the same
+ * call succeeds after `retryAfterSeconds`. */
+export class RateLimitedError extends TollgateError {
+  override name = "RateLimitedError";
+  constructor(
+    /** The ceiling that refused: "instance", "ip", "quota", "allotment", "sandbox" or "inflight". */
+    readonly layer: string,
+    /** The quota's window that refused ("minute" or "hour"), for the quota layer. */
+    readonly scope: string,
+    /** The limit that refused. */
+    readonly limit: number,
+    /** Tollgate's Retry-After, in whole seconds. */
+    readonly retryAfterSeconds: number,
+    /** Tollgate's explanation, for the app's logs. */
+    readonly detail: string,
+    /** Set when the ceiling decided without Tollgate's shared counter store. */
+    readonly degraded: boolean,
+  ) {
+    super(
+      `refused by Tollgate's ${layer} ceiling${scope ? ` per ${scope}` : ""} (limit ${limit}); retry after ${retryAfterSeconds} s`,
+    );
+  }
+}
+
+/** Tollgate's 402: a paid tenant whose billing lapsed is held to the starter
+ * plan and has used its allotment. Waiting does not help; paying does, at
+ * `billingURL`. */
+export class PaymentRequiredError extends TollgateError {
+  override name = "PaymentRequiredError";
+  constructor(
+    readonly billingURL: string,
+    readonly detail: string,
+  ) {
+    super(`Tollgate requires payment: update the payment method at ${billingURL}`);
+  }
+}
+
+/** An RFC 9457 problem as Tollgate writes it. */
+export interface Problem {
+  type?: string;
+  title?: string;
+  status?: number;
+  detail?: string;
+  /** The JSON member or path parameter at fault in a 400. */
+  field?: string;
+  [member: string]: unknown;
+}
+
+/** Any other refusal of a call by Tollgate: 400 for an invalid call
+ * (`problem.field` names the member at fault), 401 for an API key Tollgate
+ * does not know, 403 for a change made with a test key, 404 for a policy or
+ * lease that does not exist; or a 3xx, a redirect the client did not
+ * follow (it would carry the API key elsewhere). */
+export class APIError extends TollgateError {
+  override name = "APIError";
+  constructor(
+    readonly status: number,
+    readonly problem: Problem,
+  ) {
+    super(
+      [`Tollgate answered ${status}`, problem.title, problem.field, problem.detail].filter(Boolean).join(": "),
+    );
+  }
+}
+
+/** Thrown by `renew` when the lease no longer holds a place (lapsed,
+ * released, dropped by a reset): acquire a new one. */
+export class LeaseGoneError extends TollgateError {
+  override name = "LeaseGoneError";
+}
+
+/** Whether err is one the fail mode answers: Tollgate is unavailable, or its
+ * own ceilings or billing refuse the tenant for now. */
+export function failModeDecides(err: unknown): boolean {
+  return err instanceof UnavailableError || err instanceof RateLimitedError || err instanceof PaymentRequiredError;
+}

@@ -1,0 +1,43 @@
+export {
+  Client,
+  DEFAULT_TIMEOUT_MS,
+  retryAfterMs,
+  type CallOptions,
+  type CheckResponse,
+  type CheckResponseItem,
+  type ClientOptions,
+  type Decision,
+  type FailMode,
+  type Item,
+  type Lease,
+  type LeaseResponse,
+  type Override,
+  type OverrideInput,
+  type Policy,
+  type PolicyInput,
+  type Usage,
+} from "./client.js";
+export {
+  APIError,
+  LeaseGoneError,
+  PaymentRequiredError,
+  RateLimitedError,
+  TollgateError,
+  UnavailableError,
+  type Problem,
+} from "./errors.js";
+export { type AddressKey, type IPOptions, clientAddress } from "./ip.js";
+export {
+  Limiter,
+  UNKEYED,
+  guard,
+  protect,
+  withHeaders,
+  type FetchHandler,
+  type Guard,
+  type KeyBy,
+  type LimitOptions,
+  type Outcome,
+  type TollgateEnv,
+} from "./limit.js";
+export type { components, paths } from "./openapi.js";

@@ -1,0 +1,83 @@
+package redis
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+)
+
+var _ counter.Batcher = (*Store)(nil)
+
+// CheckBatch implements counter.Batcher: the requests go in one pipeline
+// (flush), sent from the caller's goroutine as a lone Check is. On a
+// single server one script decides them all, in order (up to
+// maxScriptItems items a script); on a cluster one script per tenant, and
+// go-redis sends each master its scripts in one round trip, the masters in
+// parallel. A request whose keys hold something else than counters fails
+// alone. Deadlines are Check's, per request; ctx's end stops the wait for
+// all of them.
+func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]counter.Result, []error) {
+	res, errs := make([]counter.Result, len(reqs)), make([]error, len(reqs))
+	if counter.TooLarge(reqs, errs) {
+		return res, errs
+	}
+	batch := make([]*job, 0, len(reqs))
+	at := make([]int, 0, len(reqs))
+	for i, req := range reqs {
+		if err := counter.Validate(req); err != nil {
+			errs[i] = err
+			continue
+		}
+		j := newJob()
+		s.encode(j, req)
+		s.deadlines(ctx, j)
+		batch = append(batch, j)
+		at = append(at, i)
+	}
+	if len(batch) == 0 {
+		return res, errs
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		for _, i := range at {
+			errs[i] = unavailable(ctx, errClosed)
+		}
+		return res, errs
+	}
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	// flush reorders what it is given on a cluster; batch keeps the order.
+	s.flush(slices.Clone(batch), nil)
+	s.inflight.Done()
+	for k, j := range batch {
+		i := at[k]
+		if err := s.await(ctx, j); err != nil {
+			if ctx.Err() == nil && !time.Now().Before(j.deadline) {
+				err = context.DeadlineExceeded
+			}
+			errs[i] = unavailable(ctx, err)
+			continue
+		}
+		res[i], errs[i] = s.result(ctx, reqs[i], j)
+	}
+	return res, errs
+}
+
+// await waits for j's answer: flush answers most jobs before it returns,
+// and the ones a cluster refused before running them are sent again in the
+// background.
+func (s *Store) await(ctx context.Context, j *job) error {
+	select {
+	case <-j.done:
+		return j.err
+	case <-ctx.Done():
+		j.gone.Store(true)
+		return ctx.Err()
+	case <-s.quit:
+		j.gone.Store(true)
+		return errClosed
+	}
+}

@@ -1,0 +1,59 @@
+package dashboard_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/internal/dashboard"
+	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/webhooks"
+)
+
+// TestOperatorDisablesAWebhookEndpoint: the tenant page lists the
+// tenant's endpoints; an operator disables one (CSRF required), which the
+// audit log and the endpoint's reason name; another tenant's endpoint is
+// out of reach.
+func TestOperatorDisablesAWebhookEndpoint(t *testing.T) {
+	t.Parallel()
+	var svc *webhooks.Service
+	e := newEnv(t, func(c *dashboard.Config) {
+		sealer, _ := webhooks.NewSealer(make([]byte, 32))
+		svc = &webhooks.Service{Sealer: sealer}
+		c.Endpoints = svc
+	})
+	// The database is the env's, made after the options ran.
+	svc.Store = pgstore.NewWebhooks(e.pool)
+	e.admin("ops@example.com")
+	ctx := context.Background()
+	acme, _ := e.tenantWith("Acme Rockets", tenant.PlanStarter)
+	other, _ := e.tenantWith("Other", tenant.PlanStarter)
+	ep, err := svc.Create(ctx, acme.ID, "https://hooks.acme.example/tollgate", []string{webhooks.EventKeyRevoked, webhooks.EventPlanChanged})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.signIn("ops@example.com")
+	path := "/admin/tenants/" + acme.ID
+	p := b.get(path).mustStatus(http.StatusOK)
+	rows := p.all("endpoint-row")
+	if len(rows) != 1 || !strings.Contains(p.text("endpoints"), "hooks.acme.example") || p.text("endpoint-state") != "enabled" {
+		t.Fatalf("endpoints table %q", p.text("endpoints"))
+	}
+	action := path + "/endpoints/" + ep.ID + "/disable"
+	b.post(action, url.Values{}).mustStatus(http.StatusForbidden)
+	csrf := b.csrf(path)
+	b.post("/admin/tenants/"+other.ID+"/endpoints/"+ep.ID+"/disable", url.Values{"csrf": {csrf}}).mustStatus(http.StatusNotFound)
+	p = b.post(action, url.Values{"csrf": {csrf}}).mustStatus(http.StatusSeeOther)
+	after := b.get(p.header.Get("Location")).mustStatus(http.StatusOK)
+	if st := after.text("endpoint-state"); !strings.Contains(st, "ops@example.com") || len(after.all("disable-endpoint")) != 0 {
+		t.Errorf("after disabling: state %q, %d disable buttons", st, len(after.all("disable-endpoint")))
+	}
+	got, _ := svc.Endpoint(ctx, acme.ID, ep.ID)
+	if got.Enabled {
+		t.Error("the endpoint is still enabled")
+	}
+}

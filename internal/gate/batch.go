@@ -1,0 +1,228 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
+)
+
+// Bounds of a batch of checks (POST /v1/check/batch).
+const (
+	MaxBatchChecks = counter.MaxBatch
+	MaxBatchItems  = 4000
+)
+
+// BatchVerdict answers a batch of checks. admission.Refusal set means the batch was
+// refused whole, before any of its checks was decided (the instance
+// ceiling, the per-IP bucket before authentication, the tenant's work in
+// progress); otherwise Checks[i] answers the batch's i-th check exactly as
+// Admit answers that check alone.
+type BatchVerdict struct {
+	Verdict
+	Checks []Verdict
+}
+
+// batchCheck is one check of a batch on its way through the pipeline.
+type batchCheck struct {
+	p        passage
+	ceilings []layerItem
+	pols     []policyItem
+	spent    []*units
+	// slot is where the check's counter request sits in the batch's store
+	// call; noSlot when it needs none (refused by L1, or every ceiling
+	// served by its advance and no policy).
+	slot int
+	creq counter.Request
+	done bool
+}
+
+// AdmitBatch runs the pipeline for checks sent in one request. The request
+// passes the instance ceiling, the per-IP bucket before authentication,
+// authentication, and the tenant's work in progress (weighed by every
+// check's items) once; then each check passes the per-IP layer, the quotas
+// and the allotment or sandbox as one check, as Admit passes it, and the
+// counter requests of all of them go to the store in one round trip
+// (counter.CheckBatch). Errors are Admit's; a malformed check is a
+// policy.FieldError whose Field names it ("checks[3].items[0].policy").
+func (g *Gate) AdmitBatch(ctx context.Context, req Request, checks []Check) (BatchVerdict, error) {
+	var bv BatchVerdict
+	if err := batchShape(checks); err != nil {
+		return bv, err
+	}
+	// The request as a whole: the ceilings before authentication and the
+	// key, as Admit takes them for a request without a check.
+	whole, err := g.Admit(ctx, Request{Route: req.Route, ClientIP: req.ClientIP, Bearer: req.Bearer, batch: true})
+	if err != nil || whole.Refusal != nil {
+		bv.Verdict = whole
+		return bv, err
+	}
+	bv.Tenant, bv.Key = whole.Tenant, whole.Key
+	p := passage{req: req, now: g.cfg.Now(), v: whole}
+	if p.set, err = g.cfg.Policies.For(ctx, whole.Tenant.ID); err != nil {
+		return bv, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, whole.Tenant.ID, err)
+	}
+	var weight, items int64
+	for i := range checks {
+		weight += checkWeight(p.set, &checks[i])
+		items += int64(len(checks[i].Items))
+	}
+	work, stop, err := g.reserveWork(ctx, &p, weight, items)
+	if stop {
+		bv.Verdict = p.v
+		return bv, err
+	}
+	defer work.release()
+	bcs, err := g.batchItems(&p, checks)
+	if err != nil {
+		return bv, err
+	}
+	creqs, err := g.batchRequests(ctx, &p, bcs)
+	if err != nil {
+		return bv, err
+	}
+	return g.batchSettle(ctx, &p, bv, bcs, creqs)
+}
+
+// batchItems resolves every check against the policies before anything is
+// counted: a batch is decided whole or refused whole as malformed. It
+// settles the matching time reserveWork reserved.
+func (g *Gate) batchItems(p *passage, checks []Check) ([]batchCheck, error) {
+	t, key := p.v.Tenant, p.v.Key
+	bcs := make([]batchCheck, len(checks))
+	var matching time.Duration
+	for i := range checks {
+		bc := &bcs[i]
+		bc.p = passage{req: Request{Route: p.req.Route, ClientIP: p.req.ClientIP, Bearer: p.req.Bearer, Check: &checks[i]}, now: p.now, v: Verdict{Tenant: t, Key: key}}
+		var took time.Duration
+		var err error
+		bc.pols, took, err = g.policyItems(nil, t.ID, p.set, key.Test, &checks[i], p.now)
+		matching += took
+		if err != nil {
+			var fe *policy.FieldError
+			if errors.As(err, &fe) {
+				return nil, &policy.FieldError{Field: fmt.Sprintf("checks[%d].%s", i, fe.Field), Reason: fe.Reason}
+			}
+			return nil, err
+		}
+	}
+	if p.matchEstimate > 0 {
+		g.matching.settle(t.ID, g.cfg.Now(), matching, p.matchEstimate)
+	}
+	return bcs, nil
+}
+
+// batchRequests passes each check through the per-IP L1 and lays out its
+// counter request (storeRequest), as Admit does for one check; it returns
+// the requests that need the store, each check's slot among them set.
+func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck) ([]counter.Request, error) {
+	t, key := p.v.Tenant, p.v.Key
+	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
+	if err != nil {
+		return nil, fmt.Errorf("%w: effective plan of tenant %s: %w", ErrUnavailable, t.ID, err)
+	}
+	ipLimit, ipKey := ipPerMinute(t, effective), g.clients.get(p.req.ClientIP.Unmap(), g.ipDigest).route(p.req.Route)
+	var creqs []counter.Request
+	for i := range bcs {
+		bc := &bcs[i]
+		bc.slot = noSlot
+		if g.ipL1(ctx, &bc.p, ipKey, ipLimit) {
+			bc.done = true
+			continue
+		}
+		bc.ceilings = sharedCeilings(make([]layerItem, 0, 4), t, key, effective, ipKey, ipLimit, true)
+		creq, items, spent := g.storeRequest(&bc.p, bc.ceilings, bc.pols, make([]counter.Item, 0, 2*len(bc.ceilings)+len(bc.pols)), nil)
+		if len(items) == 0 {
+			bc.p.v.Allowed = true
+			bc.p.v = g.answer(ctx, bc.p.req, bc.p.v, false, nil)
+			bc.done = true
+			continue
+		}
+		creq.Items, bc.spent = slices.Clip(items), spent
+		bc.creq, bc.slot = creq, len(creqs)
+		creqs = append(creqs, creq)
+	}
+	return creqs, nil
+}
+
+// batchSettle makes the batch's one round trip and answers each check from
+// it, as Admit does after its own: degraded, or settled.
+func (g *Gate) batchSettle(ctx context.Context, p *passage, bv BatchVerdict, bcs []batchCheck, creqs []counter.Request) (BatchVerdict, error) {
+	var results []counter.Result
+	var errs []error
+	if len(creqs) > 0 {
+		var err error
+		results, errs, err = g.storeBatch(ctx, p.v.Tenant.ID, creqs)
+		if err != nil && errors.Is(err, counter.ErrInvalid) {
+			return bv, fmt.Errorf("counter requests of tenant %s: %w", p.v.Tenant.ID, err)
+		}
+	}
+	bv.Checks = make([]Verdict, len(bcs))
+	for i := range bcs {
+		bc := &bcs[i]
+		if !bc.done {
+			if err := errs[bc.slot]; err != nil {
+				bc.p.v = g.degraded(ctx, bc.p.req, bc.p.v, bc.ceilings, bc.pols, err)
+			} else {
+				bc.p.v = g.settle(ctx, &bc.p, bc.ceilings, bc.pols, bc.spent, bc.creq, results[bc.slot])
+			}
+		}
+		bv.Checks[i] = bc.p.v
+	}
+	bv.Allowed = true
+	return bv, nil
+}
+
+// batchShape checks a batch's bounds: 1 to MaxBatchChecks checks of at most
+// MaxBatchItems items in all.
+func batchShape(checks []Check) error {
+	if len(checks) == 0 {
+		return &policy.FieldError{Field: "checks", Reason: "at least one check is required"}
+	}
+	if len(checks) > MaxBatchChecks {
+		return &policy.FieldError{Field: "checks", Reason: fmt.Sprintf("at most %d checks per batch", MaxBatchChecks)}
+	}
+	n := 0
+	for i, c := range checks {
+		n += len(c.Items)
+		if n > MaxBatchItems {
+			return &policy.FieldError{Field: fmt.Sprintf("checks[%d].items", i), Reason: fmt.Sprintf("the batch holds more than %d items in all", MaxBatchItems)}
+		}
+	}
+	return nil
+}
+
+// batchResult is what one store call for a batch returns.
+type batchResult struct {
+	results []counter.Result
+	errs    []error
+}
+
+// storeBatch makes the batch's one round trip through the tenant's circuit
+// breaker: the store's failure to answer any of the requests counts as a
+// failure of the call. err is that failure, or an ErrInvalid of a request
+// (a bug), or the breaker's refusal, in which case every errs[i] is it.
+func (g *Gate) storeBatch(ctx context.Context, tenantID string, reqs []counter.Request) ([]counter.Result, []error, error) {
+	br, err := throughBreaker(ctx, g, opCheck, tenantID, func() (batchResult, error) {
+		res, errs := counter.CheckBatch(ctx, g.cfg.Store, reqs)
+		var first error
+		for _, e := range errs {
+			if e != nil && (first == nil || errors.Is(e, counter.ErrInvalid)) {
+				first = e
+			}
+		}
+		return batchResult{res, errs}, first
+	})
+	if br.errs == nil {
+		br.results, br.errs = make([]counter.Result, len(reqs)), make([]error, len(reqs))
+		for i := range br.errs {
+			br.errs[i] = err
+		}
+	}
+	return br.results, br.errs, err
+}

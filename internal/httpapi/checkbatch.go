@@ -1,0 +1,132 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/policy"
+)
+
+// BatchGate is a Gate that decides batches of checks (gate.Gate).
+type BatchGate interface {
+	AdmitBatch(ctx context.Context, req gate.Request, checks []gate.Check) (gate.BatchVerdict, error)
+}
+
+// maxBatchBody bounds a /v1/check/batch body: 1,000 checks of a few items
+// with subjects of tens of bytes fit, and 4,000 items of 200 bytes.
+const maxBatchBody = 1 << 20
+
+// checkBatch answers POST /v1/check/batch: {"checks":[…]} in,
+// {"results":[…]} out, results[i] the body /v1/check answers checks[i]
+// alone: its answer, or the problem of a ceiling's refusal (status 429 or
+// 402 in the object). A batch that cannot be decided whole is a 400 naming
+// the check and its field; a refusal of the request as a whole (before
+// any check was decided) is a 429 as /v1/check's.
+func (a *api) checkBatch(c echo.Context) error {
+	bg, ok := a.gate.(BatchGate)
+	if !ok {
+		return echo.ErrNotFound
+	}
+	req := gate.Request{Route: "check", ClientIP: clientIP(c), Bearer: bearer(c)}
+	checks, err := parseBatch(c)
+	if err != nil {
+		// As /v1/check: a malformed body costs the caller a request too,
+		// and a caller without a key learns nothing but 401.
+		v, aerr := a.gate.Admit(c.Request().Context(), req)
+		if aerr != nil {
+			return aerr
+		}
+		if v.Refusal != nil {
+			return a.writeRefusal(c, v)
+		}
+		return err
+	}
+	bv, err := bg.AdmitBatch(c.Request().Context(), req, checks)
+	if err != nil {
+		return err
+	}
+	if bv.Refusal != nil {
+		return a.writeRefusal(c, bv.Verdict)
+	}
+	bp := answerBufs.Get().(*[]byte)
+	b := append((*bp)[:0], `{"results":[`...)
+	for i, v := range bv.Checks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if v.Refusal != nil {
+			p, err := json.Marshal(a.refusalProblem(v))
+			if err != nil {
+				return err
+			}
+			b = append(b, p...)
+			continue
+		}
+		b = appendCheckAnswer(b, v)
+		b = b[:len(b)-1] // its newline
+	}
+	b = append(b, "]}\n"...)
+	err = c.JSONBlob(200, b)
+	if cap(b) <= 64<<10 {
+		*bp = b
+		answerBufs.Put(bp)
+	}
+	return err
+}
+
+// parseBatch reads a /v1/check/batch body: each check is read as /v1/check
+// reads its body, and a fault is named within the batch
+// ("checks[3].items[0].cost").
+func parseBatch(c echo.Context) ([]gate.Check, error) {
+	var body struct {
+		Checks []json.RawMessage `json:"checks"`
+	}
+	if err := decodeJSON(c, maxBatchBody, &body); err != nil {
+		return nil, err
+	}
+	if body.Checks == nil {
+		return nil, &badRequest{field: "checks", reason: "required: an array of checks"}
+	}
+	if len(body.Checks) > gate.MaxBatchChecks {
+		return nil, &badRequest{field: "checks", reason: fmt.Sprintf("at most %d checks per batch", gate.MaxBatchChecks)}
+	}
+	checks := make([]gate.Check, len(body.Checks))
+	items := 0
+	for i, raw := range body.Checks {
+		chk, err := parseCheckBody(raw)
+		if err != nil {
+			return nil, inCheck(i, err)
+		}
+		if chk.Items == nil {
+			return nil, &badRequest{field: fmt.Sprintf("checks[%d].items", i), reason: "required: at least one item"}
+		}
+		if items += len(chk.Items); items > gate.MaxBatchItems {
+			return nil, &badRequest{field: fmt.Sprintf("checks[%d].items", i), reason: fmt.Sprintf("the batch holds more than %d items in all", gate.MaxBatchItems)}
+		}
+		checks[i] = *chk
+	}
+	return checks, nil
+}
+
+// inCheck names err's field within the batch's i-th check.
+func inCheck(i int, err error) error {
+	var br *badRequest
+	var fe *policy.FieldError
+	switch {
+	case errors.As(err, &br):
+		field := fmt.Sprintf("checks[%d]", i)
+		if br.field != "" && br.field != "body" {
+			field += "." + strings.TrimPrefix(br.field, "body.")
+		}
+		return &badRequest{field: field, reason: br.reason}
+	case errors.As(err, &fe):
+		return &policy.FieldError{Field: fmt.Sprintf("checks[%d].%s", i, fe.Field), Reason: fe.Reason}
+	}
+	return err
+}

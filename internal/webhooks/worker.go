@@ -1,0 +1,293 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// WorkerConfig configures a Worker; zero values take the defaults.
+type WorkerConfig struct {
+	Store  Store
+	Sealer *Sealer
+	// Client sends the deliveries (NewClient); its timeout bounds one
+	// attempt.
+	Client *http.Client
+	Logger *slog.Logger
+	// Slots bounds the deliveries in flight on this instance (default 64).
+	Slots int
+	// PerEndpoint bounds the deliveries in flight to one endpoint across
+	// every instance (default 2), so that an endpoint that hangs holds
+	// two slots, not the queue.
+	PerEndpoint int
+	// Claim is how long a claimed delivery is this instance's: past it, an
+	// instance that died has its deliveries claimed by another (default
+	// 30 s, above the client's timeout).
+	Claim time.Duration
+	// Poll is how often the outbox is read when nothing woke the worker
+	// (default 1 s): retries fall due without a notification.
+	Poll time.Duration
+	// Retries are the waits after each failed attempt (default
+	// RetryDelays, about 3 days); the attempt after the last is given up.
+	Retries []time.Duration
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// Worker delivers due deliveries from the outbox, the same on every
+// instance. Safe for concurrent use; Run once.
+type Worker struct {
+	cfg  WorkerConfig
+	wake chan struct{}
+	free chan struct{} // one token per free slot
+}
+
+// NewWorker returns a Worker.
+func NewWorker(cfg WorkerConfig) *Worker {
+	if cfg.Slots <= 0 {
+		cfg.Slots = 64
+	}
+	if cfg.PerEndpoint <= 0 {
+		cfg.PerEndpoint = 2
+	}
+	if cfg.Claim <= 0 {
+		cfg.Claim = 30 * time.Second
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Retries == nil {
+		cfg.Retries = RetryDelays
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	w := &Worker{cfg: cfg, wake: make(chan struct{}, 1), free: make(chan struct{}, cfg.Slots)}
+	for range cfg.Slots {
+		w.free <- struct{}{}
+	}
+	return w
+}
+
+// Wake makes the worker read the outbox now: a delivery was added (the
+// change listener's "webhook" notifications). It never blocks.
+func (w *Worker) Wake() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx is cancelled, then waits for the deliveries in
+// flight (each bounded by the client's timeout) and records them, and
+// returns ctx's error.
+func (w *Worker) Run(ctx context.Context) error {
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	record := context.WithoutCancel(ctx)
+	t := time.NewTicker(w.cfg.Poll)
+	defer t.Stop()
+	for {
+		claimed := w.claim(ctx, record, &inflight)
+		if claimed {
+			continue // more may be due
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.wake:
+		case <-t.C:
+		case <-w.slotFreed(ctx):
+		}
+	}
+}
+
+// slotFreed returns a channel that is ready once a slot is free, or nil
+// (never ready) while some are.
+func (w *Worker) slotFreed(ctx context.Context) <-chan struct{} {
+	if len(w.free) > 0 {
+		return nil
+	}
+	ch := make(chan struct{})
+	go func() {
+		select {
+		case tok := <-w.free:
+			w.free <- tok
+			close(ch)
+		case <-ctx.Done():
+		}
+	}()
+	return ch
+}
+
+// claim claims as many due deliveries as there are free slots and starts
+// them; it reports whether it claimed any.
+func (w *Worker) claim(ctx, record context.Context, inflight *sync.WaitGroup) bool {
+	n := len(w.free)
+	if n < w.cfg.PerEndpoint {
+		return false
+	}
+	jobs, err := w.cfg.Store.Claim(ctx, w.cfg.Now().Add(w.cfg.Claim), w.cfg.PerEndpoint, n/w.cfg.PerEndpoint)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.cfg.Logger.ErrorContext(ctx, "webhook deliveries not claimed", "err", err)
+		}
+		return false
+	}
+	for _, j := range jobs {
+		<-w.free
+		inflight.Go(func() {
+			defer func() { w.free <- struct{}{} }()
+			w.deliver(record, j)
+		})
+	}
+	return len(jobs) > 0
+}
+
+// deliver sends one job and records its outcome.
+func (w *Worker) deliver(ctx context.Context, j Job) {
+	o := w.send(ctx, j)
+	var err error
+	if o.Error == "" {
+		err = w.cfg.Store.Delivered(ctx, j.DeliveryID, o)
+	} else {
+		err = w.cfg.Store.Failed(ctx, j.DeliveryID, o, nextAttempt(w.cfg.Retries, j.Attempt, w.cfg.Now()))
+	}
+	if err != nil {
+		// The claim runs out and another attempt follows: at least once.
+		w.cfg.Logger.ErrorContext(ctx, "webhook delivery outcome not recorded", "delivery_id", j.DeliveryID, "tenant_id", j.TenantID, "err", err)
+	}
+}
+
+// envelope is the body of every delivery: Standard Webhooks' type,
+// timestamp and data, and the tenant.
+type envelope struct {
+	Type      string          `json:"type"`
+	Timestamp time.Time       `json:"timestamp"`
+	TenantID  string          `json:"tenant_id"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// Body is the JSON body of j's event, the same at every attempt.
+func Body(j Job) []byte {
+	b, _ := json.Marshal(envelope{Type: j.Type, Timestamp: j.EventAt.UTC(), TenantID: j.TenantID, Data: j.Data})
+	return b
+}
+
+// MessageID is the webhook-id of an event: the same at every attempt and
+// to every endpoint, so that receivers can drop repeats.
+func MessageID(eventID string) string { return "msg_" + eventID }
+
+// send makes one attempt. Any answer but a 2xx is a failure; the body of
+// the answer is read up to MaxExcerpt bytes and no further.
+func (w *Worker) send(ctx context.Context, j Job) Outcome {
+	keys, err := w.keys(j)
+	if err != nil {
+		return Outcome{Error: err.Error()}
+	}
+	body := Body(j)
+	now := w.cfg.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, j.URL, bytes.NewReader(body))
+	if err != nil {
+		return Outcome{Error: "invalid URL"}
+	}
+	id := MessageID(j.EventID)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "Tollgate-Webhooks/1")
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", itoa(now.Unix()))
+	req.Header.Set("webhook-signature", Sign(id, now, body, keys...))
+	start := time.Now()
+	resp, err := w.cfg.Client.Do(req)
+	lat := time.Since(start)
+	if err != nil {
+		return Outcome{Latency: lat, Error: failure(err)}
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, MaxExcerpt)
+	n, _ := io.ReadFull(resp.Body, buf)
+	o := Outcome{StatusCode: resp.StatusCode, Latency: lat, ResponseExcerpt: excerpt(buf[:n])}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		o.Error = "answered " + itoa(int64(resp.StatusCode))
+	}
+	return o
+}
+
+// keys opens the secrets that sign j: the endpoint's, and the one before
+// it while it is still valid.
+func (w *Worker) keys(j Job) ([][]byte, error) {
+	k, err := w.cfg.Sealer.open(j.Secret)
+	if err != nil {
+		return nil, err
+	}
+	keys := [][]byte{k}
+	if len(j.PreviousSecret) > 0 && w.cfg.Now().Before(j.PreviousUntil) {
+		if p, err := w.cfg.Sealer.open(j.PreviousSecret); err == nil {
+			keys = append(keys, p)
+		}
+	}
+	return keys, nil
+}
+
+// failure says in a few words why a request got no answer, without the
+// URL (its query may hold the tenant's tokens).
+func failure(err error) string {
+	switch {
+	case errors.Is(err, ErrRefusedAddress):
+		return "refused: the receiver's address is not public"
+	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "Client.Timeout"):
+		return "timed out"
+	case strings.Contains(err.Error(), "connection refused"):
+		return "connection refused"
+	case strings.Contains(err.Error(), "no such host"):
+		return "no such host"
+	case strings.Contains(err.Error(), "tls:") || strings.Contains(err.Error(), "x509"):
+		return "TLS handshake failed"
+	}
+	return "connection failed"
+}
+
+// excerpt keeps b as valid UTF-8 at most MaxExcerpt bytes long.
+func excerpt(b []byte) string {
+	for len(b) > 0 && !utf8.Valid(b) {
+		b = b[:len(b)-1]
+	}
+	return string(b)
+}
+
+// RetryDelays are the waits after each failed attempt: seconds, then
+// minutes, then hours, about 3 days (DisableAfter) in all; the attempt
+// after the last is given up.
+var RetryDelays = []time.Duration{
+	5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, 30 * time.Minute,
+	time.Hour, 2 * time.Hour, 4 * time.Hour, 8 * time.Hour,
+	12 * time.Hour, 12 * time.Hour, 12 * time.Hour, 12 * time.Hour, 12 * time.Hour,
+}
+
+// nextAttempt is when a delivery that failed its attempt-th attempt is
+// tried again, each wait off by up to a fifth either way so that the
+// deliveries of one outage do not come back together; zero when it is
+// given up.
+func nextAttempt(delays []time.Duration, attempt int, now time.Time) time.Time {
+	if attempt < 1 || attempt > len(delays) {
+		return time.Time{}
+	}
+	d := delays[attempt-1]
+	jitter := time.Duration(rand.Int64N(int64(d)*2/5+1)) - d/5
+	return now.Add(d + jitter)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Batched checks against one check per request and against a bare net/http
+# handler (scripts/bare), in the same run, per store. The load is the Go
+# client (scripts/loadgen): CALLERS (64) goroutines, each checking a random
+# subject among SUBJECTS (100000), one check at a time; once with one
+# request per check ("single"), once through client.WithBatching ("batched");
+# wrk -t2 -cCALLERS against the bare handler beside them. Per store and mode
+# it prints the medians over RUNS (3) of:
+#
+#   checks/s      checks answered a second
+#   ratio         that over the bare handler's requests a second, same run
+#   cpu_us        Tollgate's CPU (utime+stime, /proc) per check, in µs
+#   store_cpu_us  the store's CPU per check (every postgres process, or the
+#                 redis-server), in µs
+#   per_call      checks per store call (scripts run; transactions committed)
+#   per_req       checks per HTTP request
+#   p50_ms p99_ms latency one caller saw, per check
+#
+# Usage: scripts/bench-batch.sh [memory] [redis] [postgres]   (wrk: apt-get install wrk)
+# Settings: RUNS, DURATION (8s), CALLERS, SUBJECTS, BATCH_DELAY (1ms),
+# BATCH_SIZE (100), PROFILE (a directory: the CPU and allocation profiles
+# of Tollgate during each store's last batched run, <store>.cpu and
+# <store>.allocs, for go tool pprof).
+# Like scripts/bench-check.sh it starts a PostgreSQL and a Redis of its own
+# (ports 18432, 18379); every figure is a whole-box figure: say the load
+# average (uptime) beside them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${RUNS:-3}
+duration=${DURATION:-8s}
+callers=${CALLERS:-64}
+subjects=${SUBJECTS:-100000}
+delay=${BATCH_DELAY:-1ms}
+size=${BATCH_SIZE:-100}
+profile=${PROFILE:-}
+[ -z "$profile" ] || mkdir -p "$profile"
+stores=("$@")
+[ ${#stores[@]} -gt 0 ] || stores=(memory redis postgres)
+
+mkdir -p bin
+go build -o bin/bare ./scripts/bare
+go build -o bin/loadgen ./scripts/loadgen
+go build -o bin/tollgate ./cmd/tollgate
+tick=$(getconf CLK_TCK)
+cpu() {
+  local sum=0 p
+  for p in "$@"; do
+    [ -r "/proc/$p/stat" ] || continue
+    sum=$((sum + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+  done
+  echo "$sum"
+}
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+stop() {
+  [ -n "$1" ] || return 0
+  kill "$1" 2>/dev/null || return 0
+  for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+  kill -9 "$1" 2>/dev/null || true
+}
+work=$(mktemp -d)
+server=""
+cleanup() {
+  stop "$server"; stop "${bare:-}"; stop "${redis:-}"
+  declare -F pgstop >/dev/null && pgstop
+  rm -rf "$work"
+  true
+}
+trap cleanup EXIT
+
+bin/bare -addr 127.0.0.1:18280 &
+bare=$!
+pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+pgdata="$work/pg"
+mkdir -p "$pgdata"
+runas=()
+if [ "$(id -u)" = 0 ]; then chown postgres "$work" "$pgdata"; runas=(runuser -u postgres --); fi
+"${runas[@]}" "$pgbin/initdb" -D "$pgdata" -U postgres --auth=trust >/dev/null
+"${runas[@]}" "$pgbin/pg_ctl" -D "$pgdata" -l "$pgdata/log" -w \
+  -o "-p 18432 -k $pgdata -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
+pgstop() { "${runas[@]}" "$pgbin/pg_ctl" -D "$pgdata" -m immediate stop >/dev/null 2>&1 || true; }
+redis-server --port 18379 --bind 127.0.0.1 --save "" --appendonly no --daemonize no >/dev/null &
+redis=$!
+DATABASE_URL="postgres://postgres@127.0.0.1:18432/postgres?sslmode=disable"
+REDIS_URL="redis://127.0.0.1:18379/0"
+for _ in $(seq 50); do redis-cli -p 18379 ping >/dev/null 2>&1 && break; sleep 0.1; done
+cat >"$work/bare.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = '{"items":[{"policy":"bench","subject":"user-1"}]}'
+wrk.headers["Content-Type"] = "application/json"
+LUA
+
+calls() {
+  case "$1" in
+    postgres) psql -qtA "$DATABASE_URL" -c "SELECT xact_commit FROM pg_stat_database WHERE datname = '$db'" ;;
+    redis) redis-cli -p 18379 info commandstats | awk -F'[=,:]' '/^cmdstat_(evalsha|eval)/ {n += $3} END {print n+0}' ;;
+    *) echo 0 ;;
+  esac
+}
+storepids() {
+  case "$1" in
+    postgres) local pm; pm=$(head -1 "$pgdata/postmaster.pid"); echo "$pm $(pgrep -d' ' -P "$pm")" ;;
+    redis) echo "$redis" ;;
+  esac
+}
+
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-9s %-8s %9s %9s %6s %7s %12s %8s %7s %7s %7s\n' store mode "checks/s" "bare" ratio cpu_us store_cpu_us per_call per_req p50_ms p99_ms
+for store in "${stores[@]}"; do
+  db="tollgate_bb_$$_$store"
+  psql -q "$DATABASE_URL" -c "CREATE DATABASE $db" >/dev/null
+  dsn="${DATABASE_URL%/*}/$db?sslmode=disable"
+  env DATABASE_URL="$dsn" TOLLGATE_DEV=1 bin/tollgate migrate up >/dev/null 2>&1
+  env DATABASE_URL="$dsn" TOLLGATE_DEV=1 bin/tollgate plans set enterprise --ip-per-minute 1000000000 --quota-per-minute 1000000000 --quota-per-hour 1000000000 >/dev/null 2>&1
+  key=$(env DATABASE_URL="$dsn" TOLLGATE_DEV=1 bin/tollgate tenants create --name bench --plan enterprise 2>/dev/null | sed -E 's/.*"live_key":"([^"]+)".*/\1/')
+  env DATABASE_URL="$dsn" TOLLGATE_DEV=1 TOLLGATE_ADDR=127.0.0.1:18281 TOLLGATE_LOG_LEVEL=error \
+    TOLLGATE_COUNTER_STORE="$store" REDIS_URL="$REDIS_URL" ${profile:+TOLLGATE_DEBUG_ADDR=127.0.0.1:18381} \
+    bin/tollgate serve 2>"$work/serve.log" &
+  server=$!
+  for _ in $(seq 100); do curl -sf http://127.0.0.1:18281/readyz >/dev/null && break; sleep 0.1; done
+  curl -sf http://127.0.0.1:18281/readyz >/dev/null || { cat "$work/serve.log" >&2; exit 1; }
+  curl -sf -X PUT http://127.0.0.1:18281/v1/policies/bench -H "Authorization: Bearer $key" \
+    -d '{"limit":1000000000,"window":"1h","algorithm":"fixed_window"}' >/dev/null
+  bin/loadgen -key "$key" -callers "$callers" -subjects "$subjects" -duration 2s >/dev/null
+  bin/loadgen -key "$key" -callers "$callers" -subjects "$subjects" -duration 2s -batch "$delay" -batch-size "$size" >/dev/null
+  : >"$work/rows"
+  for run in $(seq "$runs"); do
+    brps=$(wrk -t2 -c"$callers" -d"$duration" -s "$work/bare.lua" http://127.0.0.1:18280/ | awk '/Requests\/sec/ {print $2}')
+    for mode in single batched; do
+      args=()
+      [ "$mode" = single ] || args=(-batch "$delay" -batch-size "$size")
+      spids=$(storepids "$store" || true)
+      c0=$(cpu "$server"); s0=$(cpu $spids); k0=$(calls "$store")
+      prof=""
+      if [ -n "$profile" ] && [ "$run" = "$runs" ] && [ "$mode" = batched ]; then
+        curl -s -o "$profile/$store.cpu" "http://127.0.0.1:18381/debug/pprof/profile?seconds=$(( ${duration%s} - 1 ))" &
+        prof=$!
+      fi
+      read -r cps p50 p99 n reqs deg errs < <(bin/loadgen -key "$key" -callers "$callers" -subjects "$subjects" -duration "$duration" "${args[@]}")
+      if [ -n "$prof" ]; then wait "$prof"; curl -s -o "$profile/$store.allocs" http://127.0.0.1:18381/debug/pprof/allocs; fi
+      c1=$(cpu "$server"); s1=$(cpu $spids); k1=$(calls "$store")
+      [ "$deg$errs" = 00 ] || echo "$store $mode: $deg degraded, $errs errors" >&2
+      awk -v st="$store" -v m="$mode" -v r="$cps" -v b="$brps" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v k=$((k1 - k0)) -v n="$n" -v q="$reqs" -v t="$tick" -v p50="$p50" -v p99="$p99" \
+        'BEGIN { printf "%s %s %.0f %.0f %.3f %.1f %.1f %.1f %.1f %.2f %.2f\n", st, m, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), (k > 0 ? n/k : 0), n/q, p50, p99 }' >>"$work/rows"
+    done
+  done
+  for mode in single batched; do
+    row="$store $mode"
+    for col in 3 4 5 6 7 8 9 10 11; do row="$row $(awk -v m="$mode" -v c=$col '$2==m {print $c}' "$work/rows" | median)"; done
+    echo "$row" | awk '{printf "%-9s %-8s %9s %9s %6s %7s %12s %8s %7s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11}'
+  done
+  stop "$server"; server=""
+  sleep 1
+  psql -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
+done
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
