@@ -74,6 +74,11 @@ type Filter struct {
 	TenantID string
 	// Kind keeps one kind; empty keeps all.
 	Kind string
+	// Kinds keeps the entries of any of these kinds (and Kind); empty keeps
+	// all.
+	Kinds []string
+	// NotKinds drops the entries of these kinds.
+	NotKinds []string
 	// Limit bounds the entries returned: zero means DefaultListLimit, and
 	// more than MaxListLimit means MaxListLimit.
 	Limit int

@@ -48,12 +48,6 @@ type TenantStore interface {
 	SetPlanLimits(ctx context.Context, name string, l tenant.PlanLimits) (tenant.Plan, error)
 }
 
-// PolicyStore lists a tenant's policies and overrides (policy.Store).
-type PolicyStore interface {
-	ListPolicies(ctx context.Context, tenantID string) ([]policy.Policy, error)
-	ListOverrides(ctx context.Context, tenantID, policy string) ([]policy.Override, error)
-}
-
 // UsageReporter answers a tenant's usage report (*usage.Recorder), which
 // counts what is still in memory too.
 type UsageReporter interface {
@@ -95,7 +89,9 @@ type Config struct {
 	Logger   *slog.Logger
 	Accounts admin.Store
 	Tenants  TenantStore
-	Policies PolicyStore
+	// Policies are the tenants' policies and overrides, which operators
+	// change on a tenant's page (through policy.Service, which audits).
+	Policies policy.Store
 	Usage    UsageReporter
 	Audit    AuditLog
 	Traffic  traffic.Store
@@ -131,7 +127,7 @@ type Config struct {
 	// much early.
 	IdleTimeout time.Duration
 	// Changed is told what the dashboard changed ("tenant" with an id,
-	// "key" with a prefix, "plan" with a name), so that this instance's
+	// "key" with a prefix, "plan" with a name, "policy" with a tenant's id), so that this instance's
 	// caches drop it at once; other instances learn it from the database's
 	// change notifications. May be nil.
 	Changed func(kind, id string)
@@ -240,6 +236,10 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.POST("/tenants/:id/keys/:key/revoke", d.page(d.revokeKey))
 	g.POST("/tenants/:id/endpoints/:endpoint/disable", d.page(d.disableEndpoint))
 	g.POST("/tenants/:id/limits", d.page(d.setLimits))
+	g.POST("/tenants/:id/policies", d.page(d.putPolicy))
+	g.POST("/tenants/:id/policies/:name/delete", d.page(d.deletePolicy))
+	g.POST("/tenants/:id/policies/:name/overrides", d.page(d.putOverride))
+	g.POST("/tenants/:id/policies/:name/overrides/delete", d.page(d.deleteOverride))
 	g.GET("/webhooks", d.page(d.webhooks))
 	g.GET("/webhooks/:id", d.page(d.webhooks))
 	g.POST("/webhooks/:id/link", d.page(d.linkCustomer))

@@ -75,6 +75,13 @@ func clientKey(ip string) string {
 	return "unknown"
 }
 
+// clientDigest is what logs and the audit log show of a client IP: the
+// digest the API's per-IP counter keys use for the address (128 bits of its
+// HMAC under the pepper), so that the two can be matched, never the address.
+func (l *limiter) clientDigest(ip string) string {
+	return l.digest.Hex(16, "ip", clientKey(ip))
+}
+
 func (l *limiter) ipRule(ip string) gate.Rule {
 	return gate.Rule{Key: l.key("ip", clientKey(ip)), Limit: SignInsPerIP, Window: time.Minute}
 }

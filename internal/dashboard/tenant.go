@@ -39,6 +39,10 @@ var flashes = map[string]string{
 	"endpoint-disabled": "Webhook endpoint disabled. Its deliveries wait until the tenant enables it again.",
 	"plan":              "Plan saved. Every instance applies it within a second.",
 	"linked":            "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
+	"policy":            "Policy saved. Every instance applies it within a second.",
+	"policy-deleted":    "Policy deleted, with its overrides.",
+	"override":          "Override saved. Every instance applies it within a second.",
+	"override-deleted":  "Override deleted.",
 }
 
 // tenantData is what a tenant's page shows, fetched in one place
@@ -173,6 +177,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 		v.Limits.LastChange = fmt.Sprintf("Last changed by %s at %s.", td.lastChange[0].Actor, when(td.lastChange[0].At))
 	}
 	v.Policies = policyRows(td)
+	v.NewPolicy = newPolicyForm(t.ID)
 	v.Alerts = alertRows(td.report.Alerts)
 	v.Endpoints = endpointRows(t.ID, td.endpoints)
 
@@ -243,6 +248,7 @@ func policyRows(td tenantData) []web.PolicyRow {
 			}
 			row.Overrides = append(row.Overrides, web.OverrideRow{Pattern: o.Pattern, Limit: count(o.Limit), Expires: exp})
 		}
+		policyForms(td.t.ID, p, &row)
 		rows = append(rows, row)
 	}
 	return rows
