@@ -185,7 +185,7 @@ func TestServeDemo(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--demo"}, envOf(map[string]string{"DATABASE_URL": dsn, "TOLLGATE_DEV": "1", "TOLLGATE_ADDR": addr}), out, &bytes.Buffer{})
+		done <- run(ctx, []string{"serve", "--demo"}, envOf(map[string]string{"DATABASE_URL": dsn, "TOLLGATE_DEV": "1", "TOLLGATE_ADDR": addr, "TOLLGATE_DATA_DIR": t.TempDir()}), out, &bytes.Buffer{})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	var key string

@@ -224,7 +224,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	}
 	log.InfoContext(ctx, "tollgate serving", "addr", ln.Addr().String(), "counter_store", cfg.CounterStore)
 	if *demo {
-		key, err := seedDemo(ctx, pool, cfg, stdout)
+		key, err := seedDemo(ctx, pool, cfg, log, stdout)
 		if err != nil {
 			return err
 		}
