@@ -1,6 +1,6 @@
 -- name: CreateKey :one
-INSERT INTO api_keys (id, tenant_id, prefix, hash, test)
-VALUES (@id, @tenant_id, @prefix, @hash, @test)
+INSERT INTO api_keys (id, tenant_id, prefix, hash, test, name, expires_at)
+VALUES (@id, @tenant_id, @prefix, @hash, @test, @name, @expires_at)
 RETURNING *;
 
 -- name: KeyByPrefix :one

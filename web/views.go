@@ -144,10 +144,16 @@ type TenantsView struct {
 // KeyRow is an API key of a tenant.
 type KeyRow struct {
 	ID, Display, Mode string
+	// Name says what the key is for; empty when it has none.
+	Name              string
 	Created, LastUsed string
 	Revoked           string
-	Active            bool
-	RevokeAction      string
+	// Expires is when the key stops working, empty for never; Expired
+	// says it has.
+	Expires      string
+	Expired      bool
+	Active       bool
+	RevokeAction string
 }
 
 // EndpointRow is one of a tenant's outbound webhook endpoints.
@@ -155,8 +161,8 @@ type EndpointRow struct {
 	ID, URL, Events string
 	Enabled         bool
 	// State says enabled, failing since when, or why it was disabled.
-	State         string
-	DisableAction string
+	State                       string
+	DisableAction, EnableAction string
 }
 
 // NewKey is a key just created: shown on this page once, never again.

@@ -62,11 +62,11 @@ var commands = []command{
 	{
 		name: "keys",
 		synopses: []string{
-			"keys create --tenant TENANT_ID [--test]",
+			"keys create --tenant TENANT_ID [--test] [--name NAME] [--expires DURATION|TIME]",
 			"keys revoke KEY_ID",
 			"keys list --tenant TENANT_ID",
 		},
-		summary: "create a key (printed once, as JSON), revoke one, or list a tenant's keys (never the secret)",
+		summary: "create a key (printed once, as JSON), named and expiring when asked (--expires 90d, 12h, 2027-01-31 or RFC 3339), revoke one, or list a tenant's keys with their names and expiries (never the secret)",
 		env:     storeEnv,
 		config:  loadStoreConfig,
 		run:     keysCmd,
@@ -117,6 +117,14 @@ var commands = []command{
 		env:     storeEnv,
 		config:  loadStoreConfig,
 		run:     adminsCmd,
+	},
+	{
+		name:     "healthcheck",
+		synopses: []string{"healthcheck [--ready]"},
+		summary:  "GET this machine's instance's /healthz (or /readyz with --ready) and exit 0 on 200, 1 otherwise: the Docker image's HEALTHCHECK",
+		env:      "TOLLGATE_ADDR",
+		config:   loadAddrConfig,
+		run:      healthcheckCmd,
 	},
 	{
 		name:     "version",

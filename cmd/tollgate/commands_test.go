@@ -59,6 +59,24 @@ func TestHelpNeedsNoEnvironment(t *testing.T) {
 	}
 }
 
+// TestUnknownCommandIsBrief: a mistyped command gets the error, then one
+// hint line, not the whole usage; main exits 2 on it.
+func TestUnknownCommandIsBrief(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"tenant", "create"}, noEnv(t), &stdout, &stderr)
+	if !errors.Is(err, errUsage) {
+		t.Fatalf("tollgate tenant create: %v, want a usage error", err)
+	}
+	if stdout.Len()+stderr.Len() > 0 {
+		t.Errorf("printed before the error:\n%s%s", stdout.String(), stderr.String())
+	}
+	want := "unknown command \"tenant\"\nrun 'tollgate help' for the commands"
+	if err.Error() != want {
+		t.Errorf("error = %q, want %q", err.Error(), want)
+	}
+}
+
 // TestOperatorCommandsReadOnlyTheirConfig: the operator commands read the
 // database's settings only, so a missing pepper or a serve-only setting
 // that is wrong does not stop them; serve, which reads them, refuses.

@@ -16,8 +16,10 @@ import (
 )
 
 // database returns the URL of Tollgate's database: DATABASE_URL, or the
-// embedded PostgreSQL started from the machine's binaries in cfg.DataDir.
-// stop stops the embedded server (a no-op otherwise).
+// embedded PostgreSQL in cfg.DataDir: the one already running there (a
+// `tollgate serve` beside this command, say), else one started from the
+// machine's binaries. stop releases the embedded server, stopping it when
+// this process started it and no other uses it (a no-op without one).
 func database(ctx context.Context, cfg Config, log *slog.Logger) (dsn string, stop func(), err error) {
 	if cfg.DatabaseURL != "" {
 		return cfg.DatabaseURL, func() {}, nil
@@ -26,11 +28,11 @@ func database(ctx context.Context, cfg Config, log *slog.Logger) (dsn string, st
 	if err != nil {
 		return "", nil, fmt.Errorf("embedded postgres: %w", err)
 	}
-	log.InfoContext(ctx, "DATABASE_URL not set: starting the embedded PostgreSQL", "data_dir", dir)
+	log.InfoContext(ctx, "DATABASE_URL not set: using the embedded PostgreSQL, the running one or a new one", "data_dir", dir)
 	opts := pglocal.Options{Logf: func(format string, args ...any) {
 		log.DebugContext(ctx, "embedded postgres: "+fmt.Sprintf(format, args...))
 	}}
-	cl, err := pglocal.Start(ctx, dir, opts)
+	cl, err := pglocal.Open(ctx, dir, opts)
 	if errors.Is(err, pglocal.ErrUnreachable) {
 		// Root in a project under a closed folder (/root is 0700): keep the
 		// data where the postgres user can reach it, one folder per project.
@@ -38,7 +40,7 @@ func database(ctx context.Context, cfg Config, log *slog.Logger) (dsn string, st
 		alt := filepath.Join("/var/tmp", "tollgate-"+hex.EncodeToString(sum[:6]), "pgdata")
 		log.WarnContext(ctx, "embedded postgres: the project folder is closed to the postgres user; keeping the data elsewhere", "data_dir", alt, "reason", err)
 		dir = alt
-		cl, err = pglocal.Start(ctx, dir, opts)
+		cl, err = pglocal.Open(ctx, dir, opts)
 	}
 	if err != nil {
 		return "", nil, fmt.Errorf("embedded postgres: %w", err)
@@ -48,7 +50,7 @@ func database(ctx context.Context, cfg Config, log *slog.Logger) (dsn string, st
 			log.Error("embedded postgres: stop", "err", err)
 			return
 		}
-		log.Info("embedded postgres stopped")
+		log.Info("embedded postgres released")
 	}
 	dsn, err = ensureDatabase(ctx, cl.URL(), "tollgate")
 	if err != nil {
@@ -73,7 +75,11 @@ func ensureDatabase(ctx context.Context, maint, name string) (string, error) {
 	}
 	if !exists {
 		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-			return "", err
+			// Another process sharing the server may have created it
+			// first.
+			if qerr := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); qerr != nil || !exists {
+				return "", err
+			}
 		}
 	}
 	u, err := url.Parse(maint)

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -12,13 +15,13 @@ import (
 	"github.com/tollgate/tollgate/internal/tenant"
 )
 
-// keysCmd runs `tollgate keys create --tenant ID [--test]`, which prints a
-// new key (the only time it is shown), and `tollgate keys revoke KEY_ID`,
+// keysCmd runs `tollgate keys create --tenant ID [--test] [--name NAME]
+// [--expires WHEN]`, which prints a new key (the only time it is shown), and `tollgate keys revoke KEY_ID`,
 // each one JSON line; and `tollgate keys list --tenant ID`, a table of the
 // tenant's keys without their secrets.
 func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio cliIO) error {
 	stdout := cio.stdout
-	const synopsis = "keys create --tenant TENANT_ID [--test] | keys revoke KEY_ID | keys list --tenant TENANT_ID"
+	const synopsis = "keys create --tenant TENANT_ID [--test] [--name NAME] [--expires DURATION|TIME] | keys revoke KEY_ID | keys list --tenant TENANT_ID"
 	if len(args) == 0 {
 		return usagef(synopsis, "keys: want the subcommand create, revoke or list")
 	}
@@ -53,6 +56,8 @@ func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, c
 		fs := newFlags("keys create")
 		tenantID := fs.String("tenant", "", "the tenant's ID")
 		test := fs.Bool("test", false, "a test-mode key (tg_test_)")
+		name := fs.String("name", "", "what the key is for")
+		expires := fs.String("expires", "", "when the key stops working: a duration from now (90d, 12h) or a time (2027-01-31, RFC 3339)")
 		rest, err := parseFlags(fs, args[1:])
 		if err != nil {
 			return usagef(synopsis, "keys create: %v", err)
@@ -63,6 +68,17 @@ func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, c
 		if *tenantID == "" {
 			return usagef(synopsis, "keys create: --tenant is required")
 		}
+		if err := tenant.ValidateKeyName(*name); err != nil {
+			return usagef(synopsis, "keys create: --%v", err)
+		}
+		now := time.Now()
+		expiresAt, err := parseExpiry(*expires, now)
+		if err == nil {
+			err = tenant.ValidateKeyExpiry(expiresAt, now)
+		}
+		if err != nil {
+			return usagef(synopsis, "keys create: --expires: %v", err)
+		}
 		store, done, err := openStore(ctx, cfg, log, pgstore.NewTenants)
 		if err != nil {
 			return err
@@ -72,15 +88,22 @@ func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, c
 		if err != nil {
 			return err
 		}
-		k.TenantID = *tenantID
+		k.TenantID, k.Name, k.ExpiresAt = *tenantID, *name, expiresAt
 		if _, err := store.CreateKey(ctx, k); err != nil {
 			return notFound(err, "keys create: no tenant %s", *tenantID)
 		}
-		log.InfoContext(ctx, "key created", "tenant_id", k.TenantID, "key_id", k.ID, "test", k.Test)
-		return printJSON(stdout, struct {
-			KeyID string `json:"key_id"`
-			Key   string `json:"key"`
-		}{k.ID, raw})
+		log.InfoContext(ctx, "key created", "tenant_id", k.TenantID, "key_id", k.ID, "test", k.Test, "name", k.Name)
+		out := struct {
+			KeyID     string  `json:"key_id"`
+			Key       string  `json:"key"`
+			Name      string  `json:"name"`
+			ExpiresAt *string `json:"expires_at"` // null: never
+		}{KeyID: k.ID, Key: raw, Name: k.Name}
+		if expiresAt != nil {
+			at := expiresAt.UTC().Format(time.RFC3339)
+			out.ExpiresAt = &at
+		}
+		return printJSON(stdout, out)
 	case "revoke":
 		rest, err := parseFlags(newFlags("keys revoke"), args[1:])
 		if err != nil {
@@ -107,8 +130,9 @@ func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, c
 	return usagef(synopsis, "keys %s: want the subcommand create, revoke or list", args[0])
 }
 
-// printKeys prints keys as a table: id, mode, what the key begins with (its
-// secret part is never kept), creation, last use and revocation.
+// printKeys prints keys as a table: id, name, mode, what the key begins with
+// (its secret part is never kept), creation, expiry, last use and
+// revocation.
 func printKeys(w io.Writer, keys []tenant.Key) error {
 	at := func(t *time.Time) string {
 		if t == nil {
@@ -117,16 +141,45 @@ func printKeys(w io.Writer, keys []tenant.Key) error {
 		return t.UTC().Format(time.RFC3339)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY ID\tMODE\tKEY\tCREATED\tLAST USED\tREVOKED")
+	fmt.Fprintln(tw, "KEY ID\tNAME\tMODE\tKEY\tCREATED\tEXPIRES\tLAST USED\tREVOKED")
 	for _, k := range keys {
 		mode := "live"
 		if k.Test {
 			mode = "test"
 		}
-		fmt.Fprintf(tw, "%s\t%s\ttg_%s_%s_…\t%s\t%s\t%s\n", k.ID, mode, mode, k.Prefix, at(&k.CreatedAt), at(k.LastUsedAt), at(k.RevokedAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\ttg_%s_%s_…\t%s\t%s\t%s\t%s\n", k.ID, cmp.Or(k.Name, "-"), mode, mode, k.Prefix,
+			at(&k.CreatedAt), at(k.ExpiresAt), at(k.LastUsedAt), at(k.RevokedAt))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write output: %w", err)
 	}
 	return nil
 }
+
+// parseExpiry reads --expires: empty for none; a duration from now, in days
+// (90d) or as Go writes durations (12h, 90m); or a time, a date (midnight
+// UTC) or RFC 3339.
+func parseExpiry(s string, now time.Time) (*time.Time, error) {
+	if s == "" {
+		return nil, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n > 0 && n <= maxExpiryDays {
+			t := now.AddDate(0, 0, n)
+			return &t, nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		t := now.Add(d)
+		return &t, nil
+	}
+	for _, layout := range []string{time.DateOnly, time.RFC3339} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return &t, nil
+		}
+	}
+	return nil, fmt.Errorf("%q is neither a duration (90d, 12h) nor a time (2027-01-31, 2027-01-31T12:00:00Z)", s)
+}
+
+// maxExpiryDays bounds --expires in days, a hundred years.
+const maxExpiryDays = 36500

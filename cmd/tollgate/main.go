@@ -44,8 +44,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	c := lookup(name)
 	if c == nil {
-		fmt.Fprint(stderr, usageText())
-		return fmt.Errorf("unknown command %q: %w", name, errUsage)
+		// The error first and one hint: the whole usage would bury it.
+		return usageError{fmt.Sprintf("unknown command %q\nrun 'tollgate help' for the commands", name)}
 	}
 	if asksForHelp(args) {
 		fmt.Fprint(stdout, c.usage())

@@ -104,6 +104,7 @@ func TestServeHealthReadinessAndGracefulStop(t *testing.T) {
 				`tollgate_backlog_items{queue="audit_first_refusals"}`,
 				`tollgate_backlog_items{queue="audit_refusal_counts"}`,
 				`tollgate_backlog_items{queue="alert_checks"}`,
+				`tollgate_backlog_items{queue="webhooks_outbound"}`,
 				`tollgate_http_request_duration_seconds_count{method="GET",route="/readyz",status="2xx"}`,
 			} {
 				if !strings.Contains(scraped, want) {
@@ -184,7 +185,7 @@ func TestServeDemo(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--demo"}, envOf(map[string]string{"DATABASE_URL": dsn, "TOLLGATE_DEV": "1", "TOLLGATE_ADDR": addr}), out, &bytes.Buffer{})
+		done <- run(ctx, []string{"serve", "--demo"}, envOf(map[string]string{"DATABASE_URL": dsn, "TOLLGATE_DEV": "1", "TOLLGATE_ADDR": addr, "TOLLGATE_DATA_DIR": t.TempDir()}), out, &bytes.Buffer{})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	var key string

@@ -61,6 +61,7 @@ func tenantsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string
 	if err != nil {
 		return err
 	}
+	live.Name, test.Name = "first live key", "first test key"
 	t, err := store.CreateTenant(ctx, *name, *plan, live, test)
 	if err != nil {
 		return fmt.Errorf("tenants create: %w", err)

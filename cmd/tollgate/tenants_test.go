@@ -67,8 +67,10 @@ type created struct {
 }
 
 type keyCreated struct {
-	KeyID string `json:"key_id"`
-	Key   string `json:"key"`
+	KeyID     string `json:"key_id"`
+	Key       string `json:"key"`
+	Name      string `json:"name"`
+	ExpiresAt string `json:"expires_at"`
 }
 
 type keyRevoked struct {
@@ -214,6 +216,12 @@ func TestCommandErrors(t *testing.T) {
 		{"revoke without id", []string{"keys", "revoke"}, true, "want one KEY_ID"},
 		{"revoke unknown key", []string{"keys", "revoke", "key_nope"}, false, "no key key_nope"},
 		{"keys unknown subcommand", []string{"keys", "rotate"}, true, "want the subcommand create, revoke or list"},
+		{"key expired at birth", []string{"keys", "create", "--tenant", acme.TenantID, "--expires", "-1h"}, true, "--expires: expires_at: must be in the future"},
+		{"key expiry in the past", []string{"keys", "create", "--tenant", acme.TenantID, "--expires", "2001-01-01"}, true, "must be in the future"},
+		{"key expiry not a time", []string{"keys", "create", "--tenant", acme.TenantID, "--expires", "soon"}, true, `"soon" is neither a duration`},
+		{"key expiry in a thousand centuries", []string{"keys", "create", "--tenant", acme.TenantID, "--expires", "99999999d"}, true, "neither a duration"},
+		{"key name blank", []string{"keys", "create", "--tenant", acme.TenantID, "--name", " "}, true, "--name: must not be blank"},
+		{"key name too long", []string{"keys", "create", "--tenant", acme.TenantID, "--name", strings.Repeat("n", 101)}, true, "--name: must be 1 to 100 characters"},
 		{"list keys without tenant", []string{"keys", "list"}, true, "--tenant is required"},
 		{"list keys of unknown tenant", []string{"keys", "list", "--tenant", "00000000-0000-0000-0000-000000000000"}, false, "no tenant 00000000-0000-0000-0000-000000000000"},
 		{"list keys of malformed tenant", []string{"keys", "list", "--tenant", "acme"}, false, "no tenant acme"},
@@ -254,9 +262,20 @@ func TestListCommands(t *testing.T) {
 	cliJSON(t, dsn, &acme, "tenants", "create", "--name", "Acme, Inc.", "--plan", "pro")
 	cliJSON(t, dsn, &basic, "tenants", "create", "--name", "Basic")
 	var revoked keyRevoked
-	var extra keyCreated
+	var extra, named keyCreated
 	cliJSON(t, dsn, &extra, "keys", "create", "--tenant", acme.TenantID)
 	cliJSON(t, dsn, &revoked, "keys", "revoke", extra.KeyID)
+	before := time.Now()
+	cliJSON(t, dsn, &named, "keys", "create", "--tenant", acme.TenantID, "--name", "checkout service", "--expires", "90d")
+	expiry, err := time.Parse(time.RFC3339, named.ExpiresAt)
+	if err != nil || named.Name != "checkout service" || expiry.Before(before.AddDate(0, 0, 90).Truncate(time.Second)) || expiry.After(time.Now().AddDate(0, 0, 90)) {
+		t.Fatalf("keys create --name --expires 90d printed %+v (%v)", named, err)
+	}
+	var dated keyCreated
+	cliJSON(t, dsn, &dated, "keys", "create", "--tenant", acme.TenantID, "--expires", "2099-12-31")
+	if dated.ExpiresAt != "2099-12-31T00:00:00Z" || dated.Name != "" {
+		t.Fatalf("keys create --expires 2099-12-31 printed %+v", dated)
+	}
 
 	out, err := cli(t, dsn, "tenants", "list")
 	if err != nil {
@@ -277,10 +296,10 @@ func TestListCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines = strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "KEY ID") {
+	if len(lines) != 6 || !regexp.MustCompile(`^KEY ID +NAME +MODE`).MatchString(lines[0]) {
 		t.Fatalf("keys list printed:\n%s", out)
 	}
-	for _, raw := range []string{acme.LiveKey, acme.TestKey, extra.Key} {
+	for _, raw := range []string{acme.LiveKey, acme.TestKey, extra.Key, named.Key, dated.Key} {
 		if strings.Contains(out, raw) || strings.Contains(out, raw[len(raw)-32:]) {
 			t.Errorf("keys list shows a secret:\n%s", out)
 		}
@@ -288,10 +307,17 @@ func TestListCommands(t *testing.T) {
 			t.Errorf("keys list lacks the key that begins %s:\n%s", raw[:len(raw)-32], out)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^` + extra.KeyID + `\s+live\s+\S+\s+\S+\s+-\s+` + regexp.QuoteMeta(revoked.RevokedAt[:19])).MatchString(out) {
+	// Columns: id, name, mode, key, created, expires, last used, revoked.
+	if !regexp.MustCompile(`(?m)^` + extra.KeyID + `\s+-\s+live\s+\S+\s+\S+\s+-\s+-\s+` + regexp.QuoteMeta(revoked.RevokedAt[:19])).MatchString(out) {
 		t.Errorf("keys list: the revoked key %s is not shown revoked at %s:\n%s", extra.KeyID, revoked.RevokedAt, out)
 	}
-	if n := strings.Count(out, " test "); n != 1 {
+	if !regexp.MustCompile(`(?m)^` + named.KeyID + `\s+checkout service\s+live\s+\S+\s+\S+\s+` + regexp.QuoteMeta(named.ExpiresAt) + `\s+-\s+-$`).MatchString(out) {
+		t.Errorf("keys list: the key %s is not shown named, expiring at %s:\n%s", named.KeyID, named.ExpiresAt, out)
+	}
+	if !regexp.MustCompile(`(?m)\sfirst live key\s+live\s+tg_live_`).MatchString(out) || !regexp.MustCompile(`(?m)\sfirst test key\s+test\s+tg_test_`).MatchString(out) {
+		t.Errorf("keys list: the keys tenants create made are not named first live key and first test key:\n%s", out)
+	}
+	if n := len(regexp.MustCompile(`\stest\s+tg_test_`).FindAllString(out, -1)); n != 1 {
 		t.Errorf("keys list: %d test keys, want 1:\n%s", n, out)
 	}
 }

@@ -170,3 +170,23 @@ func TestAuditPageRefusesPageNumbers(t *testing.T) {
 	}
 	b.get("/admin/audit?before=0").mustStatus(http.StatusBadRequest)
 }
+
+// TestTenantListRefusesBadPages: a page number that is not one (negative,
+// zero, not a number, past any list) is a 400 page naming the parameter and
+// its range, never the first page answered as if it were the one asked for.
+func TestTenantListRefusesBadPages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.admin("ops@example.com")
+	b := e.browser()
+	b.signIn("ops@example.com")
+	for _, q := range []string{"page=-5", "page=0", "page=abc", "page=1.5", "page=99999999999999999999", "q=acme&page=-1"} {
+		p := b.get("/admin/tenants?" + q).mustStatus(http.StatusBadRequest)
+		if !strings.Contains(p.body, "The page must be a whole number from 1 to") {
+			t.Errorf("%s: the 400 page does not say what a page is:\n%.800s", q, p.body)
+		}
+	}
+	for _, q := range []string{"", "page=1", "page=2", "page="} {
+		b.get("/admin/tenants?" + q).mustStatus(http.StatusOK)
+	}
+}

@@ -524,6 +524,48 @@ func TestFailedPageSaysWhatFailed(t *testing.T) {
 	}
 }
 
+// TestKeyTableShowsNamesAndExpiry: the tenant page's key table names each
+// key (or says it has no name), says when an active key expires, and shows
+// an expired key as expired, without a Revoke button.
+func TestKeyTableShowsNamesAndExpiry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.admin("ops@example.com")
+	ctx := context.Background()
+	acme, _ := e.tenantWith("Acme Rockets", tenant.PlanPro)
+	later, past := time.Now().Add(48*time.Hour).UTC(), time.Date(2025, 1, 2, 3, 4, 0, 0, time.UTC)
+	for _, k := range []struct {
+		name    string
+		expires *time.Time
+	}{{"checkout service", &later}, {"old export", nil}} {
+		_, key, _ := tenant.NewKey(false)
+		key.TenantID, key.Name, key.ExpiresAt = acme.ID, k.name, k.expires
+		if _, err := e.tenants.CreateKey(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An expiry in the past cannot be created; it is reached.
+	if _, err := e.pool.Exec(ctx, "UPDATE api_keys SET expires_at = $1 WHERE name = 'old export'", past); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.signIn("ops@example.com")
+	p := b.get("/admin/tenants/" + acme.ID).mustStatus(http.StatusOK)
+	rows := map[string]string{}
+	for _, r := range p.all("key-row") {
+		rows[textOf(within(r, "key-name")[0])] = textOf(r)
+	}
+	if len(rows) != 3 || rows["unnamed"] == "" {
+		t.Fatalf("key names %v, want the two unnamed keys' rows under \"unnamed\" and the two named", rows)
+	}
+	if got := rows["checkout service"]; !strings.Contains(got, "active expires "+later.Format("2006-01-02 15:04")) || !strings.Contains(got, "Revoke") {
+		t.Errorf("expiring key row %q", got)
+	}
+	if got := rows["old export"]; !strings.Contains(got, "expired 2025-01-02 03:04") || strings.Contains(got, "Revoke") {
+		t.Errorf("expired key row %q", got)
+	}
+}
+
 // TestAuditFilters: the kind filter is a select of the kinds Tollgate
 // writes; any other kind, or a view that is neither, is a 400 that says
 // what is accepted. A refusal kind opens the refusals view.

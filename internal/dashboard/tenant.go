@@ -37,6 +37,7 @@ var flashes = map[string]string{
 	"limits":            "Limits saved. Every instance applies them within a second.",
 	"revoked":           "Key revoked. The API refuses it from now on.",
 	"endpoint-disabled": "Webhook endpoint disabled. Its deliveries wait until the tenant enables it again.",
+	"endpoint-enabled":  "Webhook endpoint enabled. Its waiting deliveries go out now; those given up stay given up (the tenant may re-send them).",
 	"plan":              "Plan saved. Every instance applies it within a second.",
 	"linked":            "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
 	"policy":            "Policy saved. Every instance applies it within a second.",
@@ -171,7 +172,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 		"No refusals this month.")
 	v.Refusals.Width = 1000
 
-	v.Keys = keyRows(t.ID, td.keys)
+	v.Keys = keyRows(t.ID, td.keys, d.now())
 	v.Limits = limitsForm(t, eff)
 	if len(td.lastChange) > 0 {
 		v.Limits.LastChange = fmt.Sprintf("Last changed by %s at %s.", td.lastChange[0].Actor, when(td.lastChange[0].At))
@@ -193,7 +194,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 }
 
 // keyRows shows a tenant's keys, each as far as it may be shown.
-func keyRows(tenantID string, keys []tenant.Key) []web.KeyRow {
+func keyRows(tenantID string, keys []tenant.Key, now time.Time) []web.KeyRow {
 	var rows []web.KeyRow
 	for _, k := range keys {
 		mode := "live"
@@ -202,11 +203,16 @@ func keyRows(tenantID string, keys []tenant.Key) []web.KeyRow {
 		}
 		row := web.KeyRow{
 			ID: k.ID, Display: "tg_" + mode + "_" + k.Prefix + "_…", Mode: mode,
-			Created: when(k.CreatedAt), LastUsed: whenPtr(k.LastUsedAt), Active: k.RevokedAt == nil,
+			Name:    k.Name,
+			Created: when(k.CreatedAt), LastUsed: whenPtr(k.LastUsedAt),
+			Active:       k.RevokedAt == nil && !k.Expired(now),
 			RevokeAction: "/admin/tenants/" + tenantID + "/keys/" + url.PathEscape(k.ID) + "/revoke",
 		}
 		if k.RevokedAt != nil {
 			row.Revoked = when(*k.RevokedAt)
+		}
+		if k.ExpiresAt != nil {
+			row.Expires, row.Expired = when(*k.ExpiresAt), k.Expired(now)
 		}
 		rows = append(rows, row)
 	}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -334,4 +335,24 @@ func TestSystemOfRecordDownIs503(t *testing.T) {
 	}
 	// A tenant already cached is still answered.
 	wantStatus(t, a.do(warm, http.MethodPost, "/v1/check", body), 200)
+}
+
+// TestExpiredKeyIs401: a key past its expiry is refused as a revoked key is,
+// 401, with a problem detail saying it expired and when; the tenant's other
+// keys still work.
+func TestExpiredKeyIs401(t *testing.T) {
+	t.Parallel()
+	a := newTenantAPI(t, pgtest.New(t), nil)
+	live, test := a.tenant(tenant.PlanPro, `UPDATE api_keys SET expires_at = '2025-01-02T03:04:05Z' WHERE tenant_id = $1 AND NOT test`)
+	for _, r := range []answer{
+		a.do(live, http.MethodPost, "/v1/check", `{"items":[{"policy":"one","subject":"s"}]}`),
+		a.do(live, http.MethodGet, "/v1/usage", ""),
+	} {
+		wantStatus(t, r, http.StatusUnauthorized)
+		m := r.json(t)
+		if m["type"] != problemBase+"unauthorized" || !strings.Contains(fmt.Sprint(m["detail"]), "expired at 2025-01-02T03:04:05Z") {
+			t.Errorf("expired key: %s, want the unauthorized problem saying when the key expired", r.body)
+		}
+	}
+	wantStatus(t, a.do(test, http.MethodGet, "/v1/usage", ""), http.StatusOK)
 }

@@ -7,7 +7,8 @@
 // with trust authentication. As root it runs as the unprivileged postgres
 // user, since initdb and postgres refuse root.
 //
-// pglocal imports nothing of ours and no database driver.
+// pglocal imports nothing of ours and no database driver; it locks files
+// with gofrs/flock.
 package pglocal
 
 import (
@@ -24,6 +25,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gofrs/flock"
 )
 
 // superuser is the role initdb creates and URL connects as, the same whoever
@@ -120,6 +123,11 @@ type Cluster struct {
 	out    *lineWriter
 	exited chan struct{} // closed once cmd.Wait has returned
 	err    error         // cmd.Wait's result, set before exited closes
+
+	// use is the shared lock of a cluster from Open, alone the exclusive
+	// one its starter takes before stopping it; both nil from Start.
+	use, alone *flock.Flock
+	logf       func(format string, args ...any)
 
 	stopOnce sync.Once
 	stopErr  error
@@ -336,7 +344,7 @@ func start(ctx context.Context, bin, dir string, port int, as *account, opts Opt
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("run postgres: %w", err)
 	}
-	c := &Cluster{port: port, cmd: cmd, out: out, exited: make(chan struct{})}
+	c := &Cluster{port: port, cmd: cmd, out: out, exited: make(chan struct{}), logf: opts.logf}
 	go func() {
 		c.err = cmd.Wait()
 		close(c.exited)
@@ -389,8 +397,22 @@ func ready(dir string, pid int) bool {
 // transactions, writes a checkpoint and exits. Stop waits for the exit, up to
 // a minute before killing it. Only the first call acts; later ones return
 // its result. It returns an error when the server had already died.
+//
+// On a cluster from Open, Stop of a process that joined the server only
+// releases it; Stop of the process that started it first waits until every
+// process that joined has released it.
 func (c *Cluster) Stop() error {
-	c.stopOnce.Do(func() { c.stopErr = c.stop() })
+	c.stopOnce.Do(func() {
+		if err := c.release(); err != nil {
+			c.stopErr = fmt.Errorf("stop postgres: release the cluster: %w", err)
+		}
+		if c.cmd != nil {
+			c.stopErr = errors.Join(c.stopErr, c.stop())
+		}
+		if c.alone != nil {
+			_ = c.alone.Unlock()
+		}
+	})
 	return c.stopErr
 }
 

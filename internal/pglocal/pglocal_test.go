@@ -160,3 +160,97 @@ func TestRefusesForeignDir(t *testing.T) {
 		t.Errorf("Start changed a file it does not own")
 	}
 }
+
+func open(t *testing.T, dir string) *pglocal.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := pglocal.Open(ctx, dir, pglocal.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	return c
+}
+
+// TestOpenJoinsRunningServer covers an operator command beside `make run`:
+// the second Open joins the server the first started, and the server
+// outlives whichever process leaves first.
+func TestOpenJoinsRunningServer(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(tempDir(t), "pgdata")
+	owner := open(t, dir)
+	joined := open(t, dir)
+	if owner.URL() != joined.URL() {
+		t.Fatalf("joined %s, want the running server %s", joined.URL(), owner.URL())
+	}
+	exec(t, joined.URL(), "CREATE TABLE seen AS SELECT 'by both' AS v")
+	if err := joined.Stop(); err != nil {
+		t.Fatalf("Stop of the joined cluster: %v", err)
+	}
+	if got := query(t, owner.URL(), "SELECT v FROM seen"); got != "by both" {
+		t.Fatalf("after the joiner left, row = %q", got)
+	}
+
+	// The starter leaving first waits for the joiner to release the server.
+	joined = open(t, dir)
+	stopped := make(chan error, 1)
+	go func() { stopped <- owner.Stop() }()
+	if got := query(t, joined.URL(), "SELECT v FROM seen"); got != "by both" {
+		t.Fatalf("while the starter stops, row = %q", got)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("the starter stopped the server (%v) while a joiner used it", err)
+	default:
+	}
+	if err := joined.Stop(); err != nil {
+		t.Fatalf("Stop of the joined cluster: %v", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("Stop of the starter: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "postmaster.pid")); err == nil {
+		t.Errorf("postmaster.pid still there after the last Stop")
+	}
+
+	// None runs now: the next Open starts one on the same data.
+	again := open(t, dir)
+	if got := query(t, again.URL(), "SELECT v FROM seen"); got != "by both" {
+		t.Errorf("after a restart, row = %q", got)
+	}
+}
+
+// TestOpenAtOnce: processes opening the same cluster at the same moment
+// share one server instead of racing to start two.
+func TestOpenAtOnce(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(tempDir(t), "pgdata")
+	const n = 3
+	urls := make(chan string, n)
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			c, err := pglocal.Open(context.Background(), dir, pglocal.Options{Logf: t.Logf})
+			if err != nil {
+				errs <- err
+				return
+			}
+			t.Cleanup(func() { _ = c.Stop() })
+			urls <- c.URL()
+		}()
+	}
+	var first string
+	for range n {
+		select {
+		case err := <-errs:
+			t.Fatalf("Open: %v", err)
+		case u := <-urls:
+			if first == "" {
+				first = u
+			} else if u != first {
+				t.Errorf("Open at once gave %s and %s, want one server", first, u)
+			}
+		}
+	}
+}

@@ -49,6 +49,14 @@ func timePtrOf(t pgtype.Timestamptz) *time.Time {
 	return &u
 }
 
+// timestamptzOf is t as a timestamptz; NULL for nil.
+func timestamptzOf(t *time.Time) pgtype.Timestamptz {
+	if t == nil {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: *t, Valid: true}
+}
+
 // deref is a nullable text; "" for NULL.
 func deref(s *string) string {
 	if s == nil {

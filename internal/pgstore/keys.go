@@ -14,6 +14,9 @@ import (
 
 // CreateKey implements tenant.Store.
 func (s *Tenants) CreateKey(ctx context.Context, k tenant.Key) (tenant.Key, error) {
+	if err := tenant.ValidateKeyName(k.Name); err != nil {
+		return tenant.Key{}, fmt.Errorf("create key: %w", err)
+	}
 	uid, ok := uuidOf(k.TenantID)
 	if !ok {
 		return tenant.Key{}, fmt.Errorf("create key: tenant %s: %w", k.TenantID, tenant.ErrNotFound)
@@ -26,7 +29,8 @@ func (s *Tenants) CreateKey(ctx context.Context, k tenant.Key) (tenant.Key, erro
 }
 
 func keyParams(k tenant.Key, tenantID pgtype.UUID) sqlcgen.CreateKeyParams {
-	return sqlcgen.CreateKeyParams{ID: k.ID, TenantID: tenantID, Prefix: k.Prefix, Hash: k.Hash, Test: k.Test}
+	return sqlcgen.CreateKeyParams{ID: k.ID, TenantID: tenantID, Prefix: k.Prefix, Hash: k.Hash, Test: k.Test,
+		Name: k.Name, ExpiresAt: timestamptzOf(k.ExpiresAt)}
 }
 
 // KeyByPrefix implements tenant.Store.
@@ -91,6 +95,8 @@ func keyOf(r sqlcgen.ApiKey) tenant.Key {
 		Prefix:     r.Prefix,
 		Hash:       r.Hash,
 		Test:       r.Test,
+		Name:       r.Name,
+		ExpiresAt:  timePtrOf(r.ExpiresAt),
 		CreatedAt:  timeOf(r.CreatedAt),
 		RevokedAt:  timePtrOf(r.RevokedAt),
 		LastUsedAt: timePtrOf(r.LastUsedAt),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -245,5 +246,45 @@ func TestDirectoryLastUseRaceWithFlushes(t *testing.T) {
 		if k.LastUsedAt == nil || k.LastUsedAt.Before(latest[k.ID].Truncate(time.Microsecond)) {
 			t.Errorf("key %s last used %v, but it was used after %v", k.ID, k.LastUsedAt, latest[k.ID])
 		}
+	}
+}
+
+// TestKeyNameAndExpiry: a key keeps its name and expiry; a name that is no
+// name is refused as invalid input.
+func TestKeyNameAndExpiry(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	_, live := newKey(t, false)
+	live.Name = "first live key"
+	acme, err := s.CreateTenant(ctx, "Acme", tenant.PlanPro, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, k := newKey(t, false)
+	expiry := time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
+	k.TenantID, k.Name, k.ExpiresAt = acme.ID, "checkout service", &expiry
+	if _, err := s.CreateKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := s.Keys(ctx, acme.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 || keys[0].Name != "first live key" || keys[0].ExpiresAt != nil ||
+		keys[1].Name != "checkout service" || keys[1].ExpiresAt == nil || !keys[1].ExpiresAt.Equal(expiry) {
+		t.Fatalf("keys = %+v", keys)
+	}
+	for _, name := range []string{"   ", "tab\there", strings.Repeat("n", tenant.MaxKeyNameLen+1), "\xff"} {
+		_, bad := newKey(t, false)
+		bad.TenantID, bad.Name = acme.ID, name
+		if _, err := s.CreateKey(ctx, bad); !errors.Is(err, tenant.ErrInvalid) {
+			t.Errorf("key named %q: %v, want ErrInvalid", name, err)
+		}
+	}
+	_, bad := newKey(t, false)
+	bad.Name = "\x00"
+	if _, err := s.CreateTenant(ctx, "Beta", tenant.PlanPro, bad); !errors.Is(err, tenant.ErrInvalid) {
+		t.Errorf("tenant with a key named NUL: %v, want ErrInvalid", err)
 	}
 }

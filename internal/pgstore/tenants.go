@@ -29,6 +29,11 @@ func (s *Tenants) CreateTenant(ctx context.Context, name, plan string, keys ...t
 	if err := tenant.ValidateName(name); err != nil {
 		return tenant.Tenant{}, fmt.Errorf("create tenant: %w", err)
 	}
+	for _, k := range keys {
+		if err := tenant.ValidateKeyName(k.Name); err != nil {
+			return tenant.Tenant{}, fmt.Errorf("create tenant: key %s: %w", k.ID, err)
+		}
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return tenant.Tenant{}, fmt.Errorf("create tenant: %w", dbErr(err, tenantErrors))

@@ -120,7 +120,7 @@ func NewDirectory(cfg DirectoryConfig) *Directory {
 // Authenticate returns the key that bearer (the credential of an
 // "Authorization: Bearer" header, without the scheme) is, and its tenant.
 // A missing, malformed, unknown or revoked key is ErrUnauthorized, which
-// does not say which; any other error is the store failing. The key's use is
+// does not say which; an expired one is an *ExpiredKeyError, which wraps it; any other error is the store failing. The key's use is
 // noted for Run to write; the Key returned has no Hash.
 func (d *Directory) Authenticate(ctx context.Context, bearer string) (Key, Tenant, error) {
 	prefix, test, ok := parseKey(bearer)
@@ -136,6 +136,9 @@ func (d *Directory) Authenticate(ctx context.Context, bearer string) (Key, Tenan
 	}
 	if !k.matches(bearer) || k.Test != test || k.RevokedAt != nil {
 		return Key{}, Tenant{}, ErrUnauthorized
+	}
+	if k.Expired(d.now()) {
+		return Key{}, Tenant{}, &ExpiredKeyError{ExpiredAt: *k.ExpiresAt}
 	}
 	t, err := d.tenants.Get(ctx, k.TenantID)
 	if errors.Is(err, ErrNotFound) {

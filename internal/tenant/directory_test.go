@@ -692,3 +692,44 @@ func TestDirectoryServesTheLastReadThroughAnOutage(t *testing.T) {
 		t.Fatalf("the revoked key after the outage: %v, want ErrUnauthorized", err)
 	}
 }
+
+// TestAuthenticateExpiredKey: a key works until its expiry and from that
+// instant is refused as a revoked key is (ErrUnauthorized), by an
+// *ExpiredKeyError saying when it expired.
+func TestAuthenticateExpiredKey(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	clk := &clock{t: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}
+	d := newTestDirectory(db, clk, tenant.DirectoryConfig{})
+	raw, k, err := tenant.NewKey(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiry := clk.Now().Add(time.Hour)
+	k.TenantID, k.Name, k.ExpiresAt = db.acme.ID, "nightly export", &expiry
+	if _, err := db.direct.CreateKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := d.Authenticate(ctx, raw)
+	if err != nil {
+		t.Fatalf("before its expiry: %v", err)
+	}
+	if got.Name != "nightly export" || got.ExpiresAt == nil || !got.ExpiresAt.Equal(expiry) {
+		t.Errorf("key name %q, expiry %v; want %q, %v", got.Name, got.ExpiresAt, "nightly export", expiry)
+	}
+	clk.Advance(time.Hour)
+	_, _, err = d.Authenticate(ctx, raw)
+	var expired *tenant.ExpiredKeyError
+	if !errors.Is(err, tenant.ErrUnauthorized) || !errors.As(err, &expired) || !expired.ExpiredAt.Equal(expiry) {
+		t.Fatalf("at its expiry: %v, want an ExpiredKeyError at %v wrapping ErrUnauthorized", err, expiry)
+	}
+	// Whoever does not hold the whole key learns nothing of the expiry.
+	wrong := raw[:len(raw)-1] + "a"
+	if wrong == raw {
+		wrong = raw[:len(raw)-1] + "b"
+	}
+	if _, _, err := d.Authenticate(ctx, wrong); err != tenant.ErrUnauthorized {
+		t.Errorf("wrong secret of an expired key: %v, want exactly ErrUnauthorized", err)
+	}
+}

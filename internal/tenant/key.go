@@ -39,10 +39,59 @@ type Key struct {
 	// passwords, would cost CPU on every request and add no safety.
 	Hash []byte
 	// Test marks a tg_test_ key: sandbox allotment, never metered.
-	Test       bool
+	Test bool
+	// Name says what the key is for, to operators; empty when not given
+	// (at most MaxKeyNameLen characters).
+	Name string
+	// ExpiresAt, when set, is when the key stops working: from then on it
+	// is refused like a revoked key, with an *ExpiredKeyError.
+	ExpiresAt  *time.Time
 	CreatedAt  time.Time
 	RevokedAt  *time.Time
 	LastUsedAt *time.Time
+}
+
+// Expired reports whether the key has an expiry at or before now.
+func (k Key) Expired(now time.Time) bool {
+	return k.ExpiresAt != nil && !now.Before(*k.ExpiresAt)
+}
+
+// MaxKeyNameLen is the longest key name, in characters.
+const MaxKeyNameLen = 100
+
+// ValidateKeyName returns a *FieldError unless name is empty or a name as
+// ValidateName takes it, of at most MaxKeyNameLen characters.
+func ValidateKeyName(name string) error {
+	if name == "" {
+		return nil
+	}
+	return validateText("name", name, MaxKeyNameLen)
+}
+
+// ValidateKeyExpiry returns a *FieldError unless expiresAt is unset or
+// later than now: a key made expired would only ever be refused.
+func ValidateKeyExpiry(expiresAt *time.Time, now time.Time) error {
+	if expiresAt != nil && !expiresAt.After(now) {
+		return &FieldError{"expires_at", "must be in the future"}
+	}
+	return nil
+}
+
+// ExpiredKeyError is a key presented after its expiry. It unwraps to
+// ErrUnauthorized, so it is refused as a revoked key is; unlike other
+// refusals it says why, since only whoever holds the whole key learns it.
+type ExpiredKeyError struct{ ExpiredAt time.Time }
+
+func (e *ExpiredKeyError) Error() string {
+	return "API key expired at " + e.ExpiredAt.UTC().Format(time.RFC3339)
+}
+
+// Unwrap makes errors.Is(err, ErrUnauthorized) hold.
+func (e *ExpiredKeyError) Unwrap() error { return ErrUnauthorized }
+
+// ClientFault says, for the key's holder, that the key expired and when.
+func (e *ExpiredKeyError) ClientFault() (field, reason string) {
+	return "", "This API key expired at " + e.ExpiredAt.UTC().Format(time.RFC3339) + "; use another key of the tenant or ask its operator for a new one."
 }
 
 // NewKey makes a new key for the caller to store (after setting TenantID)

@@ -21,8 +21,9 @@ var (
 	// ErrInvalid is bad input; errors that wrap it are *FieldError and say
 	// what is wrong in words a client may read.
 	ErrInvalid = errors.New("invalid")
-	// ErrUnauthorized is a missing, malformed, unknown or revoked API key. It
-	// says no more than that, to anyone.
+	// ErrUnauthorized is a missing, malformed, unknown, revoked or expired
+	// API key. It says no more than that, to anyone, except that an
+	// *ExpiredKeyError (whole key presented, past its expiry) says so.
 	ErrUnauthorized = errors.New("invalid API key")
 	// ErrTestKey is a change asked for with a test key. Test keys live in
 	// the sandbox: their checks count on counters of their own, and they
@@ -143,22 +144,27 @@ const MaxNameLen = 200
 // MaxNameLen characters of valid UTF-8, not only spaces, no control
 // characters.
 func ValidateName(name string) error {
-	n := utf8.RuneCountInString(name)
+	return validateText("name", name, MaxNameLen)
+}
+
+// validateText is ValidateName for field, of at most maxLen characters.
+func validateText(field, s string, maxLen int) error {
+	n := utf8.RuneCountInString(s)
 	switch {
-	case !utf8.ValidString(name):
-		return &FieldError{"name", "must be valid UTF-8"}
-	case n == 0 || n > MaxNameLen:
-		return &FieldError{"name", fmt.Sprintf("must be 1 to %d characters", MaxNameLen)}
+	case !utf8.ValidString(s):
+		return &FieldError{field, "must be valid UTF-8"}
+	case n == 0 || n > maxLen:
+		return &FieldError{field, fmt.Sprintf("must be 1 to %d characters", maxLen)}
 	}
 	blank := true
-	for _, r := range name {
+	for _, r := range s {
 		if unicode.IsControl(r) {
-			return &FieldError{"name", "must not contain control characters"}
+			return &FieldError{field, "must not contain control characters"}
 		}
 		blank = blank && unicode.IsSpace(r)
 	}
 	if blank {
-		return &FieldError{"name", "must not be blank"}
+		return &FieldError{field, "must not be blank"}
 	}
 	return nil
 }

@@ -12,17 +12,19 @@ import (
 )
 
 const createKey = `-- name: CreateKey :one
-INSERT INTO api_keys (id, tenant_id, prefix, hash, test)
-VALUES ($1, $2, $3, $4, $5)
-RETURNING id, tenant_id, prefix, hash, test, created_at, revoked_at, last_used_at
+INSERT INTO api_keys (id, tenant_id, prefix, hash, test, name, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+RETURNING id, tenant_id, prefix, hash, test, created_at, revoked_at, last_used_at, name, expires_at
 `
 
 type CreateKeyParams struct {
-	ID       string
-	TenantID pgtype.UUID
-	Prefix   string
-	Hash     []byte
-	Test     bool
+	ID        string
+	TenantID  pgtype.UUID
+	Prefix    string
+	Hash      []byte
+	Test      bool
+	Name      string
+	ExpiresAt pgtype.Timestamptz
 }
 
 func (q *Queries) CreateKey(ctx context.Context, arg CreateKeyParams) (ApiKey, error) {
@@ -32,6 +34,8 @@ func (q *Queries) CreateKey(ctx context.Context, arg CreateKeyParams) (ApiKey, e
 		arg.Prefix,
 		arg.Hash,
 		arg.Test,
+		arg.Name,
+		arg.ExpiresAt,
 	)
 	var i ApiKey
 	err := row.Scan(
@@ -43,12 +47,14 @@ func (q *Queries) CreateKey(ctx context.Context, arg CreateKeyParams) (ApiKey, e
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.LastUsedAt,
+		&i.Name,
+		&i.ExpiresAt,
 	)
 	return i, err
 }
 
 const keyByPrefix = `-- name: KeyByPrefix :one
-SELECT id, tenant_id, prefix, hash, test, created_at, revoked_at, last_used_at FROM api_keys WHERE prefix = $1
+SELECT id, tenant_id, prefix, hash, test, created_at, revoked_at, last_used_at, name, expires_at FROM api_keys WHERE prefix = $1
 `
 
 func (q *Queries) KeyByPrefix(ctx context.Context, prefix string) (ApiKey, error) {
@@ -63,12 +69,14 @@ func (q *Queries) KeyByPrefix(ctx context.Context, prefix string) (ApiKey, error
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.LastUsedAt,
+		&i.Name,
+		&i.ExpiresAt,
 	)
 	return i, err
 }
 
 const listKeys = `-- name: ListKeys :many
-SELECT id, tenant_id, prefix, hash, test, created_at, revoked_at, last_used_at FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id
+SELECT id, tenant_id, prefix, hash, test, created_at, revoked_at, last_used_at, name, expires_at FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) ListKeys(ctx context.Context, tenantID pgtype.UUID) ([]ApiKey, error) {
@@ -89,6 +97,8 @@ func (q *Queries) ListKeys(ctx context.Context, tenantID pgtype.UUID) ([]ApiKey,
 			&i.CreatedAt,
 			&i.RevokedAt,
 			&i.LastUsedAt,
+			&i.Name,
+			&i.ExpiresAt,
 		); err != nil {
 			return nil, err
 		}
@@ -103,7 +113,7 @@ func (q *Queries) ListKeys(ctx context.Context, tenantID pgtype.UUID) ([]ApiKey,
 const revokeKey = `-- name: RevokeKey :one
 UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
 WHERE id = $1
-RETURNING id, tenant_id, prefix, hash, test, created_at, revoked_at, last_used_at
+RETURNING id, tenant_id, prefix, hash, test, created_at, revoked_at, last_used_at, name, expires_at
 `
 
 // RevokeKey keeps the first revocation time of a key revoked twice.
@@ -119,6 +129,8 @@ func (q *Queries) RevokeKey(ctx context.Context, id string) (ApiKey, error) {
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.LastUsedAt,
+		&i.Name,
+		&i.ExpiresAt,
 	)
 	return i, err
 }

@@ -61,6 +61,8 @@ type ApiKey struct {
 	CreatedAt  pgtype.Timestamptz
 	RevokedAt  pgtype.Timestamptz
 	LastUsedAt pgtype.Timestamptz
+	Name       string
+	ExpiresAt  pgtype.Timestamptz
 }
 
 type AppliedBatch struct {
