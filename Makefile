@@ -21,7 +21,7 @@ test: check-generated vet lint-openapi
 	@# beside the black-box suite would squeeze its timing on 2 cores, and
 	@# the noisy neighbours' attackers (and the lease burst) load both cores,
 	@# which would push other tests past their stores' deadlines.
-	$(GO) test -count=1 -timeout 3m ./internal/dashboard/browsertest/
+	$(GO) test -count=1 -timeout 5m ./internal/dashboard/browsertest/
 	set -o pipefail; $(GO) test -count=1 -timeout 4m -run 'TestNoisyNeighbour|TestLeaseBurst|TestLeaseFlood' -v ./blackbox/ | grep -vE '^(=== (PAUSE|CONT)|\s*$$)'
 	@# The fault suite runs alone too: it loads both cores with three stacks
 	@# of instances, and its invariants hold the timing of every answer.

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate/internal/bintest"
 	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/faultnet"
 	"github.com/tollgate/tollgate/internal/logbuf"
@@ -33,20 +33,7 @@ func TestMain(m *testing.M) {
 		// This process is a load generator another test started.
 		os.Exit(attacker())
 	}
-	dir, err := os.MkdirTemp("", "tollgate-blackbox-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "tollgate")
-	build := exec.Command("go", "build", "-o", binary, "github.com/tollgate/tollgate/cmd/tollgate")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tollgate:", err)
-		os.Exit(1)
-	}
-	defer os.RemoveAll(dir)
-	pgtest.Main(m)
+	bintest.Main(m, &binary)
 }
 
 const pepper = "blackbox-pepper-0123456789abcdef0123456789"

@@ -5,12 +5,14 @@ VALUES (coalesce(sqlc.narg('at')::timestamptz, now()), sqlc.narg('tenant_id')::u
 RETURNING id, at;
 
 -- name: ListAudit :many
--- ListAudit returns entries newest first (by id), optionally of one tenant
--- and one kind, with ids below before_id when it is positive.
+-- ListAudit returns entries newest first (by id), optionally of one tenant,
+-- of one of kinds (all when empty) and of none of not_kinds, with ids below
+-- before_id when it is positive.
 SELECT id, at, tenant_id, actor, kind, detail
 FROM audit
 WHERE (sqlc.narg('tenant_id')::uuid IS NULL OR tenant_id = sqlc.narg('tenant_id')::uuid)
-  AND (@kind::text = '' OR kind = @kind::text)
+  AND (cardinality(@kinds::text[]) = 0 OR kind = ANY (@kinds::text[]))
+  AND NOT (kind = ANY (@not_kinds::text[]))
   AND (@before_id::bigint <= 0 OR id < @before_id::bigint)
 ORDER BY id DESC
 LIMIT @max_rows;

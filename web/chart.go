@@ -75,16 +75,20 @@ type RefLine struct {
 	Class string
 }
 
-// Chart geometry, in SVG user units: the picture scales to its container.
-const (
-	chartW      = 1000
-	chartH      = 260
-	chartLeft   = 64
-	chartRight  = 16
-	chartTop    = 14
-	chartBottom = 44
-	plotW       = chartW - chartLeft - chartRight
-	plotH       = chartH - chartTop - chartBottom
+// chartGeometry is a chart's drawing size and margins, in SVG user units.
+// The picture scales to its container; each geometry is drawn at about its
+// size on screen, so that its text keeps its size: the wide one on a
+// laptop, the narrow one on a phone (the style sheet shows one of the two).
+type chartGeometry struct {
+	w, h, left, right, top, bottom float64
+	// tickGap is the least room between two x tick labels; closer ticks are
+	// left out.
+	tickGap float64
+}
+
+var (
+	wideChart   = chartGeometry{w: 1000, h: 260, left: 64, right: 16, top: 14, bottom: 44, tickGap: 60}
+	narrowChart = chartGeometry{w: 340, h: 230, left: 46, right: 20, top: 12, bottom: 42, tickGap: 46}
 )
 
 // Plot is a Chart's geometry, ready to draw.
@@ -133,12 +137,19 @@ type PlotLine struct {
 	LabelX, LabelY string
 }
 
-// Plot computes the chart's geometry.
-func (c Chart) Plot() Plot {
+// Plot computes the chart's geometry for a laptop's width.
+func (c Chart) Plot() Plot { return c.plot(wideChart) }
+
+// PlotNarrow computes the chart's geometry for a phone's width.
+func (c Chart) PlotNarrow() Plot { return c.plot(narrowChart) }
+
+func (c Chart) plot(g chartGeometry) Plot {
+	chartLeft, chartTop := g.left, g.top
+	plotW, plotH := g.w-g.left-g.right, g.h-g.top-g.bottom
 	p := Plot{
-		ViewBox: fmt.Sprintf("0 0 %d %d", chartW, chartH),
+		ViewBox: fmt.Sprintf("0 0 %s %s", num(g.w), num(g.h)),
 		X0:      num(chartLeft), Y0: num(chartTop), X1: num(chartLeft + plotW), Y1: num(chartTop + plotH),
-		XLabelX: num(chartLeft + plotW/2), XLabelY: num(chartH - 6),
+		XLabelX: num(chartLeft + plotW/2), XLabelY: num(g.h - 6),
 		YLabelX: num(14), YLabelY: num(chartTop + plotH/2),
 	}
 	slots := max(c.Slots, 1)
@@ -157,17 +168,22 @@ func (c Chart) Plot() Plot {
 	}
 	top, step := niceScale(top)
 	y := func(v float64) float64 { return chartTop + plotH - v/top*plotH }
-	slotW := float64(plotW) / float64(slots)
+	slotW := plotW / float64(slots)
 	x := func(i int) float64 { return chartLeft + float64(i)*slotW }
 
 	for v := 0.0; v <= top+step/2; v += step {
 		p.YTicks = append(p.YTicks, PlotTick{X: num(chartLeft - 6), Y: num(y(v)), Label: Compact(v)})
 	}
+	last := math.Inf(-1)
 	for _, t := range c.XTicks {
 		cx := x(t.Slot)
 		if c.Kind == StackedBars {
 			cx += slotW / 2
 		}
+		if cx-last < g.tickGap {
+			continue
+		}
+		last = cx
 		p.XTicks = append(p.XTicks, PlotTick{X: num(cx), Y: num(chartTop + plotH), Y2: num(chartTop + plotH + 5), Label: t.Label})
 	}
 	for _, b := range c.Bands {
@@ -238,9 +254,15 @@ func (c Chart) Plot() Plot {
 	}
 	for _, l := range c.Lines {
 		ly := y(l.Value)
+		// The label sits above its line, or below it when above would
+		// leave the picture (a line at the top of the scale).
+		labelY := ly - 6
+		if labelY < 13 {
+			labelY = ly + 16
+		}
 		p.Lines = append(p.Lines, PlotLine{
 			X1: num(chartLeft), X2: num(chartLeft + plotW), Y: num(ly), Class: l.Class, Label: l.Label,
-			LabelX: num(chartLeft + 8), LabelY: num(ly - 6),
+			LabelX: num(chartLeft + 8), LabelY: num(labelY),
 		})
 	}
 	return p
@@ -309,13 +331,24 @@ type HBarRow struct {
 	Class         string
 }
 
-// Plot computes the bars' geometry.
+// Plot computes the bars' geometry at h.Width.
 func (h HBars) Plot() HBarsPlot {
-	const rowH, labelW, valueW = 30, 120, 90
 	w := h.Width
 	if w <= 0 {
 		w = 560
 	}
+	return h.plot(w)
+}
+
+// PlotNarrow computes the bars' geometry for a phone's width.
+func (h HBars) PlotNarrow() HBarsPlot { return h.plot(narrowHBars) }
+
+// narrowHBars is the width of the bars drawn for a phone, about their
+// width on its screen.
+const narrowHBars = 340
+
+func (h HBars) plot(w int) HBarsPlot {
+	const rowH, labelW, valueW = 30, 120, 90
 	top := int64(0)
 	for _, r := range h.Rows {
 		top = max(top, r.Value)

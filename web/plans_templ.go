@@ -38,7 +38,7 @@ func Plans(v PlansView) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<h1>Plans</h1><p class=\"lede\">The limits each plan gives, and the Stripe price that sells it. Changes apply to every instance within a second and are written to the audit log. An empty monthly allotment with \"unlimited\" ticked removes the cap.</p><table data-testid=\"plans\"><thead><tr><th scope=\"col\">Plan</th><th scope=\"col\">Per-IP / minute</th><th scope=\"col\">Tenant quota / minute</th><th scope=\"col\">Tenant quota / hour</th><th scope=\"col\">Live checks / month</th><th scope=\"col\">Stripe price ID</th><th scope=\"col\"><span class=\"visually-hidden\">Save</span></th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<h1>Plans</h1><p class=\"lede\">The limits each plan gives, and the Stripe price that sells it. Changes apply to every instance within a second and are written to the audit log. An empty monthly allotment with \"unlimited\" ticked removes the cap.</p><table class=\"stack\" data-testid=\"plans\"><thead><tr><th scope=\"col\">Plan</th><th scope=\"col\">Per-IP / minute</th><th scope=\"col\">Tenant quota / minute</th><th scope=\"col\">Tenant quota / hour</th><th scope=\"col\">Live checks / month</th><th scope=\"col\">Stripe price ID</th><th scope=\"col\"><span class=\"visually-hidden\">Save</span></th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -79,7 +79,7 @@ func Plans(v PlansView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "</th><td><label class=\"visually-hidden\" for=\"")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "</th><td data-label=\"Per-IP / minute\"><label class=\"visually-hidden\" for=\"")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -144,7 +144,7 @@ func Plans(v PlansView) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, "\"></td><td><label class=\"visually-hidden\" for=\"")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, "\"></td><td data-label=\"Tenant quota / minute\"><label class=\"visually-hidden\" for=\"")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -209,7 +209,7 @@ func Plans(v PlansView) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, "\"></td><td><label class=\"visually-hidden\" for=\"")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, "\"></td><td data-label=\"Tenant quota / hour\"><label class=\"visually-hidden\" for=\"")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -274,7 +274,7 @@ func Plans(v PlansView) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "\"></td><td><label class=\"visually-hidden\" for=\"")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "\"></td><td data-label=\"Live checks / month\"><label class=\"visually-hidden\" for=\"")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -388,7 +388,7 @@ func Plans(v PlansView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 31, "> unlimited</label></td><td><label class=\"visually-hidden\" for=\"")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 31, "> unlimited</label></td><td data-label=\"Stripe price ID\"><label class=\"visually-hidden\" for=\"")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

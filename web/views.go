@@ -1,5 +1,7 @@
 package web
 
+import "github.com/a-h/templ"
+
 // The view models of the operators' dashboard (/admin). Handlers in
 // internal/dashboard fill them with display-ready strings: the components
 // format nothing but what Chart and HBars draw.
@@ -185,6 +187,12 @@ type PolicyRow struct {
 	Shadow                                          bool
 	AlertAfter                                      string
 	Overrides                                       []OverrideRow
+	// Edit replaces the policy; DeleteAction deletes it and its overrides.
+	Edit         PolicyForm
+	DeleteAction string
+	// NewOverride adds or replaces an override; nil for a policy of scope
+	// global, which has none.
+	NewOverride *OverrideForm
 	// Concurrency marks a policy of algorithm concurrency: InFlight says
 	// its leases in flight (or that the store did not say), and Meter, for
 	// scope global, how full it is, from 0 to 1.
@@ -196,6 +204,33 @@ type PolicyRow struct {
 // OverrideRow is one override of a policy.
 type OverrideRow struct {
 	Pattern, Limit, Expires string
+	// DeleteAction deletes it (the pattern goes in the form).
+	DeleteAction string
+}
+
+// PolicyForm creates or replaces a policy: the fields of PUT
+// /v1/policies/{name}, as typed, and what was wrong with them.
+type PolicyForm struct {
+	Action string
+	// ID prefixes the form's element ids.
+	ID string
+	// New marks the form that creates a policy: it asks for the name.
+	New                                                         bool
+	Name, Limit, Window, Algorithm, Scope, FailMode, AlertAfter string
+	Shadow                                                      bool
+	// Error says why the form was not saved; ErrorField names the field at
+	// fault ("limit", "window", …), empty when no one field is.
+	Error, ErrorField string
+	// Open shows the form unfolded (after an error).
+	Open bool
+}
+
+// OverrideForm adds or replaces an override of a policy.
+type OverrideForm struct {
+	Action, ID                string
+	Pattern, Limit, ExpiresAt string
+	Error, ErrorField         string
+	Open                      bool
 }
 
 // AlertRow is an alert of a tenant.
@@ -244,8 +279,10 @@ type TenantView struct {
 	CreateKeyAction   string
 	Limits            LimitsForm
 	Policies          []PolicyRow
-	Alerts            []AlertRow
-	Events            []WebhookRow
+	// NewPolicy creates a policy.
+	NewPolicy PolicyForm
+	Alerts    []AlertRow
+	Events    []WebhookRow
 	// Endpoints are the tenant's outbound webhook endpoints.
 	Endpoints []EndpointRow
 	// EventsNote explains an empty or unavailable event list.
@@ -275,8 +312,8 @@ type LinkCustomerForm struct {
 	Error    string
 }
 
-// OutcomeOption is a choice of the webhook outcome filter.
-type OutcomeOption struct {
+// Option is a choice of a select (the webhook outcome filter, the audit kind filter).
+type Option struct {
 	Value, Label string
 	Selected     bool
 }
@@ -286,7 +323,7 @@ type WebhooksView struct {
 	Chrome
 	// Unavailable, when set, says why there is no log on this server.
 	Unavailable string
-	Outcomes    []OutcomeOption
+	Outcomes    []Option
 	Rows        []WebhookRow
 	Selected    *WebhookDetail
 	NextHref    string
@@ -311,19 +348,43 @@ type PlansView struct {
 
 // AuditRow is one audit entry.
 type AuditRow struct {
-	ID, At, Actor, Kind, Detail string
-	Tenant, TenantHref          string
-	// Flood marks an entry that stands for many first refusals past the
-	// tenant's budget; Detail then says so in a sentence.
-	Flood bool
+	ID, At, Actor, Kind string
+	Tenant, TenantHref  string
+	// Detail is the entry's detail, one pair a line.
+	Detail []KV
+	// Flood, when set, stands for many first refusals past the tenant's
+	// budget, in a sentence; Detail is then empty.
+	Flood string
+}
+
+// KV is one "key: value" line.
+type KV struct{ Key, Value string }
+
+// Tab is one of a page's views.
+type Tab struct {
+	Label, Href, TestID string
+	Current             bool
 }
 
 // AuditView is the audit log.
 type AuditView struct {
 	Chrome
+	// View is "changes" or "refusals"; Tabs link to both.
+	View                     string
+	Tabs                     []Tab
 	TenantFilter, KindFilter string
-	Kinds                    []string
-	Rows                     []AuditRow
-	NextHref                 string
-	Empty                    string
+	// Kinds are the view's kinds, for the filter.
+	Kinds    []Option
+	Rows     []AuditRow
+	NextHref string
+	Empty    string
+}
+
+// fieldAttrs marks the input of field as invalid and described by its
+// form's error when the error is about that field.
+func fieldAttrs(errField, field, formID string) templ.Attributes {
+	if errField == "" || errField != field {
+		return templ.Attributes{}
+	}
+	return templ.Attributes{"aria-invalid": "true", "aria-describedby": formID + "-error"}
 }

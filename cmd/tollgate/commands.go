@@ -84,6 +84,30 @@ var commands = []command{
 		run:     plansCmd,
 	},
 	{
+		name: "policies",
+		synopses: []string{
+			"policies list --tenant TENANT_ID",
+			"policies put NAME --tenant TENANT_ID --limit N [--window W] [--algorithm A] [--scope S] [--fail-mode M] [--shadow] [--alert-after N]",
+			"policies delete NAME --tenant TENANT_ID",
+		},
+		summary: "list a tenant's policies, create or replace one (the fields of PUT /v1/policies/NAME; unset ones take the API's defaults), or delete one with its overrides; changes are audited as cli:<os user>",
+		env:     storeEnv,
+		config:  loadStoreConfig,
+		run:     policiesCmd,
+	},
+	{
+		name: "overrides",
+		synopses: []string{
+			"overrides list --tenant TENANT_ID --policy NAME",
+			"overrides put PATTERN --tenant TENANT_ID --policy NAME --limit N [--expires-at RFC3339]",
+			"overrides delete PATTERN --tenant TENANT_ID --policy NAME",
+		},
+		summary: "list a policy's overrides, create or replace one (PATTERN is a subject, or * matches any run of characters: quote it), or delete one; changes are audited as cli:<os user>",
+		env:     storeEnv,
+		config:  loadStoreConfig,
+		run:     overridesCmd,
+	},
+	{
 		name: "admins",
 		synopses: []string{
 			"admins create --email EMAIL",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
@@ -106,7 +107,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	linkOpens := memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1})
 	defer linkOpens.Close()
 	g, err := gate.New(gate.Config{
-		Store: store, Local: l1, Tenants: dir, Policies: catalog, Observer: gate.Observers{usageRec, auditRec, degradedRec},
+		Store: store, Local: l1, Tenants: dir, Policies: catalog, Observer: admission.Observers{usageRec, auditRec, degradedRec},
 		Metrics: met, StoreName: cfg.CounterStore, Logger: log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
 		TenantInflight:  cfg.TenantInflight,
 		TenantMaxLeases: cfg.TenantMaxLeases,
@@ -158,7 +159,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	dash, err := dashboard.New(dashboard.Config{
 		Logger: log, Accounts: pgstore.NewAdmins(pool), Tenants: pgstore.NewTenants(pool), Policies: policies,
 		Usage: usageRec, Audit: audit.NewLog(auditStore), Traffic: trafficStore,
-		Webhooks: bill, Billing: bill, Counter: store, Local: signIns, Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
+		Webhooks: bill, Billing: bill, SignInLimiter: gate.NewLimiter("sign-in limiter", store, signIns, log), Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
 		Changed:   invalidate,
 		Endpoints: hooks,
 	})
@@ -196,8 +197,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 		Instruments: met,
 		PublicURL:   cfg.PublicURL,
 		BillingKey:  billingKey(cfg.Pepper),
-		Counter:     store,
-		Local:       linkOpens,
+		LinkLimiter: gate.NewLimiter("billing link limits", store, linkOpens, log),
 		// Billing with Stripe.
 		Billing:        bill,
 		StripeWebhooks: stripeWebhooks,

@@ -68,6 +68,13 @@ func isAdapter(path string) bool {
 // webLayers are the packages that answer HTTP; no adapter imports them.
 var webLayers = []string{mod + "internal/httpapi", mod + "internal/dashboard"}
 
+// observers are the packages told what the admission pipeline decided, and
+// the database adapter that stores it: they import internal/admission, so
+// that none of them compiles the pipeline (internal/gate).
+var observers = []string{
+	mod + "internal/pgstore", mod + "internal/audit", mod + "internal/usage", mod + "internal/traffic",
+}
+
 // clientDeps are the third-party modules the public client's sub-packages
 // may import: echomw adapts the client to Echo.
 var clientDeps = []string{"github.com/labstack/echo/v4"}
@@ -77,7 +84,7 @@ var clientDeps = []string{"github.com/labstack/echo/v4"}
 var testOnly = []string{
 	mod + "internal/pgtest", mod + "internal/redistest", mod + "internal/faultnet",
 	mod + "internal/counter/countertest", mod + "internal/billing/stripeapi/stripemocktest",
-	mod + "internal/eventually", mod + "internal/logbuf",
+	mod + "internal/eventually", mod + "internal/logbuf", mod + "internal/bintest",
 }
 
 // drivers may be imported by adapters only.
@@ -107,11 +114,15 @@ const (
 	ruleClientInternal = "the public client imports nothing internal of Tollgate's"
 	ruleClientStd      = "the client imports the standard library only, so net/http apps pull in nothing else"
 	ruleClientDeps     = "the client's sub-packages import only the standard library and Echo"
+	ruleAdmission      = "admission imports the standard library only"
+	ruleWebCounters    = "the HTTP layers count through the gate, never with counter or limit"
+	ruleObservers      = "the observers and the database adapter learn what the gate decided from admission, never from gate"
 )
 
 var rules = []string{
 	ruleLimit, ruleCounter, ruleWeb, ruleSqlc, ruleAdapters, ruleTestOnly,
 	ruleAdapterWeb, ruleDrivers, ruleCmd, ruleClientInternal, ruleClientStd, ruleClientDeps,
+	ruleAdmission, ruleObservers, ruleWebCounters,
 }
 
 // TestRulesAreDocumented fails when docs/architecture.md does not name a
@@ -144,6 +155,8 @@ func TestImportArrows(t *testing.T) {
 			switch {
 			case rel == "internal/limit" && !isStd(imp):
 				t.Errorf("%s imports %s: %s", rel, imp, ruleLimit)
+			case rel == "internal/admission" && !isStd(imp):
+				t.Errorf("%s imports %s: %s", rel, imp, ruleAdmission)
 			case rel == "internal/counter" && !isStd(imp) && imp != mod+"internal/limit":
 				t.Errorf("%s imports %s: %s", rel, imp, ruleCounter)
 			case rel == "web" && ours:
@@ -164,6 +177,10 @@ func TestImportArrows(t *testing.T) {
 				t.Errorf("%s imports %s: %s", rel, imp, ruleClientInternal)
 			case rel == "client" && !isStd(imp):
 				t.Errorf("%s imports %s: %s", rel, imp, ruleClientStd)
+			case hasPrefix(p.ImportPath, observers) && hasPrefix(imp, []string{mod + "internal/gate"}):
+				t.Errorf("%s imports %s: %s", rel, imp, ruleObservers)
+			case hasPrefix(p.ImportPath, webLayers) && (imp == mod+"internal/counter" || imp == mod+"internal/limit"):
+				t.Errorf("%s imports %s: %s", rel, imp, ruleWebCounters)
 			case isClient && !isStd(imp) && !ours && !hasPrefix(imp, clientDeps):
 				t.Errorf("%s imports %s: %s (%v)", rel, imp, ruleClientDeps, clientDeps)
 			}

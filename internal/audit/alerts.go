@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/admission"
 )
 
 // RefusalCount counts refusals of one subject by one policy in one UTC hour.
@@ -177,7 +177,7 @@ func utcDay(t time.Time) time.Time {
 
 // countLocked counts a refusal toward its subject's alert, or toward its
 // policy's aggregate when the Store watches no more subjects that day.
-func (r *Recorder) countLocked(tenantID string, f gate.Refusal, at time.Time) {
+func (r *Recorder) countLocked(tenantID string, f admission.Refusal, at time.Time) {
 	if r.watch.aggregates(tenantID, f.Policy, f.Key, at) {
 		f.Key = AggregateSubject
 	}

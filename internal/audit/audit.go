@@ -1,7 +1,7 @@
 // Package audit keeps Tollgate's audit log: who changed what (plan changes,
 // key revocations, overrides: any component records through Log), and the
 // first refusal of each counter key in each window, which its Recorder, a
-// gate.Observer, writes in batches off the request path so that a flood of
+// admission.Observer, writes in batches off the request path so that a flood of
 // refusals writes one entry per key and window, whatever the number of
 // instances. The Recorder also counts refusals of policies that set
 // alert_after and raises an alert when one subject is refused that many
@@ -74,6 +74,11 @@ type Filter struct {
 	TenantID string
 	// Kind keeps one kind; empty keeps all.
 	Kind string
+	// Kinds keeps the entries of any of these kinds (and Kind); empty keeps
+	// all.
+	Kinds []string
+	// NotKinds drops the entries of these kinds.
+	NotKinds []string
 	// Limit bounds the entries returned: zero means DefaultListLimit, and
 	// more than MaxListLimit means MaxListLimit.
 	Limit int

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/gate"
 )
 
 // rowsOf counts a tenant's rows in table.
@@ -91,7 +91,7 @@ func TestWatchedSubjectsKeepCounting(t *testing.T) {
 	refuse := func(keys ...string) {
 		t.Helper()
 		for _, k := range keys {
-			r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal(k, t0.Add(time.Minute), 3)}})
+			r.Observe(ctx, admission.Event{At: t0, TenantID: tenant, Refusals: []admission.Refusal{policyRefusal(k, t0.Add(time.Minute), 3)}})
 		}
 		if err := r.Flush(ctx); err != nil {
 			t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/admission"
 )
 
 // FirstRefusalBatch is one flush's first refusals. Its minute of a refusal is
@@ -70,7 +70,7 @@ type overflowCount struct {
 type pendingFirst struct {
 	at  time.Time
 	end time.Time
-	ref gate.Refusal
+	ref admission.Refusal
 }
 
 // queueFirstLocked queues a first refusal, or counts it for its minute's
@@ -164,7 +164,7 @@ func (r *Recorder) putBackFirsts(firsts map[windowKey]pendingFirst, overflow map
 }
 
 // RefusalDetail returns the detail of a refusal's audit entry.
-func RefusalDetail(f gate.Refusal, windowEnd time.Time) map[string]any {
+func RefusalDetail(f admission.Refusal, windowEnd time.Time) map[string]any {
 	return map[string]any{
 		"layer":      f.Layer,
 		"scope":      f.Scope,

@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/pgstore"
 )
 
@@ -24,13 +24,13 @@ import (
 // that two floods with one prefix refuse the same subjects.
 func flood(r *audit.Recorder, tenant, prefix string, checks, items int, at time.Time) {
 	for c := range checks {
-		refs := make([]gate.Refusal, items)
+		refs := make([]admission.Refusal, items)
 		for i := range refs {
 			// Keys as long as the gate's: "p:<policy>:" and a 128-bit digest.
 			sum := sha256.Sum256(fmt.Appendf(nil, "%s-%d-%d", prefix, c, i))
 			refs[i] = policyRefusal("p:sign-in:"+hex.EncodeToString(sum[:16]), at.Truncate(time.Minute).Add(time.Minute), 1)
 		}
-		r.Observe(context.Background(), gate.Event{At: at, TenantID: tenant, Outcome: gate.LayerPolicy, Refusals: refs})
+		r.Observe(context.Background(), admission.Event{At: at, TenantID: tenant, Outcome: admission.LayerPolicy, Refusals: refs})
 	}
 }
 
@@ -134,7 +134,7 @@ func TestRefusalFloodWritesBoundedRows(t *testing.T) {
 	}
 	// A subject with an alert of its own keeps updating it past the budget.
 	sub := own[len(own)-1].SubjectKey
-	r.Observe(ctx, gate.Event{At: t0.Add(2 * time.Hour), TenantID: tenant, Refusals: []gate.Refusal{policyRefusal(sub, t0.Add(2*time.Hour+time.Minute), 1)}})
+	r.Observe(ctx, admission.Event{At: t0.Add(2 * time.Hour), TenantID: tenant, Refusals: []admission.Refusal{policyRefusal(sub, t0.Add(2*time.Hour+time.Minute), 1)}})
 	flush()
 	own, _ = ownAlerts(t, pool, tenant)
 	if own[0].SubjectKey != sub || !own[0].LastAt.Equal(t0.Add(2*time.Hour)) || own[0].Count != 3 {
@@ -201,7 +201,7 @@ func TestFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
 	r := newRecorder(t, pool, audit.RecorderConfig{MaxPending: 1000, Now: func() time.Time { return t0 }})
 	ctx := context.Background()
 	flood(r, a, "a", 100, 32, t0)
-	r.Observe(ctx, gate.Event{At: t0, TenantID: b, Outcome: gate.LayerPolicy, Refusals: []gate.Refusal{policyRefusal("b-key", t0.Add(time.Minute), 1)}})
+	r.Observe(ctx, admission.Event{At: t0, TenantID: b, Outcome: admission.LayerPolicy, Refusals: []admission.Refusal{policyRefusal("b-key", t0.Add(time.Minute), 1)}})
 	if f, c, k, _ := r.Pending(); f > 101 || c > 101 || k > 101 {
 		t.Errorf("Pending() = %d, %d, %d; want at most a's share (100) and b's one", f, c, k)
 	}

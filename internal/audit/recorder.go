@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/batch"
-	"github.com/tollgate/tollgate/internal/gate"
 )
 
 // Defaults of RecorderConfig.
@@ -184,7 +184,7 @@ type held struct {
 // queue: a hundredth of its share.
 const minShareDivisor = 100
 
-// Recorder is the gate.Observer behind the first-refusal rule and alerts.
+// Recorder is the admission.Observer behind the first-refusal rule and alerts.
 // Observe only updates maps under a mutex; Run writes them in batches. It is
 // safe for concurrent use.
 type Recorder struct {
@@ -234,7 +234,7 @@ type Recorder struct {
 	watch watching
 }
 
-var _ gate.Observer = (*Recorder)(nil)
+var _ admission.Observer = (*Recorder)(nil)
 
 // NewRecorder returns a Recorder; call Run to write what it observes.
 func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
@@ -305,7 +305,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 // share of the queue is full, counted for its minute's refusal_flood entry),
 // and refusals by a policy with alert_after are counted. It never blocks on
 // I/O. Events without a tenant are ignored.
-func (r *Recorder) Observe(_ context.Context, e gate.Event) {
+func (r *Recorder) Observe(_ context.Context, e admission.Event) {
 	if e.TenantID == "" || len(e.Refusals) == 0 {
 		return
 	}
@@ -331,7 +331,7 @@ func (r *Recorder) Observe(_ context.Context, e gate.Event) {
 			r.rememberLocked(wk, end)
 			r.queueFirstLocked(wk, pendingFirst{at: at, end: end, ref: f})
 		}
-		if f.AlertAfter > 0 && f.Layer == gate.LayerPolicy && f.Policy != "" && f.Key != "" {
+		if f.AlertAfter > 0 && f.Layer == admission.LayerPolicy && f.Policy != "" && f.Key != "" {
 			r.countLocked(e.TenantID, f, at)
 		}
 	}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 )
@@ -131,8 +131,8 @@ func count(t *testing.T, pool *pgxpool.Pool, table string) int {
 	return n
 }
 
-func policyRefusal(key string, resetAt time.Time, alertAfter int64) gate.Refusal {
-	return gate.Refusal{Layer: gate.LayerPolicy, Policy: "sign-in", Limit: 10, Window: time.Minute, ResetAt: resetAt, Key: key, AlertAfter: alertAfter}
+func policyRefusal(key string, resetAt time.Time, alertAfter int64) admission.Refusal {
+	return admission.Refusal{Layer: admission.LayerPolicy, Policy: "sign-in", Limit: 10, Window: time.Minute, ResetAt: resetAt, Key: key, AlertAfter: alertAfter}
 }
 
 func TestRefusalDetail(t *testing.T) {
@@ -140,18 +140,18 @@ func TestRefusalDetail(t *testing.T) {
 	end := time.Date(2026, 11, 15, 12, 1, 0, 0, time.FixedZone("x", 3600))
 	tests := []struct {
 		name string
-		ref  gate.Refusal
+		ref  admission.Refusal
 		want map[string]any
 	}{
 		{
 			name: "policy",
-			ref:  gate.Refusal{Layer: gate.LayerPolicy, Policy: "sign-in", Limit: 10, Key: "k1", Shadow: true},
+			ref:  admission.Refusal{Layer: admission.LayerPolicy, Policy: "sign-in", Limit: 10, Key: "k1", Shadow: true},
 			want: map[string]any{"layer": "policy", "scope": "", "policy": "sign-in", "limit": int64(10), "key": "k1",
 				"window_end": "2026-11-15T11:01:00Z", "degraded": false, "shadow": true},
 		},
 		{
 			name: "quota, degraded",
-			ref:  gate.Refusal{Layer: gate.LayerQuota, Scope: "minute", Limit: 1200, Key: "q", Degraded: true},
+			ref:  admission.Refusal{Layer: admission.LayerQuota, Scope: "minute", Limit: 1200, Key: "q", Degraded: true},
 			want: map[string]any{"layer": "quota", "scope": "minute", "policy": "", "limit": int64(1200), "key": "q",
 				"window_end": "2026-11-15T11:01:00Z", "degraded": true, "shadow": false},
 		},
@@ -175,16 +175,16 @@ func TestRecorderQueuesFirstRefusalOfAWindowOnce(t *testing.T) {
 	ctx := context.Background()
 	end1, end2 := t0.Add(time.Minute), t0.Add(2*time.Minute)
 	for range 1000 {
-		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Outcome: gate.LayerPolicy, Refusals: []gate.Refusal{policyRefusal("k", end1, 0)}})
+		r.Observe(ctx, admission.Event{At: t0, TenantID: tenant, Outcome: admission.LayerPolicy, Refusals: []admission.Refusal{policyRefusal("k", end1, 0)}})
 	}
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Still the same window after a flush; then a new window; then the same
 	// key for another tenant.
-	r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k", end1, 0)}})
-	r.Observe(ctx, gate.Event{At: t0.Add(time.Minute), TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k", end2, 0)}})
-	r.Observe(ctx, gate.Event{At: t0.Add(time.Minute), TenantID: other, Refusals: []gate.Refusal{policyRefusal("k", end2, 0)}})
+	r.Observe(ctx, admission.Event{At: t0, TenantID: tenant, Refusals: []admission.Refusal{policyRefusal("k", end1, 0)}})
+	r.Observe(ctx, admission.Event{At: t0.Add(time.Minute), TenantID: tenant, Refusals: []admission.Refusal{policyRefusal("k", end2, 0)}})
+	r.Observe(ctx, admission.Event{At: t0.Add(time.Minute), TenantID: other, Refusals: []admission.Refusal{policyRefusal("k", end2, 0)}})
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -217,8 +217,8 @@ func TestRecorderObserveIgnoresEventsWithoutTenantOrRefusals(t *testing.T) {
 	pool := newDB(t)
 	tenant := newTenant(t, pool)
 	r, _ := newCountingRecorder(t, pool, audit.RecorderConfig{})
-	r.Observe(context.Background(), gate.Event{At: t0, Outcome: gate.LayerIP, Refusals: []gate.Refusal{{Layer: gate.LayerIP, Key: "ip", ResetAt: t0}}})
-	r.Observe(context.Background(), gate.Event{At: t0, TenantID: tenant, Outcome: gate.OutcomeAllowed})
+	r.Observe(context.Background(), admission.Event{At: t0, Outcome: admission.LayerIP, Refusals: []admission.Refusal{{Layer: admission.LayerIP, Key: "ip", ResetAt: t0}}})
+	r.Observe(context.Background(), admission.Event{At: t0, TenantID: tenant, Outcome: admission.OutcomeAllowed})
 	if f, c, k, s := r.Pending(); f+c+k+s != 0 {
 		t.Errorf("Pending() = %d, %d, %d, %d; want zeros", f, c, k, s)
 	}
@@ -230,13 +230,13 @@ func TestRecorderCountsOnlyPolicyRefusalsWithAlertAfter(t *testing.T) {
 	// that shows what it held.
 	tests := []struct {
 		name   string
-		ref    gate.Refusal
+		ref    admission.Refusal
 		counts bool
 	}{
 		{"policy with alert_after", policyRefusal("k", t0.Add(time.Minute), 3), true},
-		{"shadow policy with alert_after", func() gate.Refusal { f := policyRefusal("k", t0.Add(time.Minute), 3); f.Shadow = true; return f }(), true},
+		{"shadow policy with alert_after", func() admission.Refusal { f := policyRefusal("k", t0.Add(time.Minute), 3); f.Shadow = true; return f }(), true},
 		{"policy without alert_after", policyRefusal("k", t0.Add(time.Minute), 0), false},
-		{"quota", gate.Refusal{Layer: gate.LayerQuota, Scope: "minute", Key: "q", ResetAt: t0.Add(time.Minute), AlertAfter: 3}, false},
+		{"quota", admission.Refusal{Layer: admission.LayerQuota, Scope: "minute", Key: "q", ResetAt: t0.Add(time.Minute), AlertAfter: 3}, false},
 		{"global policy without key", policyRefusal("", t0.Add(time.Minute), 3), false},
 	}
 	for _, tt := range tests {
@@ -247,7 +247,7 @@ func TestRecorderCountsOnlyPolicyRefusalsWithAlertAfter(t *testing.T) {
 			r, st := newCountingRecorder(t, pool, audit.RecorderConfig{})
 			ctx := context.Background()
 			for i := range 3 {
-				r.Observe(ctx, gate.Event{At: t0.Add(time.Duration(i) * time.Second), TenantID: tenant, Refusals: []gate.Refusal{tt.ref}})
+				r.Observe(ctx, admission.Event{At: t0.Add(time.Duration(i) * time.Second), TenantID: tenant, Refusals: []admission.Refusal{tt.ref}})
 			}
 			if err := r.Flush(ctx); err != nil {
 				t.Fatal(err)
@@ -283,13 +283,13 @@ func TestRecorderFailedFlushKeepsEverything(t *testing.T) {
 	r, _ := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
 	for i := range 4 {
-		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal(fmt.Sprint("k", i%2), t0.Add(time.Minute), 2)}})
+		r.Observe(ctx, admission.Event{At: t0, TenantID: tenant, Refusals: []admission.Refusal{policyRefusal(fmt.Sprint("k", i%2), t0.Add(time.Minute), 2)}})
 	}
 	proxy.Cut()
 	if err := r.Flush(ctx); err == nil {
 		t.Fatal("Flush with the database cut off: got nil error")
 	}
-	r.Observe(ctx, gate.Event{At: t0.Add(time.Second), TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k0", t0.Add(time.Minute), 2)}})
+	r.Observe(ctx, admission.Event{At: t0.Add(time.Second), TenantID: tenant, Refusals: []admission.Refusal{policyRefusal("k0", t0.Add(time.Minute), 2)}})
 	if err := proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestRecorderCountsLostAfterCommitCountOnce(t *testing.T) {
 	// The key's first refusal is written first, so that the flush below
 	// sends counts alone: its batch is the one whose answer is lost.
 	refuse := func() {
-		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k", t0.Add(time.Minute), 5)}})
+		r.Observe(ctx, admission.Event{At: t0, TenantID: tenant, Refusals: []admission.Refusal{policyRefusal("k", t0.Add(time.Minute), 5)}})
 	}
 	refuse()
 	if err := r.Flush(ctx); err != nil {
@@ -378,7 +378,7 @@ func TestRecorderSeenMapStaysBounded(t *testing.T) {
 	})
 	ctx := context.Background()
 	for i := range 10_000 {
-		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal(fmt.Sprint("k", i), t0.Add(time.Minute), 0)}})
+		r.Observe(ctx, admission.Event{At: t0, TenantID: tenant, Refusals: []admission.Refusal{policyRefusal(fmt.Sprint("k", i), t0.Add(time.Minute), 0)}})
 		if _, _, _, seen := r.Pending(); seen > maxSeen {
 			t.Fatalf("seen = %d after %d keys, want at most %d", seen, i+1, maxSeen)
 		}
@@ -417,7 +417,7 @@ func TestRecorderPendingStaysBoundedWhileTheStoreIsDown(t *testing.T) {
 	ctx := context.Background()
 	proxy.Cut()
 	for i := range 2000 {
-		r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal(fmt.Sprint("k", i), t0.Add(time.Minute), 3)}})
+		r.Observe(ctx, admission.Event{At: t0, TenantID: tenant, Refusals: []admission.Refusal{policyRefusal(fmt.Sprint("k", i), t0.Add(time.Minute), 3)}})
 		if i%100 == 0 {
 			if err := r.Flush(ctx); err == nil {
 				t.Fatalf("Flush after %d keys with the database cut off: got nil error", i+1)
@@ -440,7 +440,7 @@ func TestRecorderPendingStaysBoundedWhileTheStoreIsDown(t *testing.T) {
 	if entries, flood := refusalTotals(t, direct, tenant); entries+flood != 2000 {
 		t.Errorf("refusal entries %d and flood refusals %d, want 2000 in all", entries, flood)
 	}
-	r.Observe(ctx, gate.Event{At: t0, TenantID: tenant, Refusals: []gate.Refusal{policyRefusal("k1999", t0.Add(time.Minute), 3)}})
+	r.Observe(ctx, admission.Event{At: t0, TenantID: tenant, Refusals: []admission.Refusal{policyRefusal("k1999", t0.Add(time.Minute), 3)}})
 	if f, _, _, _ := r.Pending(); f != 0 {
 		t.Errorf("pending first refusals = %d, want 0: k1999 was counted before", f)
 	}

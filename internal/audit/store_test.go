@@ -12,8 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -98,8 +98,8 @@ func TestFirstRefusalOncePerWindowAcrossInstances(t *testing.T) {
 	stopA, stopB := run(a), run(b)
 
 	end := t0.Add(time.Minute)
-	ref := gate.Refusal{Layer: gate.LayerPolicy, Policy: "sign-in", Limit: 10, Window: time.Minute, ResetAt: end, Key: "digest-1", Shadow: true}
-	other := gate.Refusal{Layer: gate.LayerIP, Limit: 600, ResetAt: end, Key: "v1/check:t:iphash"}
+	ref := admission.Refusal{Layer: admission.LayerPolicy, Policy: "sign-in", Limit: 10, Window: time.Minute, ResetAt: end, Key: "digest-1", Shadow: true}
+	other := admission.Refusal{Layer: admission.LayerIP, Limit: 600, ResetAt: end, Key: "v1/check:t:iphash"}
 	var wg sync.WaitGroup
 	for g := range 10 {
 		wg.Go(func() {
@@ -108,9 +108,9 @@ func TestFirstRefusalOncePerWindowAcrossInstances(t *testing.T) {
 				rec = b
 			}
 			for i := range 100 {
-				rec.Observe(context.Background(), gate.Event{At: t0.Add(time.Duration(i) * time.Millisecond), TenantID: tenant, Outcome: gate.LayerPolicy, Refusals: []gate.Refusal{ref}})
+				rec.Observe(context.Background(), admission.Event{At: t0.Add(time.Duration(i) * time.Millisecond), TenantID: tenant, Outcome: admission.LayerPolicy, Refusals: []admission.Refusal{ref}})
 				// Another key between, so that a MaxSeen of 1 forgets.
-				rec.Observe(context.Background(), gate.Event{At: t0, TenantID: tenant, Outcome: gate.LayerIP, Refusals: []gate.Refusal{other}})
+				rec.Observe(context.Background(), admission.Event{At: t0, TenantID: tenant, Outcome: admission.LayerIP, Refusals: []admission.Refusal{other}})
 			}
 		})
 	}
@@ -166,7 +166,7 @@ func TestFirstRefusalOncePerWindowAcrossInstances(t *testing.T) {
 	for _, rec := range []*audit.Recorder{a, b} {
 		next := ref
 		next.ResetAt = end.Add(time.Minute)
-		rec.Observe(context.Background(), gate.Event{At: end, TenantID: tenant, Refusals: []gate.Refusal{next}})
+		rec.Observe(context.Background(), admission.Event{At: end, TenantID: tenant, Refusals: []admission.Refusal{next}})
 		if err := rec.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -190,9 +190,9 @@ func TestAlertsAfterNRefusalsIn24Hours(t *testing.T) {
 	b := newRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
 	refuse := func(rec *audit.Recorder, at time.Time, key string) {
-		ref := gate.Refusal{Layer: gate.LayerPolicy, Policy: "failed-sign-in", Limit: 8, Window: 15 * time.Minute,
+		ref := admission.Refusal{Layer: admission.LayerPolicy, Policy: "failed-sign-in", Limit: 8, Window: 15 * time.Minute,
 			ResetAt: at.Truncate(15 * time.Minute).Add(15 * time.Minute), Key: key, AlertAfter: 5}
-		rec.Observe(ctx, gate.Event{At: at, TenantID: tenant, Outcome: gate.LayerPolicy, Refusals: []gate.Refusal{ref}})
+		rec.Observe(ctx, admission.Event{At: at, TenantID: tenant, Outcome: admission.LayerPolicy, Refusals: []admission.Refusal{ref}})
 	}
 	flush := func(recs ...*audit.Recorder) {
 		t.Helper()
@@ -274,8 +274,8 @@ func TestPruneDeletesExpiredRows(t *testing.T) {
 	r := newRecorder(t, pool, audit.RecorderConfig{Now: func() time.Time { return now }})
 	ctx := context.Background()
 	for i, at := range []time.Time{t0.Add(-72 * time.Hour), t0.Add(-2 * time.Hour), t0} {
-		ref := gate.Refusal{Layer: gate.LayerPolicy, Policy: "p", ResetAt: at.Add(time.Minute), Key: fmt.Sprint("k", i), AlertAfter: 100}
-		r.Observe(ctx, gate.Event{At: at, TenantID: tenant, Refusals: []gate.Refusal{ref}})
+		ref := admission.Refusal{Layer: admission.LayerPolicy, Policy: "p", ResetAt: at.Add(time.Minute), Key: fmt.Sprint("k", i), AlertAfter: 100}
+		r.Observe(ctx, admission.Event{At: at, TenantID: tenant, Refusals: []admission.Refusal{ref}})
 	}
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -388,8 +388,8 @@ func TestRecorderDropsUnknownTenants(t *testing.T) {
 	r := newRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
 	for _, id := range []string{tenant, "00000000-0000-0000-0000-000000000000", "nope"} {
-		ref := gate.Refusal{Layer: gate.LayerPolicy, Policy: "p", ResetAt: t0.Add(time.Minute), Key: "k", AlertAfter: 1}
-		r.Observe(ctx, gate.Event{At: t0, TenantID: id, Refusals: []gate.Refusal{ref}})
+		ref := admission.Refusal{Layer: admission.LayerPolicy, Policy: "p", ResetAt: t0.Add(time.Minute), Key: "k", AlertAfter: 1}
+		r.Observe(ctx, admission.Event{At: t0, TenantID: id, Refusals: []admission.Refusal{ref}})
 	}
 	if err := r.Flush(ctx); err != nil {
 		t.Fatalf("Flush: %v", err)

@@ -15,10 +15,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/billing/stripeapi"
 	"github.com/tollgate/tollgate/internal/billing/stripeapi/stripemocktest"
-	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -215,13 +215,13 @@ func TestUsageReportedOncePerHour(t *testing.T) {
 	var rows []usage.Row
 	for _, tn := range tenants {
 		rows = append(rows,
-			usage.Row{TenantID: tn.ID, Minute: first.Add(time.Minute), Live: true, Checked: true, Outcome: gate.OutcomeAllowed, Count: 7},
-			usage.Row{TenantID: tn.ID, Minute: first.Add(59 * time.Minute), Live: true, Checked: true, Outcome: gate.LayerPolicy, Count: 3},
-			usage.Row{TenantID: tn.ID, Minute: first.Add(2 * time.Minute), Live: true, Checked: true, Outcome: gate.LayerQuota, Count: 50},
-			usage.Row{TenantID: tn.ID, Minute: first.Add(3 * time.Minute), Live: false, Checked: true, Outcome: gate.OutcomeAllowed, Count: 40},
-			usage.Row{TenantID: tn.ID, Minute: first.Add(4 * time.Minute), Live: true, Checked: false, Outcome: gate.OutcomeAllowed, Count: 30},
-			usage.Row{TenantID: tn.ID, Minute: first.Add(2*time.Hour + 30*time.Minute), Live: true, Checked: true, Outcome: gate.OutcomeAllowed, Count: 5},
-			usage.Row{TenantID: tn.ID, Minute: now.Truncate(time.Hour), Live: true, Checked: true, Outcome: gate.OutcomeAllowed, Count: 100},
+			usage.Row{TenantID: tn.ID, Minute: first.Add(time.Minute), Live: true, Checked: true, Outcome: admission.OutcomeAllowed, Count: 7},
+			usage.Row{TenantID: tn.ID, Minute: first.Add(59 * time.Minute), Live: true, Checked: true, Outcome: admission.LayerPolicy, Count: 3},
+			usage.Row{TenantID: tn.ID, Minute: first.Add(2 * time.Minute), Live: true, Checked: true, Outcome: admission.LayerQuota, Count: 50},
+			usage.Row{TenantID: tn.ID, Minute: first.Add(3 * time.Minute), Live: false, Checked: true, Outcome: admission.OutcomeAllowed, Count: 40},
+			usage.Row{TenantID: tn.ID, Minute: first.Add(4 * time.Minute), Live: true, Checked: false, Outcome: admission.OutcomeAllowed, Count: 30},
+			usage.Row{TenantID: tn.ID, Minute: first.Add(2*time.Hour + 30*time.Minute), Live: true, Checked: true, Outcome: admission.OutcomeAllowed, Count: 5},
+			usage.Row{TenantID: tn.ID, Minute: now.Truncate(time.Hour), Live: true, Checked: true, Outcome: admission.OutcomeAllowed, Count: 100},
 		)
 	}
 	usageStore := pgstore.NewUsage(w.pool)
@@ -332,8 +332,8 @@ func TestUsageRejectedIsRecorded(t *testing.T) {
 	usageStore := pgstore.NewUsage(w.pool)
 	first := linked.Add(time.Hour)
 	err := usageStore.AddUsage(ctx, uuid.NewString(), []usage.Row{
-		{TenantID: tn.ID, Minute: first, Live: true, Checked: true, Outcome: gate.OutcomeAllowed, Count: 1},
-		{TenantID: tn.ID, Minute: first.Add(time.Hour), Live: true, Checked: true, Outcome: gate.OutcomeAllowed, Count: 2},
+		{TenantID: tn.ID, Minute: first, Live: true, Checked: true, Outcome: admission.OutcomeAllowed, Count: 1},
+		{TenantID: tn.ID, Minute: first.Add(time.Hour), Live: true, Checked: true, Outcome: admission.OutcomeAllowed, Count: 2},
 	})
 	if err != nil {
 		t.Fatal(err)

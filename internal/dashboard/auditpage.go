@@ -1,13 +1,15 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +17,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/web"
 )
@@ -22,14 +26,33 @@ import (
 // auditPerPage is the length of an audit log page.
 const auditPerPage = 50
 
-// auditKinds are the kinds the filter suggests: those written by the
-// dashboard, billing, the refusal recorder and the tenant API's counter
-// resets.
-var auditKinds = []string{KindLimitsChanged, KindKeyCreated, KindKeyRevoked, KindPlanChanged, "billing_changed", audit.KindCounterReset, audit.KindCounterReset + audit.FloodSuffix, audit.KindRefusal, audit.KindRefusalFlood, KindSignedIn}
+// The audit log's two views: what people and services changed, and the
+// refusals the API recorded (which can come in floods and would bury the
+// changes).
+const (
+	auditChanges  = "changes"
+	auditRefusals = "refusals"
+)
 
-// auditPage lists audit entries, newest first, by tenant and kind.
-func (d *Dashboard) auditPage(c echo.Context, s *signedIn) error {
-	ctx := c.Request().Context()
+// refusalKinds are the kinds the refusals view shows; the changes view shows
+// every other kind.
+var refusalKinds = []string{audit.KindRefusal, audit.KindRefusalFlood}
+
+// changeKinds are the kinds of the changes view's filter: those written by
+// the dashboard, the CLI and the tenant API's policy routes, billing, and
+// the tenant API's counter resets.
+var changeKinds = []string{
+	KindLimitsChanged, KindKeyCreated, KindKeyRevoked, KindPlanChanged, KindEndpointDisabled,
+	policy.KindPolicyPut, policy.KindPolicyDeleted, policy.KindOverridePut, policy.KindOverrideDeleted,
+	billing.AuditKind, billing.AuditKindCustomerLinked,
+	audit.KindCounterReset, audit.KindCounterReset + audit.FloodSuffix,
+	KindSignedIn, KindSignInFailed,
+}
+
+// auditFilter reads the audit page's query: the view, tenant, kind and page
+// cursor. A kind outside the fixed lists, or a view that is neither, is a
+// 400 naming what is accepted.
+func auditFilter(c echo.Context) (audit.Filter, string, error) {
 	f := audit.Filter{
 		TenantID: strings.TrimSpace(c.QueryParam("tenant")),
 		Kind:     strings.TrimSpace(c.QueryParam("kind")),
@@ -39,26 +62,74 @@ func (d *Dashboard) auditPage(c echo.Context, s *signedIn) error {
 		// The list is paged by entry number, so that entries written
 		// meanwhile move nothing; a page number would be answered with the
 		// first page as if it were the one asked for.
-		return badRequest("The audit log has no page numbers (page): follow \"Older entries\", which pages by entry number (before).")
+		return f, "", badRequest("The audit log has no page numbers (page): follow \"Older entries\", which pages by entry number (before).")
 	}
 	if b := c.QueryParam("before"); b != "" {
 		n, err := strconv.ParseInt(b, 10, 64)
 		if err != nil || n <= 0 {
-			return badRequest("The page cursor must be an entry number.")
+			return f, "", badRequest("The page cursor must be an entry number.")
 		}
 		f.Before = n
+	}
+	view := c.QueryParam("view")
+	kindView := ""
+	switch {
+	case f.Kind == "":
+	case slices.Contains(refusalKinds, f.Kind):
+		kindView = auditRefusals
+	case slices.Contains(changeKinds, f.Kind):
+		kindView = auditChanges
+	default:
+		return f, "", badRequest("Unknown kind (kind): choose one of the list, " + strings.Join(append(slices.Clone(changeKinds), refusalKinds...), ", ") + ".")
+	}
+	if view != "" && kindView != "" && view != kindView {
+		return f, "", badRequest("Kind " + f.Kind + " (kind) is listed in the " + kindView + " view (view), not in " + view + ".")
+	}
+	view = cmp.Or(view, kindView)
+	switch view {
+	case "", auditChanges:
+		view = auditChanges
+		f.NotKinds = refusalKinds
+	case auditRefusals:
+		f.Kinds = refusalKinds
+	default:
+		return f, "", badRequest("The audit log's view (view) is changes or refusals.")
+	}
+	return f, view, nil
+}
+
+// auditPage lists audit entries, newest first, by view, tenant and kind.
+func (d *Dashboard) auditPage(c echo.Context, s *signedIn) error {
+	ctx := c.Request().Context()
+	f, view, err := auditFilter(c)
+	if err != nil {
+		return err
 	}
 	es, err := d.cfg.Audit.List(ctx, f)
 	if err != nil {
 		return err
 	}
-	v := web.AuditView{Chrome: d.chrome(s, "Audit log", "audit"), TenantFilter: f.TenantID, KindFilter: f.Kind, Kinds: auditKinds}
+	v := web.AuditView{Chrome: d.chrome(s, "Audit log", "audit"), View: view, TenantFilter: f.TenantID, KindFilter: f.Kind}
+	kinds := changeKinds
+	if view == auditRefusals {
+		kinds = refusalKinds
+	}
+	for _, k := range kinds {
+		v.Kinds = append(v.Kinds, web.Option{Value: k, Label: k, Selected: k == f.Kind})
+	}
+	for _, t := range []struct{ view, label string }{{auditChanges, "Changes and sign-ins"}, {auditRefusals, "Refusals"}} {
+		q := url.Values{"view": {t.view}}
+		if f.TenantID != "" {
+			q.Set("tenant", f.TenantID)
+		}
+		v.Tabs = append(v.Tabs, web.Tab{Label: t.label, Href: "/admin/audit?" + q.Encode(), Current: t.view == view, TestID: "audit-tab-" + t.view})
+	}
 	names := d.tenantNames(ctx, es)
 	for _, e := range es {
-		r := web.AuditRow{ID: strconv.FormatInt(e.ID, 10), At: when(e.At), Actor: e.Actor, Kind: e.Kind, Detail: detailText(e.Detail)}
+		r := web.AuditRow{ID: strconv.FormatInt(e.ID, 10), At: when(e.At), Actor: e.Actor, Kind: e.Kind, Detail: detailPairs(e.Detail)}
 		if e.Kind == audit.KindRefusalFlood {
 			if text, ok := floodText(e.Detail); ok {
-				r.Detail, r.Flood = text, true
+				r.Flood, r.Detail = text, nil
 			}
 		}
 		switch name := names[e.TenantID]; {
@@ -72,7 +143,7 @@ func (d *Dashboard) auditPage(c echo.Context, s *signedIn) error {
 		v.Rows = append(v.Rows, r)
 	}
 	if len(es) == auditPerPage {
-		q := url.Values{"before": {strconv.FormatInt(es[len(es)-1].ID, 10)}}
+		q := url.Values{"before": {strconv.FormatInt(es[len(es)-1].ID, 10)}, "view": {view}}
 		if f.TenantID != "" {
 			q.Set("tenant", f.TenantID)
 		}
@@ -87,8 +158,10 @@ func (d *Dashboard) auditPage(c echo.Context, s *signedIn) error {
 		v.Empty = "No entries match these filters. Check the tenant ID (copy it from the tenant's page), or clear the filters."
 	case f.Before > 0:
 		v.Empty = "No older entries."
+	case view == auditRefusals:
+		v.Empty = "No refusals recorded. The first refusal of each counter in each window shows here, and a tenant's refusals past its budget of a minute in one flood entry."
 	default:
-		v.Empty = "The audit log is empty. Entries appear when an operator changes limits, keys or plans, when billing changes a tenant, and at the first refusal of each counter in each window."
+		v.Empty = "No changes yet. Entries appear when an operator changes limits, keys, policies or plans, when an operator signs in or fails to, when billing changes a tenant, and when a tenant changes its policies."
 	}
 	return render(c, http.StatusOK, web.Audit(v))
 }
@@ -115,42 +188,36 @@ func floodText(d map[string]any) (string, bool) {
 		count(n), what, start.UTC().Format("15:04"), end.UTC().Format("15:04"), count(budget), are), true
 }
 
-// detailText writes an entry's detail for reading: "key: value" pairs in
-// key order, objects in braces, null as "none".
-func detailText(d map[string]any) string {
-	if len(d) == 0 {
-		return "none"
+// detailPairs writes an entry's detail for reading: one "key: value" pair
+// per member in key order, a nested object's members as "key value" pairs
+// in braces, null as "none".
+func detailPairs(d map[string]any) []web.KV {
+	keys := slices.Sorted(maps.Keys(d))
+	out := make([]web.KV, 0, len(keys))
+	for _, k := range keys {
+		var b strings.Builder
+		writeValue(&b, d[k])
+		out = append(out, web.KV{Key: k, Value: b.String()})
 	}
-	var b strings.Builder
-	writeDetail(&b, d, "; ")
-	return b.String()
+	return out
 }
 
-func writeDetail(b *strings.Builder, v any, sep string) {
+func writeValue(b *strings.Builder, v any) {
 	switch v := v.(type) {
 	case nil:
 		b.WriteString("none")
 	case string:
 		b.WriteString(v)
 	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for i, k := range keys {
+		b.WriteString("{")
+		for i, k := range slices.Sorted(maps.Keys(v)) {
 			if i > 0 {
-				b.WriteString(sep)
+				b.WriteString(", ")
 			}
 			b.WriteString(k + ": ")
-			if m, ok := v[k].(map[string]any); ok {
-				b.WriteString("{")
-				writeDetail(b, m, ", ")
-				b.WriteString("}")
-				continue
-			}
-			writeDetail(b, v[k], ", ")
+			writeValue(b, v[k])
 		}
+		b.WriteString("}")
 	default:
 		j, _ := json.Marshal(v)
 		b.Write(j)

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
@@ -15,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/admin"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/web"
 )
@@ -212,6 +214,7 @@ func (d *Dashboard) login(c echo.Context) error {
 		if err := d.limiter.failed(ctx, c.RealIP(), norm); err != nil {
 			return d.fail(c, nil, err)
 		}
+		d.signInFailed(ctx, c.RealIP(), a)
 		v.Error = "Wrong email or password."
 		return d.renderLogin(c, http.StatusUnauthorized, v)
 	}
@@ -227,9 +230,33 @@ func (d *Dashboard) login(c echo.Context) error {
 	d.setCookie(c, loginCookie, "", "/admin/login", -1)
 	d.setCookie(c, sessionCookie, token, "/admin", int(d.cfg.SessionTTL/time.Second))
 	d.log.InfoContext(ctx, "admin signed in", "admin_id", a.ID)
-	d.record(ctx, &signedIn{admin: a}, "", "admin_signed_in", nil)
+	d.record(ctx, &signedIn{admin: a}, "", KindSignedIn, nil)
 	return seeOther(c, cmp.Or(v.Next, "/admin"))
 }
+
+// signInFailed logs a failed sign-in (never the password, and the client IP
+// only as its digest) and, when the email is an admin's, audits it. Failures
+// of unknown emails are logged only: the limiter bounds an account's
+// failures (FailuresPerAccountEverywhere per 15 minutes), not the number of
+// made-up emails, so auditing those would let anyone fill the audit log; and
+// what was typed as an email may be a password typed in the wrong field.
+func (d *Dashboard) signInFailed(ctx context.Context, ip string, a admin.Admin) {
+	client := d.limiter.clientDigest(ip)
+	if a.ID == "" {
+		d.log.WarnContext(ctx, "admin sign-in failed: no such account", "client_ip_digest", client)
+		return
+	}
+	d.log.WarnContext(ctx, "admin sign-in failed: wrong password", "admin_id", a.ID, "client_ip_digest", client)
+	err := d.cfg.Audit.Record(ctx, audit.Entry{Actor: signInActor, Kind: KindSignInFailed,
+		Detail: map[string]any{"account": a.Email, "reason": "wrong password", "client_ip_digest": client}})
+	if err != nil {
+		d.log.ErrorContext(ctx, "audit entry not written", "kind", KindSignInFailed, "err", err)
+	}
+}
+
+// signInActor is the actor of a failed sign-in's audit entry: whoever typed
+// at the sign-in form, who is not known to be the account's admin.
+const signInActor = "sign-in form"
 
 // logout ends the session.
 func (d *Dashboard) logout(c echo.Context, s *signedIn) error {

@@ -25,8 +25,8 @@ import (
 	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/digest"
+	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
@@ -46,12 +46,6 @@ type TenantStore interface {
 	Plan(ctx context.Context, name string) (tenant.Plan, error)
 	SetPlanPrice(ctx context.Context, name, stripePriceID string) (tenant.Plan, error)
 	SetPlanLimits(ctx context.Context, name string, l tenant.PlanLimits) (tenant.Plan, error)
-}
-
-// PolicyStore lists a tenant's policies and overrides (policy.Store).
-type PolicyStore interface {
-	ListPolicies(ctx context.Context, tenantID string) ([]policy.Policy, error)
-	ListOverrides(ctx context.Context, tenantID, policy string) ([]policy.Override, error)
 }
 
 // UsageReporter answers a tenant's usage report (*usage.Recorder), which
@@ -90,12 +84,14 @@ type AuditLog interface {
 }
 
 // Config is what the dashboard calls. Accounts, Tenants, Policies, Usage,
-// Audit, Traffic, Counter, Local and Pepper are required.
+// Audit, Traffic, SignInLimiter and Pepper are required.
 type Config struct {
 	Logger   *slog.Logger
 	Accounts admin.Store
 	Tenants  TenantStore
-	Policies PolicyStore
+	// Policies are the tenants' policies and overrides, which operators
+	// change on a tenant's page (through policy.Service, which audits).
+	Policies policy.Store
 	Usage    UsageReporter
 	Audit    AuditLog
 	Traffic  traffic.Store
@@ -111,14 +107,10 @@ type Config struct {
 	// Leases counts a tenant's leases in flight per concurrency policy
 	// (*gate.Gate); nil shows them as unavailable.
 	Leases LeaseCounter
-	// Counter is the shared counter store the sign-in limiter counts in, so
-	// that its limits hold across instances; when it is unavailable the
-	// limiter counts in this instance's memory.
-	Counter counter.Store
-	// Local is this instance's in-memory counter store (counter/memory,
-	// bounded), where the sign-in limiter counts while Counter is
-	// unavailable. The caller closes it.
-	Local counter.Store
+	// SignInLimiter counts sign-ins against their limits: in the shared
+	// counter store, so that they hold across instances, else in this
+	// instance's memory (gate.NewLimiter).
+	SignInLimiter *gate.Limiter
 	// Pepper keys the HMACs that turn client IPs and emails into counter
 	// keys.
 	Pepper []byte
@@ -135,7 +127,7 @@ type Config struct {
 	// much early.
 	IdleTimeout time.Duration
 	// Changed is told what the dashboard changed ("tenant" with an id,
-	// "key" with a prefix, "plan" with a name), so that this instance's
+	// "key" with a prefix, "plan" with a name, "policy" with a tenant's id), so that this instance's
 	// caches drop it at once; other instances learn it from the database's
 	// change notifications. May be nil.
 	Changed func(kind, id string)
@@ -169,7 +161,7 @@ type Dashboard struct {
 func New(cfg Config) (*Dashboard, error) {
 	switch {
 	case cfg.Accounts == nil, cfg.Tenants == nil, cfg.Policies == nil, cfg.Usage == nil,
-		cfg.Audit == nil, cfg.Traffic == nil, cfg.Counter == nil, cfg.Local == nil:
+		cfg.Audit == nil, cfg.Traffic == nil, cfg.SignInLimiter == nil:
 		return nil, errors.New("dashboard: a required store is missing")
 	case len(cfg.Pepper) == 0:
 		return nil, errors.New("dashboard: no pepper")
@@ -198,7 +190,7 @@ func New(cfg Config) (*Dashboard, error) {
 	cfg.StripeDashboardURL = strings.TrimRight(cfg.StripeDashboardURL, "/")
 	return &Dashboard{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, touchEvery: min(time.Minute, cfg.IdleTimeout/2),
-		limiter: &limiter{shared: cfg.Counter, local: cfg.Local, digest: digest.New(cfg.Pepper), log: cfg.Logger},
+		limiter: &limiter{Limiter: cfg.SignInLimiter, digest: digest.New(cfg.Pepper)},
 	}, nil
 }
 
@@ -244,6 +236,10 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.POST("/tenants/:id/keys/:key/revoke", d.page(d.revokeKey))
 	g.POST("/tenants/:id/endpoints/:endpoint/disable", d.page(d.disableEndpoint))
 	g.POST("/tenants/:id/limits", d.page(d.setLimits))
+	g.POST("/tenants/:id/policies", d.page(d.putPolicy))
+	g.POST("/tenants/:id/policies/:name/delete", d.page(d.deletePolicy))
+	g.POST("/tenants/:id/policies/:name/overrides", d.page(d.putOverride))
+	g.POST("/tenants/:id/policies/:name/overrides/delete", d.page(d.deleteOverride))
 	g.GET("/webhooks", d.page(d.webhooks))
 	g.GET("/webhooks/:id", d.page(d.webhooks))
 	g.POST("/webhooks/:id/link", d.page(d.linkCustomer))

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/web"
@@ -14,29 +14,29 @@ import (
 // outcomes are the usage outcomes in the order charts stack them, with
 // their words and colours.
 var outcomes = []struct{ name, label, class string }{
-	{gate.OutcomeAllowed, "allowed", "s-allowed"},
-	{gate.LayerPolicy, "refused by a tenant policy", "s-policy"},
-	{gate.LayerIP, "refused: per-IP limit", "s-ip"},
-	{gate.LayerQuota, "refused: tenant quota", "s-quota"},
-	{gate.LayerAllotment, "refused: monthly allotment", "s-allotment"},
-	{gate.LayerSandbox, "refused: sandbox allotment", "s-sandbox"},
-	{gate.LayerInstance, "refused: instance ceiling", "s-instance"},
+	{admission.OutcomeAllowed, "allowed", "s-allowed"},
+	{admission.LayerPolicy, "refused by a tenant policy", "s-policy"},
+	{admission.LayerIP, "refused: per-IP limit", "s-ip"},
+	{admission.LayerQuota, "refused: tenant quota", "s-quota"},
+	{admission.LayerAllotment, "refused: monthly allotment", "s-allotment"},
+	{admission.LayerSandbox, "refused: sandbox allotment", "s-sandbox"},
+	{admission.LayerInstance, "refused: instance ceiling", "s-instance"},
 }
 
 // layerLabel names a refusing layer briefly, for bar labels.
 func layerLabel(outcome string) string {
 	switch outcome {
-	case gate.LayerPolicy:
+	case admission.LayerPolicy:
 		return "tenant policy"
-	case gate.LayerIP:
+	case admission.LayerIP:
 		return "per-IP"
-	case gate.LayerQuota:
+	case admission.LayerQuota:
 		return "tenant quota"
-	case gate.LayerAllotment:
+	case admission.LayerAllotment:
 		return "allotment"
-	case gate.LayerSandbox:
+	case admission.LayerSandbox:
 		return "sandbox"
-	case gate.LayerInstance:
+	case admission.LayerInstance:
 		return "instance"
 	}
 	return outcome
@@ -186,7 +186,7 @@ func refusalBars(id, title, unit string, totals map[string]int64, empty string) 
 		}
 	}
 	for name, n := range totals {
-		if name != gate.OutcomeAllowed && outcomeClass(name) == "s-policy" && name != gate.LayerPolicy && n > 0 {
+		if name != admission.OutcomeAllowed && outcomeClass(name) == "s-policy" && name != admission.LayerPolicy && n > 0 {
 			h.Rows = append(h.Rows, web.HBar{Label: name, Value: n, Class: "s-policy"})
 			all += n
 		}

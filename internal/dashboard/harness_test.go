@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/dashboard"
+	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/httpapi"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -95,7 +96,7 @@ func newEnvWith(t *testing.T, api func(*httpapi.Config), opts ...option) *env {
 	t.Cleanup(func() { local.Close() })
 	cfg := dashboard.Config{
 		Logger: slog.New(slog.DiscardHandler), Accounts: e.admins, Tenants: e.tenants, Policies: pgstore.NewPolicies(pool),
-		Usage: usageRec, Audit: e.audit, Traffic: e.traffic, Counter: counters, Local: local, Pepper: []byte("test pepper"),
+		Usage: usageRec, Audit: e.audit, Traffic: e.traffic, SignInLimiter: gate.NewLimiter("sign-in limiter", counters, local, nil), Pepper: []byte("test pepper"),
 		Billing: e.billing,
 		Argon2:  cheap,
 		Changed: func(kind, id string) {

@@ -2,15 +2,12 @@ package dashboard
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/digest"
-	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/gate"
 )
 
 // The sign-in limits (DESIGN §7's sign-in protection, applied to Tollgate's
@@ -38,17 +35,13 @@ const (
 	failureWindow                = 15 * time.Minute
 )
 
-// limiter counts sign-ins in Tollgate's own counter store. Keys are HMACs
-// under the pepper: neither an IP nor an email is stored.
+// limiter counts sign-ins with the gate's Limiter (the shared counter store,
+// else this instance's memory). Keys are HMACs under the pepper: neither an
+// IP nor an email is stored.
 type limiter struct {
-	shared counter.Store
-	// local answers while the shared store is unavailable: per instance,
-	// so the limits hold per instance then, which is better than none and
-	// better than locking every operator out during a store outage.
-	local counter.Store
+	*gate.Limiter
 	// digest is HMAC-SHA-256 under the pepper.
 	digest *digest.Digester
-	log    *slog.Logger
 }
 
 // signInRefusal says which limit refused a sign-in and for how long.
@@ -82,39 +75,45 @@ func clientKey(ip string) string {
 	return "unknown"
 }
 
-func (l *limiter) ipItem(ip string) counter.Item {
-	return counter.Item{Key: l.key("ip", clientKey(ip)), Algorithm: limit.SlidingWindow, Limit: SignInsPerIP, Window: limit.Every(time.Minute), Cost: 1}
+// clientDigest is what logs and the audit log show of a client IP: the
+// digest the API's per-IP counter keys use for the address (128 bits of its
+// HMAC under the pepper), so that the two can be matched, never the address.
+func (l *limiter) clientDigest(ip string) string {
+	return l.digest.Hex(16, "ip", clientKey(ip))
 }
 
-// accountItem counts email's failures from ip.
-func (l *limiter) accountItem(ip, email string) counter.Item {
-	return counter.Item{Key: l.key("account-ip", email+"\x00"+clientKey(ip)), Algorithm: limit.FixedWindow, Limit: FailuresPerAccount, Window: limit.Every(failureWindow), Cost: 1}
+func (l *limiter) ipRule(ip string) gate.Rule {
+	return gate.Rule{Key: l.key("ip", clientKey(ip)), Limit: SignInsPerIP, Window: time.Minute}
 }
 
-// everywhereItem counts email's failures from every address.
-func (l *limiter) everywhereItem(email string) counter.Item {
-	return counter.Item{Key: l.key("account", email), Algorithm: limit.FixedWindow, Limit: FailuresPerAccountEverywhere, Window: limit.Every(failureWindow), Cost: 1}
+// accountRule counts email's failures from ip.
+func (l *limiter) accountRule(ip, email string) gate.Rule {
+	return gate.Rule{Key: l.key("account-ip", email+"\x00"+clientKey(ip)), Limit: FailuresPerAccount, Window: failureWindow, Fixed: true}
+}
+
+// everywhereRule counts email's failures from every address.
+func (l *limiter) everywhereRule(email string) gate.Rule {
+	return gate.Rule{Key: l.key("account", email), Limit: FailuresPerAccountEverywhere, Window: failureWindow, Fixed: true}
 }
 
 // admit counts a sign-in attempt from ip and peeks at email's failures,
 // from ip and from everywhere, in one round trip: the IP item is the
-// request's ceiling, consumed when it allows even in peek mode
-// (counter.Request.Ceilings). It returns the refusal, or nil to go on.
+// question's ceiling, counted when it allows even in peek mode
+// (gate.Limits.Ceilings). It returns the refusal, or nil to go on.
 func (l *limiter) admit(ctx context.Context, ip, email string) (*signInRefusal, error) {
-	req := counter.Request{Mode: counter.Peek, Ceilings: 1, Items: []counter.Item{l.ipItem(ip), l.accountItem(ip, email), l.everywhereItem(email)}}
-	res, err := l.check(ctx, req)
+	ds, err := l.Check(ctx, gate.Limits{Peek: true, Ceilings: 1, Rules: []gate.Rule{l.ipRule(ip), l.accountRule(ip, email), l.everywhereRule(email)}})
 	if err != nil {
 		return nil, err
 	}
-	if d := res.Decisions[0]; !d.Allowed {
+	if d := ds[0]; !d.Allowed {
 		return &signInRefusal{by: "ip", retryAfter: d.RetryAfter,
 			message: fmt.Sprintf("Too many sign-in attempts from your network address: at most %d a minute.", SignInsPerIP)}, nil
 	}
-	if d := res.Decisions[1]; !d.Allowed {
+	if d := ds[1]; !d.Allowed {
 		return &signInRefusal{by: "account", retryAfter: d.RetryAfter,
 			message: fmt.Sprintf("Too many failed sign-ins for this account from your network address: at most %d in %d minutes.", FailuresPerAccount, int(failureWindow/time.Minute))}, nil
 	}
-	if d := res.Decisions[2]; !d.Allowed {
+	if d := ds[2]; !d.Allowed {
 		return &signInRefusal{by: "account_everywhere", retryAfter: d.RetryAfter,
 			message: fmt.Sprintf("Too many failed sign-ins for this account from everywhere: at most %d in %d minutes, after which it is locked for everyone until the time below.", FailuresPerAccountEverywhere, int(failureWindow/time.Minute))}, nil
 	}
@@ -123,18 +122,6 @@ func (l *limiter) admit(ctx context.Context, ip, email string) (*signInRefusal, 
 
 // failed counts a failed sign-in of email from ip.
 func (l *limiter) failed(ctx context.Context, ip, email string) error {
-	_, err := l.check(ctx, counter.Request{Mode: counter.Consume, Items: []counter.Item{l.accountItem(ip, email), l.everywhereItem(email)}})
+	_, err := l.Check(ctx, gate.Limits{Rules: []gate.Rule{l.accountRule(ip, email), l.everywhereRule(email)}})
 	return err
-}
-
-func (l *limiter) check(ctx context.Context, req counter.Request) (counter.Result, error) {
-	res, err := l.shared.Check(ctx, req)
-	if errors.Is(err, counter.ErrUnavailable) {
-		l.log.WarnContext(ctx, "sign-in limiter: counter store unavailable, counting in this instance's memory", "err", err)
-		res, err = l.local.Check(ctx, req)
-	}
-	if err != nil {
-		return counter.Result{}, fmt.Errorf("sign-in limiter: %w", err)
-	}
-	return res, nil
 }

@@ -21,9 +21,9 @@ func TestLimiterKeysSurviveUpgrades(t *testing.T) {
 		return "admin-signin:" + kind + ":" + hex.EncodeToString(m.Sum(nil)[:20])
 	}
 	for _, tc := range []struct{ got, want string }{
-		{l.ipItem("192.0.2.1").Key, old("ip", "192.0.2.1")},
-		{l.accountItem("2001:db8::/64", "ops@example.com").Key, old("account-ip", "ops@example.com\x002001:db8::")},
-		{l.everywhereItem("ops@example.com").Key, old("account", "ops@example.com")},
+		{l.ipRule("192.0.2.1").Key, old("ip", "192.0.2.1")},
+		{l.accountRule("2001:db8::/64", "ops@example.com").Key, old("account-ip", "ops@example.com\x002001:db8::")},
+		{l.everywhereRule("ops@example.com").Key, old("account", "ops@example.com")},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("key %s, want %s", tc.got, tc.want)
@@ -38,7 +38,7 @@ func TestLimiterKeysSurviveUpgrades(t *testing.T) {
 func TestLimiterKeysAddressesAndNetworks(t *testing.T) {
 	t.Parallel()
 	l := &limiter{digest: digest.New([]byte("test pepper"))}
-	key := func(ip string) string { return l.ipItem(ip).Key }
+	key := func(ip string) string { return l.ipRule(ip).Key }
 	unknown := key("")
 	for _, tc := range []struct {
 		name string

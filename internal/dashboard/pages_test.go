@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/net/html"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/dashboard"
-	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -71,10 +72,10 @@ func TestPagesShowTheData(t *testing.T) {
 	if _, err := policies.PutOverride(ctx, acme.ID, "sign-in-ip", o); err != nil {
 		t.Fatal(err)
 	}
-	e.record(acme.ID, 5, gate.OutcomeAllowed, 40)
-	e.record(acme.ID, 5, gate.LayerPolicy, 7)
-	e.record(acme.ID, 300, gate.LayerIP, 3)
-	e.record(globex.ID, 1, gate.OutcomeAllowed, 90)
+	e.record(acme.ID, 5, admission.OutcomeAllowed, 40)
+	e.record(acme.ID, 5, admission.LayerPolicy, 7)
+	e.record(acme.ID, 300, admission.LayerIP, 3)
+	e.record(globex.ID, 1, admission.OutcomeAllowed, 90)
 	now := time.Now().UTC().Truncate(time.Minute)
 	if err := e.traffic.AddDegraded(ctx, map[time.Time]int64{now.Add(-10 * time.Minute): 4, now.Add(-9 * time.Minute): 6, now.Add(-2 * time.Hour): 1}); err != nil {
 		t.Fatal(err)
@@ -89,7 +90,11 @@ func TestPagesShowTheData(t *testing.T) {
 	// Overview: both charts draw bars or areas by outcome, with axes and
 	// the degraded minutes; refusals by layer; the busiest tenants.
 	ov := b.get("/admin").mustStatus(http.StatusOK)
-	hour := ov.one("chart-hour")
+	hour := picture(t, ov.one("chart-hour"), "chart-wide")
+	// The phone's picture draws the same bars.
+	if n := len(find(picture(t, ov.one("chart-hour"), "chart-narrow"), rect("s-allowed"))); n != 2 {
+		t.Errorf("hour chart for a phone: %d allowed bars, want 2", n)
+	}
 	if n := len(find(hour, rect("s-allowed"))); n != 2 {
 		t.Errorf("hour chart: %d allowed bars, want 2 (two minutes)", n)
 	}
@@ -103,7 +108,7 @@ func TestPagesShowTheData(t *testing.T) {
 		t.Errorf("hour chart says %q", got)
 	}
 	assertAxes(t, hour, "checks per minute", "time (UTC)")
-	day := ov.one("chart-day")
+	day := picture(t, ov.one("chart-day"), "chart-wide")
 	if n := len(find(day, func(n *html.Node) bool { return n.Data == "path" })); n != 3 {
 		t.Errorf("day chart: %d areas, want 3 (allowed, policy, ip)", n)
 	}
@@ -155,10 +160,10 @@ func TestPagesShowTheData(t *testing.T) {
 	if got := tp.text("tenant-name"); got != "Acme Rockets" {
 		t.Fatalf("name %q", got)
 	}
-	if n := len(find(tp.one("chart-tenant-minutes"), func(n *html.Node) bool { return n.Data == "path" })); n != 3 {
+	if n := len(find(picture(t, tp.one("chart-tenant-minutes"), "chart-wide"), func(n *html.Node) bool { return n.Data == "path" })); n != 3 {
 		t.Errorf("minute chart: %d areas, want 3", n)
 	}
-	month := tp.one("chart-tenant-month")
+	month := picture(t, tp.one("chart-tenant-month"), "chart-wide")
 	assertAxes(t, month, "live checks", "day of "+now.Format("January 2006")+" (UTC)")
 	if n := len(find(month, cls("allotment-line"))); n == 0 {
 		t.Error("month chart: no allotment line")
@@ -189,7 +194,7 @@ func TestPagesShowTheData(t *testing.T) {
 
 	// Audit: entries with their tenant's name, filterable.
 	au := b.get("/admin/audit?tenant=" + acme.ID).mustStatus(http.StatusOK)
-	if got := rowsText(au.one("audit")); !strings.Contains(got, "Acme Rockets stripe billing_changed after: {plan: pro}") {
+	if got := rowsText(au.one("audit")); !strings.Contains(got, "billing_changed Acme Rockets stripe after {plan: pro}") {
 		t.Errorf("audit rows %q", got)
 	}
 	if n := len(b.get("/admin/audit?kind=admin_signed_in").all("audit-row")); n != 1 {
@@ -391,6 +396,17 @@ func TestLimitsKeysAndPlansAreAudited(t *testing.T) {
 }
 
 // rect matches the SVG rectangles of class c.
+// picture returns a chart's picture of class (chart-wide, chart-narrow).
+func picture(t *testing.T, fig *html.Node, class string) *html.Node {
+	t.Helper()
+	has := cls(class)
+	svgs := find(fig, func(n *html.Node) bool { return n.Data == "svg" && has(n) })
+	if len(svgs) != 1 {
+		t.Fatalf("%d pictures of class %s in chart %s, want 1", len(svgs), class, attr(fig, "data-testid"))
+	}
+	return svgs[0]
+}
+
 func rect(c string) func(*html.Node) bool {
 	has := cls(c)
 	return func(n *html.Node) bool { return n.Data == "rect" && has(n) }
@@ -447,18 +463,24 @@ func TestFloodsReadAsOneRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now().UTC().Truncate(time.Minute).Add(-5 * time.Minute)
-	var refs []gate.Refusal
+	var refs []admission.Refusal
 	for i := range 10 {
-		refs = append(refs, gate.Refusal{Layer: gate.LayerPolicy, Policy: "sign-in", Limit: 1, ResetAt: at.Add(time.Minute), Key: fmt.Sprintf("%032x", i), AlertAfter: 1})
+		refs = append(refs, admission.Refusal{Layer: admission.LayerPolicy, Policy: "sign-in", Limit: 1, ResetAt: at.Add(time.Minute), Key: fmt.Sprintf("%032x", i), AlertAfter: 1})
 	}
-	rec.Observe(ctx, gate.Event{At: at.Add(10 * time.Second), TenantID: acme.ID, Outcome: gate.LayerPolicy, Refusals: refs})
+	rec.Observe(ctx, admission.Event{At: at.Add(10 * time.Second), TenantID: acme.ID, Outcome: admission.LayerPolicy, Refusals: refs})
 	if err := rec.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	b := e.browser()
 	b.signIn("ops@example.com")
-	au := b.get("/admin/audit?tenant=" + acme.ID).mustStatus(http.StatusOK)
+	// The refusals have a view of their own; the changes do not drown in them.
+	for _, r := range b.get("/admin/audit?tenant=" + acme.ID).all("audit-row") {
+		if k := attr(r, "data-kind"); k == audit.KindRefusal || k == audit.KindRefusalFlood {
+			t.Errorf("the changes view lists a %s entry", k)
+		}
+	}
+	au := b.get("/admin/audit?view=refusals&tenant=" + acme.ID).mustStatus(http.StatusOK)
 	if n := len(find(au.one("audit"), func(n *html.Node) bool { return attr(n, "data-kind") == audit.KindRefusal })); n != 2 {
 		t.Errorf("%d refusal rows, want the budget's 2", n)
 	}
@@ -503,5 +525,43 @@ func TestFailedPageSaysWhatFailed(t *testing.T) {
 	}
 	if want := "tenant " + tn.ID + ": checks per minute: "; !strings.Contains(logs.String(), want) {
 		t.Errorf("log lacks %q:\n%s", want, logs)
+	}
+}
+
+// TestAuditFilters: the kind filter is a select of the kinds Tollgate
+// writes; any other kind, or a view that is neither, is a 400 that says
+// what is accepted. A refusal kind opens the refusals view.
+func TestAuditFilters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.admin("ops@example.com")
+	b := e.browser()
+	b.signIn("ops@example.com")
+	p := b.get("/admin/audit").mustStatus(http.StatusOK)
+	var kinds []string
+	for _, o := range find(p.root, func(n *html.Node) bool { return n.Data == "option" }) {
+		kinds = append(kinds, attr(o, "value"))
+	}
+	for _, want := range []string{"", "policy_put", "override_deleted", dashboard.KindSignInFailed, "billing_changed"} {
+		if !slices.Contains(kinds, want) {
+			t.Errorf("kind filter offers %q, lacks %q", kinds, want)
+		}
+	}
+	if slices.Contains(kinds, audit.KindRefusal) {
+		t.Errorf("the changes view's filter offers refusal kinds: %q", kinds)
+	}
+	for _, q := range []string{"kind=policy_changed", "kind=Refusal", "view=everything", "view=refusals&kind=plan_changed"} {
+		p := b.get("/admin/audit?" + q)
+		if p.status != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", q, p.status)
+			continue
+		}
+		if msg := p.text("error-message"); !strings.Contains(msg, "kind") && !strings.Contains(msg, "view") {
+			t.Errorf("%s: 400 says %q", q, msg)
+		}
+	}
+	r := b.get("/admin/audit?kind=refusal_flood").mustStatus(http.StatusOK)
+	if attr(r.one("audit-tab-refusals"), "aria-current") != "page" {
+		t.Error("a refusal kind does not open the refusals view")
 	}
 }

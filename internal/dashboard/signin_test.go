@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admin"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/dashboard"
+	"github.com/tollgate/tollgate/internal/logbuf"
 )
 
 // TestSignInHashesAreBounded: forty sign-ins at once, each from an address
@@ -130,5 +133,57 @@ func TestFailuresElsewhereDoNotLockTheOperatorOut(t *testing.T) {
 	p = attempt("203.0.113.10", password).mustStatus(http.StatusTooManyRequests)
 	if !strings.Contains(p.text("login-error"), "from everywhere") {
 		t.Fatalf("refusal %q", p.text("login-error"))
+	}
+}
+
+// TestFailedSignInIsLoggedAndAudited: a wrong password for an admin's
+// account is logged as a warning and audited (admin_sign_in_failed, with the
+// account and the client IP's digest, never the address or the password);
+// an unknown email is logged only; the audit page's kind filter finds the
+// entry.
+func TestFailedSignInIsLoggedAndAudited(t *testing.T) {
+	t.Parallel()
+	logs := &logbuf.Buffer{}
+	e := newEnvBehindProxy(t, func(c *dashboard.Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	e.admin("ops@example.com")
+	const addr = "198.51.100.23"
+	const guess = "hunter2 is not it"
+	b := e.browser()
+	b.from = addr
+	for _, email := range []string{"ops@example.com", "nobody@example.com"} {
+		csrf := b.csrf("/admin/login")
+		b.post("/admin/login", url.Values{"csrf": {csrf}, "email": {email}, "password": {guess}}).mustStatus(http.StatusUnauthorized)
+	}
+	l := logs.String()
+	for _, want := range []string{"level=WARN msg=\"admin sign-in failed: wrong password\"", "level=WARN msg=\"admin sign-in failed: no such account\"", "client_ip_digest="} {
+		if !strings.Contains(l, want) {
+			t.Errorf("log lacks %q:\n%s", want, l)
+		}
+	}
+	for _, secret := range []string{addr, guess, "nobody@example.com"} {
+		if strings.Contains(l, secret) {
+			t.Errorf("log shows %q:\n%s", secret, l)
+		}
+	}
+
+	es, err := e.audit.List(t.Context(), audit.Filter{Kind: dashboard.KindSignInFailed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 1 {
+		t.Fatalf("%d failed sign-ins audited, want the admin's one: %+v", len(es), es)
+	}
+	d := es[0].Detail
+	if d["account"] != "ops@example.com" || d["reason"] != "wrong password" || len(fmt.Sprint(d["client_ip_digest"])) != 32 {
+		t.Errorf("audit detail %v", d)
+	}
+	if strings.Contains(fmt.Sprint(d), addr) || strings.Contains(fmt.Sprint(d), guess) {
+		t.Errorf("audit detail shows the address or the password: %v", d)
+	}
+
+	b.signIn("ops@example.com")
+	p := b.get("/admin/audit?kind=" + dashboard.KindSignInFailed).mustStatus(http.StatusOK)
+	if got := rowsText(p.one("audit")); !strings.Contains(got, "admin_sign_in_failed service sign-in form account ops@example.com") {
+		t.Errorf("audit page shows %q", got)
 	}
 }

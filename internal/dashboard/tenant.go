@@ -13,7 +13,6 @@ import (
 
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
@@ -40,6 +39,10 @@ var flashes = map[string]string{
 	"endpoint-disabled": "Webhook endpoint disabled. Its deliveries wait until the tenant enables it again.",
 	"plan":              "Plan saved. Every instance applies it within a second.",
 	"linked":            "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
+	"policy":            "Policy saved. Every instance applies it within a second.",
+	"policy-deleted":    "Policy deleted, with its overrides.",
+	"override":          "Override saved. Every instance applies it within a second.",
+	"override-deleted":  "Override deleted.",
 }
 
 // tenantData is what a tenant's page shows, fetched in one place
@@ -174,6 +177,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 		v.Limits.LastChange = fmt.Sprintf("Last changed by %s at %s.", td.lastChange[0].Actor, when(td.lastChange[0].At))
 	}
 	v.Policies = policyRows(td)
+	v.NewPolicy = newPolicyForm(t.ID)
 	v.Alerts = alertRows(td.report.Alerts)
 	v.Endpoints = endpointRows(t.ID, td.endpoints)
 
@@ -218,7 +222,7 @@ func policyRows(td tenantData) []web.PolicyRow {
 			Name: p.Name, Limit: count(p.Limit), Window: policy.FormatWindow(p.Window), Algorithm: p.Algorithm.String(),
 			Scope: string(p.Scope), FailMode: string(p.FailMode), Shadow: p.Shadow, AlertAfter: "never",
 		}
-		if p.Algorithm == limit.Concurrency {
+		if p.Concurrent() {
 			row.Concurrency, row.Window, row.InFlight = true, "none", "in flight: unavailable"
 			if n, ok := td.inFlight[p.Name]; ok {
 				row.InFlight = count(n) + " in flight across subjects"
@@ -239,6 +243,7 @@ func policyRows(td tenantData) []web.PolicyRow {
 			}
 			row.Overrides = append(row.Overrides, web.OverrideRow{Pattern: o.Pattern, Limit: count(o.Limit), Expires: exp})
 		}
+		policyForms(td.t.ID, p, &row)
 		rows = append(rows, row)
 	}
 	return rows
@@ -323,7 +328,7 @@ func monthChart(days []traffic.DayCount, ms, now time.Time, allotment *int64) we
 func (d *Dashboard) leasesInFlight(ctx context.Context, tenantID string, pols []policy.Policy) map[string]int64 {
 	var names []string
 	for _, p := range pols {
-		if p.Algorithm == limit.Concurrency {
+		if p.Concurrent() {
 			names = append(names, p.Name)
 		}
 	}

@@ -26,6 +26,7 @@ const (
 	KindKeyRevoked    = "key_revoked"
 	KindPlanChanged   = "plan_changed"
 	KindSignedIn      = "admin_signed_in"
+	KindSignInFailed  = "admin_sign_in_failed"
 )
 
 // monthStart is the first instant of now's calendar month, UTC.

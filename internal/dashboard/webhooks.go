@@ -92,10 +92,10 @@ func (d *Dashboard) webhooksView(c echo.Context, s *signedIn) (web.WebhooksView,
 		}
 	}
 	outcome := billing.Outcome(c.QueryParam("outcome"))
-	v.Outcomes = []web.OutcomeOption{{Value: "", Label: "any outcome", Selected: outcome == ""}}
+	v.Outcomes = []web.Option{{Value: "", Label: "any outcome", Selected: outcome == ""}}
 	known := outcome == ""
 	for _, o := range outcomeLabels {
-		v.Outcomes = append(v.Outcomes, web.OutcomeOption{Value: string(o.value), Label: o.label, Selected: o.value == outcome})
+		v.Outcomes = append(v.Outcomes, web.Option{Value: string(o.value), Label: o.label, Selected: o.value == outcome})
 		known = known || o.value == outcome
 	}
 	if !known {

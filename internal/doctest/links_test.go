@@ -292,7 +292,7 @@ func TestSlug(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ heading, want string }{
 		{"The two commands", "the-two-commands"},
-		{"What is exact, and what is leased", "what-is-exact-and-what-is-leased"},
+		{"What is exact, and what is taken in advance", "what-is-exact-and-what-is-taken-in-advance"},
 		{"Quick start: a tenant's developer", "quick-start-a-tenants-developer"},
 		{"Faults: what Tollgate promises, and the suite that holds it", "faults-what-tollgate-promises-and-the-suite-that-holds-it"},
 		{"`TOLLGATE_PEPPER` and Stripe", "tollgate_pepper-and-stripe"},

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/gate"
@@ -87,7 +88,7 @@ func TestAdmitBatchIsItsChecksOneByOne(t *testing.T) {
 			if *got.Refusal != *want.Refusal {
 				t.Errorf("check %d: refusal %+v, one by one %+v", i, *got.Refusal, *want.Refusal)
 			}
-			if got.Refusal.Layer == gate.LayerQuota {
+			if got.Refusal.Layer == admission.LayerQuota {
 				quotaRefused++
 			}
 			continue

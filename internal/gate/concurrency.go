@@ -1,12 +1,12 @@
 package gate
 
-// Leases of concurrency policies: a tenant's slots in flight (not to be
-// confused with lease.go's leases of ceiling units, which an instance takes
-// from the service's own counters). A tenant holds at most
+// Leases of concurrency policies: a tenant's slots in flight, the only
+// leases in Tollgate (the ceiling units an instance takes ahead are
+// advances, advance.go). A tenant holds at most
 // Config.TenantMaxLeases of them at once, across policies and subjects. A policy of algorithm "concurrency"
 // admits at most its limit of holders in flight per subject (or in all,
-// scope global). Acquiring a lease is admitted like a check: Admit runs the
-// pipeline with the Request's Lease, the ceilings count it (the allotment
+// scope global). Acquiring a lease is admitted like a check: Acquire runs the
+// pipeline's first steps with the Request's Lease, the ceilings count it (the allotment
 // included), and the lease is taken in the same round trip as the ceilings
 // (counter.Leaser.Acquire), which go to the store whole: an acquire needs
 // the store anyway. Releasing and renewing take no new slot: their routes
@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy"
@@ -133,9 +134,8 @@ func leasePolicy(set policy.Set, name string) (policy.Policy, error) {
 	return p, nil
 }
 
-// acquire is Admit's last step for a Request with a Lease, once the
-// ceilings that run in memory have passed: the shared ceilings and the
-// lease in one round trip.
+// acquire is Acquire's last step, once the ceilings that run in memory
+// have passed: the shared ceilings and the lease in one round trip.
 func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []layerItem, now time.Time) (Verdict, error) {
 	t, test, l := v.Tenant, v.Key.Test, req.Lease
 	if g.cfg.Leases == nil {
@@ -183,7 +183,7 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 	for i, c := range ceilings {
 		d := res.Ceilings.Decisions[i]
 		if !d.Allowed {
-			return g.refuse(ctx, req, v, Refusal{
+			return g.refuse(ctx, req, v, admission.Refusal{
 				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
 				RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, PaymentRequired: c.payment, Plan: c.plan, Key: c.Key,
 			}), nil
@@ -192,7 +192,7 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 	}
 	lv := &LeaseVerdict{Policy: p.Name, Allowed: res.Allowed, InFlight: res.InFlight, Limit: lim, TenantFull: res.GroupFull}
 	v.Lease, v.Allowed = lv, res.Allowed
-	var refusals []Refusal
+	var refusals []admission.Refusal
 	switch {
 	case res.Allowed:
 		lv.ID, lv.ExpiresAt = id, res.ExpiresAt
@@ -200,10 +200,10 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 		// No expiry says when one of the tenant's leases ends: the store
 		// counts again within a second or two.
 		lv.RetryAfter = time.Second
-		refusals = []Refusal{{Layer: LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.Now.Add(time.Second), Key: key}}
+		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.Now.Add(time.Second), Key: key}}
 	default:
 		lv.RetryAfter = max(0, res.ExpiresAt.Sub(res.Now))
-		refusals = []Refusal{{Layer: LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.ExpiresAt, Key: key, AlertAfter: p.AlertAfter}}
+		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.ExpiresAt, Key: key, AlertAfter: p.AlertAfter}}
 	}
 	return g.answer(ctx, req, v, false, refusals), nil
 }
@@ -225,7 +225,7 @@ func (g *Gate) leaseDegraded(ctx context.Context, req Request, v Verdict, ceilin
 	for _, c := range ceilings {
 		g.met.degraded[c.layer].Inc()
 	}
-	g.met.degraded[LayerPolicy].Inc()
+	g.met.degraded[admission.LayerPolicy].Inc()
 	lv := &LeaseVerdict{Policy: p.Name, Limit: lim, Degraded: true}
 	if p.FailMode == policy.FailOpen {
 		lv.Allowed, lv.ID, lv.ExpiresAt = true, id, now.Add(req.Lease.TTL)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/gate"
@@ -104,7 +105,7 @@ func TestLeasesUpToTheLimit(t *testing.T) {
 	obs.mu.Lock()
 	es := obs.es
 	obs.mu.Unlock()
-	if last := es[len(es)-1]; !last.Checked || last.Outcome != gate.LayerPolicy || len(last.Refusals) != 1 || last.Refusals[0].Policy != "jobs" {
+	if last := es[len(es)-1]; !last.Checked || last.Outcome != admission.LayerPolicy || len(last.Refusals) != 1 || last.Refusals[0].Policy != "jobs" {
 		t.Errorf("event of the refusal: %+v", last)
 	}
 	if err := g.Release(context.Background(), "t1", false, ids[0]); err != nil {
@@ -140,7 +141,7 @@ func TestLeasesCountTowardTheAllotment(t *testing.T) {
 		}
 	}
 	v := mustAdmit(t, g, leaseReq("t1", "jobs", ""))
-	if v.Refusal == nil || v.Refusal.Layer != gate.LayerAllotment || v.Lease != nil {
+	if v.Refusal == nil || v.Refusal.Layer != admission.LayerAllotment || v.Lease != nil {
 		t.Fatalf("third lease: %+v, want the allotment's refusal", v)
 	}
 	n, err := g.InFlight(context.Background(), "t1", []string{"jobs", "none"})

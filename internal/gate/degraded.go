@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/limit"
 )
 
@@ -26,7 +27,7 @@ func (g *Gate) degraded(ctx context.Context, req Request, v Verdict, ceilings []
 				v.Allowed = false
 			}
 		}
-		g.met.degraded[LayerPolicy].Inc()
+		g.met.degraded[admission.LayerPolicy].Inc()
 		v.Items = append(v.Items, ItemVerdict{Policy: p.name, Decision: d, Window: windowLength(p.Window, now), Shadow: p.shadow, Degraded: true})
 	}
 	return g.answer(ctx, req, v, true, nil)

@@ -11,14 +11,58 @@
 // request's first items (counter.Request.Ceilings), so they count every call
 // that passes them even when a policy then refuses.
 //
-// What is exact and what is leased: a tenant's policies are decided in the
-// counter store on every check, exactly, in one round trip. The service's
-// own shared ceilings (per-IP L2, quotas, allotment, sandbox) are leased
-// (lease.go): an instance takes blocks of units from their counters in the
-// round trips of checks that need the store anyway and spends them
-// locally, so that the store sees about one write per check; the fleet
-// never admits more than a ceiling's limit, and under-admits only by what
-// other instances hold when a counter runs out.
+// What is exact and what is taken in advance: a tenant's policies are
+// decided in the counter store on every check, exactly, in one round trip.
+// The service's own shared ceilings (per-IP L2, quotas, allotment, sandbox)
+// are taken in advance (advance.go): an instance takes advances, blocks of
+// units, from their counters in the round trips of checks that need the
+// store anyway and spends them locally, so that the store sees about one
+// write per check; the fleet never admits more than a ceiling's limit, and
+// under-admits only by what other instances hold when a counter runs out.
+// (Leases are something else: the slots of concurrency policies that
+// tenants take with /v1/leases, concurrency.go.)
+//
+// The path of one request (pipeline.go), a step a function, each reading
+// and writing the request's passage (its Verdict so far, its client keys,
+// its tenant's policies) and stopping it with a refusal or an error:
+//
+//	Admit (a check, or any other /v1 route)
+//	  pass              the steps Acquire takes too:
+//	    enter             the instance ceiling, in memory
+//	    preAuthenticate   the client's pre-authentication bucket and its
+//	                      keys that failed, in memory
+//	    authenticate      the key and its tenant
+//	    admitWork         the tenant's work in progress and matching time
+//	    ceilings          the per-IP L1, then the shared ceilings to ask for
+//	  checkItems        the check's policy items
+//	  storeRequest      the ceilings' advances and the one counter.Request,
+//	                    each item in its named slot
+//	  storeCheck        the round trip, through the tenant's breaker
+//	                    (degraded.go when it fails)
+//	  settle            a ceiling's refusal, or renewAdvances then
+//	                    policyVerdict; answer
+//
+//	Acquire (POST /v1/leases)
+//	  pass              as above
+//	  acquire           the shared ceilings and the lease in one
+//	                    counter.Leaser call (concurrency.go)
+//
+//	AdmitBatch (POST /v1/check/batch, batch.go)
+//	  Admit's pass up to authenticate, for the request as a whole
+//	  reserveWork       the work of every check at once
+//	  batchItems        each check's policy items
+//	  batchRequests     per check: ipL1, sharedCeilings, storeRequest
+//	  batchSettle       one counter.CheckBatch; each check degraded or
+//	                    settled as Admit's
+//
+// The steps live in pipeline.go, each small enough to read on its own
+// (admitWork is reserveWork for one check; ceilings is ipL1 then
+// sharedCeilings). Admit hands a Request with a Lease to Acquire, and Acquire one without
+// (a malformed body) to Admit. Everything a step needs that is not in the
+// passage is on the Gate; the buffers of the common check (ceilings,
+// policy items, counter items) live on Admit's stack, so that a check
+// allocates no more for being split into steps (TestCheckAllocations in
+// internal/httpapi).
 //
 // One tenant cannot hurt another through the pipeline: each tenant has its
 // own circuit breaker (breaker.go), its own bound on work in progress and
@@ -29,16 +73,19 @@
 // follows its fail_mode, and the Verdict says Degraded. A circuit breaker
 // keeps calls away from a store that keeps failing.
 //
-// Where things are: gate.go configures a Gate; pipeline.go runs Admit;
+// Where things are: gate.go configures a Gate; pipeline.go runs Admit and
+// Acquire's first steps;
 // validate.go checks a check's items and makes their counter keys (the
 // digests of subjects and client addresses); degraded.go answers without the
-// shared store; lease.go leases the ceilings' units to this instance;
+// shared store; advance.go advances the ceilings' units to this instance;
 // concurrency.go holds the leases of concurrency policies; inflight.go
 // bounds each tenant's work in progress and wildcard matching; breaker.go
 // is the circuit breaker; clientkeys.go caches a client's keys; public.go
 // is the ceiling of the pages without an API key; reset.go resets a
-// subject's counters; event.go is what observers (usage, audit, traffic)
-// are told; instruments.go the metrics.
+// subject's counters; limiter.go is the Limiter of Tollgate's own limits
+// outside the pipeline (the dashboard's sign-ins, the billing links);
+// internal/admission holds what observers (usage, audit, traffic) are
+// told; instruments.go the metrics.
 //
 // gate imports no driver and no net/http; the counter stores, shared and
 // local, come from its caller as counter.Store.

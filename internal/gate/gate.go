@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/limit"
@@ -40,12 +41,12 @@ type Config struct {
 	// keys that failed to authenticate, none of which leave the process.
 	// Its clock should be Now. The caller closes it.
 	Local counter.Store
-	// Leases holds the leases of concurrency policies (lease.go); nil means
+	// Leases holds the leases of concurrency policies (concurrency.go); nil means
 	// Store, which every counter store is.
 	Leases   counter.Leaser
 	Tenants  TenantSource
 	Policies PolicySource
-	Observer Observer // may be nil
+	Observer admission.Observer // may be nil
 	Metrics  *metrics.Metrics
 	// StoreName names Store in the metrics' store label: "postgres",
 	// "redis" or "memory" (default "unknown").
@@ -109,10 +110,10 @@ const DefaultTenantMaxLeases = 10_000
 
 // Gate runs the admission pipeline. It is safe for concurrent use.
 type Gate struct {
-	cfg     Config
-	leases  *leases
-	clients *clientKeyCache
-	met     instruments
+	cfg      Config
+	advances *advances
+	clients  *clientKeyCache
+	met      instruments
 	// digest is HMAC-SHA-256 under the pepper, domain-separated by kind
 	// ("subject", "ip").
 	digest   *digest.Digester
@@ -171,7 +172,7 @@ func New(cfg Config) (*Gate, error) {
 	return &Gate{
 		cfg:      cfg,
 		met:      newInstruments(cfg.Metrics, cfg.StoreName),
-		leases:   newLeases(),
+		advances: newAdvances(),
 		clients:  newClientKeyCache(),
 		digest:   digest.New(cfg.Pepper),
 		l1:       cfg.Local,
@@ -198,7 +199,7 @@ type Request struct {
 	Bearer string
 	// Check is the /v1/check body; nil for other routes.
 	Check *Check
-	// Lease is the POST /v1/leases body; nil for other routes (lease.go).
+	// Lease is the POST /v1/leases body; nil for other routes (concurrency.go).
 	Lease *Lease
 	// batch stops Admit once the key is known: AdmitBatch takes the rest
 	// check by check (batch.go).
@@ -207,9 +208,26 @@ type Request struct {
 
 // Check is the body of a /v1/check call.
 type Check struct {
-	Mode  counter.Mode
+	Mode  Mode
 	Items []Item
 }
+
+// Mode is how a check counts: Consume, or Peek, which answers without
+// counting. The gate's callers speak of it without the counter contract.
+type Mode = counter.Mode
+
+const (
+	Consume = counter.Consume
+	Peek    = counter.Peek
+)
+
+// The counter store's answers the gate passes on, for its callers to tell
+// apart (errors.Is): a counter store that could not answer (a Limiter's
+// too), a lease that is gone.
+var (
+	ErrStoreUnavailable = counter.ErrUnavailable
+	ErrNoLease          = counter.ErrNoLease
+)
 
 // Item is one policy to check for one subject.
 type Item struct {
@@ -223,7 +241,7 @@ type Item struct {
 type Verdict struct {
 	Tenant  tenant.Tenant
 	Key     tenant.Key
-	Refusal *Refusal
+	Refusal *admission.Refusal
 	// Allowed is true when no ceiling refused and every enforced policy item
 	// allowed.
 	Allowed  bool

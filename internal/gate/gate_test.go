@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
@@ -94,10 +95,10 @@ func (r *recorder) keys() []string {
 // events keeps what an Observer is told.
 type events struct {
 	mu sync.Mutex
-	es []gate.Event
+	es []admission.Event
 }
 
-func (o *events) Observe(_ context.Context, e gate.Event) {
+func (o *events) Observe(_ context.Context, e admission.Event) {
 	o.mu.Lock()
 	o.es = append(o.es, e)
 	o.mu.Unlock()
@@ -210,14 +211,14 @@ func TestAdmitReportsTheTightestQuota(t *testing.T) {
 			tenant:   tenant.Tenant{Plan: tenant.PlanPro, RateLimitPerMinute: 4},
 			policies: []policy.Policy{mustPolicy(t, "open", `{"limit":1000,"window":"1h"}`)},
 			items:    []gate.Item{{Policy: "open", Subject: "s"}},
-			want:     gate.Quota{Name: gate.LayerIP, Limit: 4, Remaining: 3},
+			want:     gate.Quota{Name: admission.LayerIP, Limit: 4, Remaining: 3},
 		},
 		{
 			name:     "the tenant's quota",
 			tenant:   tenant.Tenant{Plan: tenant.PlanPro, QuotaPerHour: n(5)},
 			policies: []policy.Policy{mustPolicy(t, "open", `{"limit":1000,"window":"1h"}`)},
 			items:    []gate.Item{{Policy: "open", Subject: "s"}},
-			want:     gate.Quota{Name: gate.LayerQuota, Limit: 5, Remaining: 4},
+			want:     gate.Quota{Name: admission.LayerQuota, Limit: 5, Remaining: 4},
 		},
 		{
 			name:     "a shadow policy is never the one",
@@ -275,7 +276,7 @@ func TestDigestsHideSubjectsAndIPs(t *testing.T) {
 	cat := catalog{"tenant-1": policy.NewSet(pols, nil), "tenant-2": policy.NewSet(pols, nil)}
 	g, rec, obs := newTestGate(t, nil, dir, cat, gate.Config{})
 	ctx := context.Background()
-	var refusals []gate.Refusal
+	var refusals []admission.Refusal
 	for _, ip := range ips {
 		for _, tid := range []string{"tenant-1", "tenant-2"} {
 			// The second sign-in of a subject is refused by its policy; the
@@ -380,7 +381,7 @@ func TestUnresolvableClientsShareOneBucket(t *testing.T) {
 		}
 	}
 	v, err := g.Admit(ctx, checkReq("tenant-1", netip.Addr{}, item))
-	if err != nil || v.Refusal == nil || v.Refusal.Layer != gate.LayerIP {
+	if err != nil || v.Refusal == nil || v.Refusal.Layer != admission.LayerIP {
 		t.Fatalf("third request of unknown addresses at 2 a minute: %+v, %v", v, err)
 	}
 	// A known address has a bucket of its own.
@@ -413,7 +414,7 @@ func TestAuthFailuresAreBoundedPerClient(t *testing.T) {
 	}
 	before := dir.calls.Load()
 	v, err := g.Admit(ctx, checkReq("guess-6", guesser, item))
-	if err != nil || v.Refusal == nil || v.Refusal.Layer != gate.LayerIP || v.Refusal.Limit != 5 {
+	if err != nil || v.Refusal == nil || v.Refusal.Layer != admission.LayerIP || v.Refusal.Limit != 5 {
 		t.Fatalf("sixth guess: %+v, %v; want a per-IP refusal at 5", v, err)
 	}
 	if dir.calls.Load() != before {
@@ -564,7 +565,7 @@ func TestTenantInflightIsBounded(t *testing.T) {
 	<-store.entered
 	<-store.entered
 	v, err := g.Admit(ctx, checkReq("tenant-a", client, gate.Item{Policy: "open", Subject: "x"}))
-	if err != nil || v.Refusal == nil || v.Refusal.Layer != gate.LayerInflight || v.Refusal.Limit != 64 {
+	if err != nil || v.Refusal == nil || v.Refusal.Layer != admission.LayerInflight || v.Refusal.Limit != 64 {
 		t.Errorf("a third check of tenant a: %+v, %v; want an inflight refusal at 64", v, err)
 	}
 	if v, err := g.Admit(ctx, checkReq("tenant-b", client, big...)); err != nil || !v.Allowed {
@@ -759,7 +760,7 @@ func (c *stepClock) read() time.Time {
 func quotaRun(t *testing.T, gates int, quota int64, n int, step time.Duration) (admitted, ceilingItems int) {
 	t.Helper()
 	// The store's clock stands still in the middle of a minute: the runs'
-	// virtual minutes are the gates' (their leases' rates and ends), and on
+	// virtual minutes are the gates' (their advances' rates and ends), and on
 	// the wall clock a run across a minute's end would find the quota's
 	// counter afresh and admit twice.
 	storeNow := time.Date(2026, 12, 1, 10, 0, 30, 0, time.UTC)
@@ -785,7 +786,7 @@ func quotaRun(t *testing.T, gates int, quota int64, n int, step time.Duration) (
 		switch {
 		case v.Refusal == nil:
 			admitted++
-		case v.Refusal.Layer != gate.LayerQuota || v.Refusal.Scope != "minute":
+		case v.Refusal.Layer != admission.LayerQuota || v.Refusal.Scope != "minute":
 			t.Fatalf("check %d refused by %+v", i, v.Refusal)
 		}
 	}
@@ -799,10 +800,10 @@ func quotaRun(t *testing.T, gates int, quota int64, n int, step time.Duration) (
 	return admitted, ceilingItems
 }
 
-// TestLeasedCeilingsOnOneInstanceAreExact: an instance alone spends every
-// unit it leases, so its quota admits exactly its limit however fast the
+// TestCeilingAdvancesOnOneInstanceAreExact: an instance alone spends every
+// unit it takes in advance, so its quota admits exactly its limit however fast the
 // traffic (the 61st request at 60 a minute is refused).
-func TestLeasedCeilingsOnOneInstanceAreExact(t *testing.T) {
+func TestCeilingAdvancesOnOneInstanceAreExact(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		quota int64
@@ -819,12 +820,12 @@ func TestLeasedCeilingsOnOneInstanceAreExact(t *testing.T) {
 	}
 }
 
-// TestLeasedCeilingsAcrossInstances: instances under-admit only by what
+// TestCeilingAdvancesAcrossInstances: instances under-admit only by what
 // the others hold when the counter runs out, and never over-admit: at 300
 // a minute, two instances alternating admit at least 294; at 120,000 a
 // minute, at least 99 %. And the ceilings cost the store a small fraction
 // of an item per check.
-func TestLeasedCeilingsAcrossInstances(t *testing.T) {
+func TestCeilingAdvancesAcrossInstances(t *testing.T) {
 	t.Parallel()
 	admitted, _ := quotaRun(t, 2, 300, 1000, time.Millisecond)
 	if admitted < 294 || admitted > 300 {
@@ -835,17 +836,17 @@ func TestLeasedCeilingsAcrossInstances(t *testing.T) {
 		t.Errorf("two instances at 120,000 a minute: %d admitted, want 118,800 to 120,000", admitted)
 	}
 	// Three ceilings (per-IP, quota minute and hour), each of which would
-	// cost an item per check without leases.
+	// cost an item per check without advances.
 	if perCheck := float64(items) / 130_000; perCheck > 0.2 {
 		t.Errorf("%.2f ceiling items per check sent to the store", perCheck)
 	}
 	t.Logf("120,000 a minute over two instances: %d admitted, %.3f ceiling items per check", admitted, float64(items)/130_000)
 }
 
-// TestLeasedCeilingsUnderConcurrency: many requests at once on instances
+// TestCeilingAdvancesUnderConcurrency: many requests at once on instances
 // sharing a store: one instance admits exactly its quota, two never more
 // and nearly all of it.
-func TestLeasedCeilingsUnderConcurrency(t *testing.T) {
+func TestCeilingAdvancesUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	run := func(gates int, quota int64, n int) int64 {
 		// Virtual time within one minute: 1 µs a reading, the shared

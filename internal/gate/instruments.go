@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/metrics"
 )
@@ -49,14 +50,14 @@ type storeInstruments struct {
 }
 
 // layers are every layer a verdict can name.
-var layers = []string{LayerInstance, LayerIP, LayerQuota, LayerAllotment, LayerSandbox, LayerPolicy, LayerInflight}
+var layers = []string{admission.LayerInstance, admission.LayerIP, admission.LayerQuota, admission.LayerAllotment, admission.LayerSandbox, admission.LayerPolicy, admission.LayerInflight}
 
 func newInstruments(m *metrics.Metrics, store string) instruments {
 	in := instruments{
 		allowed:         m.Decisions.WithLabelValues(metrics.OutcomeAllowed, metrics.LayerNone),
 		authFail:        m.Decisions.WithLabelValues(metrics.OutcomeError, "auth"),
 		degradedAllowed: m.Decisions.WithLabelValues(metrics.OutcomeDegraded, metrics.LayerNone),
-		degradedRefused: m.Decisions.WithLabelValues(metrics.OutcomeDegraded, LayerPolicy),
+		degradedRefused: m.Decisions.WithLabelValues(metrics.OutcomeDegraded, admission.LayerPolicy),
 		refused:         make(map[string]prometheus.Counter, len(layers)),
 		degraded:        make(map[string]prometheus.Counter, len(layers)),
 	}
@@ -87,7 +88,7 @@ func (in instruments) answered(allowed, degraded bool) {
 	case allowed:
 		in.allowed.Inc()
 	default:
-		in.refused[LayerPolicy].Inc()
+		in.refused[admission.LayerPolicy].Inc()
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy"
@@ -21,120 +22,262 @@ type layerItem struct {
 	layer, scope string
 	payment      bool
 	plan         string
-	// lease names the ceiling's lease; at is the index of its items in the
-	// counter request, -1 when its lease served it, and size the units its
-	// items asked for.
-	lease leaseID
-	at    int
-	size  int64
+	// advance names the ceiling's advance and size the units its items
+	// asked for; slot is where its item sits in the counter request and
+	// topUp where the advisory top-up of a larger advance sits (noSlot: its
+	// advance served it, or it asked for one unit).
+	advance     advanceID
+	slot, topUp int
+	size        int64
 }
 
-// Admit runs the pipeline. Errors: tenant.ErrUnauthorized for a bad key,
-// ErrInvalid for a malformed check; a refusal is a Verdict, not an error.
+// noSlot is the slot of an item that is not in the counter request.
+const noSlot = -1
+
+// passage is one request on its way through the pipeline: what each step
+// learned, for the steps after it. It lives on its entry point's stack.
+type passage struct {
+	req Request
+	now time.Time
+	// v is the answer so far: the tenant and key once authenticated, the
+	// refusal of the step that stopped the request.
+	v      Verdict
+	client *clientKeys
+	// set is the tenant's policies, read for a check before its work is
+	// weighed; matchEstimate the matching time the check reserved.
+	set           policy.Set
+	matchEstimate time.Duration
+}
+
+// Admit runs the pipeline for a check or any other /v1 route but
+// /v1/leases (Acquire; a Request with a Lease is handed to it). Errors:
+// tenant.ErrUnauthorized for a bad key, ErrInvalid for a malformed check; a
+// refusal is a Verdict, not an error.
 func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
-	now := g.cfg.Now()
-	var v Verdict
-
-	// 1. Instance ceiling: keyless, in memory, nothing in the request moves it.
-	if n := g.cfg.InstanceCeiling; n > 0 {
-		d := g.l1Check(ctx, now, "", "instance", limit.TokenBucket, n, limit.Every(time.Second))
-		if !d.Allowed {
-			return g.refuse(ctx, req, v, Refusal{Layer: LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
-		}
+	if req.Lease != nil {
+		return g.Acquire(ctx, req)
 	}
+	p := passage{req: req, now: g.cfg.Now()}
+	var ceilBuf [4]layerItem
+	ceilings, work, stop, err := g.pass(ctx, &p, ceilBuf[:0])
+	if stop {
+		return p.v, err
+	}
+	defer work.release()
+	// The policy items and the counter items stay on the stack for the
+	// common checks; the items go to the store in a slice of their exact
+	// size: with the ceilings advanced, most checks send one item.
+	var polBuf [4]policyItem
+	pols, err := g.checkItems(&p, polBuf[:0])
+	if err != nil {
+		return p.v, err
+	}
+	var itemBuf [16]counter.Item
+	var spentBuf [4]*units
+	creq, items, spent := g.storeRequest(&p, ceilings, pols, itemBuf[:0], spentBuf[:0])
+	if len(items) == 0 {
+		// Every ceiling was served from its advance and there is no policy:
+		// nothing for the store to decide.
+		p.v.Allowed = true
+		return g.answer(ctx, req, p.v, false, nil), nil
+	}
+	creq.Items = slices.Clone(items)
+	res, err := g.storeCheck(ctx, p.v.Tenant.ID, creq)
+	if errors.Is(err, counter.ErrInvalid) {
+		return p.v, fmt.Errorf("counter request of tenant %s: %w", p.v.Tenant.ID, err)
+	}
+	if err != nil {
+		return g.degraded(ctx, req, p.v, ceilings, pols, err), nil
+	}
+	return g.settle(ctx, &p, ceilings, pols, spent, creq, res), nil
+}
 
-	// 2a. Pre-authentication bucket per IP, at the highest per-IP limit of any
-	// plan, so that a tenant is never held below its plan before its key is
-	// known; and, in the same in-memory call, a peek at the client
-	// network's keys that failed to authenticate: past
-	// AuthFailuresPerMinute it is refused before its key is looked up, so
-	// that guessing costs the guesser, not the database.
-	ck := g.clients.get(req.ClientIP.Unmap(), g.ipDigest)
+// Acquire admits POST /v1/leases: the steps Admit takes before the store,
+// then the shared ceilings and the lease in one round trip (concurrency.go).
+// A Request without a Lease (its body was malformed) passes the ceilings
+// as any other route does, through Admit.
+func (g *Gate) Acquire(ctx context.Context, req Request) (Verdict, error) {
+	if req.Lease == nil {
+		return g.Admit(ctx, req)
+	}
+	p := passage{req: req, now: g.cfg.Now()}
+	var ceilBuf [4]layerItem
+	ceilings, work, stop, err := g.pass(ctx, &p, ceilBuf[:0])
+	if stop {
+		return p.v, err
+	}
+	defer work.release()
+	return g.acquire(ctx, req, p.v, ceilings, p.now)
+}
+
+// pass takes p through the steps before the shared store: the instance
+// ceiling, the pre-authentication buckets and the key, the tenant's work
+// budget, the per-IP L1; it appends the shared ceilings to out. stop
+// reports that p.v (a refusal) or err is the answer; otherwise the caller
+// releases work.
+func (g *Gate) pass(ctx context.Context, p *passage, out []layerItem) (ceilings []layerItem, work held, stop bool, err error) {
+	if g.enter(ctx, p) || g.preAuthenticate(ctx, p) {
+		return nil, held{}, true, nil
+	}
+	if err := g.authenticate(ctx, p); err != nil || p.req.batch {
+		// A batch's checks take the rest one by one (AdmitBatch).
+		return nil, held{}, true, err
+	}
+	if work, stop, err = g.admitWork(ctx, p); stop {
+		return nil, held{}, true, err
+	}
+	if ceilings, stop, err = g.ceilings(ctx, p, out); stop {
+		work.release()
+		return nil, held{}, true, err
+	}
+	return ceilings, work, false, nil
+}
+
+// enter is the instance ceiling: keyless, in memory, nothing in the
+// request moves it. It reports whether it refused (p.v).
+func (g *Gate) enter(ctx context.Context, p *passage) bool {
+	n := g.cfg.InstanceCeiling
+	if n <= 0 {
+		return false
+	}
+	d := g.l1Check(ctx, p.now, "", "instance", limit.TokenBucket, n, limit.Every(time.Second))
+	if d.Allowed {
+		return false
+	}
+	p.v = g.refuse(ctx, p.req, p.v, admission.Refusal{Layer: admission.LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt})
+	return true
+}
+
+// preAuthenticate is the pre-authentication bucket per IP, at the highest
+// per-IP limit of any plan, so that a tenant is never held below its plan
+// before its key is known; and, in the same in-memory call, a peek at the
+// client network's keys that failed to authenticate: past
+// AuthFailuresPerMinute it is refused before its key is looked up, so that
+// guessing costs the guesser, not the database. It reports whether it
+// refused (p.v).
+func (g *Gate) preAuthenticate(ctx context.Context, p *passage) bool {
+	p.client = g.clients.get(p.req.ClientIP.Unmap(), g.ipDigest)
 	maxIP := g.cfg.Tenants.MaxIPPerMinute(ctx)
-	perMinute := limit.Every(time.Minute)
-	failItem := counter.Item{Key: ck.authFail, Algorithm: limit.SlidingWindow, Limit: g.cfg.AuthFailuresPerMinute, Window: perMinute, Cost: 1}
-	pre, err := g.localCheck(ctx, counter.Request{Mode: counter.Peek, Ceilings: 1, Now: now},
-		counter.Item{Key: ck.pre, Algorithm: limit.SlidingWindow, Limit: maxIP, Window: perMinute, Cost: 1},
+	failItem := g.authFailItem(p.client)
+	pre, err := g.localCheck(ctx, counter.Request{Mode: counter.Peek, Ceilings: 1, Now: p.now},
+		counter.Item{Key: p.client.pre, Algorithm: limit.SlidingWindow, Limit: maxIP, Window: limit.Every(time.Minute), Cost: 1},
 		failItem,
 	)
+	refusal := admission.Refusal{Layer: admission.LayerIP, Window: time.Minute}
 	switch {
 	case err != nil:
 		g.l1Bug(ctx, err)
+		return false
 	case !pre[0].Allowed:
-		d := pre[0]
-		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: maxIP, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
+		refusal.Limit, refusal.RetryAfter, refusal.ResetAt = maxIP, pre[0].RetryAfter, pre[0].ResetAt
 	case !pre[1].Allowed:
-		d := pre[1]
-		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: failItem.Limit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt}), nil
+		refusal.Limit, refusal.RetryAfter, refusal.ResetAt = failItem.Limit, pre[1].RetryAfter, pre[1].ResetAt
+	default:
+		return false
 	}
-	key, t, err := g.cfg.Tenants.Authenticate(ctx, req.Bearer)
+	p.v = g.refuse(ctx, p.req, p.v, refusal)
+	return true
+}
+
+// authFailItem is the counter of the client network's keys that failed to
+// authenticate.
+func (g *Gate) authFailItem(client *clientKeys) counter.Item {
+	return counter.Item{Key: client.authFail, Algorithm: limit.SlidingWindow, Limit: g.cfg.AuthFailuresPerMinute, Window: limit.Every(time.Minute), Cost: 1}
+}
+
+// authenticate looks the key up and sets p.v's tenant and key; a key that
+// does not authenticate counts against its client network.
+func (g *Gate) authenticate(ctx context.Context, p *passage) error {
+	key, t, err := g.cfg.Tenants.Authenticate(ctx, p.req.Bearer)
 	if err != nil {
 		if !errors.Is(err, tenant.ErrUnauthorized) {
-			return v, fmt.Errorf("%w: key: %w", ErrUnavailable, err)
+			return fmt.Errorf("%w: key: %w", ErrUnavailable, err)
 		}
-		if _, err := g.localCheck(ctx, counter.Request{Now: now}, failItem); err != nil {
+		if _, err := g.localCheck(ctx, counter.Request{Now: p.now}, g.authFailItem(p.client)); err != nil {
 			g.l1Bug(ctx, err)
 		}
 		g.met.authFail.Inc()
-		return v, err
+		return err
 	}
-	v.Tenant, v.Key = t, key
-	if req.batch {
-		return v, nil
-	}
+	p.v.Tenant, p.v.Key = t, key
+	return nil
+}
 
-	// The tenant's work in progress on this instance is bounded before any
-	// of it is done.
-	var set policy.Set
-	weight := int64(1)
-	if req.Check != nil {
-		if set, err = g.cfg.Policies.For(ctx, t.ID); err != nil {
-			return v, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, t.ID, err)
-		}
-		weight = checkWeight(set, req.Check)
+// admitWork bounds the tenant's work in progress on this instance before
+// any of it is done: a check weighs its items, and one that may try
+// wildcards first reserves its matching time from the tenant's budget
+// (matchBudget), waiting its turn while the budget is spent; past
+// matchWait it is refused. stop reports that p.v (a refusal) or err is the
+// answer; otherwise the caller releases work.
+func (g *Gate) admitWork(ctx context.Context, p *passage) (work held, stop bool, err error) {
+	c := p.req.Check
+	if c == nil {
+		return g.reserveWork(ctx, p, 1, 1)
 	}
-	// A check that may try wildcards reserves its matching time from the
-	// tenant's budget (matchBudget), waiting its turn while the budget is
-	// spent; past matchWait it is refused.
-	var matchEstimate time.Duration
-	if req.Check != nil && weight > int64(len(req.Check.Items)) {
-		matchEstimate = time.Duration(weight-int64(len(req.Check.Items))) * wildcardTries * tryCost
-		retry, ok, err := g.awaitMatching(ctx, t.ID, matchEstimate)
+	if p.set, err = g.cfg.Policies.For(ctx, p.v.Tenant.ID); err != nil {
+		return held{}, true, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, p.v.Tenant.ID, err)
+	}
+	return g.reserveWork(ctx, p, checkWeight(p.set, c), int64(len(c.Items)))
+}
+
+// reserveWork takes weight units of the tenant's work in progress for
+// items; a weight beyond the items is wildcard tries, whose matching time
+// is reserved first (p.matchEstimate). stop reports that p.v (a refusal)
+// or err is the answer; otherwise the caller releases work.
+func (g *Gate) reserveWork(ctx context.Context, p *passage, weight, items int64) (work held, stop bool, err error) {
+	t := p.v.Tenant
+	if weight > items {
+		p.matchEstimate = time.Duration(weight-items) * wildcardTries * tryCost
+		retry, ok, err := g.awaitMatching(ctx, t.ID, p.matchEstimate)
 		if err != nil {
-			return v, err
+			return held{}, true, err
 		}
 		if !ok {
-			return g.refuse(ctx, req, v, Refusal{Layer: LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: retry, ResetAt: now.Add(retry), Key: LayerInflight}), nil
+			p.v = g.refuse(ctx, p.req, p.v, admission.Refusal{Layer: admission.LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: retry, ResetAt: p.now.Add(retry), Key: admission.LayerInflight})
+			return held{}, true, nil
 		}
 	}
 	work, ok := g.inflight.acquire(ctx, t.ID, weight)
 	if !ok {
-		return g.refuse(ctx, req, v, Refusal{Layer: LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: time.Second, ResetAt: now.Add(time.Second), Key: LayerInflight}), nil
+		p.v = g.refuse(ctx, p.req, p.v, admission.Refusal{Layer: admission.LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: time.Second, ResetAt: p.now.Add(time.Second), Key: admission.LayerInflight})
+		return held{}, true, nil
 	}
-	defer work.release()
+	return work, false, nil
+}
+
+// ceilings runs the per-IP L1, a local damper before the shared counter,
+// and appends the shared ceilings to out (sharedCeilings). stop reports
+// that p.v (a refusal) or err is the answer.
+func (g *Gate) ceilings(ctx context.Context, p *passage, out []layerItem) (_ []layerItem, stop bool, _ error) {
+	t := p.v.Tenant
 	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
 	if err != nil {
-		return v, fmt.Errorf("%w: effective plan of tenant %s: %w", ErrUnavailable, t.ID, err)
+		return nil, true, fmt.Errorf("%w: effective plan of tenant %s: %w", ErrUnavailable, t.ID, err)
 	}
+	ipLimit, ipKey := ipPerMinute(t, effective), p.client.route(p.req.Route)
+	if g.ipL1(ctx, p, ipKey, ipLimit) {
+		return nil, true, nil
+	}
+	// A /v1/leases acquire counts toward the allotments as a check does.
+	counted := p.req.Check != nil || p.req.Lease != nil
+	return sharedCeilings(out, t, p.v.Key, effective, ipKey, ipLimit, counted), false, nil
+}
 
-	// 2b. Per-IP L1: a local damper before the shared counter.
-	ipLimit := t.RateLimitPerMinute
-	if ipLimit <= 0 {
-		ipLimit = effective.IPPerMinute
+// ipL1 is the per-IP L1 in this instance's memory. It reports whether it
+// refused (p.v).
+func (g *Gate) ipL1(ctx context.Context, p *passage, ipKey string, ipLimit int64) bool {
+	d := g.l1Check(ctx, p.now, p.v.Tenant.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute))
+	if d.Allowed {
+		return false
 	}
-	if ipLimit <= 0 {
-		ipLimit = tenant.DefaultIPPerMinute
-	}
-	ipKey := ck.route(req.Route)
-	if d := g.l1Check(ctx, now, t.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute)); !d.Allowed {
-		return g.refuse(ctx, req, v, Refusal{Layer: LayerIP, Limit: ipLimit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: ipKey}), nil
-	}
+	p.v = g.refuse(ctx, p.req, p.v, admission.Refusal{Layer: admission.LayerIP, Limit: ipLimit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: ipKey})
+	return true
+}
 
-	// 3 and 4. The shared ceilings: per-IP L2, tenant quota, allotment.
-	var ceilBuf [4]layerItem
-	ceilings := append(ceilBuf[:0],
-		layerItem{Item: counter.Item{Key: ipKey, Algorithm: limit.SlidingWindow, Limit: ipLimit, Window: limit.Every(time.Minute), Cost: 1}, layer: LayerIP},
-	)
+// sharedCeilings appends to out the shared ceilings a request passes:
+// per-IP L2, the tenant's quotas and, when counted (a check, a lease), the
+// allotment or the sandbox's.
+func sharedCeilings(out []layerItem, t tenant.Tenant, key tenant.Key, effective tenant.Plan, ipKey string, ipLimit int64, counted bool) []layerItem {
 	qMin, qHour := effective.QuotaPerMinute, effective.QuotaPerHour
 	if t.QuotaPerMinute != nil {
 		qMin = *t.QuotaPerMinute
@@ -142,150 +285,165 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	if t.QuotaPerHour != nil {
 		qHour = *t.QuotaPerHour
 	}
-	ceilings = append(ceilings,
-		layerItem{Item: counter.Item{Key: "quota:minute", Algorithm: limit.FixedWindow, Limit: qMin, Window: limit.Every(time.Minute), Cost: 1}, layer: LayerQuota, scope: "minute"},
-		layerItem{Item: counter.Item{Key: "quota:hour", Algorithm: limit.FixedWindow, Limit: qHour, Window: limit.Every(time.Hour), Cost: 1}, layer: LayerQuota, scope: "hour"},
+	out = append(out,
+		layerItem{Item: counter.Item{Key: ipKey, Algorithm: limit.SlidingWindow, Limit: ipLimit, Window: limit.Every(time.Minute), Cost: 1}, layer: admission.LayerIP},
+		layerItem{Item: counter.Item{Key: "quota:minute", Algorithm: limit.FixedWindow, Limit: qMin, Window: limit.Every(time.Minute), Cost: 1}, layer: admission.LayerQuota, scope: "minute"},
+		layerItem{Item: counter.Item{Key: "quota:hour", Algorithm: limit.FixedWindow, Limit: qHour, Window: limit.Every(time.Hour), Cost: 1}, layer: admission.LayerQuota, scope: "hour"},
 	)
-	// A lease counts toward the allotments as a check does.
-	if req.Check != nil || req.Lease != nil {
-		switch {
-		case key.Test:
-			ceilings = append(ceilings, layerItem{Item: counter.Item{Key: "sandbox", Algorithm: limit.SlidingWindow, Limit: tenant.SandboxAllotment, Window: limit.Every(30 * 24 * time.Hour), Cost: 1}, layer: LayerSandbox})
-		case effective.MonthlyChecks != nil:
-			ceilings = append(ceilings, layerItem{
-				Item:    counter.Item{Key: "allotment", Algorithm: limit.FixedWindow, Limit: *effective.MonthlyChecks, Window: limit.Month, Cost: 1},
-				layer:   LayerAllotment,
-				payment: tenant.HeldToStarter(t),
-				plan:    effective.Name,
-			})
-		}
+	switch {
+	case !counted:
+	case key.Test:
+		out = append(out, layerItem{Item: counter.Item{Key: "sandbox", Algorithm: limit.SlidingWindow, Limit: tenant.SandboxAllotment, Window: limit.Every(30 * 24 * time.Hour), Cost: 1}, layer: admission.LayerSandbox})
+	case effective.MonthlyChecks != nil:
+		out = append(out, layerItem{
+			Item:    counter.Item{Key: "allotment", Algorithm: limit.FixedWindow, Limit: *effective.MonthlyChecks, Window: limit.Month, Cost: 1},
+			layer:   admission.LayerAllotment,
+			payment: tenant.HeldToStarter(t),
+			plan:    effective.Name,
+		})
 	}
+	return out
+}
 
-	if req.Lease != nil {
-		return g.acquire(ctx, req, v, ceilings, now)
+// ipPerMinute is the tenant's per-IP limit: its own, else its plan's, else
+// the default.
+func ipPerMinute(t tenant.Tenant, effective tenant.Plan) int64 {
+	ipLimit := t.RateLimitPerMinute
+	if ipLimit <= 0 {
+		ipLimit = effective.IPPerMinute
 	}
-
-	// 5. The tenant's policies.
-	// The policy items stay on the stack for the common checks.
-	var polBuf [4]policyItem
-	pols := polBuf[:0]
-	if req.Check != nil {
-		var matching time.Duration
-		pols, matching, err = g.policyItems(pols, t.ID, set, key.Test, req.Check, now)
-		if matchEstimate > 0 {
-			g.matching.settle(t.ID, g.cfg.Now(), matching, matchEstimate)
-		}
-		if err != nil {
-			return v, err
-		}
+	if ipLimit <= 0 {
+		ipLimit = tenant.DefaultIPPerMinute
 	}
+	return ipLimit
+}
 
-	// Each ceiling spends a unit of this instance's lease on its counter
-	// when it has one (lease.go), or goes to the store in this request,
-	// renewing the lease on the way. The policies always go to the store,
-	// exact per check.
-	// The items are gathered on the stack and sent in a slice of their
-	// exact size: with the ceilings leased, most checks send one item.
-	var itemBuf [16]counter.Item
-	items := itemBuf[:0]
+// checkItems resolves a check's items into policy items appended to out
+// (none for other routes), and settles the matching time admitWork
+// reserved with the time matching took.
+func (g *Gate) checkItems(p *passage, out []policyItem) ([]policyItem, error) {
+	if p.req.Check == nil {
+		return out, nil
+	}
+	pols, matching, err := g.policyItems(out, p.v.Tenant.ID, p.set, p.v.Key.Test, p.req.Check, p.now)
+	if p.matchEstimate > 0 {
+		g.matching.settle(p.v.Tenant.ID, g.cfg.Now(), matching, p.matchEstimate)
+	}
+	return pols, err
+}
+
+// storeRequest builds the one counter request, its items appended to items.
+// Each ceiling spends a unit of this instance's advance on its counter when
+// it has one (advance.go; the unit is appended to spent, to be given back
+// if another ceiling refuses), or goes to the store in this request,
+// renewing the advance on the way. The policies always go to the store,
+// exact per check. It sets every item's slot.
+func (g *Gate) storeRequest(p *passage, ceilings []layerItem, pols []policyItem, items []counter.Item, spent []*units) (counter.Request, []counter.Item, []*units) {
+	t, now := p.v.Tenant, p.now
 	creq := counter.Request{Group: t.ID}
-	if req.Check != nil {
-		creq.Mode = req.Check.Mode
+	if p.req.Check != nil {
+		creq.Mode = p.req.Check.Mode
 	}
-	var spentBuf [4]*units
-	spent := spentBuf[:0] // lease units spent here, given back if a ceiling refuses
 	for i := range ceilings {
 		c := &ceilings[i]
 		// A plan may allow more than a counter holds; beyond MaxLimit a
 		// ceiling is as good as none.
 		c.Limit = min(c.Limit, limit.MaxLimit)
-		c.lease = leaseID{t.ID, c.Key}
-		if ok, remaining, resetIn, from := g.leases.take(c.lease, now); ok {
+		c.advance = advanceID{t.ID, c.Key}
+		c.slot, c.topUp = noSlot, noSlot
+		if ok, remaining, resetIn, from := g.advances.take(c.advance, now); ok {
 			spent = append(spent, from)
-			c.at = -1
-			v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining, Window: windowLength(c.Window, now), ResetIn: resetIn})
+			p.v.Tightest = tighter(p.v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining, Window: windowLength(c.Window, now), ResetIn: resetIn})
 			continue
 		}
-		c.at = len(items)
-		c.size = g.leases.size(c.lease, now, leaseEnd(c.Window, now, now))
-		items = append(items, leasedItems(c.Item, c.size)...)
+		c.slot = len(items)
+		c.size = g.advances.size(c.advance, now, advanceEnd(c.Window, now, now))
+		if c.size > 1 {
+			c.topUp = c.slot + 1
+		}
+		items = append(items, advanceItems(c.Item, c.size)...)
 	}
 	creq.Ceilings = len(items)
-	for _, p := range pols {
-		items = append(items, p.Item)
+	for i := range pols {
+		pols[i].slot = len(items)
+		items = append(items, pols[i].Item)
 	}
-	if len(items) == 0 {
-		// Every ceiling was served from its lease and there is no policy:
-		// nothing for the store to decide.
-		v.Allowed = true
-		return g.answer(ctx, req, v, false, nil), nil
-	}
-	creq.Items = slices.Clone(items)
+	return creq, items, spent
+}
 
-	res, err := g.storeCheck(ctx, t.ID, creq)
-	if errors.Is(err, counter.ErrInvalid) {
-		return v, fmt.Errorf("counter request of tenant %s: %w", t.ID, err)
-	}
-	if err != nil {
-		return g.degraded(ctx, req, v, ceilings, pols, err), nil
-	}
-
+// settle reads the store's answer to creq: a ceiling's refusal, or the
+// advances renewed and the policies' verdicts.
+func (g *Gate) settle(ctx context.Context, p *passage, ceilings []layerItem, pols []policyItem, spent []*units, creq counter.Request, res counter.Result) Verdict {
 	for _, c := range ceilings {
-		if c.at < 0 {
+		if c.slot == noSlot {
 			continue
 		}
-		if d := res.Decisions[c.at]; !d.Allowed {
+		if d := res.Decisions[c.slot]; !d.Allowed {
 			// The store counted none of the ceilings: give back what the
-			// leases spent.
+			// advances spent.
 			for _, u := range spent {
-				g.leases.giveBack(u)
+				g.advances.giveBack(u)
 			}
-			return g.refuse(ctx, req, v, Refusal{
+			return g.refuse(ctx, p.req, p.v, admission.Refusal{
 				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
 				RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, PaymentRequired: c.payment, Plan: c.plan, Key: c.Key,
-			}), nil
+			})
 		}
 	}
+	g.renewAdvances(p, ceilings, creq, res)
+	return g.policyVerdict(ctx, p, pols, res)
+}
+
+// renewAdvances gives each ceiling that went to the store what the store
+// granted its advance: the unit this request spent and, when the top-up
+// was granted, the rest.
+func (g *Gate) renewAdvances(p *passage, ceilings []layerItem, creq counter.Request, res counter.Result) {
 	for _, c := range ceilings {
-		if c.at < 0 {
+		if c.slot == noSlot {
 			continue
 		}
-		d := res.Decisions[c.at]
+		d := res.Decisions[c.slot]
 		granted, remaining := int64(1), d.Remaining
-		if top := c.at + 1; c.size > 1 && res.Decisions[top].Allowed {
-			granted, remaining = 1+creq.Items[top].Cost, res.Decisions[top].Remaining
+		if c.topUp != noSlot && res.Decisions[c.topUp].Allowed {
+			granted, remaining = 1+creq.Items[c.topUp].Cost, res.Decisions[c.topUp].Remaining
 		}
-		g.leases.grant(c.lease, now, leaseEnd(c.Window, now, res.Now), c.Limit, granted, remaining)
-		v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining + granted - 1, Window: windowLength(c.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
+		g.advances.grant(c.advance, p.now, advanceEnd(c.Window, p.now, res.Now), c.Limit, granted, remaining)
+		p.v.Tightest = tighter(p.v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining + granted - 1, Window: windowLength(c.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
 	}
+}
+
+// policyVerdict answers a request no ceiling refused with its policies'
+// decisions.
+func (g *Gate) policyVerdict(ctx context.Context, p *passage, pols []policyItem, res counter.Result) Verdict {
+	v := p.v
 	v.Allowed = true
-	var refusals []Refusal
+	var refusals []admission.Refusal
 	v.Items = make([]ItemVerdict, 0, len(pols))
-	for i, p := range pols {
-		d := res.Decisions[creq.Ceilings+i]
-		iv := ItemVerdict{Policy: p.name, Decision: d, Window: windowLength(p.Window, res.Now), Shadow: p.shadow}
+	for _, pol := range pols {
+		d := res.Decisions[pol.slot]
+		iv := ItemVerdict{Policy: pol.name, Decision: d, Window: windowLength(pol.Window, res.Now), Shadow: pol.shadow}
 		if !d.Allowed {
-			refusals = append(refusals, Refusal{Layer: LayerPolicy, Policy: p.name, Limit: p.Limit, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: p.Key, Shadow: p.shadow, AlertAfter: p.alertAfter})
+			refusals = append(refusals, admission.Refusal{Layer: admission.LayerPolicy, Policy: pol.name, Limit: pol.Limit, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: pol.Key, Shadow: pol.shadow, AlertAfter: pol.alertAfter})
 			// A shadow policy reports what it would decide (this item's
 			// allowed) and never refuses the check (the answer's allowed).
-			if !p.shadow {
+			if !pol.shadow {
 				v.Allowed = false
 			}
 		}
 		v.Items = append(v.Items, iv)
-		if !p.shadow {
-			v.Tightest = tighter(v.Tightest, Quota{Name: p.name, Limit: p.Limit, Remaining: d.Remaining, Window: windowLength(p.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
+		if !pol.shadow {
+			v.Tightest = tighter(v.Tightest, Quota{Name: pol.name, Limit: pol.Limit, Remaining: d.Remaining, Window: windowLength(pol.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
 		}
 	}
-	return g.answer(ctx, req, v, false, refusals), nil
+	return g.answer(ctx, p.req, v, false, refusals)
 }
 
 // answer counts and reports v, which no ceiling refused, as the pipeline's
 // answer: allowed, or refused by the tenant's policies.
-func (g *Gate) answer(ctx context.Context, req Request, v Verdict, degraded bool, refusals []Refusal) Verdict {
-	outcome := OutcomeAllowed
+func (g *Gate) answer(ctx context.Context, req Request, v Verdict, degraded bool, refusals []admission.Refusal) Verdict {
+	outcome := admission.OutcomeAllowed
 	if !v.Allowed {
-		outcome = LayerPolicy
+		outcome = admission.LayerPolicy
 	}
 	g.met.answered(v.Allowed, degraded)
 	g.observe(ctx, req, v, outcome, degraded, refusals)
@@ -298,21 +456,21 @@ func (g *Gate) storeCheck(ctx context.Context, tenantID string, req counter.Requ
 }
 
 // refuse records a ceiling's refusal and returns the verdict carrying it.
-func (g *Gate) refuse(ctx context.Context, req Request, v Verdict, r Refusal) Verdict {
+func (g *Gate) refuse(ctx context.Context, req Request, v Verdict, r admission.Refusal) Verdict {
 	v.Refusal = &r
 	v.Allowed = false
 	g.met.refused[r.Layer].Inc()
 	if v.Tenant.ID != "" {
-		g.observe(ctx, req, v, r.Layer, r.Degraded, []Refusal{r})
+		g.observe(ctx, req, v, r.Layer, r.Degraded, []admission.Refusal{r})
 	}
 	return v
 }
 
-func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome string, degraded bool, refusals []Refusal) {
+func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome string, degraded bool, refusals []admission.Refusal) {
 	if g.cfg.Observer == nil {
 		return
 	}
-	g.cfg.Observer.Observe(ctx, Event{
+	g.cfg.Observer.Observe(ctx, admission.Event{
 		At: g.cfg.Now(), TenantID: v.Tenant.ID, KeyID: v.Key.ID, Live: !v.Key.Test, Route: req.Route,
 		Checked: req.Check != nil || req.Lease != nil, Outcome: outcome, Degraded: degraded, Refusals: refusals,
 	})

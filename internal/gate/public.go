@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/limit"
 )
 
@@ -23,11 +24,11 @@ func (g *Gate) Public(ctx context.Context, route string, ip netip.Addr, perMinut
 	var v Verdict
 	key := "public:" + route + ":" + g.ipDigest(ip)
 	if d := g.l1Check(ctx, g.cfg.Now(), "", key, limit.SlidingWindow, perMinute, limit.Every(time.Minute)); !d.Allowed {
-		return g.refuse(ctx, Request{Route: route, ClientIP: ip}, v, Refusal{Layer: LayerIP, Limit: perMinute, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: key})
+		return g.refuse(ctx, Request{Route: route, ClientIP: ip}, v, admission.Refusal{Layer: admission.LayerIP, Limit: perMinute, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: key})
 	}
 	if n := g.cfg.InstanceCeiling; n > 0 {
 		if d := g.l1Check(ctx, g.cfg.Now(), "", "instance", limit.TokenBucket, n, limit.Every(time.Second)); !d.Allowed {
-			return g.refuse(ctx, Request{Route: route, ClientIP: ip}, v, Refusal{Layer: LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt})
+			return g.refuse(ctx, Request{Route: route, ClientIP: ip}, v, admission.Refusal{Layer: admission.LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt})
 		}
 	}
 	v.Allowed = true

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/gate"
 )
@@ -32,7 +33,7 @@ func TestPublicPages(t *testing.T) {
 		}
 	}
 	v := g.Public(ctx, "home", a, 3)
-	if v.Refusal == nil || v.Refusal.Layer != gate.LayerIP || v.Refusal.Limit != 3 || v.Refusal.RetryAfter <= 0 || v.Allowed {
+	if v.Refusal == nil || v.Refusal.Layer != admission.LayerIP || v.Refusal.Limit != 3 || v.Refusal.RetryAfter <= 0 || v.Allowed {
 		t.Fatalf("fourth request: %+v, want an ip refusal with a retry", v.Refusal)
 	}
 	// Another route, another bucket; another address, another bucket.
@@ -50,7 +51,7 @@ func TestPublicPages(t *testing.T) {
 		}
 	}
 	v = g.Public(ctx, "home", b, 100)
-	if v.Refusal == nil || v.Refusal.Layer != gate.LayerInstance || v.Refusal.Limit != 10 {
+	if v.Refusal == nil || v.Refusal.Layer != admission.LayerInstance || v.Refusal.Limit != 10 {
 		t.Fatalf("past the instance ceiling: %+v, want an instance refusal", v.Refusal)
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -16,9 +14,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/digest"
-	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/gate"
 )
 
 // BillingLinkLifetime is how long the billing_url of a 402 answer opens the
@@ -116,24 +113,18 @@ func portalLink(cfg Config) echo.HandlerFunc {
 	}
 }
 
-// linkLimits counts billing link opens, per tenant and per client IP, in
-// the shared counter store, and in this instance's memory while that store
-// is unavailable (the limits then hold per instance, which still bounds the
-// calls to Stripe). Client IPs are counted as HMACs under the billing key.
+// linkLimits counts billing link opens, per tenant and per client IP, with
+// the gate's Limiter (the shared counter store, else this instance's
+// memory; nil counts nowhere, and every open is answered 503). Client IPs
+// are counted as HMACs under the billing key.
 type linkLimits struct {
-	shared counter.Store // nil: local only
-	local  counter.Store // nil: shared only
+	limiter *gate.Limiter
 	// digest is HMAC-SHA-256 under the billing key.
 	digest *digest.Digester
-	log    *slog.Logger
 }
 
 func newLinkLimits(cfg Config) *linkLimits {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &linkLimits{shared: cfg.Counter, local: cfg.Local, digest: digest.New(cfg.BillingKey), log: log}
+	return &linkLimits{limiter: cfg.LinkLimiter, digest: digest.New(cfg.BillingKey)}
 }
 
 // ipKey is the counter key of a client address: "ip:" and 128 bits of its
@@ -152,30 +143,18 @@ func (l *linkLimits) ipKey(ip netip.Addr) string {
 // one bucket), on both counters or neither, and returns zero, or how long
 // to wait when a limit refuses.
 func (l *linkLimits) admit(ctx context.Context, tenantID string, ip netip.Addr) (time.Duration, error) {
-	w := limit.Every(billingLinkWindow)
-	req := counter.Request{Mode: counter.Consume, Group: billingLinkGroup, Items: []counter.Item{
-		{Key: "tenant:" + tenantID, Algorithm: limit.SlidingWindow, Limit: BillingLinksPerTenant, Window: w, Cost: 1},
-		{Key: l.ipKey(ip), Algorithm: limit.SlidingWindow, Limit: BillingLinksPerIP, Window: w, Cost: 1},
-	}}
-	var res counter.Result
-	err := counter.ErrUnavailable
-	if l.shared != nil {
-		res, err = l.shared.Check(ctx, req)
-		if errors.Is(err, counter.ErrUnavailable) {
-			l.log.WarnContext(ctx, "billing link limits: counter store unavailable, counting in this instance's memory", "err", err)
-		}
+	if l.limiter == nil {
+		return 0, fmt.Errorf("billing link limits: %w", gate.ErrStoreUnavailable)
 	}
-	if errors.Is(err, counter.ErrUnavailable) && l.local != nil {
-		res, err = l.local.Check(ctx, req)
-	}
+	ds, err := l.limiter.Check(ctx, gate.Limits{Group: billingLinkGroup, Rules: []gate.Rule{
+		{Key: "tenant:" + tenantID, Limit: BillingLinksPerTenant, Window: billingLinkWindow},
+		{Key: l.ipKey(ip), Limit: BillingLinksPerIP, Window: billingLinkWindow},
+	}})
 	if err != nil {
-		return 0, fmt.Errorf("billing link limits: %w", err)
-	}
-	if res.Allowed {
-		return 0, nil
+		return 0, err
 	}
 	var wait time.Duration
-	for _, d := range res.Decisions {
+	for _, d := range ds {
 		if !d.Allowed {
 			wait = max(wait, d.RetryAfter, time.Second)
 		}

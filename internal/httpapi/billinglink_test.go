@@ -19,6 +19,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/gate"
 )
 
 // portalCounter is the real billing service, counting the portal sessions
@@ -119,8 +120,8 @@ func TestBillingLinkLimitsHoldAcrossInstances(t *testing.T) {
 	w := newBillingWorld(t)
 	shared := memory.New(memory.Config{})
 	t.Cleanup(func() { shared.Close() })
-	a := w.instance(true, true, func(c *Config) { c.Counter = shared })
-	b := w.instance(true, true, func(c *Config) { c.Counter = shared })
+	a := w.instance(true, true, func(c *Config) { c.LinkLimiter = gate.NewLimiter("billing link limits", shared, nil, nil) })
+	b := w.instance(true, true, func(c *Config) { c.LinkLimiter = gate.NewLimiter("billing link limits", shared, nil, nil) })
 	tenant := w.tenant()
 	outcome(t, a.post(checkoutJSON("evt_ck", time.Now(), tenant, "cus_x", "sub_x"), webhookSecret, time.Time{}))
 	opened := 0

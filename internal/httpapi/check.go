@@ -17,7 +17,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
@@ -182,9 +182,9 @@ func parseCheckBody(body []byte) (*gate.Check, error) {
 	chk := &gate.Check{}
 	switch b.Mode {
 	case "", "consume":
-		chk.Mode = counter.Consume
+		chk.Mode = gate.Consume
 	case "peek":
-		chk.Mode = counter.Peek
+		chk.Mode = gate.Peek
 	default:
 		return nil, &badRequest{field: "mode", reason: `want "consume" or "peek"`}
 	}
@@ -307,17 +307,17 @@ func (a *api) refusalProblem(v gate.Verdict) refusalProblem {
 		Degraded:         r.Degraded,
 	}
 	switch r.Layer {
-	case gate.LayerInstance:
+	case admission.LayerInstance:
 		p.Detail = fmt.Sprintf("This Tollgate instance is at its ceiling of %d requests a second; retry in %d s.", r.Limit, retry)
-	case gate.LayerIP:
+	case admission.LayerIP:
 		p.Detail = fmt.Sprintf("Too many requests from this address: the limit is %d a minute; retry in %d s.", r.Limit, retry)
-	case gate.LayerQuota:
+	case admission.LayerQuota:
 		p.Detail = fmt.Sprintf("The tenant's quota of %d requests per %s is used up; retry in %d s.", r.Limit, r.Scope, retry)
-	case gate.LayerAllotment:
+	case admission.LayerAllotment:
 		p.Detail = fmt.Sprintf("The %s plan's allotment of %d checks this month is used up. Upgrade the plan, or wait until %s.", r.Plan, r.Limit, r.ResetAt.UTC().Format(time.RFC3339))
-	case gate.LayerSandbox:
+	case admission.LayerSandbox:
 		p.Detail = fmt.Sprintf("Test keys share %d checks per rolling 30 days and they are used up; use a live key or retry in %d s.", r.Limit, retry)
-	case gate.LayerInflight:
+	case admission.LayerInflight:
 		p.Detail = fmt.Sprintf("The tenant has as much work in progress on this Tollgate instance as it may (%d check items at once); retry in %d s, or send fewer items in parallel.", r.Limit, retry)
 	}
 	if r.PaymentRequired {

@@ -132,7 +132,7 @@ func newTenantAPIWith(t testing.TB, dsn string, o apiOptions) *tenantAPI {
 		Webhooks:    testWebhooks(t, pool),
 		PublicURL:   "https://tollgate.example",
 		BillingKey:  []byte("billing-key"),
-		Local:       local,
+		LinkLimiter: gate.NewLimiter("billing link limits", nil, local, nil),
 		Metrics:     met.Handler(),
 		Instruments: met,
 		Audit: func(_ context.Context, tenantID, kind string, detail map[string]any) {

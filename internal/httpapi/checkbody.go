@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/gate"
 )
 
@@ -30,7 +29,9 @@ func decodeCheckFast(body []byte) (chk *gate.Check, ok bool) {
 	c := new(oneItemCheck)
 	c.Items = c.one[:0]
 	var seenMode, seenItems bool
-	if !d.peek('}') {
+	// An empty object is consumed here, and refused by the closing brace
+	// below: decodeJSON answers it.
+	if !d.byte('}') {
 		for {
 			key, ok := d.str()
 			if !ok || !d.byte(':') {
@@ -47,9 +48,9 @@ func decodeCheckFast(body []byte) (chk *gate.Check, ok bool) {
 				case !ok:
 					return nil, false
 				case mode == "" || mode == "consume":
-					c.Mode = counter.Consume
+					c.Mode = gate.Consume
 				case mode == "peek":
-					c.Mode = counter.Peek
+					c.Mode = gate.Peek
 				default:
 					return nil, false
 				}
@@ -112,9 +113,6 @@ func (d *fastDecoder) byte(c byte) bool {
 	}
 	return false
 }
-
-// peek consumes c, after white space, if it is next, like byte.
-func (d *fastDecoder) peek(c byte) bool { return d.byte(c) }
 
 // str reads a string without escapes: valid UTF-8, no control characters
 // (encoding/json would reject those, or replace bytes of invalid UTF-8).

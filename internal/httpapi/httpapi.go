@@ -20,7 +20,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/web"
@@ -63,16 +63,11 @@ type Config struct {
 	PublicURL string
 	// BillingKey signs the billing links of 402 answers.
 	BillingKey []byte
-	// Counter is the shared counter store, where opens of billing links are
-	// counted against their limits across instances; nil counts them in
-	// Local only.
-	Counter counter.Store
-	// Local is this instance's in-memory counter store (counter/memory,
-	// bounded), where opens of billing links are counted while Counter is
-	// unavailable or nil; the limits then hold per instance. Nil counts
-	// nowhere else: an open that Counter cannot count is answered 503. The
-	// caller closes it.
-	Local counter.Store
+	// LinkLimiter counts opens of billing links against their limits: in
+	// the shared counter store across instances, else in this instance's
+	// memory (gate.NewLimiter). Nil counts nowhere: every open is answered
+	// 503.
+	LinkLimiter *gate.Limiter
 	// Billing serves /v1/billing, the billing links and Stripe webhooks;
 	// nil answers them 503.
 	Billing BillingService
@@ -207,7 +202,7 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			c.Response().Header().Set("Retry-After", "1")
 		}
 		if errors.Is(err, gate.ErrBusy) {
-			c.Response().Header().Set("X-RateLimit-Layer", gate.LayerInflight)
+			c.Response().Header().Set("X-RateLimit-Layer", admission.LayerInflight)
 		}
 		sendProblem(c, p)
 	}

@@ -14,10 +14,11 @@ import (
 )
 
 // LeaseGate is what the lease and reset routes call besides Admit: a
-// *gate.Gate. Errors: *policy.FieldError and *policy.NotFoundError for the
-// client's mistakes, counter.ErrNoLease for a lease that is gone,
-// counter.ErrUnavailable.
+// *gate.Gate. Acquire admits POST /v1/leases as Admit does a check. Errors: *policy.FieldError and *policy.NotFoundError for the
+// client's mistakes, gate.ErrNoLease for a lease that is gone,
+// gate.ErrStoreUnavailable.
 type LeaseGate interface {
+	Acquire(ctx context.Context, req gate.Request) (gate.Verdict, error)
 	Release(ctx context.Context, tenantID string, test bool, id string) error
 	Renew(ctx context.Context, tenantID string, test bool, id string, ttl time.Duration) (time.Time, error)
 	Reset(ctx context.Context, tenantID string, test bool, policy, subject string) (string, error)
@@ -125,7 +126,7 @@ func (h leaseHandlers) acquire(c echo.Context) error {
 	if perr == nil {
 		req.Lease = l
 	}
-	v, err := h.gate.Admit(c.Request().Context(), req)
+	v, err := h.lg.Acquire(c.Request().Context(), req)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing/stripeapi"
 	"github.com/tollgate/tollgate/internal/billing/stripeapi/stripemocktest"
 	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -110,11 +111,11 @@ func (w *billingWorld) instance(stripe, secret bool, mods ...func(*Config)) *bil
 	local := memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1})
 	w.t.Cleanup(func() { local.Close() })
 	cfg := Config{
-		Local:      local,
-		Logger:     slog.New(slog.NewTextHandler(logs, nil)),
-		Ready:      pool.Ping,
-		PublicURL:  "https://tollgate.example",
-		BillingKey: []byte("billing-key-for-tests"),
+		LinkLimiter: gate.NewLimiter("billing link limits", nil, local, nil),
+		Logger:      slog.New(slog.NewTextHandler(logs, nil)),
+		Ready:       pool.Ping,
+		PublicURL:   "https://tollgate.example",
+		BillingKey:  []byte("billing-key-for-tests"),
 		Billing: billing.NewService(billing.Config{
 			Store: pgstore.NewBilling(pool), Tenants: tenants, Payments: payments, PublicURL: "https://tollgate.example",
 		}),

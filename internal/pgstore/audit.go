@@ -48,7 +48,17 @@ func (s *Audit) InsertAudit(ctx context.Context, e audit.Entry) (audit.Entry, er
 // ListAudit implements audit.LogStore. A tenant id that is not a UUID has
 // no entries.
 func (s *Audit) ListAudit(ctx context.Context, f audit.Filter) ([]audit.Entry, error) {
-	p := sqlcgen.ListAuditParams{Kind: f.Kind, BeforeID: f.Before, MaxRows: int32(f.Limit)}
+	kinds := slices.Clone(f.Kinds)
+	if f.Kind != "" {
+		kinds = append(kinds, f.Kind)
+	}
+	p := sqlcgen.ListAuditParams{Kinds: kinds, NotKinds: f.NotKinds, BeforeID: f.Before, MaxRows: int32(f.Limit)}
+	if p.Kinds == nil {
+		p.Kinds = []string{}
+	}
+	if p.NotKinds == nil {
+		p.NotKinds = []string{}
+	}
 	if f.TenantID != "" {
 		id, ok := uuidOf(f.TenantID)
 		if !ok {

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/webhooks"
@@ -316,7 +316,7 @@ func (s *Webhooks) Sweep(ctx context.Context, now, pruneBefore time.Time) (int64
 	n1, err := s.q.EmitAllotmentThresholds(ctx, sqlcgen.EmitAllotmentThresholdsParams{
 		MonthStart: ts(month), MonthEnd: ts(month.AddDate(0, 1, 0)), Month: month.Format("2006-01"),
 		// usage.CountsAsCheck and tenant.EffectivePlanName.
-		CountingOutcomes: []string{gate.OutcomeAllowed, gate.LayerPolicy},
+		CountingOutcomes: []string{admission.OutcomeAllowed, admission.LayerPolicy},
 		KeepStatuses:     []string{tenant.StatusActive, tenant.StatusTrialing, tenant.StatusPastDue},
 		Percents:         percents,
 	})

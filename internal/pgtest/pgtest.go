@@ -35,11 +35,17 @@ var (
 // Main runs a package's tests and then stops any server pgtest started.
 // Call it from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run runs a package's tests, stops any server pgtest started and returns
+// m's exit code, for a TestMain with more to undo before it exits.
+func Run(m *testing.M) int {
 	code := m.Run()
 	if stop != nil {
 		stop()
 	}
-	os.Exit(code)
+	return code
 }
 
 // server returns the URL of the maintenance database of the server tests use.

@@ -204,7 +204,7 @@ func Parse(name string, body []byte) (Policy, error) {
 	if err != nil {
 		return Policy{}, err
 	}
-	p := Policy{Name: name, Algorithm: limit.FixedWindow, Scope: ScopeSubject, FailMode: FailOpen}
+	p := Default(name)
 	if err := f.readOnly("name", name, "must match the name in the path"); err != nil {
 		return Policy{}, err
 	}
@@ -370,6 +370,16 @@ func parseOverride(pattern string, body []byte, now time.Time) (Override, error)
 		o.ExpiresAt = &t
 	}
 	return o, nil
+}
+
+// Concurrent reports whether p is a concurrency policy, which bounds the
+// leases in flight instead of counting requests in a window.
+func (p Policy) Concurrent() bool { return p.Algorithm == limit.Concurrency }
+
+// Default is the policy named name before a body says otherwise: a fixed
+// window, per subject, failing open.
+func Default(name string) Policy {
+	return Policy{Name: name, Algorithm: limit.FixedWindow, Scope: ScopeSubject, FailMode: FailOpen}
 }
 
 // MarshalJSON writes p in the shape Parse reads, plus name, created_at and

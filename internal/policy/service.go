@@ -25,6 +25,14 @@ type Service struct {
 	Audit func(ctx context.Context, tenantID, kind string, detail map[string]any)
 }
 
+// The kinds of the audit entries Service writes.
+const (
+	KindPolicyPut       = "policy_put"
+	KindPolicyDeleted   = "policy_deleted"
+	KindOverridePut     = "override_put"
+	KindOverrideDeleted = "override_deleted"
+)
+
 // PutPolicy is Store.PutPolicy, then Catalog.Invalidate.
 func (s Service) PutPolicy(ctx context.Context, tenantID string, p Policy) (Policy, error) {
 	p, err := s.Store.PutPolicy(ctx, tenantID, p)
@@ -34,7 +42,7 @@ func (s Service) PutPolicy(ctx context.Context, tenantID string, p Policy) (Poli
 		if p.Algorithm != limit.Concurrency {
 			window = FormatWindow(p.Window)
 		}
-		s.audit(ctx, tenantID, "policy_put", map[string]any{
+		s.audit(ctx, tenantID, KindPolicyPut, map[string]any{
 			"policy": p.Name, "limit": p.Limit, "window": window, "algorithm": p.Algorithm.String(),
 			"scope": string(p.Scope), "fail_mode": string(p.FailMode), "shadow": p.Shadow, "alert_after": p.AlertAfter,
 		})
@@ -47,7 +55,7 @@ func (s Service) DeletePolicy(ctx context.Context, tenantID, name string) error 
 	err := s.Store.DeletePolicy(ctx, tenantID, name)
 	s.changed(tenantID)
 	if err == nil {
-		s.audit(ctx, tenantID, "policy_deleted", map[string]any{"policy": name})
+		s.audit(ctx, tenantID, KindPolicyDeleted, map[string]any{"policy": name})
 	}
 	return err
 }
@@ -61,7 +69,7 @@ func (s Service) PutOverride(ctx context.Context, tenantID, name string, o Overr
 		if o.ExpiresAt != nil {
 			d["expires_at"] = o.ExpiresAt.UTC().Format(time.RFC3339)
 		}
-		s.audit(ctx, tenantID, "override_put", d)
+		s.audit(ctx, tenantID, KindOverridePut, d)
 	}
 	return o, err
 }
@@ -71,7 +79,7 @@ func (s Service) DeleteOverride(ctx context.Context, tenantID, name, pattern str
 	err := s.Store.DeleteOverride(ctx, tenantID, name, pattern)
 	s.changed(tenantID)
 	if err == nil {
-		s.audit(ctx, tenantID, "override_deleted", map[string]any{"policy": name, "pattern": pattern})
+		s.audit(ctx, tenantID, KindOverrideDeleted, map[string]any{"policy": name, "pattern": pattern})
 	}
 	return err
 }

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/batch"
-	"github.com/tollgate/tollgate/internal/gate"
 )
 
 // DegradedStore keeps degraded minutes; pgstore implements it.
@@ -34,7 +34,7 @@ const (
 )
 
 // Recorder counts degraded answers per minute in memory and writes them
-// every few seconds: a gate.Observer that costs a degraded request one map
+// every few seconds: a admission.Observer that costs a degraded request one map
 // increment and the database nothing while the counter store is healthy. It
 // is safe for concurrent use.
 type Recorder struct {
@@ -49,7 +49,7 @@ type Recorder struct {
 	pending map[time.Time]int64
 }
 
-var _ gate.Observer = (*Recorder)(nil)
+var _ admission.Observer = (*Recorder)(nil)
 
 // NewRecorder returns a Recorder writing to store; call Run to flush.
 func NewRecorder(store DegradedStore, log *slog.Logger) *Recorder {
@@ -60,7 +60,7 @@ func NewRecorder(store DegradedStore, log *slog.Logger) *Recorder {
 }
 
 // Observe counts e when it was answered degraded.
-func (r *Recorder) Observe(_ context.Context, e gate.Event) {
+func (r *Recorder) Observe(_ context.Context, e admission.Event) {
 	if !e.Degraded {
 		return
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/traffic"
@@ -26,7 +26,7 @@ func TestRecorderCountsDegradedAnswersPerMinute(t *testing.T) {
 	r := traffic.NewRecorder(store, nil)
 	ctx := context.Background()
 	m := time.Date(2026, 11, 2, 3, 4, 0, 0, time.UTC)
-	for _, e := range []gate.Event{
+	for _, e := range []admission.Event{
 		{At: m.Add(time.Second), Degraded: true},
 		{At: m.Add(59 * time.Second), Degraded: true},
 		{At: m.Add(61 * time.Second), Degraded: true},
@@ -35,7 +35,7 @@ func TestRecorderCountsDegradedAnswersPerMinute(t *testing.T) {
 		r.Observe(ctx, e)
 	}
 	r.Flush(ctx)
-	r.Observe(ctx, gate.Event{At: m, Degraded: true})
+	r.Observe(ctx, admission.Event{At: m, Degraded: true})
 	r.Flush(ctx)
 	got, err := store.DegradedMinutes(ctx, m, m.Add(time.Hour))
 	if err != nil {

@@ -2,7 +2,7 @@
 // checks per minute and day that usage meters, top tenants, the tenant list
 // with this month's checks, and the minutes in which the service answered
 // without its shared counter store (degraded), which its Recorder, a third
-// gate.Observer beside usage's and audit's, meters. It sits beside usage,
+// admission.Observer beside usage's and audit's, meters. It sits beside usage,
 // whose minutes it reads; the dashboard draws it. It imports tenant and
 // gate, and no driver: pgstore implements its Store and DegradedStore.
 package traffic
@@ -15,7 +15,7 @@ import (
 )
 
 // MinuteCount is the /v1/check calls of one UTC minute with one outcome
-// (gate.OutcomeAllowed or the layer that refused).
+// (admission.OutcomeAllowed or the layer that refused).
 type MinuteCount struct {
 	Minute  time.Time
 	Outcome string

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/atomicmap"
 	"github.com/tollgate/tollgate/internal/batch"
-	"github.com/tollgate/tollgate/internal/gate"
 )
 
 // cell is a row's key within one minute.
@@ -78,7 +78,7 @@ type hotKey struct {
 	cell   cell
 }
 
-var _ gate.Observer = (*Recorder)(nil)
+var _ admission.Observer = (*Recorder)(nil)
 
 // NewRecorder returns a Recorder; call Run to flush its counts.
 func NewRecorder(cfg Config) (*Recorder, error) {
@@ -125,7 +125,7 @@ func NewRecorder(cfg Config) (*Recorder, error) {
 // increment. It never blocks on I/O. Events without a tenant (refused before
 // the key was known) are not counted: there is no one to meter. An empty
 // Outcome counts as allowed.
-func (r *Recorder) Observe(_ context.Context, e gate.Event) {
+func (r *Recorder) Observe(_ context.Context, e admission.Event) {
 	if e.TenantID == "" {
 		return
 	}
@@ -136,7 +136,7 @@ func (r *Recorder) Observe(_ context.Context, e gate.Event) {
 	m := minuteOf(at)
 	c := cell{tenantID: e.TenantID, live: e.Live, checked: e.Checked, outcome: e.Outcome}
 	if c.outcome == "" {
-		c.outcome = gate.OutcomeAllowed
+		c.outcome = admission.OutcomeAllowed
 	}
 	k := hotKey{m, c}
 	if h, ok := r.hot.Load(k); ok {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/usage"
 )
@@ -19,7 +19,7 @@ var base = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 
 // checks is a count of live checks allowed in minute m (minutes after base).
 func checks(tenant string, m int) rowKey {
-	return rowKey{tenant, base.Add(time.Duration(m) * time.Minute), true, true, gate.OutcomeAllowed}
+	return rowKey{tenant, base.Add(time.Duration(m) * time.Minute), true, true, admission.OutcomeAllowed}
 }
 
 func TestRecorderFailedFlushKeepsCounts(t *testing.T) {
@@ -29,13 +29,13 @@ func TestRecorderFailedFlushKeepsCounts(t *testing.T) {
 	r := newRecorder(t, pool, usage.Config{})
 	ctx := context.Background()
 	for i := range 10 {
-		r.Observe(ctx, gate.Event{At: base.Add(time.Duration(i) * time.Second), TenantID: tenant, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
+		r.Observe(ctx, admission.Event{At: base.Add(time.Duration(i) * time.Second), TenantID: tenant, Live: true, Checked: true, Outcome: admission.OutcomeAllowed})
 	}
 	proxy.Cut()
 	if err := r.Flush(ctx); err == nil {
 		t.Fatal("Flush with the database cut off: got nil error")
 	}
-	r.Observe(ctx, gate.Event{At: base, TenantID: tenant, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
+	r.Observe(ctx, admission.Event{At: base, TenantID: tenant, Live: true, Checked: true, Outcome: admission.OutcomeAllowed})
 	if got := r.Pending(); got != 2 {
 		t.Errorf("Pending() after a failed flush = %d, want 2 (a row failed, a row new)", got)
 	}
@@ -61,7 +61,7 @@ func TestRecorderFlushLostAfterCommitCountsOnce(t *testing.T) {
 	r := newRecorder(t, pool, usage.Config{})
 	ctx := context.Background()
 	for range 10 {
-		r.Observe(ctx, gate.Event{At: base, TenantID: tenant, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
+		r.Observe(ctx, admission.Event{At: base, TenantID: tenant, Live: true, Checked: true, Outcome: admission.OutcomeAllowed})
 	}
 	if err := pgtest.FlushLosingTheAnswer(t, direct, proxy, func() error { return r.Flush(ctx) }); err == nil {
 		t.Fatal("Flush with the answer lost: got nil error")
@@ -73,7 +73,7 @@ func TestRecorderFlushLostAfterCommitCountsOnce(t *testing.T) {
 	if err := proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	r.Observe(ctx, gate.Event{At: base, TenantID: tenant, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
+	r.Observe(ctx, admission.Event{At: base, TenantID: tenant, Live: true, Checked: true, Outcome: admission.OutcomeAllowed})
 	// The report, too, counts the batch once while it waits to be sent
 	// again.
 	rep, err := r.Usage(ctx, tenant, base)
@@ -103,7 +103,7 @@ func TestRecorderPendingStaysBounded(t *testing.T) {
 	// failing flush every 20 minutes.
 	for m := range 200 {
 		for _, tenant := range tenants {
-			r.Observe(ctx, gate.Event{At: base.Add(time.Duration(m) * time.Minute), TenantID: tenant, Checked: true, Outcome: gate.OutcomeAllowed})
+			r.Observe(ctx, admission.Event{At: base.Add(time.Duration(m) * time.Minute), TenantID: tenant, Checked: true, Outcome: admission.OutcomeAllowed})
 		}
 		// New rows, and a failed batch of as many at most.
 		if got := r.Pending(); got > 2*maxPending {
@@ -125,7 +125,7 @@ func TestRecorderPendingStaysBounded(t *testing.T) {
 	// What was kept is the first failed batch and the newest minutes.
 	for m := 200 - maxPending/3 + 1; m < 200; m++ {
 		for _, tenant := range tenants {
-			k := rowKey{tenant, base.Add(time.Duration(m) * time.Minute), false, true, gate.OutcomeAllowed}
+			k := rowKey{tenant, base.Add(time.Duration(m) * time.Minute), false, true, admission.OutcomeAllowed}
 			if got[k] != 1 {
 				t.Errorf("row %+v = %d, want it kept, 1", k, got[k])
 			}
@@ -147,7 +147,7 @@ func TestRecorderAtTheCapTheOldestMinuteGoes(t *testing.T) {
 	r := newRecorder(t, pool, usage.Config{MaxPending: 3})
 	ctx := context.Background()
 	observe := func(tenant string, minute int) {
-		r.Observe(ctx, gate.Event{At: base.Add(time.Duration(minute) * time.Minute), TenantID: tenant, Checked: true, Outcome: gate.OutcomeAllowed})
+		r.Observe(ctx, admission.Event{At: base.Add(time.Duration(minute) * time.Minute), TenantID: tenant, Checked: true, Outcome: admission.OutcomeAllowed})
 	}
 	observe(a, 10)
 	observe(b, 10)
@@ -169,8 +169,8 @@ func TestRecorderAtTheCapTheOldestMinuteGoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[rowKey]int64{
-		{e, base.Add(20 * time.Minute), false, true, gate.OutcomeAllowed}: 1,
-		{a, base.Add(20 * time.Minute), false, true, gate.OutcomeAllowed}: 1,
+		{e, base.Add(20 * time.Minute), false, true, admission.OutcomeAllowed}: 1,
+		{a, base.Add(20 * time.Minute), false, true, admission.OutcomeAllowed}: 1,
 	}
 	if got := stored(t, pool); !maps.Equal(got, want) {
 		t.Errorf("usage_minutes = %v, want %v", got, want)
@@ -181,7 +181,7 @@ func TestRecorderObserveIgnoresEventsWithoutTenant(t *testing.T) {
 	t.Parallel()
 	pool := newDB(t)
 	r := newRecorder(t, pool, usage.Config{})
-	r.Observe(context.Background(), gate.Event{At: base, Outcome: gate.LayerInstance})
+	r.Observe(context.Background(), admission.Event{At: base, Outcome: admission.LayerInstance})
 	if got := r.Pending(); got != 0 {
 		t.Errorf("Pending() = %d, want 0", got)
 	}
@@ -198,7 +198,7 @@ func TestRecorderObserveEmptyOutcomeAndZeroTime(t *testing.T) {
 	pool := newDB(t)
 	tenant := newTenant(t, pool)
 	r := newRecorder(t, pool, usage.Config{Now: func() time.Time { return base.Add(90 * time.Second) }})
-	r.Observe(context.Background(), gate.Event{TenantID: tenant, Live: true, Checked: true})
+	r.Observe(context.Background(), admission.Event{TenantID: tenant, Live: true, Checked: true})
 	if err := r.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestRecorderNewCellRaceLosesNothing(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for range each {
-					r.Observe(ctx, gate.Event{At: at, TenantID: tenant, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
+					r.Observe(ctx, admission.Event{At: at, TenantID: tenant, Live: true, Checked: true, Outcome: admission.OutcomeAllowed})
 				}
 			})
 		}
@@ -245,7 +245,7 @@ func TestRecorderNewCellRaceLosesNothing(t *testing.T) {
 	}
 	got := stored(t, pool)
 	for m := range minutes {
-		k := rowKey{tenant, base.Add(time.Duration(m) * time.Minute), true, true, gate.OutcomeAllowed}
+		k := rowKey{tenant, base.Add(time.Duration(m) * time.Minute), true, true, admission.OutcomeAllowed}
 		if got[k] != goroutines*each {
 			t.Fatalf("minute %d: %d counted, want %d", m, got[k], goroutines*each)
 		}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/gate"
 )
 
 // Report is a tenant's usage at an instant.
@@ -116,7 +116,7 @@ func (rep *Report) addMonth(t Total) {
 	if t.Live && t.Checked && CountsAsCheck(t.Outcome) {
 		rep.ChecksUsed += t.Count
 	}
-	if t.Outcome != gate.OutcomeAllowed {
+	if t.Outcome != admission.OutcomeAllowed {
 		rep.Refusals[t.Outcome] += t.Count
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -96,7 +96,7 @@ func run(r *usage.Recorder) (stop func() error) {
 	}
 }
 
-var outcomes = []string{gate.OutcomeAllowed, gate.LayerPolicy, gate.LayerIP, gate.LayerQuota, gate.LayerAllotment, gate.LayerSandbox}
+var outcomes = []string{admission.OutcomeAllowed, admission.LayerPolicy, admission.LayerIP, admission.LayerQuota, admission.LayerAllotment, admission.LayerSandbox}
 
 func TestConcurrentRecordersFlushExactTotals(t *testing.T) {
 	t.Parallel()
@@ -129,8 +129,8 @@ func testConcurrentTotals(t *testing.T, at func(g, i int) time.Time) {
 	stopA, stopB := run(a), run(b)
 
 	const goroutines, events = 16, 3000
-	event := func(g, i int) gate.Event {
-		return gate.Event{
+	event := func(g, i int) admission.Event {
+		return admission.Event{
 			At:       at(g, i),
 			TenantID: tenants[(g+i)%len(tenants)],
 			Live:     i%3 != 0,
@@ -193,12 +193,12 @@ func TestGracefulStopFlushesEverything(t *testing.T) {
 	stop := run(r)
 	at := time.Date(2026, 11, 15, 12, 0, 30, 0, time.UTC)
 	for range 1234 {
-		r.Observe(context.Background(), gate.Event{At: at, TenantID: tenant, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
+		r.Observe(context.Background(), admission.Event{At: at, TenantID: tenant, Live: true, Checked: true, Outcome: admission.OutcomeAllowed})
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	want := map[rowKey]int64{{tenant, at.Truncate(time.Minute), true, true, gate.OutcomeAllowed}: 1234}
+	want := map[rowKey]int64{{tenant, at.Truncate(time.Minute), true, true, admission.OutcomeAllowed}: 1234}
 	if got := stored(t, pool); !maps.Equal(got, want) {
 		t.Errorf("usage_minutes = %v, want %v", got, want)
 	}
@@ -214,12 +214,12 @@ func TestFlushDropsUnknownTenants(t *testing.T) {
 	r := newRecorder(t, pool, usage.Config{})
 	at := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 	for _, id := range []string{tenant, "not-a-uuid", "00000000-0000-0000-0000-000000000000"} {
-		r.Observe(context.Background(), gate.Event{At: at, TenantID: id, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
+		r.Observe(context.Background(), admission.Event{At: at, TenantID: id, Live: true, Checked: true, Outcome: admission.OutcomeAllowed})
 	}
 	if err := r.Flush(context.Background()); err != nil {
 		t.Fatalf("Flush: %v", err)
 	}
-	want := map[rowKey]int64{{tenant, at, true, true, gate.OutcomeAllowed}: 1}
+	want := map[rowKey]int64{{tenant, at, true, true, admission.OutcomeAllowed}: 1}
 	if got := stored(t, pool); !maps.Equal(got, want) {
 		t.Errorf("usage_minutes = %v, want %v", got, want)
 	}
@@ -235,33 +235,33 @@ func TestUsageCountsChecksAndSandbox(t *testing.T) {
 
 	type batch struct {
 		n int
-		e gate.Event
+		e admission.Event
 	}
-	ev := func(at time.Time, tenant string, live, checked bool, outcome string) gate.Event {
-		return gate.Event{At: at, TenantID: tenant, Live: live, Checked: checked, Outcome: outcome}
+	ev := func(at time.Time, tenant string, live, checked bool, outcome string) admission.Event {
+		return admission.Event{At: at, TenantID: tenant, Live: live, Checked: checked, Outcome: outcome}
 	}
 	batches := []batch{
 		// Live checks this month: allowed and refused by a policy count.
-		{7, ev(now.Add(-time.Hour), tenant, true, true, gate.OutcomeAllowed)},
-		{3, ev(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), tenant, true, true, gate.LayerPolicy)},
+		{7, ev(now.Add(-time.Hour), tenant, true, true, admission.OutcomeAllowed)},
+		{3, ev(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), tenant, true, true, admission.LayerPolicy)},
 		// Refused by ceilings: refusals, not checks.
-		{4, ev(now, tenant, true, true, gate.LayerQuota)},
-		{2, ev(now, tenant, true, true, gate.LayerAllotment)},
+		{4, ev(now, tenant, true, true, admission.LayerQuota)},
+		{2, ev(now, tenant, true, true, admission.LayerAllotment)},
 		// Other routes: not checks; their refusals still count by layer.
-		{5, ev(now, tenant, true, false, gate.OutcomeAllowed)},
-		{6, ev(now, tenant, true, false, gate.LayerIP)},
+		{5, ev(now, tenant, true, false, admission.OutcomeAllowed)},
+		{6, ev(now, tenant, true, false, admission.LayerIP)},
 		// Last month's live checks: no.
-		{8, ev(time.Date(2026, 10, 31, 23, 59, 59, 0, time.UTC), tenant, true, true, gate.OutcomeAllowed)},
+		{8, ev(time.Date(2026, 10, 31, 23, 59, 59, 0, time.UTC), tenant, true, true, admission.OutcomeAllowed)},
 		// Test checks in the last 30 days, last month included: sandbox.
-		{9, ev(now.Add(-20*24*time.Hour), tenant, false, true, gate.OutcomeAllowed)},
-		{1, ev(now.Add(-29*24*time.Hour), tenant, false, true, gate.LayerPolicy)},
-		{2, ev(now, tenant, false, true, gate.LayerSandbox)},
+		{9, ev(now.Add(-20*24*time.Hour), tenant, false, true, admission.OutcomeAllowed)},
+		{1, ev(now.Add(-29*24*time.Hour), tenant, false, true, admission.LayerPolicy)},
+		{2, ev(now, tenant, false, true, admission.LayerSandbox)},
 		// Test checks older than 30 days, test calls of other routes: no.
-		{10, ev(now.Add(-31*24*time.Hour), tenant, false, true, gate.OutcomeAllowed)},
-		{11, ev(now, tenant, false, false, gate.OutcomeAllowed)},
+		{10, ev(now.Add(-31*24*time.Hour), tenant, false, true, admission.OutcomeAllowed)},
+		{11, ev(now, tenant, false, false, admission.OutcomeAllowed)},
 		// Another tenant's: no.
-		{12, ev(now, other, true, true, gate.OutcomeAllowed)},
-		{13, ev(now, other, false, true, gate.OutcomeAllowed)},
+		{12, ev(now, other, true, true, admission.OutcomeAllowed)},
+		{13, ev(now, other, false, true, admission.OutcomeAllowed)},
 	}
 	// Half of each batch reaches the table, half stays in memory: the
 	// report adds them.
@@ -288,7 +288,7 @@ func TestUsageCountsChecksAndSandbox(t *testing.T) {
 	if got, want := rep.SandboxUsed, int64(9+1); got != want {
 		t.Errorf("SandboxUsed = %d, want %d", got, want)
 	}
-	wantRefusals := map[string]int64{gate.LayerPolicy: 3, gate.LayerQuota: 4, gate.LayerAllotment: 2, gate.LayerIP: 6, gate.LayerSandbox: 2}
+	wantRefusals := map[string]int64{admission.LayerPolicy: 3, admission.LayerQuota: 4, admission.LayerAllotment: 2, admission.LayerIP: 6, admission.LayerSandbox: 2}
 	if !maps.Equal(rep.Refusals, wantRefusals) {
 		t.Errorf("Refusals = %v, want %v", rep.Refusals, wantRefusals)
 	}
@@ -329,7 +329,7 @@ func TestUsageDuringFlushesCountsEachEventOnce(t *testing.T) {
 	var observed int64
 	for i := range 200 {
 		for range 10 {
-			r.Observe(ctx, gate.Event{At: now, TenantID: tenant, Live: true, Checked: true, Outcome: gate.OutcomeAllowed})
+			r.Observe(ctx, admission.Event{At: now, TenantID: tenant, Live: true, Checked: true, Outcome: admission.OutcomeAllowed})
 		}
 		observed += 10
 		rep, err := r.Usage(ctx, tenant, now)
@@ -391,7 +391,7 @@ func TestAddUsageAppliesABatchOnce(t *testing.T) {
 	st := pgstore.NewUsage(pool)
 	ctx := context.Background()
 	minute := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
-	rows := []usage.Row{{TenantID: tenant, Minute: minute, Live: true, Checked: true, Outcome: gate.OutcomeAllowed, Count: 5}}
+	rows := []usage.Row{{TenantID: tenant, Minute: minute, Live: true, Checked: true, Outcome: admission.OutcomeAllowed, Count: 5}}
 	const id = "0b7f3a52-4e2c-4b8e-9d0a-5f1c2e3d4a5b"
 	if applied, err := st.BatchApplied(ctx, id); err != nil || applied {
 		t.Fatalf("BatchApplied before = %t, %v; want false", applied, err)
@@ -408,7 +408,7 @@ func TestAddUsageAppliesABatchOnce(t *testing.T) {
 	if applied, err := st.BatchApplied(ctx, id); err != nil || !applied {
 		t.Fatalf("BatchApplied after = %t, %v; want true", applied, err)
 	}
-	want := map[rowKey]int64{{tenant, minute, true, true, gate.OutcomeAllowed}: 10}
+	want := map[rowKey]int64{{tenant, minute, true, true, admission.OutcomeAllowed}: 10}
 	if got := stored(t, pool); !maps.Equal(got, want) {
 		t.Errorf("usage_minutes = %v, want %v", got, want)
 	}

@@ -1,5 +1,5 @@
 // Package usage meters what the admission pipeline decided. Its Recorder is a
-// gate.Observer that counts requests in memory per tenant, UTC minute, mode
+// admission.Observer that counts requests in memory per tenant, UTC minute, mode
 // (live or test key), route kind (a /v1/check call or another route) and
 // outcome, and writes the counts to a Store in one statement every half
 // second, so that metering costs the request path one map increment and the
@@ -28,8 +28,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/gate"
 )
 
 // Defaults of Config.
@@ -65,7 +65,7 @@ type Row struct {
 	Minute  time.Time
 	Live    bool
 	Checked bool
-	// Outcome is gate.OutcomeAllowed or the layer that refused.
+	// Outcome is admission.OutcomeAllowed or the layer that refused.
 	Outcome string
 	Count   int64
 }
@@ -130,5 +130,5 @@ type Config struct {
 // toward the monthly or sandbox allotment: it does once it has passed the
 // service's ceilings, whether the tenant's policies allowed it or not.
 func CountsAsCheck(outcome string) bool {
-	return outcome == gate.OutcomeAllowed || outcome == gate.LayerPolicy
+	return outcome == admission.OutcomeAllowed || outcome == admission.LayerPolicy
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/admission"
 )
 
 func TestCountsAsCheck(t *testing.T) {
@@ -14,13 +14,13 @@ func TestCountsAsCheck(t *testing.T) {
 		outcome string
 		want    bool
 	}{
-		{gate.OutcomeAllowed, true},
-		{gate.LayerPolicy, true},
-		{gate.LayerInstance, false},
-		{gate.LayerIP, false},
-		{gate.LayerQuota, false},
-		{gate.LayerAllotment, false},
-		{gate.LayerSandbox, false},
+		{admission.OutcomeAllowed, true},
+		{admission.LayerPolicy, true},
+		{admission.LayerInstance, false},
+		{admission.LayerIP, false},
+		{admission.LayerQuota, false},
+		{admission.LayerAllotment, false},
+		{admission.LayerSandbox, false},
 		{"", false},
 	}
 	for _, tt := range tests {

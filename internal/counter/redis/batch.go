@@ -15,44 +15,8 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 )
 
-// Coalescing. A Check that finds a free sending slot and nothing queued
-// sends its own script at once, from its own goroutine: alone, it pays no
-// hand-off. When all slots are busy it queues, and whichever slot frees
-// first drains the queue, up to maxBatch checks at a time, in one pipeline
-// of as few scripts as it may: one script (check.lua) decides many
-// requests, in their order of arrival, each as it would alone, and writes
-// each key once. On a single server one script takes the whole batch; on a
-// cluster one per tenant, whose keys share a slot (split). A lone check is
-// the same script with one request: its server time measured the same as
-// the one-request script it replaced (9.6 against 9.4 µs a call in
-// INFO commandstats, within the noise), so there is one script to keep.
-//
-// Four slots a server (a cluster master). One slot, as the PostgreSQL
-// store keeps one batch in flight, was measured against four on two cores
-// shared with wrk (scripts/bench-check.sh): batches of 19 checks a script
-// instead of 7 and 5 to 15 % less of Redis's CPU a check, but checks a
-// second between -3 % and +15 % from sitting to sitting, which this box
-// cannot resolve; and beside a tenant flooding the heaviest checks from 200
-// connections, a light tenant on 8 connections got about a fifth fewer
-// checks a second (3.9k against 4.9k, medians of seven rounds; never a
-// degraded or wrong answer), its checks waiting behind the flood's script
-// in flight; two slots, 4.2k. Isolation decides. In the store's own
-// benchmark, with CPU to spare, one and four slots are about as fast (64
-// callers on random keys: 10 to 12 µs a check). On a cluster a single slot
-// also starved a migrating hash slot's checks: go-redis follows a
-// pipeline's ASK and MOVED replies with pauses of its own, inside the
-// pipeline (TestClusterReshardExact waited out whole migrations).
-//
-// Measured on two cores against a redis-server of its own (one-item checks
-// on random keys of one tenant, two rounds interleaved with the store that
-// sent a script per check), when coalescing came in: a lone caller is as
-// fast (about 15k checks/s either way); 16 concurrent callers get 1.25
-// times the checks per second (63k to 79k), at 8.6 µs of Tollgate's CPU and
-// 8.9 µs of Redis's per check instead of 11.1 and 11.3; 64 callers 1.6
-// times (105k to 170k), at 3.2 and 5.3 µs instead of 5.5 and 8.1.
-// BenchmarkCheckParallel: a hot key 78k to 170k checks/s, random keys 67k
-// to 107k, 3 to 10 allocations per check instead of 24 to 46. Queueing
-// every check for background senders cost a lone caller 40 %.
+// Coalescing: a Check sends its own script while a slot is free, else queues for the first slot to free, which sends up to maxBatch checks as one check.lua a server (a tenant, on a cluster).
+// Four slots, not one: one batched more but let a tenant's flood, or a migrating hash slot, hold up other checks (the measurements are in this file's git history).
 const (
 	senders  = 4
 	maxBatch = 64

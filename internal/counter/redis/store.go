@@ -356,7 +356,7 @@ const (
 // measure it) is that tenant's ceiling, however many shards the cluster has.
 // A very hot tenant cannot be spread further without splitting its checks
 // across slots, which would give up their atomicity. What relieves its
-// shard: the gate's own ceilings are leased (an instance takes a block of
+// shard: the gate's own ceilings are taken in advance (an instance takes a block of
 // units per shared write and spends it locally), and the checks of one
 // tenant that meet in a queue are decided by one script (batch.go).
 //

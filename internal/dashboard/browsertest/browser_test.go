@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate/tollgate/internal/bintest"
 	"github.com/tollgate/tollgate/internal/eventually"
 	"github.com/tollgate/tollgate/internal/logbuf"
 	"github.com/tollgate/tollgate/internal/pgtest"
@@ -29,20 +30,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tollgate-browser-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "tollgate")
-	build := exec.Command("go", "build", "-o", binary, "github.com/tollgate/tollgate/cmd/tollgate")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tollgate:", err)
-		os.Exit(1)
-	}
-	defer os.RemoveAll(dir)
-	pgtest.Main(m)
+	bintest.Main(m, &binary)
 }
 
 const (
@@ -158,6 +146,28 @@ func api(t *testing.T, method, u, key, ip, body string) *http.Response {
 func check(t *testing.T, base, key, ip, policy, subject string) *http.Response {
 	t.Helper()
 	return api(t, http.MethodPost, base+"/v1/check", key, ip, fmt.Sprintf(`{"items":[{"policy":%q,"subject":%q}]}`, policy, subject))
+}
+
+// allowed reports whether a check of one item was allowed (200 with
+// allowed true; a policy's refusal is 200 with allowed false).
+func allowed(t *testing.T, base, key, ip, policy, subject string) bool {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/check", strings.NewReader(fmt.Sprintf(`{"items":[{"policy":%q,"subject":%q}]}`, policy, subject)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Forwarded-For", ip)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Allowed bool `json:"allowed"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("check %s of %s: %d, %v", policy, subject, resp.StatusCode, err)
+	}
+	return v.Allowed
 }
 
 // chromium finds the browser: TOLLGATE_CHROMIUM, Debian's /usr/bin/chromium,
@@ -312,6 +322,13 @@ func (b *browser) open(path, waitFor string) {
 // screenshot saves a picture of the whole page as name.png.
 func (b *browser) screenshot(name string) {
 	b.t.Helper()
+	// A full-page picture lays the page out as tall as it is, without the
+	// vertical scroll bar, but keeps the width measured with it: without
+	// the bar from the start, the picture is the whole width, as on a
+	// phone, whose scroll bars take no room.
+	if _, err := chromedp.Run(b.ctx, chromedp.Evaluate[any](`document.documentElement.style.scrollbarWidth = "none"`)); err != nil {
+		b.t.Fatalf("hide the scroll bar: %v", err)
+	}
 	b.screenshotWith(name, chromedp.FullScreenshot(100))
 }
 
@@ -452,7 +469,7 @@ func TestDashboardInChromium(t *testing.T) {
 
 	// Signed out, the dashboard sends the browser to sign in.
 	b.open("/admin", "login-form")
-	b.screenshot("01-login")
+	b.survey([]surveyPage{{"01-login", "/admin/login", "login-form"}})
 
 	// Wrong passwords are refused; the ninth failure of one account within
 	// 15 minutes is refused by the limiter before its password is tried,
@@ -495,14 +512,12 @@ func TestDashboardInChromium(t *testing.T) {
 	if n := b.count(`[data-testid="chart-day"] svg rect.band`); n < 1 {
 		t.Errorf("day chart: %d degraded bands, want one at least", n)
 	}
-	b.screenshot("03-overview")
 
 	// Tenants: the list, and a search.
 	b.click("nav-tenants", "tenant-table")
 	if n := b.count(`[data-testid="tenant-row"]`); n != 2 {
 		t.Errorf("tenant list: %d rows, want 2", n)
 	}
-	b.screenshot("04-tenants")
 	b.do("type a search", chromedp.SetValue(chromedp.ID("q"), "acme"))
 	b.submit("search tenants", chromedp.Submit(chromedp.ID("q")), chromedp.WaitVisible(tid("tenant-table")))
 	if n := b.count(`[data-testid="tenant-row"]`); n != 1 {
@@ -518,7 +533,6 @@ func TestDashboardInChromium(t *testing.T) {
 	if b.count(`[data-testid="chart-tenant-minutes"] svg path`) == 0 {
 		t.Error("the tenant's minute chart draws nothing")
 	}
-	b.screenshot("05-tenant")
 	if n := b.count(`[data-testid="api-reference"][href="/docs"]`); n != 1 {
 		t.Errorf("the tenant page links to the API reference %d times, want once", n)
 	}
@@ -537,6 +551,38 @@ func TestDashboardInChromium(t *testing.T) {
 	if r.StatusCode != http.StatusTooManyRequests || r.Header.Get("X-RateLimit-Layer") != "ip" || r.Header.Get("X-RateLimit-Limit") != "5" {
 		t.Fatalf("sixth check from %s: %d layer %q limit %q, want 429 from the ip layer at 5",
 			limitIP, r.StatusCode, r.Header.Get("X-RateLimit-Layer"), r.Header.Get("X-RateLimit-Limit"))
+	}
+
+	// A policy created on the page applies to the API at once; a mistake
+	// is shown next to its form, in the API's words, with what was typed.
+	b.open("/admin/tenants/"+acme.TenantID, "new-policy")
+	b.do("open the new policy form", chromedp.Click(`[data-testid="new-policy"] summary`, chromedp.NodeVisible),
+		chromedp.SetValue(chromedp.ID("new-policy-name"), "export"),
+		chromedp.SetValue(chromedp.ID("new-policy-limit"), "2"),
+		chromedp.SetValue(chromedp.ID("new-policy-window"), "1 minute"))
+	b.click("create-policy", "policy-error")
+	if got := b.text("policy-error"); !strings.HasPrefix(got, `Not saved: window must be a duration from "1s"`) {
+		t.Errorf("inline error %q", got)
+	}
+	b.screenshot("05-tenant-policy-error")
+	for _, v := range b.axe() {
+		t.Errorf("the policy form with its error: axe-core %s (%s): %s, at %s", v.ID, v.Impact, v.Help, strings.Join(v.Targets, "; "))
+	}
+	b.do("fix the window", chromedp.SetValue(chromedp.ID("new-policy-window"), "1h"))
+	b.click("create-policy", "flash")
+	b.do("open the policy's changes", chromedp.Click(`[data-policy="export"] summary`, chromedp.NodeVisible),
+		chromedp.SetValue(chromedp.ID("override-export-pattern"), "vip-*"),
+		chromedp.SetValue(chromedp.ID("override-export-limit"), "4"))
+	b.click("save-override", "flash")
+	// Each check from an address of its own: Acme's per-IP limit is 5 now.
+	n := 0
+	for subject, limit := range map[string]int{"acct-1": 2, "vip-1": 4} {
+		for i := 1; i <= limit+1; i++ {
+			n++
+			if got, want := allowed(t, base, acme.LiveKey, fmt.Sprintf("198.51.100.%d", n), "export", subject), i <= limit; got != want {
+				t.Fatalf("export check %d of %s: allowed %t, want %t", i, subject, got, want)
+			}
+		}
 	}
 
 	// A key created on the page is shown once and works; revoked, the API
@@ -570,18 +616,25 @@ func TestDashboardInChromium(t *testing.T) {
 	if got := b.text("webhook-payload"); !strings.Contains(got, `"object": "event"`) {
 		t.Errorf("payload view shows %q", got)
 	}
-	b.screenshot("07-webhooks")
 	b.click("nav-plans", "plans")
 	if n := b.count(`[data-testid="plan-row"]`); n != 5 {
 		t.Errorf("plan table: %d rows, want 5", n)
 	}
-	b.screenshot("08-plans")
 	b.open("/admin/audit?tenant="+url.QueryEscape(acme.TenantID)+"&kind=tenant_limits_changed", "audit")
 	if got := b.text("audit-actor"); got != "ops@example.com" {
 		t.Errorf("audit entry of the limit change by %q", got)
 	}
 	b.click("nav-audit", "audit")
-	b.screenshot("09-audit")
+
+	// Every page, at a phone's width and a laptop's.
+	b.survey([]surveyPage{
+		{"03-overview", "/admin", "chart-hour"},
+		{"04-tenants", "/admin/tenants", "tenant-table"},
+		{"05-tenant", "/admin/tenants/" + acme.TenantID, "limits-form"},
+		{"07-webhooks", "/admin/webhooks/evt_1QdemoStranger", "webhook-payload"},
+		{"08-plans", "/admin/plans", "plans"},
+		{"09-audit", "/admin/audit", "audit"},
+	})
 
 	// Sign out: the session is gone.
 	b.click("sign-out", "login-notice")

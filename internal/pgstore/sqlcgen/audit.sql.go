@@ -98,25 +98,29 @@ const listAudit = `-- name: ListAudit :many
 SELECT id, at, tenant_id, actor, kind, detail
 FROM audit
 WHERE ($1::uuid IS NULL OR tenant_id = $1::uuid)
-  AND ($2::text = '' OR kind = $2::text)
-  AND ($3::bigint <= 0 OR id < $3::bigint)
+  AND (cardinality($2::text[]) = 0 OR kind = ANY ($2::text[]))
+  AND NOT (kind = ANY ($3::text[]))
+  AND ($4::bigint <= 0 OR id < $4::bigint)
 ORDER BY id DESC
-LIMIT $4
+LIMIT $5
 `
 
 type ListAuditParams struct {
 	TenantID pgtype.UUID
-	Kind     string
+	Kinds    []string
+	NotKinds []string
 	BeforeID int64
 	MaxRows  int32
 }
 
-// ListAudit returns entries newest first (by id), optionally of one tenant
-// and one kind, with ids below before_id when it is positive.
+// ListAudit returns entries newest first (by id), optionally of one tenant,
+// of one of kinds (all when empty) and of none of not_kinds, with ids below
+// before_id when it is positive.
 func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]Audit, error) {
 	rows, err := q.db.Query(ctx, listAudit,
 		arg.TenantID,
-		arg.Kind,
+		arg.Kinds,
+		arg.NotKinds,
 		arg.BeforeID,
 		arg.MaxRows,
 	)

@@ -1,4 +1,10 @@
-package gate
+// Package admission is the vocabulary of an admission decision that the gate
+// and its observers (usage, audit, traffic) share: the Event an observer is
+// told, the Refusals it carries and the layers that refuse. It imports only
+// the standard library, so the stores of the observers — pgstore among them —
+// never compile the admission pipeline (internal/gate) to learn what it
+// decided.
+package admission
 
 import (
 	"context"

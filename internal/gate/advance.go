@@ -13,7 +13,7 @@ import (
 
 // Tollgate's own ceilings (per-IP L2, the tenant's quotas, the allotment,
 // the sandbox) are large numbers that need not cost a shared write per
-// check. An instance takes a lease of units from a ceiling's shared counter:
+// check. An instance takes an advance of units from a ceiling's shared counter:
 // the units are consumed in the store when they are taken, in the same
 // round trip as a check that needs the store anyway, so that all instances
 // together never admit more than the limit. The instance then spends them
@@ -22,66 +22,66 @@ import (
 // process stops. Units taken early only make the shared counter
 // conservative: a unit is counted no later than it is used.
 //
-// A lease's size adapts: about leaseTraffic of this instance's recent
-// traffic on the counter, never more than a leaseShare of what the counter
+// An advance's size adapts: about advanceTraffic of this instance's recent
+// traffic on the counter, never more than an advanceShare of what the counter
 // had left at the last grant, nor than the traffic expected before the
-// window ends; and 1 (an exact round trip per request, as without leases)
+// window ends; and 1 (an exact round trip per request, as without advances)
 // when traffic is slow or the counter is near its limit. So one instance
 // alone stays exact (the 61st request at 60 a minute is refused: every unit
 // it took, it spent), and several instances under-admit only by what the
 // others hold when the counter runs out, which the share keeps small.
 //
-// In a counter request a lease is two items on the ceiling's key: the
+// In a counter request an advance is two items on the ceiling's key: the
 // ceiling itself at cost 1, which decides the request exactly as it would
-// without leases, then an advisory top-up for the rest of the lease, which
+// without advances, then an advisory top-up for the rest of the advance, which
 // is granted only when the counter has room for all of it and never refuses
 // anything (counter.Item.Advisory).
 const (
-	// leaseTraffic is how much of an instance's traffic one lease covers.
-	leaseTraffic = 200 * time.Millisecond
-	// leaseShare bounds a lease by what the counter had left.
-	leaseShare = 8
-	// maxLease bounds a lease in units whatever the traffic.
-	maxLease = 1_000_000
-	// leaseShards and leasesPerShard bound the leases an instance holds.
-	leaseShards    = 16
-	leasesPerShard = 1024
+	// advanceTraffic is how much of an instance's traffic one advance covers.
+	advanceTraffic = 200 * time.Millisecond
+	// advanceShare bounds an advance by what the counter had left.
+	advanceShare = 8
+	// maxAdvance bounds an advance in units whatever the traffic.
+	maxAdvance = 1_000_000
+	// advanceShards and advancesPerShard bound the advances an instance holds.
+	advanceShards    = 16
+	advancesPerShard = 1024
 )
 
-// leases are this instance's leases, by tenant and counter key. Safe for
-// concurrent use; bounded (leaseShards × leasesPerShard entries), an entry
+// advances are this instance's advances, by tenant and counter key. Safe for
+// concurrent use; bounded (advanceShards × advancesPerShard entries), an entry
 // evicted when room is needed letting its units lapse.
-type leases struct {
+type advances struct {
 	seed   maphash.Seed
-	shards [leaseShards]leaseShard
+	shards [advanceShards]advanceShard
 }
 
-type leaseShard struct {
-	// mu guards m and every lease's fields but cur, which take reads and
+type advanceShard struct {
+	// mu guards m and every advance's fields but cur, which take reads and
 	// spends without waiting: a hot ceiling (a tenant's quota) is taken
 	// from by every check of the tenant, and take holds the lock for
 	// reading only, so those checks never wait for each other.
 	mu sync.RWMutex
-	m  map[leaseID]*lease
+	m  map[advanceID]*advance
 }
 
-// leaseID names a counter of a tenant: the counter request's Group and the
+// advanceID names a counter of a tenant: the counter request's Group and the
 // item's Key.
-type leaseID struct{ group, key string }
+type advanceID struct{ group, key string }
 
-// lease is one counter's lease. Times are this instance's clock.
-type lease struct {
+// advance is one counter's advance. Times are this instance's clock.
+type advance struct {
 	// cur holds the units to spend: replaced, never changed but for its
 	// units, at each grant.
 	cur   atomic.Pointer[units]
 	limit int64
 	// rate is the units a second this instance spent, estimated at each
-	// grant from how fast the previous lease went.
+	// grant from how fast the previous advance went.
 	rate    float64
 	takenAt time.Time
 	granted int64
-	// renewing is set while a request renews the lease with a top-up, so
-	// that requests meanwhile ask for one unit each rather than a lease each;
+	// renewing is set while a request renews the advance with a top-up, so
+	// that requests meanwhile ask for one unit each rather than an advance each;
 	// it lapses at renewing's time in case that request never comes back.
 	renewing time.Time
 }
@@ -123,24 +123,24 @@ func (u *units) held() int64 {
 	return max(u.left.Load(), 0)
 }
 
-func newLeases() *leases {
-	l := &leases{seed: maphash.MakeSeed()}
+func newAdvances() *advances {
+	l := &advances{seed: maphash.MakeSeed()}
 	for i := range l.shards {
-		l.shards[i].m = make(map[leaseID]*lease)
+		l.shards[i].m = make(map[advanceID]*advance)
 	}
 	return l
 }
 
-func (l *leases) shard(k leaseID) *leaseShard {
-	return &l.shards[(maphash.String(l.seed, k.key)^maphash.String(l.seed, k.group))%leaseShards]
+func (l *advances) shard(k advanceID) *advanceShard {
+	return &l.shards[(maphash.String(l.seed, k.key)^maphash.String(l.seed, k.group))%advanceShards]
 }
 
-// take spends one unit of the lease on k, if there is one with units left
+// take spends one unit of the advance on k, if there is one with units left
 // at now, and reports it with what the counter has left as far as this
 // instance knows (what it holds and what the store had after the last
-// grant), when the lease lapses, and the units it was spent from, for
+// grant), when the advance lapses, and the units it was spent from, for
 // giveBack.
-func (l *leases) take(k leaseID, now time.Time) (ok bool, remaining int64, resetIn time.Duration, from *units) {
+func (l *advances) take(k advanceID, now time.Time) (ok bool, remaining int64, resetIn time.Duration, from *units) {
 	sh := l.shard(k)
 	sh.mu.RLock()
 	ls := sh.m[k]
@@ -158,7 +158,7 @@ func (l *leases) take(k leaseID, now time.Time) (ok bool, remaining int64, reset
 // giveBack returns a unit take spent from u, for a request another ceiling
 // refused: its ceilings are all counted or none is. A unit given back to
 // units a grant has replaced since lapses.
-func (l *leases) giveBack(u *units) {
+func (l *advances) giveBack(u *units) {
 	if u != nil {
 		u.left.Add(1)
 	}
@@ -166,8 +166,8 @@ func (l *leases) giveBack(u *units) {
 
 // size is how many units to ask for on k at now, to lapse at end: 1 when
 // nothing is known of the traffic on it, or another request is renewing
-// the lease already.
-func (l *leases) size(k leaseID, now, end time.Time) int64 {
+// the advance already.
+func (l *advances) size(k advanceID, now, end time.Time) int64 {
 	sh := l.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -179,8 +179,8 @@ func (l *leases) size(k leaseID, now, end time.Time) int64 {
 	if u := ls.cur.Load(); u != nil {
 		remaining = u.remaining
 	}
-	want := ls.nextRate(now) * min(leaseTraffic, end.Sub(now)).Seconds()
-	n := min(want, float64(remaining)/leaseShare, maxLease)
+	want := ls.nextRate(now) * min(advanceTraffic, end.Sub(now)).Seconds()
+	n := min(want, float64(remaining)/advanceShare, maxAdvance)
 	if math.IsNaN(n) || n < 2 {
 		return 1
 	}
@@ -190,18 +190,18 @@ func (l *leases) size(k leaseID, now, end time.Time) int64 {
 
 // grant records granted units on k, one of which the request at now spent,
 // lapsing at end; remaining is what the store said the counter had left
-// after them. Units of a lease that has not lapsed are kept: requests that
+// after them. Units of an advance that has not lapsed are kept: requests that
 // renewed it at once add up.
-func (l *leases) grant(k leaseID, now, end time.Time, lim, granted, remaining int64) {
+func (l *advances) grant(k advanceID, now, end time.Time, lim, granted, remaining int64) {
 	sh := l.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[k]
 	if ls == nil {
-		if len(sh.m) >= leasesPerShard {
+		if len(sh.m) >= advancesPerShard {
 			sh.evict(now)
 		}
-		ls = &lease{}
+		ls = &advance{}
 		sh.m[k] = ls
 	}
 	if granted > 1 {
@@ -209,8 +209,8 @@ func (l *leases) grant(k leaseID, now, end time.Time, lim, granted, remaining in
 	}
 	old := ls.cur.Load()
 	if granted == 1 && old.held() > 0 && now.Before(old.end) {
-		// One unit asked for and spent while the lease still holds units:
-		// the lease is as it was, but for what the store says is left.
+		// One unit asked for and spent while the advance still holds units:
+		// the advance is as it was, but for what the store says is left.
 		next := &units{end: old.end, remaining: remaining}
 		next.left.Store(max(old.left.Swap(retired), 0))
 		ls.cur.Store(next)
@@ -234,9 +234,9 @@ func (l *leases) grant(k leaseID, now, end time.Time, lim, granted, remaining in
 	ls.takenAt, ls.granted = now, granted
 }
 
-// nextRate is the rate estimate once the lease is renewed at now: the
-// previous estimate averaged with how fast the lease's spent units went.
-func (ls *lease) nextRate(now time.Time) float64 {
+// nextRate is the rate estimate once the advance is renewed at now: the
+// previous estimate averaged with how fast the advance's spent units went.
+func (ls *advance) nextRate(now time.Time) float64 {
 	spent := ls.granted - ls.cur.Load().held()
 	dt := now.Sub(ls.takenAt).Seconds()
 	if spent <= 0 || dt <= 0 {
@@ -245,11 +245,11 @@ func (ls *lease) nextRate(now time.Time) float64 {
 	return (ls.rate + float64(spent)/dt) / 2
 }
 
-// evict drops one lease to make room: a lapsed or spent one if the first
+// evict drops one advance to make room: a lapsed or spent one if the first
 // few looked at hold one, else any. Its units lapse.
-func (sh *leaseShard) evict(now time.Time) {
+func (sh *advanceShard) evict(now time.Time) {
 	seen := 0
-	var any leaseID
+	var any advanceID
 	for k, ls := range sh.m {
 		if u := ls.cur.Load(); u.held() <= 0 || !now.Before(u.end) {
 			delete(sh.m, k)
@@ -263,18 +263,18 @@ func (sh *leaseShard) evict(now time.Time) {
 	delete(sh.m, any)
 }
 
-// leaseEnd is when units taken at storeNow on a counter of window w lapse,
+// advanceEnd is when units taken at storeNow on a counter of window w lapse,
 // on this instance's clock at now: the end of the window, or of a sliding
 // window's current bucket.
-func leaseEnd(w limit.Window, now, storeNow time.Time) time.Time {
+func advanceEnd(w limit.Window, now, storeNow time.Time) time.Time {
 	_, end := w.Bounds(storeNow.UnixMicro())
 	return now.Add(time.Duration(end-storeNow.UnixMicro()) * time.Microsecond)
 }
 
-// leasedItems are the counter items of a ceiling whose lease has run out:
-// the ceiling at cost 1 and, when the lease is to be larger, an advisory
+// advanceItems are the counter items of a ceiling whose advance has run out:
+// the ceiling at cost 1 and, when the advance is to be larger, an advisory
 // top-up for the rest on the same key.
-func leasedItems(c counter.Item, size int64) []counter.Item {
+func advanceItems(c counter.Item, size int64) []counter.Item {
 	if size <= 1 {
 		return []counter.Item{c}
 	}

@@ -7,15 +7,15 @@ import (
 	"time"
 )
 
-// TestLeaseUnitsAreSpentOnceUnderRenewals: requests spend a lease's units
+// TestAdvanceUnitsAreSpentOnceUnderRenewals: requests spend an advance's units
 // without a lock while other requests renew it; every unit granted is spent
 // exactly once (those of a grant replaced meanwhile move to the new one),
-// units given back are spent again, and none is spent after the lease
+// units given back are spent again, and none is spent after the advance
 // lapses.
-func TestLeaseUnitsAreSpentOnceUnderRenewals(t *testing.T) {
+func TestAdvanceUnitsAreSpentOnceUnderRenewals(t *testing.T) {
 	t.Parallel()
-	l := newLeases()
-	k := leaseID{"tenant", "quota:minute"}
+	l := newAdvances()
+	k := advanceID{"tenant", "quota:minute"}
 	now := time.Now()
 	end := now.Add(time.Minute)
 	const grants, size, takers = 200, 50, 8
@@ -72,6 +72,6 @@ func TestLeaseUnitsAreSpentOnceUnderRenewals(t *testing.T) {
 		t.Fatalf("units spent net of those given back: %d, want %d (at most %d given back lost)", got, most, given.Load())
 	}
 	if ok, _, _, _ := l.take(k, end); ok {
-		t.Fatal("a unit spent at the lease's end")
+		t.Fatal("a unit spent at the advance's end")
 	}
 }
