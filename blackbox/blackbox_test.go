@@ -222,7 +222,7 @@ func check(t testing.TB, in *instance, key string, items ...map[string]any) call
 	return do(t, "POST", in.base+"/v1/check", key, map[string]any{"items": items})
 }
 
-func sql(t *testing.T, dsn, stmt string, args ...any) {
+func sql(t testing.TB, dsn, stmt string, args ...any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

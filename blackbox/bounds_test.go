@@ -15,7 +15,7 @@ import (
 )
 
 // queryInt runs a query of one integer on dsn.
-func queryInt(t *testing.T, dsn, q string, args ...any) int64 {
+func queryInt(t testing.TB, dsn, q string, args ...any) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -63,6 +63,7 @@ var invariants = map[string]string{
 	invFailover:   "a killed cluster master's replica takes over",
 	invSigterm:    "an instance stops cleanly and soon on SIGTERM",
 	invFlat:       "every process's goroutines and resident memory flat over the run",
+	invWebhooks:   "every webhook delivery committed reaches its receiver once the store is back, none lost",
 }
 
 // Environment of TestFaultSuite.
@@ -143,7 +144,7 @@ func TestFaultSuite(t *testing.T) {
 		// Kills and stops take turns over the stacks, cycle after cycle.
 		victim := stacks[cycle%len(stacks)]
 		phases := []phaseSpec{
-			{name: "postgres-cut", st: pg, body: storeOutage(pg.pg.Cut, pg.pg.Restore, true)},
+			{name: "postgres-cut", st: pg, body: withWebhooks(storeOutage(pg.pg.Cut, pg.pg.Restore, true))},
 			{name: "postgres-stall", st: pg, body: storeOutage(pg.pg.Stall, pg.pg.Restore, false)},
 			{name: "change-before-outage", st: pg, body: changeBeforeOutage},
 			{name: "redis-cut", st: rd, body: storeOutage(rd.redis.Cut, rd.redis.Restore, false)},

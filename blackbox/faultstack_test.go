@@ -53,6 +53,8 @@ type stack struct {
 	lossyMu     sync.Mutex
 	usageReads  atomic.Int64
 	usageLosses []string
+	// hooks receives the tenants' webhooks (the PostgreSQL stack's).
+	hooks *stackHooks
 }
 
 // member is one instance slot of a stack: its process changes when the
@@ -237,8 +239,9 @@ func (st *stack) putPolicy(tn *fTenant, p fPolicy) {
 func (s *suite) postgresStack() *stack {
 	dsn := pgtest.New(s.t)
 	served, proxy := pgtest.Proxied(s.t, dsn)
-	st := s.newStack("postgres", served, dsn, 3)
+	st := s.newStack("postgres", served, dsn, 3, allowPrivate)
 	st.pg = proxy
+	st.addHooks()
 	return st
 }
 

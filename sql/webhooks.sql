@@ -241,3 +241,8 @@ WHERE ev.id IN (
     ORDER BY e.created_at
     LIMIT @max_rows
 );
+
+-- name: WebhookBacklog :one
+-- WebhookBacklog counts the deliveries not settled: waiting, being sent,
+-- or waiting to be tried again (the partial index of due deliveries).
+SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL;

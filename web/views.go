@@ -155,8 +155,8 @@ type EndpointRow struct {
 	ID, URL, Events string
 	Enabled         bool
 	// State says enabled, failing since when, or why it was disabled.
-	State         string
-	DisableAction string
+	State                       string
+	DisableAction, EnableAction string
 }
 
 // NewKey is a key just created: shown on this page once, never again.

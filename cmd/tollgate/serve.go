@@ -86,10 +86,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	if err != nil {
 		return err
 	}
+	// Outbound tenant webhooks: the service of the API and the dashboard,
+	// and the delivery worker that runs below.
+	hooks, hookWorker, err := webhookWiring(cfg, pool, log)
+	if err != nil {
+		return err
+	}
 	met := metrics.New()
 	// The queues of writes an operator watches grow when the database does
 	// not keep up (tollgate_backlog_items).
-	if err := backlogs(met, usageRec, auditRec); err != nil {
+	if err := backlogs(met, usageRec, auditRec, hookWorker); err != nil {
 		return err
 	}
 	// Dashboard: degraded answers per minute, for the overview.
@@ -126,10 +132,6 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	// Outbound tenant webhooks: every instance delivers from the outbox,
 	// woken by the notification of a new delivery, and sweeps for the
 	// events decided by looking (idempotency keys write each once).
-	hooks, hookWorker, err := webhookWiring(cfg, pool, log)
-	if err != nil {
-		return err
-	}
 	running.Go(func() { logRun(log, "webhook delivery", hookWorker.Run(bg)) })
 	running.Go(func() { logRun(log, "webhook sweep", webhooks.Sweep(bg, hooks.Store, log, time.Now)) })
 	invalidate := func(kind, id string) {
@@ -272,10 +274,9 @@ func webhookWiring(cfg Config, pool *pgxpool.Pool, log *slog.Logger) (*webhooks.
 // webhookTimeout bounds one delivery attempt, answer included.
 const webhookTimeout = 10 * time.Second
 
-// backlogs reports the recorders' queues of writes. Outbound tenant
-// webhooks have no queue yet; their outbox will report under
-// metrics.QueueWebhooks.
-func backlogs(met *metrics.Metrics, usageRec *usage.Recorder, auditRec *audit.Recorder) error {
+// backlogs reports the recorders' queues of writes and the outbox of
+// outbound tenant webhooks.
+func backlogs(met *metrics.Metrics, usageRec *usage.Recorder, auditRec *audit.Recorder, hooks *webhooks.Worker) error {
 	firsts := func() int { n, _, _, _ := auditRec.Pending(); return n }
 	counts := func() int { _, n, _, _ := auditRec.Pending(); return n }
 	checks := func() int { _, _, n, _ := auditRec.Pending(); return n }
@@ -284,6 +285,7 @@ func backlogs(met *metrics.Metrics, usageRec *usage.Recorder, auditRec *audit.Re
 		met.Backlog(metrics.QueueAuditFirstRefusals, firsts),
 		met.Backlog(metrics.QueueAuditRefusalCounts, counts),
 		met.Backlog(metrics.QueueAlertChecks, checks),
+		met.Backlog(metrics.QueueWebhooks, hooks.Backlog),
 	)
 }
 

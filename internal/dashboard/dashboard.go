@@ -99,7 +99,8 @@ type Config struct {
 	// with what to configure.
 	Webhooks WebhookLog
 	// Endpoints are the tenants' outbound webhook endpoints, listed on a
-	// tenant's page where an operator may disable one; nil lists none.
+	// tenant's page where an operator may disable or enable one; nil lists
+	// none.
 	Endpoints Endpoints
 	// Billing links the customers of events held as unknown_customer; nil
 	// offers no link form.
@@ -235,6 +236,7 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.POST("/tenants/:id/keys", d.page(d.createKey))
 	g.POST("/tenants/:id/keys/:key/revoke", d.page(d.revokeKey))
 	g.POST("/tenants/:id/endpoints/:endpoint/disable", d.page(d.disableEndpoint))
+	g.POST("/tenants/:id/endpoints/:endpoint/enable", d.page(d.enableEndpoint))
 	g.POST("/tenants/:id/limits", d.page(d.setLimits))
 	g.POST("/tenants/:id/policies", d.page(d.putPolicy))
 	g.POST("/tenants/:id/policies/:name/delete", d.page(d.deletePolicy))

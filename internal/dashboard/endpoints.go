@@ -19,9 +19,11 @@ type Endpoints interface {
 	SetEnabled(ctx context.Context, tenantID, id string, enabled bool, reason string) (webhooks.Endpoint, error)
 }
 
-// KindEndpointDisabled is the audit kind of an endpoint an operator
-// disabled.
-const KindEndpointDisabled = "webhook_endpoint_disabled"
+// The audit kinds of an endpoint an operator disabled or enabled.
+const (
+	KindEndpointDisabled = "webhook_endpoint_disabled"
+	KindEndpointEnabled  = "webhook_endpoint_enabled"
+)
 
 func endpointRows(tenantID string, es []webhooks.Endpoint) []web.EndpointRow {
 	rows := make([]web.EndpointRow, 0, len(es))
@@ -30,6 +32,7 @@ func endpointRows(tenantID string, es []webhooks.Endpoint) []web.EndpointRow {
 			ID: e.ID, URL: e.URL, Events: strings.Join(e.Events, ", "), Enabled: e.Enabled,
 			State:         "enabled",
 			DisableAction: "/admin/tenants/" + tenantID + "/endpoints/" + e.ID + "/disable",
+			EnableAction:  "/admin/tenants/" + tenantID + "/endpoints/" + e.ID + "/enable",
 		}
 		switch {
 		case !e.Enabled:
@@ -45,19 +48,35 @@ func endpointRows(tenantID string, es []webhooks.Endpoint) []web.EndpointRow {
 // disableEndpoint disables one of the tenant's webhook endpoints, saying
 // which operator did.
 func (d *Dashboard) disableEndpoint(c echo.Context, s *signedIn) error {
+	return d.setEndpoint(c, s, false)
+}
+
+// enableEndpoint enables one of the tenant's webhook endpoints again: one
+// its tenant, an operator or three days of failures disabled. Its
+// deliveries given up meanwhile stay given up; the tenant may re-send them.
+func (d *Dashboard) enableEndpoint(c echo.Context, s *signedIn) error {
+	return d.setEndpoint(c, s, true)
+}
+
+// setEndpoint enables or disables an endpoint and audits who did.
+func (d *Dashboard) setEndpoint(c echo.Context, s *signedIn, enabled bool) error {
 	ctx := c.Request().Context()
 	id, epID := c.Param("id"), c.Param("endpoint")
 	if d.cfg.Endpoints == nil {
 		return notFound("This dashboard was started without webhook endpoints.")
 	}
-	_, err := d.cfg.Endpoints.SetEnabled(ctx, id, epID, false, "disabled by an operator ("+s.admin.Email+")")
+	verb, kind, reason := "disabled", KindEndpointDisabled, "disabled by an operator ("+s.admin.Email+")"
+	if enabled {
+		verb, kind, reason = "enabled", KindEndpointEnabled, ""
+	}
+	_, err := d.cfg.Endpoints.SetEnabled(ctx, id, epID, enabled, reason)
 	if errors.Is(err, webhooks.ErrNotFound) {
 		return notFound("This tenant has no webhook endpoint " + epID + ".")
 	}
 	if err != nil {
-		return fmt.Errorf("disable webhook endpoint %s of tenant %s: %w", epID, id, err)
+		return fmt.Errorf("webhook endpoint %s of tenant %s not %s: %w", epID, id, verb, err)
 	}
-	d.record(ctx, s, id, KindEndpointDisabled, map[string]any{"endpoint_id": epID})
-	d.log.InfoContext(ctx, "webhook endpoint disabled", "tenant_id", id, "endpoint_id", epID, "admin_id", s.admin.ID)
-	return seeOther(c, "/admin/tenants/"+id+"?done=endpoint-disabled")
+	d.record(ctx, s, id, kind, map[string]any{"endpoint_id": epID})
+	d.log.InfoContext(ctx, "webhook endpoint "+verb, "tenant_id", id, "endpoint_id", epID, "admin_id", s.admin.ID)
+	return seeOther(c, "/admin/tenants/"+id+"?done=endpoint-"+verb)
 }

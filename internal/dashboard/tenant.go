@@ -37,6 +37,7 @@ var flashes = map[string]string{
 	"limits":            "Limits saved. Every instance applies them within a second.",
 	"revoked":           "Key revoked. The API refuses it from now on.",
 	"endpoint-disabled": "Webhook endpoint disabled. Its deliveries wait until the tenant enables it again.",
+	"endpoint-enabled":  "Webhook endpoint enabled. Its waiting deliveries go out now; those given up stay given up (the tenant may re-send them).",
 	"plan":              "Plan saved. Every instance applies it within a second.",
 	"linked":            "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
 	"policy":            "Policy saved. Every instance applies it within a second.",

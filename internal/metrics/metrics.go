@@ -75,10 +75,9 @@ const (
 	// QueueAlertChecks: subjects waiting to be checked against their
 	// policy's alert_after.
 	QueueAlertChecks = "alert_checks"
-	// QueueWebhooks is the name reserved for the deliveries of outbound
-	// tenant webhooks waiting to be sent: the outbox that sends them
-	// reports its backlog under it (m.Backlog(QueueWebhooks, …)). Until
-	// there is one, nothing does and the series is absent.
+	// QueueWebhooks: deliveries of outbound tenant webhooks not settled
+	// (waiting, being sent, or waiting to be tried again), counted in the
+	// outbox every few seconds: the same on every instance.
 	QueueWebhooks = "webhooks_outbound"
 )
 

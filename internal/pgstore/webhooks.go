@@ -337,6 +337,15 @@ func (s *Webhooks) Sweep(ctx context.Context, now, pruneBefore time.Time) (int64
 	return n1 + n2, nil
 }
 
+// Backlog implements webhooks.Store.
+func (s *Webhooks) Backlog(ctx context.Context) (int64, error) {
+	n, err := s.q.WebhookBacklog(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("webhook backlog: %w", dbErr(err, webhookErrors))
+	}
+	return n, nil
+}
+
 // emitPlanChanged writes plan.changed in the transaction of q when the
 // effective plan moves from before to after (tenant.EffectivePlanName),
 // saying why.

@@ -399,3 +399,41 @@ func TestAtMostFiveEndpoints(t *testing.T) {
 		t.Errorf("%d made, %d refused, want 5 and 3", made, refused)
 	}
 }
+
+// TestFinishedDeliveryMakesRoomForTheNext: an endpoint's backlog drains
+// as fast as its receiver answers, not one pair of deliveries per poll:
+// each delivery that finishes makes the worker claim again.
+func TestFinishedDeliveryMakesRoomForTheNext(t *testing.T) {
+	e := newEnv(t)
+	tenant := e.tenant()
+	rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
+		time.Sleep(20 * time.Millisecond)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	e.endpoint(tenant, rc.srv.URL)
+	e.emit(tenant, 20)
+	// No poll to fall back on, and no notification: the first claim
+	// takes two, and the rest must follow the deliveries that finish.
+	w := e.run(webhooks.WorkerConfig{Poll: time.Hour})
+	w.Wake()
+	eventually.True(t, 20*time.Second, "backlog delivered without a poll", func() bool { return e.statuses()["delivered"] == 20 })
+}
+
+// TestBacklogCountsUnsettledDeliveries: the worker's Backlog is the
+// outbox's deliveries not yet settled, those of every instance, and
+// falls to zero once they are delivered.
+func TestBacklogCountsUnsettledDeliveries(t *testing.T) {
+	e := newEnv(t)
+	tenant := e.tenant()
+	release := make(chan struct{})
+	rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+	})
+	e.endpoint(tenant, rc.srv.URL)
+	e.emit(tenant, 7)
+	w := e.run(webhooks.WorkerConfig{BacklogEvery: 20 * time.Millisecond})
+	eventually.True(t, 10*time.Second, "backlog of 7", func() bool { return w.Backlog() == 7 })
+	close(release)
+	eventually.True(t, 10*time.Second, "backlog empty", func() bool { return w.Backlog() == 0 && e.statuses()["delivered"] == 7 })
+}

@@ -183,4 +183,6 @@ type Store interface {
 	// alerts resolved) once each, and prunes settled events made before
 	// pruneBefore. It returns the number of events written.
 	Sweep(ctx context.Context, now, pruneBefore time.Time) (int64, error)
+	// Backlog counts the deliveries not settled, of every instance.
+	Backlog(ctx context.Context) (int64, error)
 }

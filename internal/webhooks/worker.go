@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -40,6 +41,9 @@ type WorkerConfig struct {
 	// Retries are the waits after each failed attempt (default
 	// RetryDelays, about 3 days); the attempt after the last is given up.
 	Retries []time.Duration
+	// BacklogEvery is how often Backlog's count is read from the outbox
+	// (default 5 s).
+	BacklogEvery time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -50,6 +54,10 @@ type Worker struct {
 	cfg  WorkerConfig
 	wake chan struct{}
 	free chan struct{} // one token per free slot
+	// finished is signalled by each delivery that ends: its slot is free
+	// and its endpoint has room for the next of its backlog.
+	finished chan struct{}
+	backlog  atomic.Int64
 }
 
 // NewWorker returns a Worker.
@@ -66,6 +74,9 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
 	}
+	if cfg.BacklogEvery <= 0 {
+		cfg.BacklogEvery = 5 * time.Second
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -75,7 +86,7 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	w := &Worker{cfg: cfg, wake: make(chan struct{}, 1), free: make(chan struct{}, cfg.Slots)}
+	w := &Worker{cfg: cfg, wake: make(chan struct{}, 1), free: make(chan struct{}, cfg.Slots), finished: make(chan struct{}, 1)}
 	for range cfg.Slots {
 		w.free <- struct{}{}
 	}
@@ -97,6 +108,7 @@ func (w *Worker) Wake() {
 func (w *Worker) Run(ctx context.Context) error {
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
+	inflight.Go(func() { w.countBacklog(ctx) })
 	record := context.WithoutCancel(ctx)
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
@@ -110,27 +122,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-w.wake:
 		case <-t.C:
-		case <-w.slotFreed(ctx):
+		case <-w.finished:
 		}
 	}
-}
-
-// slotFreed returns a channel that is ready once a slot is free, or nil
-// (never ready) while some are.
-func (w *Worker) slotFreed(ctx context.Context) <-chan struct{} {
-	if len(w.free) > 0 {
-		return nil
-	}
-	ch := make(chan struct{})
-	go func() {
-		select {
-		case tok := <-w.free:
-			w.free <- tok
-			close(ch)
-		case <-ctx.Done():
-		}
-	}()
-	return ch
 }
 
 // claim claims as many due deliveries as there are free slots and starts
@@ -150,11 +144,41 @@ func (w *Worker) claim(ctx, record context.Context, inflight *sync.WaitGroup) bo
 	for _, j := range jobs {
 		<-w.free
 		inflight.Go(func() {
-			defer func() { w.free <- struct{}{} }()
+			defer w.release()
 			w.deliver(record, j)
 		})
 	}
 	return len(jobs) > 0
+}
+
+// Backlog is the outbox's deliveries not settled (metrics.QueueWebhooks),
+// as last counted: the same on every instance. It never blocks.
+func (w *Worker) Backlog() int { return int(w.backlog.Load()) }
+
+// countBacklog counts the outbox's backlog every BacklogEvery until ctx
+// is cancelled; a count that fails keeps the last one.
+func (w *Worker) countBacklog(ctx context.Context) {
+	t := time.NewTicker(w.cfg.BacklogEvery)
+	defer t.Stop()
+	for {
+		if n, err := w.cfg.Store.Backlog(ctx); err == nil {
+			w.backlog.Store(n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// release frees a delivery's slot and tells Run that one ended.
+func (w *Worker) release() {
+	w.free <- struct{}{}
+	select {
+	case w.finished <- struct{}{}:
+	default:
+	}
 }
 
 // deliver sends one job and records its outcome.

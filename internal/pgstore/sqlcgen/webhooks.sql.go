@@ -702,6 +702,19 @@ func (q *Queries) SetWebhookEndpointEnabled(ctx context.Context, arg SetWebhookE
 	return i, err
 }
 
+const webhookBacklog = `-- name: WebhookBacklog :one
+SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL
+`
+
+// WebhookBacklog counts the deliveries not settled: waiting, being sent,
+// or waiting to be tried again (the partial index of due deliveries).
+func (q *Queries) WebhookBacklog(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, webhookBacklog)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const webhookDeliveryExists = `-- name: WebhookDeliveryExists :one
 SELECT EXISTS (
     SELECT 1 FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2 AND id = $3
