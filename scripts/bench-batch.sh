@@ -17,10 +17,21 @@
 #   p50_ms p99_ms latency one caller saw, per check
 #
 # Usage: scripts/bench-batch.sh [memory] [redis] [postgres]   (wrk: apt-get install wrk)
-# Settings: RUNS, DURATION (8s), CALLERS, SUBJECTS, BATCH_DELAY (1ms),
-# BATCH_SIZE (100), PROFILE (a directory: the CPU and allocation profiles
-# of Tollgate during each store's last batched run, <store>.cpu and
-# <store>.allocs, for go tool pprof).
+# Settings: RUNS, DURATION (8s), CALLERS (CALLERS=1: one lone caller, to
+# see what batching costs it), SUBJECTS, BATCH_DELAY (1ms), BATCH_SIZE
+# (100), PROFILE (a directory: the CPU and allocation profiles of Tollgate
+# during each store's last batched run, <store>.cpu and <store>.allocs, for
+# go tool pprof).
+#
+# GUBERNATOR=1 adds Gubernator (GUBERNATOR=only: Gubernator alone): one
+# node, in memory, its cache sized above SUBJECTS, tracing off, driven by
+# scripts/gubernator-load with the same callers and subjects, 1, 32 and
+# 100 decisions per GetRateLimits request, over its HTTP gateway and over
+# gRPC, beside the same bare handler. Its row's cpu_us is Gubernator's CPU
+# per decision, per_req the decisions per request, p50/p99 per request.
+# The server is built once with go install from the Go module proxy into
+# ~/.cache/tollgate-bench/gubernator-<GUBERNATOR_VERSION> (v2.13.0), never
+# into the repository.
 # Like scripts/bench-check.sh it starts a PostgreSQL and a Redis of its own
 # (ports 18432, 18379); every figure is a whole-box figure: say the load
 # average (uptime) beside them.
@@ -34,8 +45,12 @@ delay=${BATCH_DELAY:-1ms}
 size=${BATCH_SIZE:-100}
 profile=${PROFILE:-}
 [ -z "$profile" ] || mkdir -p "$profile"
+gubernator=${GUBERNATOR:-0}
 stores=("$@")
 [ ${#stores[@]} -gt 0 ] || stores=(memory redis postgres)
+[ "$gubernator" != only ] || stores=()
+# wrk wants at least as many connections as threads.
+threads=$(( callers < 2 ? callers : 2 ))
 
 mkdir -p bin
 go build -o bin/bare ./scripts/bare
@@ -60,7 +75,7 @@ stop() {
 work=$(mktemp -d)
 server=""
 cleanup() {
-  stop "$server"; stop "${bare:-}"; stop "${redis:-}"
+  stop "$server"; stop "${bare:-}"; stop "${redis:-}"; stop "${guber:-}"
   declare -F pgstop >/dev/null && pgstop
   rm -rf "$work"
   true
@@ -103,6 +118,50 @@ storepids() {
   esac
 }
 
+# bench_gubernator measures one Gubernator node beside the bare handler.
+bench_gubernator() {
+  local version=${GUBERNATOR_VERSION:-v2.13.0}
+  local gdir=${XDG_CACHE_HOME:-$HOME/.cache}/tollgate-bench/gubernator-$version
+  if [ ! -x "$gdir/gubernator" ]; then
+    echo "building Gubernator $version into $gdir (minutes, once)" >&2
+    mkdir -p "$gdir"
+    GOBIN="$gdir" go install "github.com/gubernator-io/gubernator/v2/cmd/gubernator@$version"
+  fi
+  (cd scripts/gubernator-load && go build -o ../../bin/gubernator-load .)
+  # Loopback only, memberlist included; a cache above the subjects, so no
+  # decision is lost to eviction; no trace exporter.
+  env OTEL_TRACES_EXPORTER=none GUBER_LOG_LEVEL=error GUBER_INSTANCE_ID=bench \
+    GUBER_HTTP_ADDRESS=127.0.0.1:18350 GUBER_GRPC_ADDRESS=127.0.0.1:18351 GUBER_ADVERTISE_ADDRESS=127.0.0.1:18351 \
+    GUBER_MEMBERLIST_ADDRESS=127.0.0.1:18352 GUBER_MEMBERLIST_BIND_ADDRESS=127.0.0.1:18352 \
+    GUBER_MEMBERLIST_KNOWN_NODES=127.0.0.1:18352 GUBER_CACHE_SIZE=$((subjects * 2)) \
+    "$gdir/gubernator" 2>"$work/gubernator.log" &
+  guber=$!
+  for _ in $(seq 100); do curl -sf http://127.0.0.1:18350/v1/HealthCheck | grep -q '"peer_count":1' && break; sleep 0.1; done
+  curl -sf http://127.0.0.1:18350/v1/HealthCheck >/dev/null || { cat "$work/gubernator.log" >&2; exit 1; }
+  local modes=(http:1 http:32 http:100 grpc:1 grpc:32 grpc:100)
+  bin/gubernator-load -http http://127.0.0.1:18350 -callers "$callers" -subjects "$subjects" -per 100 -duration 2s >/dev/null
+  : >"$work/grows"
+  for run in $(seq "$runs"); do
+    brps=$(wrk -t"$threads" -c"$callers" -d"$duration" -s "$work/bare.lua" http://127.0.0.1:18280/ | awk '/Requests\/sec/ {print $2}')
+    for m in "${modes[@]}"; do
+      local proto=${m%:*} per=${m#*:} target
+      if [ "$proto" = http ]; then target=(-http http://127.0.0.1:18350); else target=(-grpc 127.0.0.1:18351); fi
+      c0=$(cpu "$guber")
+      read -r dps p50 p99 n reqs over errs < <(bin/gubernator-load "${target[@]}" -callers "$callers" -subjects "$subjects" -per "$per" -duration "$duration")
+      c1=$(cpu "$guber")
+      [ "$over$errs" = 00 ] || echo "gubernator $m: $over over the limit, $errs failed requests" >&2
+      awk -v m="$proto-$per" -v r="$dps" -v b="$brps" -v c=$((c1 - c0)) -v n="$n" -v q="$reqs" -v t="$tick" -v p50="$p50" -v p99="$p99" \
+        'BEGIN { printf "gubernator %s %.0f %.0f %.3f %.1f - - %.1f %.2f %.2f\n", m, r, b, r/b, c/t/n*1e6, n/q, p50, p99 }' >>"$work/grows"
+    done
+  done
+  for m in "${modes[@]}"; do
+    local mode="${m%:*}-${m#*:}" row="gubernator ${m%:*}-${m#*:}"
+    for col in 3 4 5 6 7 8 9 10 11; do row="$row $(awk -v m="$mode" -v c=$col '$2==m {print $c}' "$work/grows" | median)"; done
+    echo "$row" | awk '{printf "%-9s %-8s %9s %9s %6s %7s %12s %8s %7s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11}'
+  done
+  stop "$guber"; guber=""
+}
+
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-9s %-8s %9s %9s %6s %7s %12s %8s %7s %7s %7s\n' store mode "checks/s" "bare" ratio cpu_us store_cpu_us per_call per_req p50_ms p99_ms
 for store in "${stores[@]}"; do
@@ -124,7 +183,7 @@ for store in "${stores[@]}"; do
   bin/loadgen -key "$key" -callers "$callers" -subjects "$subjects" -duration 2s -batch "$delay" -batch-size "$size" >/dev/null
   : >"$work/rows"
   for run in $(seq "$runs"); do
-    brps=$(wrk -t2 -c"$callers" -d"$duration" -s "$work/bare.lua" http://127.0.0.1:18280/ | awk '/Requests\/sec/ {print $2}')
+    brps=$(wrk -t"$threads" -c"$callers" -d"$duration" -s "$work/bare.lua" http://127.0.0.1:18280/ | awk '/Requests\/sec/ {print $2}')
     for mode in single batched; do
       args=()
       [ "$mode" = single ] || args=(-batch "$delay" -batch-size "$size")
@@ -152,4 +211,5 @@ for store in "${stores[@]}"; do
   sleep 1
   psql -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
 done
+[ "$gubernator" = 0 ] || bench_gubernator
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -4,10 +4,13 @@ import {
   PaymentRequiredError,
   type Problem,
   RateLimitedError,
-  TollgateError,
+  type TollgateError,
   UnavailableError,
   failModeDecides,
+  rateLimited,
+  str,
 } from "./errors.js";
+import { Batcher, type BatchingOptions } from "./batch.js";
 import type { components } from "./openapi.js";
 import { subjectOf } from "./subject.js";
 
@@ -54,6 +57,15 @@ export interface ClientOptions {
   retry?: { attempts: number; maxWaitMs: number };
   /** The fetch to send with; default globalThis.fetch. */
   fetch?: typeof fetch;
+  /** Makes concurrent `check` and `peek` calls travel together. A call that
+   * finds no other waiting and no request in flight is sent at once, alone,
+   * to /v1/check; calls made while a request is in flight wait up to
+   * `maxDelayMs` (default 1), or until `maxChecks` (default 100, at most
+   * 1,000) wait, or the request in flight returns, and go as one POST
+   * /v1/check/batch. Each call still gets its own Decision or error, fail
+   * mode and all, and returns when its own signal aborts even while its
+   * batch is in flight. Needs a Tollgate that serves /v1/check/batch. */
+  batching?: BatchingOptions;
 }
 
 /** Options of one call. */
@@ -113,6 +125,7 @@ export class Client {
   readonly #fetch: typeof fetch;
   readonly #attempts: number;
   readonly #maxWaitMs: number;
+  readonly #batcher: Batcher | undefined;
 
   constructor(opts: ClientOptions) {
     let u: URL;
@@ -135,6 +148,9 @@ export class Client {
     this.#maxWaitMs = Math.max(0, opts.retry?.maxWaitMs ?? 0);
     // Bound late: a platform may replace globalThis.fetch after import.
     this.#fetch = opts.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    if (opts.batching) {
+      this.#batcher = new Batcher(opts.batching, (path, body, signal) => this.#call("POST", path, body, { signal }));
+    }
   }
 
   /** Asks whether every item may act now and, when all allow, counts them
@@ -167,6 +183,7 @@ export class Client {
       ),
     };
     try {
+      if (this.#batcher) return await this.#batcher.check(body, opts?.signal);
       return await this.#call<CheckResponse>("POST", "/v1/check", body, opts);
     } catch (err) {
       if (!failModeDecides(err)) throw err;
@@ -370,30 +387,6 @@ function problemOf(text: string): Problem {
     // Not a problem document: the status says it all.
   }
   return {};
-}
-
-function str(v: unknown): string {
-  return typeof v === "string" ? v : "";
-}
-
-function num(v: unknown): number {
-  return typeof v === "number" && Number.isFinite(v) ? v : 0;
-}
-
-/** A 429 of Tollgate's: the headers first (they are on every refusal,
- * whatever the body), the problem for what they lack. */
-function rateLimited(h: Headers, p: Problem): RateLimitedError {
-  const limit = Number.parseInt(h.get("x-ratelimit-limit") ?? "", 10);
-  const ra = Number.parseInt((h.get("retry-after") ?? "").trim(), 10);
-  const secs = Number.isFinite(ra) && ra >= 0 ? ra : num(p.retry_after_seconds);
-  return new RateLimitedError(
-    h.get("x-ratelimit-layer") || str(p.layer),
-    h.get("x-ratelimit-scope") || str(p.scope),
-    Number.isFinite(limit) ? limit : num(p.limit),
-    Math.min(secs, 365 * 24 * 3600),
-    str(p.detail),
-    p.degraded === true || h.get("x-ratelimit-degraded") === "true",
-  );
 }
 
 /** Reads an answer's body, at most maxAnswerBytes of it. */

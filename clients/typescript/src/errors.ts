@@ -100,3 +100,28 @@ export class LeaseGoneError extends TollgateError {
 export function failModeDecides(err: unknown): boolean {
   return err instanceof UnavailableError || err instanceof RateLimitedError || err instanceof PaymentRequiredError;
 }
+
+/** A 429 of Tollgate's: the headers first (they are on every refusal,
+ * whatever the body), the problem for what they lack. */
+export function rateLimited(h: Headers, p: Problem): RateLimitedError {
+  const limit = Number.parseInt(h.get("x-ratelimit-limit") ?? "", 10);
+  const ra = Number.parseInt((h.get("retry-after") ?? "").trim(), 10);
+  const secs = Number.isFinite(ra) && ra >= 0 ? ra : num(p.retry_after_seconds);
+  return new RateLimitedError(
+    h.get("x-ratelimit-layer") || str(p.layer),
+    h.get("x-ratelimit-scope") || str(p.scope),
+    Number.isFinite(limit) ? limit : num(p.limit),
+    Math.min(secs, 365 * 24 * 3600),
+    str(p.detail),
+    p.degraded === true || h.get("x-ratelimit-degraded") === "true",
+  );
+}
+
+export function str(v: unknown): string {
+  return typeof v === "string" ? v : "";
+}
+
+export function num(v: unknown): number {
+  return typeof v === "number" && Number.isFinite(v) ? v : 0;
+}
+

@@ -17,6 +17,7 @@ export {
   type PolicyInput,
   type Usage,
 } from "./client.js";
+export { DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, type BatchingOptions } from "./batch.js";
 export {
   APIError,
   LeaseGoneError,
