@@ -1152,7 +1152,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["InvalidRequestProblem"];
             };
         };
-        /** @description No valid API key. */
+        /** @description No valid API key: missing, malformed, unknown, revoked or expired. Only an expired key's problem says so in its detail ("This API key expired at …"). */
         Unauthorized: {
             headers: {
                 [name: string]: unknown;
