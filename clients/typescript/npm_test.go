@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testkit/bintest"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/faultnet"
 	"github.com/tollgate/tollgate/internal/testkit/logbuf"
@@ -33,20 +34,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	dir, err := os.MkdirTemp("", "tollgate-tsclient-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "tollgate")
-	build := exec.Command("go", "build", "-o", binary, "github.com/tollgate/tollgate/cmd/tollgate")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tollgate:", err)
-		os.Exit(1)
-	}
-	defer os.RemoveAll(dir)
-	pgtest.Main(m)
+	bintest.Main(m, &binary)
 }
 
 const pepper = "tsclient-pepper-0123456789abcdef0123456789"
