@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/testkit/bg"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
@@ -398,7 +399,7 @@ func TestRecorderSeenMapStaysBounded(t *testing.T) {
 	}
 	// Once their windows end, Run's sweep forgets them.
 	now.Store(t0.Add(time.Minute).UnixNano())
-	stop := run(r)
+	stop := bg.Run(r.Run)
 	pgtest.WaitFor(t, "the ended windows to be forgotten", func() bool {
 		_, _, _, seen := r.Pending()
 		return seen == 0

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/testkit/bg"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 	"github.com/tollgate/tollgate/internal/usage"
 )
@@ -29,16 +30,6 @@ func newRecorder(t *testing.T, pool *pgxpool.Pool, cfg audit.RecorderConfig) *au
 		t.Fatal(err)
 	}
 	return r
-}
-
-func run(r *audit.Recorder) (stop func() error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	return func() error {
-		cancel()
-		return <-done
-	}
 }
 
 func refusalEntries(t *testing.T, pool *pgxpool.Pool, tenantID string) []audit.Entry {
@@ -74,7 +65,7 @@ func TestFirstRefusalOncePerWindowAcrossInstances(t *testing.T) {
 	// the database, which must still write one entry per window.
 	a := newRecorder(t, pool, audit.RecorderConfig{FlushEvery: 2 * time.Millisecond, MaxSeen: 1})
 	b := newRecorder(t, pool, audit.RecorderConfig{FlushEvery: 3 * time.Millisecond, MaxSeen: 1})
-	stopA, stopB := run(a), run(b)
+	stopA, stopB := bg.Run(a.Run), bg.Run(b.Run)
 
 	end := t0.Add(time.Minute)
 	ref := admission.Refusal{Layer: admission.LayerPolicy, Policy: "sign-in", Limit: 10, Window: time.Minute, ResetAt: end, Key: "digest-1", Shadow: true}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/batch"
+	"github.com/tollgate/tollgate/internal/testkit/bg"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/logbuf"
 )
@@ -69,12 +70,9 @@ func TestLoopKeepsFlushingAndLogsDrops(t *testing.T) {
 		},
 		Tick: func() { mu.Lock(); ticks++; mu.Unlock() },
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
+	stop := bg.Run(l.Run)
 	eventually.True(t, 5*time.Second, "three flushes", func() bool { mu.Lock(); defer mu.Unlock(); return flushes >= 3 && ticks >= 2 })
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	out := logs.String()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/bg"
 	"github.com/tollgate/tollgate/internal/testkit/faultnet"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
@@ -549,9 +550,7 @@ func TestRunWritesUsesInOneBatch(t *testing.T) {
 		raws = append(raws, raw)
 		want[k.ID] = clk.Now().Add(100 * time.Millisecond) // the last of 100 uses
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	stop := bg.Run(d.Run)
 	for range 100 {
 		clk.Advance(time.Millisecond)
 		for _, raw := range raws {
@@ -560,8 +559,7 @@ func TestRunWritesUsesInOneBatch(t *testing.T) {
 			}
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	writes := db.store.writes()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/testkit/bg"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 	"github.com/tollgate/tollgate/internal/usage"
 )
@@ -61,18 +62,6 @@ func newRecorder(t *testing.T, pool *pgxpool.Pool, cfg usage.Config) *usage.Reco
 	return r
 }
 
-// run starts r.Run and returns a function that stops it and returns its
-// error.
-func run(r *usage.Recorder) (stop func() error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	return func() error {
-		cancel()
-		return <-done
-	}
-}
-
 var outcomes = []string{admission.OutcomeAllowed, admission.LayerPolicy, admission.LayerIP, admission.LayerQuota, admission.LayerAllotment, admission.LayerSandbox}
 
 func TestConcurrentRecordersFlushExactTotals(t *testing.T) {
@@ -103,7 +92,7 @@ func testConcurrentTotals(t *testing.T, at func(g, i int) time.Time) {
 	// each other and the events.
 	a := newRecorder(t, pool, usage.Config{FlushEvery: 3 * time.Millisecond})
 	b := newRecorder(t, pool, usage.Config{FlushEvery: 5 * time.Millisecond})
-	stopA, stopB := run(a), run(b)
+	stopA, stopB := bg.Run(a.Run), bg.Run(b.Run)
 
 	const goroutines, events = 16, 3000
 	event := func(g, i int) admission.Event {
@@ -167,7 +156,7 @@ func TestGracefulStopFlushesEverything(t *testing.T) {
 	tenant := pgtest.Tenant(t, pool, "starter")
 	// Run would not flush for an hour: only the final flush writes.
 	r := newRecorder(t, pool, usage.Config{FlushEvery: time.Hour})
-	stop := run(r)
+	stop := bg.Run(r.Run)
 	at := time.Date(2026, 11, 15, 12, 0, 30, 0, time.UTC)
 	for range 1234 {
 		r.Observe(context.Background(), admission.Event{At: at, TenantID: tenant, Live: true, Checked: true, Outcome: admission.OutcomeAllowed})
@@ -298,7 +287,7 @@ func TestUsageDuringFlushesCountsEachEventOnce(t *testing.T) {
 	tenant := pgtest.Tenant(t, pool, "starter")
 	now := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 	r := newRecorder(t, pool, usage.Config{FlushEvery: time.Millisecond})
-	stop := run(r)
+	stop := bg.Run(r.Run)
 	defer stop()
 	ctx := context.Background()
 	// Reports run while Run flushes: none may see an event twice or miss
