@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +26,10 @@ import (
 // binary is the tollgate built from this tree for the tests.
 var binary string
 
+// install is npm ci, which TestMain starts before anything else: it takes
+// longest, and needs nothing that building Tollgate or starting it makes.
+var install = make(chan step, 1)
+
 func TestMain(m *testing.M) {
 	// Node.js is a requirement of this package's tests, not an option: a
 	// machine without it fails here rather than passing with nothing run.
@@ -33,6 +39,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	go func() { install <- npmCI() }()
 	dir, err := os.MkdirTemp("", "tollgate-tsclient-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -45,19 +52,26 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build tollgate:", err)
 		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
-	pgtest.Main(m)
+	code := pgtest.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 const pepper = "tsclient-pepper-0123456789abcdef0123456789"
 
-// TestNodeSuite runs the package's tests (test/*.test.js) with node --test
-// against a real Tollgate: the client in Node.js, the Hono middleware in a
-// Hono app, the guard inside workerd, the Next.js helper in a built Next.js
-// app, the packed tarball in an app outside the tree. Before them: npm ci
-// when the lock changed, the OpenAPI types checked against the document,
-// the package built and every test file type-checked with tsc --strict.
+// TestNodeSuite runs the package's tests (test/*.test.js), each file with
+// node --test, against a real Tollgate: the client in Node.js, the Hono
+// middleware in a Hono app, the guard inside workerd, the Next.js helper in
+// a built Next.js app, the package on Bun and Deno, the packed tarball in an
+// app outside the tree. Before them: npm ci when the lock changed, the
+// OpenAPI types checked against the document, the package built and every
+// test file type-checked with tsc --strict.
+//
+// What does not wait for another runs beside it, and every phase's wall and
+// CPU time is logged: the suite runs last in make test, on two cores.
 func TestNodeSuite(t *testing.T) {
+	started := time.Now()
+	defer func() { t.Logf("phase total: %s wall", time.Since(started).Round(10*time.Millisecond)) }()
 	dsn := pgtest.New(t)
 	addr := startTollgate(t, dsn)
 	base := "http://" + addr
@@ -73,15 +87,30 @@ func TestNodeSuite(t *testing.T) {
 	slow.Delay(300 * time.Millisecond) // a round trip takes 600 ms and more: past the 100 ms timeout
 	hung := faultnet.New(t, addr)
 	hung.Stall()
+	t.Logf("phase tollgate and tenants: %s wall", time.Since(started).Round(10*time.Millisecond))
 
-	npmCI(t)
-	// src/openapi.ts is generated from the OpenAPI document; `make generate`
-	// writes it anew after the document changes.
-	if out, err := exec.Command("npm", "run", "--silent", "check-generated").CombinedOutput(); err != nil {
-		t.Fatalf("src/openapi.ts differs from internal/httpapi/openapi.json (run make generate): %v\n%s", err, out)
+	ci := <-install
+	ci.log(t)
+	if ci.err != nil {
+		t.Fatalf("%s: %v\n%s", ci.name, ci.err, ci.out)
 	}
-	run(t, "npm", "run", "--silent", "build")
-	run(t, "npx", "tsc", "-p", "test/tsconfig.json")
+
+	// The generated types are checked while the package builds: both need
+	// only what npm installed. src/openapi.ts is generated from the OpenAPI
+	// document; `make generate` writes it anew after the document changes.
+	steps := parallel(
+		[]command{{name: "check-generated", args: []string{"npm", "run", "--silent", "check-generated"}}},
+		[]command{{name: "tsc build", args: []string{tsc, "-p", "tsconfig.json"}}},
+	)
+	for _, s := range steps {
+		s.log(t)
+	}
+	if err := steps[0].err; err != nil {
+		t.Errorf("src/openapi.ts differs from internal/httpapi/openapi.json (run make generate): %v\n%s", err, steps[0].out)
+	}
+	if err := steps[1].err; err != nil {
+		t.Fatalf("tsc -p tsconfig.json: %v\n%s", err, steps[1].out)
+	}
 
 	env := append(os.Environ(),
 		"TOLLGATE_URL="+base,
@@ -99,15 +128,145 @@ func TestNodeSuite(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no test/*.test.js: %v", err)
 	}
-	cmd := exec.Command("node", append([]string{"--test", "--test-concurrency=1", "--test-reporter=spec"}, files...)...)
-	cmd.Env = env
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	t.Logf("node --test:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("node --test: %v", err)
+	nodeTest := func(file string) command {
+		return command{name: file, args: []string{"node", "--test", "--test-reporter=spec", file}, env: env, test: true}
 	}
+	// Three lanes on the built package: the Next.js app, whose build loads
+	// both cores for a while; the type check of the tests and the npm pack
+	// test, both busy in node itself; and the other files, which mostly
+	// wait for Tollgate, one after another.
+	var next, heavy, light []command
+	heavy = append(heavy, command{name: "tsc tests", args: []string{tsc, "-p", "test/tsconfig.json"}})
+	for _, f := range files {
+		switch filepath.Base(f) {
+		case "next.test.js":
+			next = append(next, nodeTest(f))
+		case "pack.test.js":
+			heavy = append(heavy, nodeTest(f))
+		default:
+			light = append(light, nodeTest(f))
+		}
+	}
+	var total counts
+	for _, s := range parallel(next, heavy, light) {
+		s.log(t)
+		if s.command.test {
+			c := countsOf(s.out)
+			total.add(c)
+			t.Logf("node --test %s: %s\n%s", s.name, c, s.out)
+		}
+		if s.err != nil {
+			t.Errorf("%s: %v\n%s", s.name, s.err, s.out)
+		}
+	}
+	t.Logf("node --test, %d files: %s", len(files), total)
+	if total.tests == 0 || total.pass != total.tests {
+		t.Errorf("node --test: %s", total)
+	}
+}
+
+// tsc is the TypeScript compiler npm installed, run without npx's start-up.
+var tsc = filepath.Join("node_modules", ".bin", "tsc")
+
+// command is one process of the suite, run in the package's folder.
+type command struct {
+	name string
+	args []string
+	env  []string // nil: the test's own
+	test bool     // a node --test run, whose counts are summed
+}
+
+// step is a command that ran: its output and error, its wall and CPU time.
+type step struct {
+	command
+	out       []byte
+	err       error
+	wall, cpu time.Duration
+	skipped   string // why it did not run
+}
+
+func (c command) run() step {
+	started := time.Now()
+	cmd := exec.Command(c.args[0], c.args[1:]...)
+	cmd.Env = c.env
+	out, err := cmd.CombinedOutput()
+	s := step{command: c, out: out, err: err, wall: time.Since(started)}
+	if cmd.ProcessState != nil {
+		// The process's own and that of every child it waited for.
+		s.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	return s
+}
+
+func (s step) log(t *testing.T) {
+	t.Helper()
+	if s.skipped != "" {
+		t.Logf("phase %s: skipped, %s", s.name, s.skipped)
+		return
+	}
+	t.Logf("phase %s: %s wall, %s CPU", s.name, s.wall.Round(10*time.Millisecond), s.cpu.Round(10*time.Millisecond))
+}
+
+// parallel runs each lane's commands one after another, the lanes side by
+// side, and returns every step in the order given.
+func parallel(lanes ...[]command) []step {
+	out := make([][]step, len(lanes))
+	var wg sync.WaitGroup
+	for i, lane := range lanes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, c := range lane {
+				out[i] = append(out[i], c.run())
+			}
+		}()
+	}
+	wg.Wait()
+	var all []step
+	for _, l := range out {
+		all = append(all, l...)
+	}
+	return all
+}
+
+// counts are the totals node --test prints last.
+type counts struct{ tests, pass, fail, other int }
+
+func (c *counts) add(o counts) {
+	c.tests += o.tests
+	c.pass += o.pass
+	c.fail += o.fail
+	c.other += o.other
+}
+
+func (c counts) String() string {
+	return fmt.Sprintf("%d tests, %d pass, %d fail, %d skipped, todo or cancelled", c.tests, c.pass, c.fail, c.other)
+}
+
+// countsOf reads the summary of node --test's spec reporter ("ℹ tests 5").
+func countsOf(out []byte) counts {
+	var c counts
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "ℹ" {
+			continue
+		}
+		n, err := strconv.Atoi(f[2])
+		if err != nil {
+			continue
+		}
+		switch f[1] {
+		case "tests":
+			c.tests = n
+		case "pass":
+			c.pass = n
+		case "fail":
+			c.fail = n
+		case "cancelled", "skipped", "todo":
+			c.other += n
+		}
+	}
+	return c
 }
 
 // startTollgate runs `tollgate serve` on dsn and returns its address once ready.
@@ -222,34 +381,24 @@ func putPolicy(t *testing.T, base, key, name, body string) {
 }
 
 // npmCI installs the locked dev dependencies when node_modules is missing
-// or was installed from another package-lock.json.
-func npmCI(t *testing.T) {
-	t.Helper()
+// or was installed from another package-lock.json. --prefer-offline: the
+// lock pins every version, so npm's cache answers without asking the
+// registry again.
+func npmCI() step {
+	c := command{name: "npm ci", args: []string{"npm", "ci", "--prefer-offline", "--no-audit", "--no-fund"}}
 	lock, err := os.ReadFile("package-lock.json")
 	if err != nil {
-		t.Fatal(err)
+		return step{command: c, err: err}
 	}
 	sum := sha256.Sum256(lock)
 	want := hex.EncodeToString(sum[:])
 	stamp := filepath.Join("node_modules", ".tollgate-lock-sha256")
 	if got, err := os.ReadFile(stamp); err == nil && string(got) == want {
-		return
+		return step{command: c, skipped: "node_modules is of this package-lock.json"}
 	}
-	run(t, "npm", "ci", "--no-audit", "--no-fund")
-	if err := os.WriteFile(stamp, []byte(want), 0o644); err != nil {
-		t.Fatal(err)
+	s := c.run()
+	if s.err == nil {
+		s.err = os.WriteFile(stamp, []byte(want), 0o644)
 	}
-}
-
-// run runs a command in the package's folder and fails the test with its
-// output when it fails.
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	started := time.Now()
-	cmd := exec.Command(name, args...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	t.Logf("%s %s: %s", name, strings.Join(args, " "), time.Since(started).Round(10*time.Millisecond))
+	return s
 }
