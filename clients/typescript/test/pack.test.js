@@ -36,10 +36,11 @@ import { rateLimit } from "@tollgate/client/hono";
 const c = new Client({ url: process.env.TOLLGATE_URL, key: process.env.TOLLGATE_KEY, timeoutMs: 5000 });
 const first = await c.check({ policy: "example", subject: "example-user" });
 const second = await c.check({ policy: "example", subject: "example-user" });
-console.log(JSON.stringify({ first: first.allowed, second: second.allowed, hono: typeof rateLimit, guard: typeof guard }));
+const degraded = first.degraded || second.degraded;
+console.log(JSON.stringify({ first: first.allowed, second: second.allowed, degraded, hono: typeof rateLimit, guard: typeof guard }));
 `,
     );
     const out = execFileSync("node", ["main.js"], { cwd: app, encoding: "utf8", env: { ...process.env, TOLLGATE_URL: env.url } });
-    assert.deepEqual(JSON.parse(out), { first: true, second: false, hono: "function", guard: "function" });
+    assert.deepEqual(JSON.parse(out), { first: true, second: false, degraded: false, hono: "function", guard: "function" });
   });
 });
