@@ -27,8 +27,9 @@ test: check-generated vet lint-openapi
 	@# of instances, and its invariants hold the timing of every answer.
 	$(GO) test -count=1 -timeout 6m -run 'TestFaultSuite' ./blackbox/
 	$(GO) test -count=1 -timeout 8m -race -run 'Conformance|Property|Concurr|Catalog|Recorder|Race|Breaker' $(RACE_PKGS)
-	@# The TypeScript client's suite runs last and alone: Node.js, workerd and
-	@# a Next.js build (kept while its inputs are unchanged) load both cores.
+	@# The TypeScript client's suite runs last and alone: npm ci, tsc and a
+	@# Next.js build (kept while its inputs are unchanged) load both cores,
+	@# beside its tests on Node.js, workerd, Next.js, Bun and Deno.
 	$(GO) test -count=1 -timeout 8m ./clients/typescript/
 
 ## soak: the fault suite's phases, cycle after cycle, for DURATION (make soak DURATION=30m)

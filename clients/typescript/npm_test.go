@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/testkit/bintest"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/faultnet"
 	"github.com/tollgate/tollgate/internal/testkit/logbuf"
@@ -24,6 +26,16 @@ import (
 
 // binary is the tollgate built from this tree for the tests.
 var binary string
+
+// install is npm ci, which TestMain starts before anything else: it takes
+// longest, and needs nothing that building Tollgate or starting it makes.
+var install = struct {
+	done chan struct{}
+	step step
+}{done: make(chan struct{})}
+
+// epoch is when TestMain began: each phase logs when it began after it.
+var epoch = time.Now()
 
 func TestMain(m *testing.M) {
 	// Node.js is a requirement of this package's tests, not an option: a
@@ -34,18 +46,46 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	bintest.Main(m, &binary)
+	go func() {
+		install.step = npmCI()
+		close(install.done)
+	}()
+	dir, err := os.MkdirTemp("", "tollgate-tsclient-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "tollgate")
+	build := exec.Command("go", "build", "-o", binary, "github.com/tollgate/tollgate/cmd/tollgate")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build tollgate:", err)
+		os.Exit(1)
+	}
+	code := pgtest.Run(m)
+	<-install.done // npm is not left running after the tests
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 const pepper = "tsclient-pepper-0123456789abcdef0123456789"
 
-// TestNodeSuite runs the package's tests (test/*.test.js) with node --test
-// against a real Tollgate: the client in Node.js, the Hono middleware in a
-// Hono app, the guard inside workerd, the Next.js helper in a built Next.js
-// app, the packed tarball in an app outside the tree. Before them: npm ci
-// when the lock changed, the OpenAPI types checked against the document,
-// the package built and every test file type-checked with tsc --strict.
+// TestNodeSuite runs the package's tests (test/*.test.js), each file with
+// node --test, against a real Tollgate: the client in Node.js, the Hono
+// middleware in a Hono app, the guard inside workerd, the Next.js helper in
+// a built Next.js app, the package on Bun and Deno, the packed tarball in an
+// app outside the tree. Before them: npm ci when the lock changed, the
+// OpenAPI types checked against the document, the package built and every
+// test file type-checked with tsc --strict.
+//
+// What does not wait for another runs beside it, and every phase's wall and
+// CPU time is logged: the suite runs last in make test, on two cores.
 func TestNodeSuite(t *testing.T) {
+	started := time.Now()
+	t.Logf("phase go build tollgate: %s wall", started.Sub(epoch).Round(10*time.Millisecond))
+	defer func() {
+		t.Logf("phase total: %s wall since TestMain began", time.Since(epoch).Round(10*time.Millisecond))
+	}()
 	dsn := pgtest.New(t)
 	addr := startTollgate(t, dsn)
 	base := "http://" + addr
@@ -61,15 +101,31 @@ func TestNodeSuite(t *testing.T) {
 	slow.Delay(300 * time.Millisecond) // a round trip takes 600 ms and more: past the 100 ms timeout
 	hung := faultnet.New(t, addr)
 	hung.Stall()
+	t.Logf("phase tollgate and tenants: %s wall", time.Since(started).Round(10*time.Millisecond))
 
-	npmCI(t)
-	// src/openapi.ts is generated from the OpenAPI document; `make generate`
-	// writes it anew after the document changes.
-	if out, err := exec.Command("npm", "run", "--silent", "check-generated").CombinedOutput(); err != nil {
-		t.Fatalf("src/openapi.ts differs from internal/httpapi/openapi.json (run make generate): %v\n%s", err, out)
+	<-install.done
+	ci := install.step
+	ci.log(t)
+	if ci.err != nil {
+		t.Fatalf("%s: %v\n%s", ci.name, ci.err, ci.out)
 	}
-	run(t, "npm", "run", "--silent", "build")
-	run(t, "npx", "tsc", "-p", "test/tsconfig.json")
+
+	// The generated types are checked while the package builds: both need
+	// only what npm installed. src/openapi.ts is generated from the OpenAPI
+	// document; `make generate` writes it anew after the document changes.
+	steps := pool(2,
+		command{name: "check-generated", args: []string{"npm", "run", "--silent", "check-generated"}},
+		command{name: "tsc build", args: []string{tsc, "-p", "tsconfig.json"}},
+	)
+	for _, s := range steps {
+		s.log(t)
+	}
+	if err := steps[0].err; err != nil {
+		t.Errorf("src/openapi.ts differs from internal/httpapi/openapi.json (run make generate): %v\n%s", err, steps[0].out)
+	}
+	if err := steps[1].err; err != nil {
+		t.Fatalf("tsc -p tsconfig.json: %v\n%s", err, steps[1].out)
+	}
 
 	env := append(os.Environ(),
 		"TOLLGATE_URL="+base,
@@ -87,15 +143,148 @@ func TestNodeSuite(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no test/*.test.js: %v", err)
 	}
-	cmd := exec.Command("node", append([]string{"--test", "--test-concurrency=1", "--test-reporter=spec"}, files...)...)
-	cmd.Env = env
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	t.Logf("node --test:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("node --test: %v", err)
+	nodeTest := func(file string) command {
+		return command{name: file, args: []string{"node", "--test", "--test-reporter=spec", file}, env: env, test: true}
 	}
+	// On the built package, three at a time, the longest first: the
+	// Next.js app (next build loads both cores for a while), the type check
+	// of the tests, npm pack, then the files that mostly wait for Tollgate.
+	// Three, not two: those waits leave a core idle.
+	first := map[string]int{"next.test.js": 1, "tsc tests": 2, "pack.test.js": 3, "workers.test.js": 4}
+	cmds := []command{{name: "tsc tests", args: []string{tsc, "-p", "test/tsconfig.json"}}}
+	for _, f := range files {
+		cmds = append(cmds, nodeTest(f))
+	}
+	rank := func(c command) int {
+		if r, ok := first[filepath.Base(c.name)]; ok {
+			return r
+		}
+		return len(first) + 1
+	}
+	slices.SortStableFunc(cmds, func(a, b command) int { return rank(a) - rank(b) })
+	var total counts
+	for _, s := range pool(3, cmds...) {
+		s.log(t)
+		if s.command.test {
+			c := countsOf(s.out)
+			total.add(c)
+			t.Logf("node --test %s: %s\n%s", s.name, c, s.out)
+		}
+		if s.err != nil {
+			t.Errorf("%s: %v\n%s", s.name, s.err, s.out)
+		}
+	}
+	t.Logf("node --test, %d files: %s", len(files), total)
+	if total.tests == 0 || total.pass != total.tests {
+		t.Errorf("node --test: %s", total)
+	}
+}
+
+// tsc is the TypeScript compiler npm installed, run without npx's start-up.
+var tsc = filepath.Join("node_modules", ".bin", "tsc")
+
+// command is one process of the suite, run in the package's folder.
+type command struct {
+	name string
+	args []string
+	env  []string // nil: the test's own
+	test bool     // a node --test run, whose counts are summed
+}
+
+// step is a command that ran: its output and error, its wall and CPU time.
+type step struct {
+	command
+	out       []byte
+	err       error
+	began     time.Time
+	wall, cpu time.Duration
+	skipped   string // why it did not run
+}
+
+func (c command) run() step {
+	started := time.Now()
+	cmd := exec.Command(c.args[0], c.args[1:]...)
+	cmd.Env = c.env
+	out, err := cmd.CombinedOutput()
+	s := step{command: c, out: out, err: err, began: started, wall: time.Since(started)}
+	if cmd.ProcessState != nil {
+		// The process's own and that of every child it waited for.
+		s.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	return s
+}
+
+func (s step) log(t *testing.T) {
+	t.Helper()
+	if s.skipped != "" {
+		t.Logf("phase %s: skipped, %s", s.name, s.skipped)
+		return
+	}
+	t.Logf("phase %s: at %s, %s wall, %s CPU", s.name, s.began.Sub(epoch).Round(100*time.Millisecond),
+		s.wall.Round(10*time.Millisecond), s.cpu.Round(10*time.Millisecond))
+}
+
+// pool runs cmds, n at a time in the order given, and returns their steps
+// in that order.
+func pool(n int, cmds ...command) []step {
+	out := make([]step, len(cmds))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				out[i] = cmds[i].run()
+			}
+		}()
+	}
+	for i := range cmds {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
+// counts are the totals node --test prints last.
+type counts struct{ tests, pass, fail, other int }
+
+func (c *counts) add(o counts) {
+	c.tests += o.tests
+	c.pass += o.pass
+	c.fail += o.fail
+	c.other += o.other
+}
+
+func (c counts) String() string {
+	return fmt.Sprintf("%d tests, %d pass, %d fail, %d skipped, todo or cancelled", c.tests, c.pass, c.fail, c.other)
+}
+
+// countsOf reads the summary of node --test's spec reporter ("ℹ tests 5").
+func countsOf(out []byte) counts {
+	var c counts
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "ℹ" {
+			continue
+		}
+		n, err := strconv.Atoi(f[2])
+		if err != nil {
+			continue
+		}
+		switch f[1] {
+		case "tests":
+			c.tests = n
+		case "pass":
+			c.pass = n
+		case "fail":
+			c.fail = n
+		case "cancelled", "skipped", "todo":
+			c.other += n
+		}
+	}
+	return c
 }
 
 // startTollgate runs `tollgate serve` on dsn and returns its address once ready.
@@ -104,7 +293,10 @@ func startTollgate(t *testing.T, dsn string) string {
 	addr := closedPort(t)
 	logs := &logbuf.Buffer{}
 	cmd := exec.Command(binary, "serve")
-	cmd.Env = environ(dsn, "TOLLGATE_ADDR="+addr)
+	// A patient counter store: the suite's own builds load both cores, and
+	// a check past the default 50 ms deadline would be decided by the fail
+	// mode (allowed, degraded) where a test expects Tollgate's count.
+	cmd.Env = environ(dsn, "TOLLGATE_ADDR="+addr, "TOLLGATE_COUNTER_TIMEOUT=2s")
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -210,34 +402,24 @@ func putPolicy(t *testing.T, base, key, name, body string) {
 }
 
 // npmCI installs the locked dev dependencies when node_modules is missing
-// or was installed from another package-lock.json.
-func npmCI(t *testing.T) {
-	t.Helper()
+// or was installed from another package-lock.json. --prefer-offline: the
+// lock pins every version, so npm's cache answers without asking the
+// registry again.
+func npmCI() step {
+	c := command{name: "npm ci", args: []string{"npm", "ci", "--prefer-offline", "--no-audit", "--no-fund"}}
 	lock, err := os.ReadFile("package-lock.json")
 	if err != nil {
-		t.Fatal(err)
+		return step{command: c, err: err}
 	}
 	sum := sha256.Sum256(lock)
 	want := hex.EncodeToString(sum[:])
 	stamp := filepath.Join("node_modules", ".tollgate-lock-sha256")
 	if got, err := os.ReadFile(stamp); err == nil && string(got) == want {
-		return
+		return step{command: c, skipped: "node_modules is of this package-lock.json"}
 	}
-	run(t, "npm", "ci", "--no-audit", "--no-fund")
-	if err := os.WriteFile(stamp, []byte(want), 0o644); err != nil {
-		t.Fatal(err)
+	s := c.run()
+	if s.err == nil {
+		s.err = os.WriteFile(stamp, []byte(want), 0o644)
 	}
-}
-
-// run runs a command in the package's folder and fails the test with its
-// output when it fails.
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	started := time.Now()
-	cmd := exec.Command(name, args...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	t.Logf("%s %s: %s", name, strings.Join(args, " "), time.Since(started).Round(10*time.Millisecond))
+	return s
 }

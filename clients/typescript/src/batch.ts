@@ -86,6 +86,12 @@ export class Batcher {
         // A check not yet sent is not sent: the caller has its answer.
         const i = this.#pending.indexOf(w);
         if (i >= 0) this.#pending.splice(i, 1);
+        // Nothing left to send: the timer would only keep the process
+        // alive for maxDelayMs (a script's, a test runner's).
+        if (this.#pending.length === 0) {
+          clearTimeout(this.#timer);
+          this.#timer = undefined;
+        }
         w.settle(new UnavailableError(`${where}: aborted by the caller`, { cause: signal?.reason }));
       };
       signal?.addEventListener("abort", onAbort, { once: true });

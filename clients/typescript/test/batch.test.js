@@ -87,6 +87,8 @@ describe("batching", () => {
 
   test("each caller's signal ends its own call; a check aborted before its batch left is not sent", async () => {
     const counted = countingFetch();
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
+    const timersBefore = timers();
     // Tollgate behind a proxy that never answers; a timeout and a delay
     // far longer than the test, so that only the signals end the calls.
     const c = new Client({
@@ -115,5 +117,8 @@ describe("batching", () => {
     assert.equal(da.degraded, true);
     assert.match(String(da.error?.message), /aborted by the caller/);
     assert.deepEqual([...counted.paths], [["/v1/check", 1]], "the aborted waiting check was sent");
+    // Neither the call's timeout nor the batch's delay outlives the calls:
+    // a timer left would keep a script (this test file too) alive.
+    assert.equal(timers(), timersBefore, "a timer of the client's outlives its calls");
   });
 });

@@ -8,4 +8,9 @@ export default {
   typescript: { ignoreBuildErrors: true },
   turbopack: { root },
   outputFileTracingRoot: root,
+  experimental: {
+    // Turbopack's persistent cache of the build: writing it costs more
+    // than this small app's whole compilation, and a clean clone has none.
+    turbopackFileSystemCacheForBuild: false,
+  },
 };
