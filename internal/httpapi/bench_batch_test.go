@@ -1,0 +1,85 @@
+package httpapi
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// batchBenchChecks is the checks of a benchmark's batch: client.WithBatching's
+// default batch size.
+const batchBenchChecks = 100
+
+// batchBodies returns n bodies of /v1/check/batch as client.WithBatching
+// sends them: batchBenchChecks checks, each one consuming item of the
+// policy "bench" for a random subject among 100,000.
+func batchBodies(n int) [][]byte {
+	r := rand.New(rand.NewPCG(1, 2))
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		var b strings.Builder
+		b.WriteString(`{"checks":[`)
+		for j := range batchBenchChecks {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"mode":"consume","items":[{"policy":"bench","subject":"user-%d"}]}`, r.IntN(100_000))
+		}
+		b.WriteString(`]}`)
+		bodies[i] = []byte(b.String())
+	}
+	return bodies
+}
+
+// postBatch posts body to /v1/check/batch with key through a's Echo, in
+// process, and fails tb unless it is answered 200.
+func postBatch(tb testing.TB, a *tenantAPI, key string, body []byte) {
+	tb.Helper()
+	req := httptest.NewRequest("POST", "/v1/check/batch", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	a.e.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		tb.Fatalf("check batch: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// newBatchBenchAPI is newBenchAPI with the fixed-window policy "bench"
+// that scripts/bench-batch.sh checks.
+func newBatchBenchAPI(tb testing.TB) (*tenantAPI, string) {
+	a, key := newBenchAPI(tb)
+	if r := a.do(key, "PUT", "/v1/policies/bench", `{"limit":1000000000,"window":"1h","algorithm":"fixed_window"}`); r.status != 200 {
+		tb.Fatalf("put policy: %d %s", r.status, r.body)
+	}
+	return a, key
+}
+
+// BenchmarkCheckBatch posts batches of batchBenchChecks checks through the
+// whole in-process pipeline and the in-memory counter store, one at a time
+// (a tenant's batch of 100 checks takes all its work in progress, so its
+// batches are decided one after the other anyway), and reports the cost a
+// check: ns/check and allocs/check.
+func BenchmarkCheckBatch(b *testing.B) {
+	a, key := newBatchBenchAPI(b)
+	bodies := batchBodies(1000)
+	for _, body := range bodies[:10] {
+		postBatch(b, a, key, body)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		postBatch(b, a, key, bodies[i%len(bodies)])
+	}
+	b.StopTimer()
+	runtime.ReadMemStats(&after)
+	checks := float64(b.N) * batchBenchChecks
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/checks, "ns/check")
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/checks, "allocs/check")
+}
