@@ -84,21 +84,43 @@ func (a *api) checkBatch(c echo.Context) error {
 // reads its body, and a fault is named within the batch
 // ("checks[3].items[0].cost").
 func parseBatch(c echo.Context) ([]gate.Check, error) {
-	var body struct {
-		Checks []json.RawMessage `json:"checks"`
-	}
-	if err := decodeJSON(c, maxBatchBody, &body); err != nil {
+	buf := bodyBufs.Get().(*[]byte)
+	defer bodyBufs.Put(buf)
+	body, err := readInto(c, maxBatchBody, buf)
+	if err != nil {
 		return nil, err
 	}
-	if body.Checks == nil {
+	return parseBatchBody(body)
+}
+
+// parseBatchBody decodes a /v1/check/batch body: its common shape by hand
+// (decodeBatchFast), anything else, faults included, through encoding/json.
+func parseBatchBody(body []byte) ([]gate.Check, error) {
+	if checks, ok := decodeBatchFast(body); ok {
+		return checks, nil
+	}
+	return parseBatchSlow(body)
+}
+
+// parseBatchSlow decodes a /v1/check/batch body through encoding/json, each
+// check as parseCheckBody decodes /v1/check's; every fault names its check
+// and field.
+func parseBatchSlow(body []byte) ([]gate.Check, error) {
+	var b struct {
+		Checks []json.RawMessage `json:"checks"`
+	}
+	if err := unmarshalStrict(body, &b); err != nil {
+		return nil, err
+	}
+	if b.Checks == nil {
 		return nil, &badRequest{field: "checks", reason: "required: an array of checks"}
 	}
-	if len(body.Checks) > gate.MaxBatchChecks {
+	if len(b.Checks) > gate.MaxBatchChecks {
 		return nil, &badRequest{field: "checks", reason: fmt.Sprintf("at most %d checks per batch", gate.MaxBatchChecks)}
 	}
-	checks := make([]gate.Check, len(body.Checks))
+	checks := make([]gate.Check, len(b.Checks))
 	items := 0
-	for i, raw := range body.Checks {
+	for i, raw := range b.Checks {
 		chk, err := parseCheckBody(raw)
 		if err != nil {
 			return nil, inCheck(i, err)
