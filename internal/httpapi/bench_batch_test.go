@@ -6,9 +6,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/tollgate/tollgate/internal/testkit/benchcost"
 )
 
 // batchBenchChecks is the checks of a benchmark's batch: client.WithBatching's
@@ -64,22 +65,17 @@ func newBatchBenchAPI(tb testing.TB) (*tenantAPI, string) {
 // whole in-process pipeline and the in-memory counter store, one at a time
 // (a tenant's batch of 100 checks takes all its work in progress, so its
 // batches are decided one after the other anyway), and reports the cost a
-// check: ns/check and allocs/check.
+// check (benchcost).
 func BenchmarkCheckBatch(b *testing.B) {
 	a, key := newBatchBenchAPI(b)
 	bodies := batchBodies(1000)
 	for _, body := range bodies[:10] {
 		postBatch(b, a, key, body)
 	}
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
 	b.ReportAllocs()
+	m := benchcost.Start()
 	for i := 0; b.Loop(); i++ {
 		postBatch(b, a, key, bodies[i%len(bodies)])
 	}
-	b.StopTimer()
-	runtime.ReadMemStats(&after)
-	checks := float64(b.N) * batchBenchChecks
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/checks, "ns/check")
-	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/checks, "allocs/check")
+	m.Report(b, batchBenchChecks, "check")
 }
