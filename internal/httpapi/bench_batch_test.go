@@ -79,3 +79,34 @@ func BenchmarkCheckBatch(b *testing.B) {
 	}
 	m.Report(b, batchBenchChecks, "check")
 }
+
+// maxBatchAllocsPerCheck bounds the heap allocations a check of
+// BenchmarkCheckBatch's batches costs through the whole in-process
+// pipeline, the batch's request and recorder included (1.4 when it was
+// set: the counter key of its policy item, and the batch's own share;
+// 10.6 before the batch path's allocations were pooled and shared).
+const maxBatchAllocsPerCheck = 2
+
+// TestCheckBatchAllocations holds a batch of batchBenchChecks checks to
+// maxBatchAllocsPerCheck allocations a check: an allocation a check that
+// comes back fails it.
+func TestCheckBatchAllocations(t *testing.T) {
+	if raceDetector {
+		t.Skip("allocation counts mean nothing under the race detector, whose sync.Pool drops what it holds")
+	}
+	a, key := newBatchBenchAPI(t)
+	bodies := batchBodies(100)
+	i := 0
+	batch := func() {
+		postBatch(t, a, key, bodies[i%len(bodies)])
+		i++
+	}
+	for range 20 {
+		batch() // caches, pools and the counters' first writes
+	}
+	if n := testing.AllocsPerRun(200, batch) / batchBenchChecks; n > maxBatchAllocsPerCheck {
+		t.Errorf("a check of a batch allocates %.2f times, want at most %d", n, maxBatchAllocsPerCheck)
+	} else {
+		t.Logf("a check of a batch allocates %.2f times", n)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
 )
@@ -56,20 +57,30 @@ func (a *api) checkBatch(c echo.Context) error {
 	}
 	bp := answerBufs.Get().(*[]byte)
 	b := append((*bp)[:0], `{"results":[`...)
+	// The checks a ceiling refuses in a batch are mostly refused alike
+	// (the quota ran out, and every check after it meets the same
+	// refusal): one equal to the last is answered with the last's bytes.
+	var last *admission.Refusal
+	var lastAt, lastEnd int
 	for i, v := range bv.Checks {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if v.Refusal != nil {
+		switch {
+		case v.Refusal != nil && last != nil && *v.Refusal == *last:
+			b = append(b, b[lastAt:lastEnd]...)
+		case v.Refusal != nil:
 			p, err := json.Marshal(a.refusalProblem(v))
 			if err != nil {
 				return err
 			}
+			last, lastAt = v.Refusal, len(b)
 			b = append(b, p...)
-			continue
+			lastEnd = len(b)
+		default:
+			b = appendCheckAnswer(b, v)
+			b = b[:len(b)-1] // its newline
 		}
-		b = appendCheckAnswer(b, v)
-		b = b[:len(b)-1] // its newline
 	}
 	b = append(b, "]}\n"...)
 	err = c.JSONBlob(200, b)
