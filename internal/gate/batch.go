@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
@@ -40,6 +41,36 @@ type batchCheck struct {
 	slot int
 	creq counter.Request
 	done bool
+}
+
+// batchBufs holds the slices a batch's checks take their parts from, one
+// slice for each part of every check: a batch of checks allocates about
+// as often as one check. They are pooled, so none of them is handed to
+// anyone who might keep it once AdmitBatch returns: not to the store (the
+// counter items go to it in a slice of their own, some stores still
+// reading a call they gave up on), not to the caller (the verdicts and
+// their items are the batch's own).
+type batchBufs struct {
+	checks   []batchCheck
+	pols     []policyItem
+	ceilings []layerItem
+	items    []counter.Item
+	spent    []*units
+}
+
+var batchBufPool = sync.Pool{New: func() any { return new(batchBufs) }}
+
+// release empties b, so that it keeps nothing of the batch alive, and puts
+// it back in batchBufPool. (What it holds is bounded by the largest batch,
+// MaxBatchChecks checks of MaxBatchItems items.)
+func (b *batchBufs) release() {
+	clear(b.checks)
+	clear(b.pols)
+	clear(b.ceilings)
+	clear(b.items)
+	clear(b.spent)
+	b.checks, b.pols, b.ceilings, b.items, b.spent = b.checks[:0], b.pols[:0], b.ceilings[:0], b.items[:0], b.spent[:0]
+	batchBufPool.Put(b)
 }
 
 // AdmitBatch runs the pipeline for checks sent in one request. The request
@@ -78,30 +109,40 @@ func (g *Gate) AdmitBatch(ctx context.Context, req Request, checks []Check) (Bat
 		return bv, err
 	}
 	defer work.release()
-	bcs, err := g.batchItems(&p, checks)
+	bufs := batchBufPool.Get().(*batchBufs)
+	defer bufs.release()
+	bcs, err := g.batchItems(&p, checks, bufs, int(items))
 	if err != nil {
 		return bv, err
 	}
-	creqs, err := g.batchRequests(ctx, &p, bcs)
+	creqs, err := g.batchRequests(ctx, &p, bcs, bufs)
 	if err != nil {
 		return bv, err
 	}
-	return g.batchSettle(ctx, &p, bv, bcs, creqs)
+	return g.batchSettle(ctx, &p, bv, bcs, creqs, int(items))
 }
 
 // batchItems resolves every check against the policies before anything is
 // counted: a batch is decided whole or refused whole as malformed. It
-// settles the matching time reserveWork reserved.
-func (g *Gate) batchItems(p *passage, checks []Check) ([]batchCheck, error) {
+// settles the matching time reserveWork reserved. The checks, and their
+// policy items (items of them in all), are taken from bufs.
+func (g *Gate) batchItems(p *passage, checks []Check, bufs *batchBufs, items int) ([]batchCheck, error) {
 	t, key := p.v.Tenant, p.v.Key
-	bcs := make([]batchCheck, len(checks))
+	bcs := slices.Grow(bufs.checks[:0], len(checks))[:len(checks)]
+	bufs.checks = bcs
+	pols := slices.Grow(bufs.pols[:0], items)
 	var matching time.Duration
 	for i := range checks {
 		bc := &bcs[i]
 		bc.p = passage{req: Request{Route: p.req.Route, ClientIP: p.req.ClientIP, Bearer: p.req.Bearer, Check: &checks[i]}, now: p.now, v: Verdict{Tenant: t, Key: key}}
 		var took time.Duration
 		var err error
-		bc.pols, took, err = g.policyItems(nil, t.ID, p.set, key.Test, &checks[i], p.now)
+		// Each check's policy items fit where they are appended: there are
+		// as many as its items.
+		n := len(pols)
+		bc.pols, took, err = g.policyItems(pols[n:n:n+len(checks[i].Items)], t.ID, p.set, key.Test, &checks[i], p.now)
+		pols = pols[:n+len(bc.pols)]
+		bufs.pols = pols
 		matching += took
 		if err != nil {
 			var fe *policy.FieldError
@@ -119,15 +160,27 @@ func (g *Gate) batchItems(p *passage, checks []Check) ([]batchCheck, error) {
 
 // batchRequests passes each check through the per-IP L1 and lays out its
 // counter request (storeRequest), as Admit does for one check; it returns
-// the requests that need the store, each check's slot among them set.
-func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck) ([]counter.Request, error) {
+// the requests that need the store, each check's slot among them set. The
+// ceilings, spent units and counter items are laid out in bufs; the items
+// the store is given are then copied into one slice of the batch's own.
+func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, bufs *batchBufs) ([]counter.Request, error) {
 	t, key := p.v.Tenant, p.v.Key
 	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
 	if err != nil {
 		return nil, fmt.Errorf("%w: effective plan of tenant %s: %w", ErrUnavailable, t.ID, err)
 	}
 	ipLimit, ipKey := ipPerMinute(t, effective), g.clients.get(p.req.ClientIP.Unmap(), g.ipDigest).route(p.req.Route)
-	var creqs []counter.Request
+	// Every check passes the same ceilings: laid out once, copied for each
+	// check (storeRequest writes each copy's slots).
+	var shared [4]layerItem
+	ceilings := sharedCeilings(shared[:0], t, key, effective, ipKey, ipLimit, true)
+	all := slices.Grow(bufs.ceilings[:0], len(ceilings)*len(bcs))
+	spent := slices.Grow(bufs.spent[:0], len(ceilings)*len(bcs))
+	// A ceiling asks for at most two items (its unit and its top-up), a
+	// policy for one.
+	items := slices.Grow(bufs.items[:0], 2*len(ceilings)*len(bcs)+len(bufs.pols))
+	creqs := make([]counter.Request, 0, len(bcs))
+	stored := 0
 	for i := range bcs {
 		bc := &bcs[i]
 		bc.slot = noSlot
@@ -135,24 +188,43 @@ func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck) 
 			bc.done = true
 			continue
 		}
-		bc.ceilings = sharedCeilings(make([]layerItem, 0, 4), t, key, effective, ipKey, ipLimit, true)
-		creq, items, spent := g.storeRequest(&bc.p, bc.ceilings, bc.pols, make([]counter.Item, 0, 2*len(bc.ceilings)+len(bc.pols)), nil)
-		if len(items) == 0 {
+		n := len(all)
+		all = append(all, ceilings...)
+		bc.ceilings = all[n:len(all):len(all)]
+		ni, ns := len(items), len(spent)
+		creq, its, sp := g.storeRequest(&bc.p, bc.ceilings, bc.pols, items[ni:ni], spent[ns:ns])
+		items, spent = items[:ni+len(its)], spent[:ns+len(sp)]
+		if len(its) == 0 {
 			bc.p.v.Allowed = true
 			bc.p.v = g.answer(ctx, bc.p.req, bc.p.v, false, nil)
 			bc.done = true
 			continue
 		}
-		creq.Items, bc.spent = slices.Clip(items), spent
+		creq.Items, bc.spent = its, slices.Clip(sp)
 		bc.creq, bc.slot = creq, len(creqs)
 		creqs = append(creqs, creq)
+		stored += len(its)
+	}
+	bufs.ceilings, bufs.spent, bufs.items = all, spent, items
+	// The store's items, in one slice of their exact size.
+	own := make([]counter.Item, 0, stored)
+	for i := range bcs {
+		bc := &bcs[i]
+		if bc.slot == noSlot {
+			continue
+		}
+		n := len(own)
+		own = append(own, bc.creq.Items...)
+		bc.creq.Items = own[n:len(own):len(own)]
+		creqs[bc.slot].Items = bc.creq.Items
 	}
 	return creqs, nil
 }
 
 // batchSettle makes the batch's one round trip and answers each check from
-// it, as Admit does after its own: degraded, or settled.
-func (g *Gate) batchSettle(ctx context.Context, p *passage, bv BatchVerdict, bcs []batchCheck, creqs []counter.Request) (BatchVerdict, error) {
+// it, as Admit does after its own: degraded, or settled. The checks' item
+// verdicts (items of them at most) share one slice.
+func (g *Gate) batchSettle(ctx context.Context, p *passage, bv BatchVerdict, bcs []batchCheck, creqs []counter.Request, items int) (BatchVerdict, error) {
 	var results []counter.Result
 	var errs []error
 	if len(creqs) > 0 {
@@ -163,14 +235,18 @@ func (g *Gate) batchSettle(ctx context.Context, p *passage, bv BatchVerdict, bcs
 		}
 	}
 	bv.Checks = make([]Verdict, len(bcs))
+	ivs := make([]ItemVerdict, 0, items)
 	for i := range bcs {
 		bc := &bcs[i]
 		if !bc.done {
+			n := len(ivs)
+			out := ivs[n : n : n+len(bc.pols)]
 			if err := errs[bc.slot]; err != nil {
-				bc.p.v = g.degraded(ctx, bc.p.req, bc.p.v, bc.ceilings, bc.pols, err)
+				bc.p.v = g.degraded(ctx, bc.p.req, bc.p.v, bc.ceilings, bc.pols, err, out)
 			} else {
-				bc.p.v = g.settle(ctx, &bc.p, bc.ceilings, bc.pols, bc.spent, bc.creq, results[bc.slot])
+				bc.p.v = g.settle(ctx, &bc.p, bc.ceilings, bc.pols, bc.spent, bc.creq, results[bc.slot], out)
 			}
+			ivs = ivs[:n+len(bc.p.v.Items)]
 		}
 		bv.Checks[i] = bc.p.v
 	}

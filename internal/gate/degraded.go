@@ -9,12 +9,14 @@ import (
 )
 
 // degraded answers without the shared store: the ceilings have passed L1 and
-// allow; each policy follows its fail mode.
-func (g *Gate) degraded(ctx context.Context, req Request, v Verdict, ceilings []layerItem, pols []policyItem, cause error) Verdict {
+// allow; each policy follows its fail mode, its item verdict appended to
+// items[:0] (nil: a slice of its own).
+func (g *Gate) degraded(ctx context.Context, req Request, v Verdict, ceilings []layerItem, pols []policyItem, cause error, items []ItemVerdict) Verdict {
 	g.logDegraded(ctx, v.Tenant.ID, cause)
 	now := g.cfg.Now()
 	v.Degraded = true
 	v.Allowed = true
+	v.Items = items[:0]
 	for _, c := range ceilings {
 		g.met.degraded[c.layer].Inc()
 	}

@@ -87,9 +87,9 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		return p.v, fmt.Errorf("counter request of tenant %s: %w", p.v.Tenant.ID, err)
 	}
 	if err != nil {
-		return g.degraded(ctx, req, p.v, ceilings, pols, err), nil
+		return g.degraded(ctx, req, p.v, ceilings, pols, err, nil), nil
 	}
-	return g.settle(ctx, &p, ceilings, pols, spent, creq, res), nil
+	return g.settle(ctx, &p, ceilings, pols, spent, creq, res, nil), nil
 }
 
 // Acquire admits POST /v1/leases: the steps Admit takes before the store,
@@ -372,8 +372,8 @@ func (g *Gate) storeRequest(p *passage, ceilings []layerItem, pols []policyItem,
 }
 
 // settle reads the store's answer to creq: a ceiling's refusal, or the
-// advances renewed and the policies' verdicts.
-func (g *Gate) settle(ctx context.Context, p *passage, ceilings []layerItem, pols []policyItem, spent []*units, creq counter.Request, res counter.Result) Verdict {
+// advances renewed and the policies' verdicts (policyVerdict, into items).
+func (g *Gate) settle(ctx context.Context, p *passage, ceilings []layerItem, pols []policyItem, spent []*units, creq counter.Request, res counter.Result, items []ItemVerdict) Verdict {
 	for _, c := range ceilings {
 		if c.slot == noSlot {
 			continue
@@ -391,7 +391,7 @@ func (g *Gate) settle(ctx context.Context, p *passage, ceilings []layerItem, pol
 		}
 	}
 	g.renewAdvances(p, ceilings, creq, res)
-	return g.policyVerdict(ctx, p, pols, res)
+	return g.policyVerdict(ctx, p, pols, res, items)
 }
 
 // renewAdvances gives each ceiling that went to the store what the store
@@ -413,12 +413,16 @@ func (g *Gate) renewAdvances(p *passage, ceilings []layerItem, creq counter.Requ
 }
 
 // policyVerdict answers a request no ceiling refused with its policies'
-// decisions.
-func (g *Gate) policyVerdict(ctx context.Context, p *passage, pols []policyItem, res counter.Result) Verdict {
+// decisions, their item verdicts appended to items[:0] (nil: a slice of
+// their own).
+func (g *Gate) policyVerdict(ctx context.Context, p *passage, pols []policyItem, res counter.Result, items []ItemVerdict) Verdict {
 	v := p.v
 	v.Allowed = true
 	var refusals []admission.Refusal
-	v.Items = make([]ItemVerdict, 0, len(pols))
+	v.Items = items[:0]
+	if items == nil {
+		v.Items = make([]ItemVerdict, 0, len(pols))
+	}
 	for _, pol := range pols {
 		d := res.Decisions[pol.slot]
 		iv := ItemVerdict{Policy: pol.name, Decision: d, Window: windowLength(pol.Window, res.Now), Shadow: pol.shadow}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
 )
@@ -56,20 +57,30 @@ func (a *api) checkBatch(c echo.Context) error {
 	}
 	bp := answerBufs.Get().(*[]byte)
 	b := append((*bp)[:0], `{"results":[`...)
+	// The checks a ceiling refuses in a batch are mostly refused alike
+	// (the quota ran out, and every check after it meets the same
+	// refusal): one equal to the last is answered with the last's bytes.
+	var last *admission.Refusal
+	var lastAt, lastEnd int
 	for i, v := range bv.Checks {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if v.Refusal != nil {
+		switch {
+		case v.Refusal != nil && last != nil && *v.Refusal == *last:
+			b = append(b, b[lastAt:lastEnd]...)
+		case v.Refusal != nil:
 			p, err := json.Marshal(a.refusalProblem(v))
 			if err != nil {
 				return err
 			}
+			last, lastAt = v.Refusal, len(b)
 			b = append(b, p...)
-			continue
+			lastEnd = len(b)
+		default:
+			b = appendCheckAnswer(b, v)
+			b = b[:len(b)-1] // its newline
 		}
-		b = appendCheckAnswer(b, v)
-		b = b[:len(b)-1] // its newline
 	}
 	b = append(b, "]}\n"...)
 	err = c.JSONBlob(200, b)
@@ -84,21 +95,43 @@ func (a *api) checkBatch(c echo.Context) error {
 // reads its body, and a fault is named within the batch
 // ("checks[3].items[0].cost").
 func parseBatch(c echo.Context) ([]gate.Check, error) {
-	var body struct {
-		Checks []json.RawMessage `json:"checks"`
-	}
-	if err := decodeJSON(c, maxBatchBody, &body); err != nil {
+	buf := bodyBufs.Get().(*[]byte)
+	defer bodyBufs.Put(buf)
+	body, err := readInto(c, maxBatchBody, buf)
+	if err != nil {
 		return nil, err
 	}
-	if body.Checks == nil {
+	return parseBatchBody(body)
+}
+
+// parseBatchBody decodes a /v1/check/batch body: its common shape by hand
+// (decodeBatchFast), anything else, faults included, through encoding/json.
+func parseBatchBody(body []byte) ([]gate.Check, error) {
+	if checks, ok := decodeBatchFast(body); ok {
+		return checks, nil
+	}
+	return parseBatchSlow(body)
+}
+
+// parseBatchSlow decodes a /v1/check/batch body through encoding/json, each
+// check as parseCheckBody decodes /v1/check's; every fault names its check
+// and field.
+func parseBatchSlow(body []byte) ([]gate.Check, error) {
+	var b struct {
+		Checks []json.RawMessage `json:"checks"`
+	}
+	if err := unmarshalStrict(body, &b); err != nil {
+		return nil, err
+	}
+	if b.Checks == nil {
 		return nil, &badRequest{field: "checks", reason: "required: an array of checks"}
 	}
-	if len(body.Checks) > gate.MaxBatchChecks {
+	if len(b.Checks) > gate.MaxBatchChecks {
 		return nil, &badRequest{field: "checks", reason: fmt.Sprintf("at most %d checks per batch", gate.MaxBatchChecks)}
 	}
-	checks := make([]gate.Check, len(body.Checks))
+	checks := make([]gate.Check, len(b.Checks))
 	items := 0
-	for i, raw := range body.Checks {
+	for i, raw := range b.Checks {
 		chk, err := parseCheckBody(raw)
 		if err != nil {
 			return nil, inCheck(i, err)

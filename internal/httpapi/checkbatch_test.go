@@ -15,7 +15,8 @@ import (
 // tenants alike, one as a batch and one by one to /v1/check, and holds
 // every result of the batch to the body /v1/check answered, against the
 // OpenAPI document (serveChecked): allowed, refused by a policy, refused
-// by the quota (a problem in its place), a peek.
+// by the quota (a problem in its place, twice: the second written as the
+// first), a peek.
 func TestCheckBatchAnswersEachCheckAsCheckWould(t *testing.T) {
 	t.Parallel()
 	a := newTenantAPI(t, pgtest.New(t), nil)
@@ -33,6 +34,7 @@ func TestCheckBatchAnswersEachCheckAsCheckWould(t *testing.T) {
 		`{"items":[{"policy":"login","subject":"ann","cost":1}]}`,
 		`{"items":[{"policy":"login","subject":"bob"}]}`,
 		`{"items":[{"policy":"login","subject":"cy"}]}`,
+		`{"items":[{"policy":"login","subject":"dee"}]}`,
 	}
 	r := a.do(batched, http.MethodPost, "/v1/check/batch", `{"checks":[`+strings.Join(checks, ",")+`]}`)
 	wantStatus(t, r, http.StatusOK)
@@ -46,8 +48,13 @@ func TestCheckBatchAnswersEachCheckAsCheckWould(t *testing.T) {
 			t.Errorf("check %d: batch answered %s, /v1/check %d %s", i, got.Results[i], want.status, want.body)
 		}
 	}
-	if !strings.Contains(string(got.Results[5]), `"status":429`) || !strings.Contains(string(got.Results[5]), `"layer":"quota"`) {
-		t.Errorf("the sixth check, past the quota of 5: %s", got.Results[5])
+	for _, i := range []int{5, 6} {
+		if !strings.Contains(string(got.Results[i]), `"status":429`) || !strings.Contains(string(got.Results[i]), `"layer":"quota"`) {
+			t.Errorf("check %d, past the quota of 5: %s", i, got.Results[i])
+		}
+	}
+	if string(got.Results[5]) != string(got.Results[6]) {
+		t.Errorf("two checks refused alike, answered %s and %s", got.Results[5], got.Results[6])
 	}
 }
 

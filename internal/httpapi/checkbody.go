@@ -23,11 +23,23 @@ import (
 // and a mode of "consume" (or none) or "peek".
 func decodeCheckFast(body []byte) (chk *gate.Check, ok bool) {
 	d := fastDecoder{b: string(body)}
-	if !d.byte('{') {
+	c := new(oneItemCheck)
+	if c.Mode, c.Items, ok = d.check(c.one[:0]); !ok {
 		return nil, false
 	}
-	c := new(oneItemCheck)
-	c.Items = c.one[:0]
+	d.space()
+	if d.i != len(d.b) {
+		return nil, false
+	}
+	return &c.Check, true
+}
+
+// check reads one check object of the plain shape decodeCheckFast
+// describes, its items appended to items.
+func (d *fastDecoder) check(items []gate.Item) (mode gate.Mode, _ []gate.Item, ok bool) {
+	if !d.byte('{') {
+		return mode, nil, false
+	}
 	var seenMode, seenItems bool
 	// An empty object is consumed here, and refused by the closing brace
 	// below: decodeJSON answers it.
@@ -35,35 +47,35 @@ func decodeCheckFast(body []byte) (chk *gate.Check, ok bool) {
 		for {
 			key, ok := d.str()
 			if !ok || !d.byte(':') {
-				return nil, false
+				return mode, nil, false
 			}
 			switch key {
 			case "mode":
 				if seenMode {
-					return nil, false
+					return mode, nil, false
 				}
 				seenMode = true
-				mode, ok := d.str()
+				m, ok := d.str()
 				switch {
 				case !ok:
-					return nil, false
-				case mode == "" || mode == "consume":
-					c.Mode = gate.Consume
-				case mode == "peek":
-					c.Mode = gate.Peek
+					return mode, nil, false
+				case m == "" || m == "consume":
+					mode = gate.Consume
+				case m == "peek":
+					mode = gate.Peek
 				default:
-					return nil, false
+					return mode, nil, false
 				}
 			case "items":
 				if seenItems {
-					return nil, false
+					return mode, nil, false
 				}
 				seenItems = true
-				if c.Items, ok = d.items(c.Items); !ok {
-					return nil, false
+				if items, ok = d.items(items); !ok {
+					return mode, nil, false
 				}
 			default:
-				return nil, false
+				return mode, nil, false
 			}
 			if d.byte(',') {
 				continue
@@ -72,13 +84,9 @@ func decodeCheckFast(body []byte) (chk *gate.Check, ok bool) {
 		}
 	}
 	if !d.byte('}') {
-		return nil, false
+		return mode, nil, false
 	}
-	d.space()
-	if d.i != len(d.b) {
-		return nil, false
-	}
-	return &c.Check, true
+	return mode, items, true
 }
 
 // oneItemCheck is a check with room for one item, the common case: one

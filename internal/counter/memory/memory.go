@@ -367,8 +367,16 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 	if counter.TooLarge(reqs, errs) {
 		return res, errs
 	}
+	// The decisions of every request in one slice.
+	n := 0
+	for _, req := range reqs {
+		n += len(req.Items)
+	}
+	decisions := make([]limit.Decision, n)
 	for i, req := range reqs {
-		res[i], errs[i] = s.CheckInto(ctx, req, nil)
+		k := len(req.Items)
+		res[i], errs[i] = s.CheckInto(ctx, req, decisions[:k:k])
+		decisions = decisions[k:]
 	}
 	return res, errs
 }

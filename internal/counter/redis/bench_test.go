@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 	tgredis "github.com/tollgate/tollgate/internal/counter/redis"
 	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/testkit/benchcost"
 	"github.com/tollgate/tollgate/internal/testkit/redistest"
 )
 
@@ -121,4 +122,34 @@ func benchCheckParallel(b *testing.B, mk opener) {
 			reportRate(b)
 		})
 	}
+}
+
+// BenchmarkCheckBatch is CheckBatch with the batches the gate sends for
+// /v1/check/batch: 100 requests of one policy item each (the ceilings
+// served from their advances), on random keys of one tenant, one batch at
+// a time; it reports the cost a request (benchcost).
+func BenchmarkCheckBatch(b *testing.B) {
+	s := benchStore(b)
+	const n = 100
+	reqs := make([]counter.Request, n)
+	items := make([]counter.Item, n)
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = "p:bench:" + strconv.Itoa(i)
+	}
+	b.ReportAllocs()
+	m := benchcost.Start()
+	for b.Loop() {
+		for i := range reqs {
+			items[i] = counter.Item{Key: keys[rand.IntN(len(keys))], Algorithm: limit.FixedWindow, Limit: limit.MaxLimit, Window: limit.Every(time.Hour), Cost: 1}
+			reqs[i] = counter.Request{Group: "bench", Items: items[i : i+1 : i+1]}
+		}
+		res, errs := s.CheckBatch(context.Background(), reqs)
+		for i, err := range errs {
+			if err != nil || !res[i].Allowed {
+				b.Fatalf("request %d: %+v, %v", i, res[i], err)
+			}
+		}
+	}
+	m.Report(b, n, "check")
 }

@@ -3,9 +3,11 @@ package redis
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/limit"
 )
 
 var _ counter.Batcher = (*Store)(nil)
@@ -23,21 +25,36 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 	if counter.TooLarge(reqs, errs) {
 		return res, errs
 	}
-	batch := make([]*job, 0, len(reqs))
 	at := make([]int, 0, len(reqs))
+	// Every request's keys in one string, and its decisions in one slice.
+	keys, items := 0, 0
 	for i, req := range reqs {
 		if err := counter.Validate(req); err != nil {
 			errs[i] = err
 			continue
 		}
+		at = append(at, i)
+		keys += s.keysLen(req)
+		items += len(req.Items)
+	}
+	if len(at) == 0 {
+		return res, errs
+	}
+	var b strings.Builder
+	b.Grow(keys)
+	for _, i := range at {
+		s.appendKeys(&b, reqs[i])
+	}
+	all := b.String()
+	decisions := make([]limit.Decision, items)
+	batch := make([]*job, 0, len(at))
+	for _, i := range at {
 		j := newJob()
-		s.encode(j, req)
+		n := s.keysLen(reqs[i])
+		s.encodeIn(j, reqs[i], all[:n])
+		all = all[n:]
 		s.deadlines(ctx, j)
 		batch = append(batch, j)
-		at = append(at, i)
-	}
-	if len(batch) == 0 {
-		return res, errs
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -54,6 +71,9 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 	s.inflight.Done()
 	for k, j := range batch {
 		i := at[k]
+		n := len(reqs[i].Items)
+		into := decisions[:n:n]
+		decisions = decisions[n:]
 		if err := s.await(ctx, j); err != nil {
 			if ctx.Err() == nil && !time.Now().Before(j.deadline) {
 				err = context.DeadlineExceeded
@@ -61,7 +81,7 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 			errs[i] = unavailable(ctx, err)
 			continue
 		}
-		res[i], errs[i] = s.result(ctx, reqs[i], j)
+		res[i], errs[i] = s.result(ctx, reqs[i], j, into)
 	}
 	return res, errs
 }

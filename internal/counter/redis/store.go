@@ -253,7 +253,7 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 		}
 		return counter.Result{}, unavailable(ctx, err)
 	}
-	return s.result(ctx, req, j)
+	return s.result(ctx, req, j, nil)
 }
 
 // deadlines sets j's deadline (the store's timeout) and hard deadline (ten
@@ -266,8 +266,9 @@ func (s *Store) deadlines(ctx context.Context, j *job) {
 	}
 }
 
-// result reads req's answer from j's reply and frees j.
-func (s *Store) result(ctx context.Context, req counter.Request, j *job) (counter.Result, error) {
+// result reads req's answer from j's reply, its decisions written into
+// into when it has room (counter.AnswerInto), and frees j.
+func (s *Store) result(ctx context.Context, req counter.Request, j *job, into []limit.Decision) (counter.Result, error) {
 	us, seen, err := decode(j.reply, j.seen[:0], len(req.Items))
 	j.seen = seen
 	if err != nil {
@@ -279,7 +280,7 @@ func (s *Store) result(ctx context.Context, req counter.Request, j *job) (counte
 		now = req.Now.Truncate(time.Microsecond)
 	}
 	s.verify(ctx, req, seen, now)
-	res := counter.Answer(req, seen, now)
+	res := counter.AnswerInto(req, seen, now, into)
 	j.free()
 	return res, nil
 }
@@ -362,22 +363,39 @@ const (
 //
 // A request without a Group gets the fixed tag noGroup: one slot too.
 func (s *Store) encode(j *job, req counter.Request) {
-	j.group = cmp.Or(req.Group, noGroup)
-	head := len(s.prefix) + len(j.group) + 3
+	var b strings.Builder
+	b.Grow(s.keysLen(req))
+	s.appendKeys(&b, req)
+	s.encodeIn(j, req, b.String())
+}
+
+// keysLen is the length of req's keys, end to end.
+func (s *Store) keysLen(req counter.Request) int {
+	head := len(s.prefix) + len(cmp.Or(req.Group, noGroup)) + 3
 	n := 0
 	for _, it := range req.Items {
 		n += head + len(it.Key)
 	}
-	var b strings.Builder
-	b.Grow(n)
+	return n
+}
+
+// appendKeys writes req's keys to b, end to end.
+func (s *Store) appendKeys(b *strings.Builder, req counter.Request) {
+	group := cmp.Or(req.Group, noGroup)
 	for _, it := range req.Items {
 		b.WriteString(s.prefix)
 		b.WriteByte('{')
-		b.WriteString(j.group)
+		b.WriteString(group)
 		b.WriteString("}:")
 		b.WriteString(it.Key)
 	}
-	all := b.String()
+}
+
+// encodeIn is encode with req's keys written already, end to end, in all
+// (appendKeys).
+func (s *Store) encodeIn(j *job, req counter.Request, all string) {
+	j.group = cmp.Or(req.Group, noGroup)
+	head := len(s.prefix) + len(j.group) + 3
 	j.keys = j.keys[:0]
 	off := 0
 	for _, it := range req.Items {
