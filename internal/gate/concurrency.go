@@ -7,9 +7,9 @@ package gate
 // admits at most its limit of holders in flight per subject (or in all,
 // scope global). Acquiring a lease is admitted like a check: Acquire runs the
 // pipeline's first steps with the Request's Lease, the ceilings count it (the allotment
-// included), and the lease is taken in the same round trip as the ceilings
-// (counter.Leaser.Acquire), which go to the store whole: an acquire needs
-// the store anyway. Releasing and renewing take no new slot: their routes
+// included), spending this instance's advances as a check's do, and the
+// lease is taken in the same round trip as the ceilings whose advance ran
+// out (counter.Leaser.Acquire). Releasing and renewing take no new slot: their routes
 // pass Admit without a Lease, as the policy routes do, and then call
 // Release and Renew.
 
@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
@@ -135,8 +136,11 @@ func leasePolicy(set policy.Set, name string) (policy.Policy, error) {
 }
 
 // acquire is Acquire's last step, once the ceilings that run in memory
-// have passed: the shared ceilings and the lease in one round trip.
-func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []layerItem, now time.Time) (Verdict, error) {
+// have passed: the shared ceilings and the lease in one round trip. The
+// ceilings spend this instance's advances as a check's do (ceilingItems):
+// only those whose advance has run out go to the store, with the lease.
+func (g *Gate) acquire(ctx context.Context, p *passage, ceilings []layerItem) (Verdict, error) {
+	req, v, now := p.req, p.v, p.now
 	t, test, l := v.Tenant, v.Key.Test, req.Lease
 	if g.cfg.Leases == nil {
 		return v, errNoLeaser
@@ -145,52 +149,48 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 	if err != nil {
 		return v, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, t.ID, err)
 	}
-	p, err := leasePolicy(set, l.Policy)
+	pol, err := leasePolicy(set, l.Policy)
 	if err != nil {
 		return v, err
 	}
-	if reason := subjectFault(p, l.Subject); reason != "" {
+	if reason := subjectFault(pol, l.Subject); reason != "" {
 		return v, &policy.FieldError{Field: "subject", Reason: reason}
 	}
 	if l.TTL < MinLeaseTTL || l.TTL > MaxLeaseTTL {
 		return v, &policy.FieldError{Field: "ttl", Reason: fmt.Sprintf("must be %s to %s", MinLeaseTTL, MaxLeaseTTL)}
 	}
-	lim := p.Limit
-	if p.Scope != policy.ScopeGlobal {
-		lim = set.LimitFor(p, l.Subject, now)
+	lim := pol.Limit
+	if pol.Scope != policy.ScopeGlobal {
+		lim = set.LimitFor(pol, l.Subject, now)
 	}
 	lim = min(lim, limit.MaxLimit)
 	var buf [80]byte
-	key := string(g.appendPolicyKey(buf[:0], t.ID, test, p, l.Subject))
+	key := string(g.appendPolicyKey(buf[:0], t.ID, test, pol, l.Subject))
 	id := newLeaseID()
 	a := counter.Acquire{
-		Group: t.ID, Key: key, Tally: leaseTally(p.Name, test), ID: storeLeaseID(id, test), Limit: lim, TTL: l.TTL,
-		GroupLimit: g.cfg.TenantMaxLeases, Ceilings: make([]counter.Item, len(ceilings)),
+		Group: t.ID, Key: key, Tally: leaseTally(pol.Name, test), ID: storeLeaseID(id, test), Limit: lim, TTL: l.TTL,
+		GroupLimit: g.cfg.TenantMaxLeases,
 	}
-	for i, c := range ceilings {
-		a.Ceilings[i] = c.Item
-		// As in Admit: beyond MaxLimit a ceiling is as good as none.
-		a.Ceilings[i].Limit = min(c.Limit, limit.MaxLimit)
+	var itemBuf [8]counter.Item
+	var spentBuf [4]*units
+	items, spent := g.ceilingItems(p, ceilings, itemBuf[:0], spentBuf[:0])
+	if len(items) > 0 {
+		a.Ceilings = slices.Clone(items)
 	}
 
 	res, err := g.storeAcquire(ctx, t.ID, a)
 	if errors.Is(err, counter.ErrInvalid) {
-		return v, fmt.Errorf("lease request of tenant %s: %w", t.ID, err)
+		return p.v, fmt.Errorf("lease request of tenant %s: %w", t.ID, err)
 	}
 	if err != nil {
-		return g.leaseDegraded(ctx, req, v, ceilings, p, id, lim, err), nil
+		return g.leaseDegraded(ctx, req, p.v, ceilings, pol, id, lim, err), nil
 	}
-	for i, c := range ceilings {
-		d := res.Ceilings.Decisions[i]
-		if !d.Allowed {
-			return g.refuse(ctx, req, v, admission.Refusal{
-				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
-				RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, PaymentRequired: c.payment, Plan: c.plan, Key: c.Key,
-			}), nil
-		}
-		v.Tightest = tighter(v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: d.Remaining, Window: windowLength(c.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
+	if g.ceilingRefused(ctx, p, ceilings, spent, res.Ceilings) {
+		return p.v, nil
 	}
-	lv := &LeaseVerdict{Policy: p.Name, Allowed: res.Allowed, InFlight: res.InFlight, Limit: lim, TenantFull: res.GroupFull}
+	g.renewAdvances(p, ceilings, a.CeilingRequest(), res.Ceilings)
+	v = p.v
+	lv := &LeaseVerdict{Policy: pol.Name, Allowed: res.Allowed, InFlight: res.InFlight, Limit: lim, TenantFull: res.GroupFull}
 	v.Lease, v.Allowed = lv, res.Allowed
 	var refusals []admission.Refusal
 	switch {
@@ -200,10 +200,10 @@ func (g *Gate) acquire(ctx context.Context, req Request, v Verdict, ceilings []l
 		// No expiry says when one of the tenant's leases ends: the store
 		// counts again within a second or two.
 		lv.RetryAfter = time.Second
-		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.Now.Add(time.Second), Key: key}}
+		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: pol.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.Now.Add(time.Second), Key: key}}
 	default:
 		lv.RetryAfter = max(0, res.ExpiresAt.Sub(res.Now))
-		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: p.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.ExpiresAt, Key: key, AlertAfter: p.AlertAfter}}
+		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: pol.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.ExpiresAt, Key: key, AlertAfter: pol.AlertAfter}}
 	}
 	return g.answer(ctx, req, v, false, refusals), nil
 }

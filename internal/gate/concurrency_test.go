@@ -20,12 +20,14 @@ import (
 // leaser counts the lease store's calls and can fail them.
 type leaser struct {
 	counter.Leaser
-	acquires, others atomic.Int64
-	down             atomic.Bool
+	// ceilings counts the ceiling items the acquires carried.
+	acquires, others, ceilings atomic.Int64
+	down                       atomic.Bool
 }
 
 func (l *leaser) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquired, error) {
 	l.acquires.Add(1)
+	l.ceilings.Add(int64(len(a.Ceilings)))
 	if l.down.Load() {
 		return counter.Acquired{}, fmt.Errorf("injected: %w", counter.ErrUnavailable)
 	}
@@ -147,6 +149,67 @@ func TestLeasesCountTowardTheAllotment(t *testing.T) {
 	n, err := g.InFlight(context.Background(), "t1", []string{"jobs", "none"})
 	if err != nil || fmt.Sprint(n) != "[2 0]" {
 		t.Errorf("in flight: %v, %v; want [2 0]", n, err)
+	}
+}
+
+// TestLeaseCeilingsAreTakenInAdvance: an acquire spends the instance's
+// advances on its ceilings as a check does, so that a run of acquires
+// sends the store a small fraction of a ceiling item each, not four; and
+// an instance alone stays exact: at a quota of 60 a minute, the 61st
+// acquire is refused by the quota, whatever advances checks and acquires
+// took from it between them.
+func TestLeaseCeilingsAreTakenInAdvance(t *testing.T) {
+	t.Parallel()
+	run := func(quota int64, n int, check func(i int) bool) (admitted int, ls *leaser) {
+		// As quotaRun: the store's clock stands still within a minute, the
+		// gate's moves on 100 µs a reading.
+		storeNow := time.Date(2026, 12, 1, 10, 0, 30, 0, time.UTC)
+		store := memory.New(memory.Config{MaxKeys: 1 << 20, Now: func() time.Time { return storeNow }})
+		clk := &stepClock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), step: 100 * time.Microsecond}
+		dir := directory{tenants: map[string]tenant.Tenant{"t1": {ID: "t1", Plan: tenant.PlanEnterprise, QuotaPerMinute: &quota}}}
+		pols := catalog{"t1": policy.NewSet([]policy.Policy{
+			mustPolicy(t, "jobs", `{"limit":1000000,"algorithm":"concurrency","scope":"global"}`),
+			mustPolicy(t, "open", `{"limit":1000000000,"window":"1h"}`),
+		}, nil)}
+		ls = &leaser{Leaser: store}
+		g, _, _ := newTestGate(t, store, dir, pols, gate.Config{Leases: ls, Now: clk.read})
+		ctx := context.Background()
+		for i := range n {
+			var v gate.Verdict
+			if check(i) {
+				v = mustAdmit(t, g, checkReq("t1", client, gate.Item{Policy: "open", Subject: "s"}))
+			} else {
+				v = mustAdmit(t, g, leaseReq("t1", "jobs", ""))
+				if v.Allowed {
+					if err := g.Release(ctx, "t1", false, v.Lease.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			switch {
+			case v.Refusal == nil && v.Allowed:
+				admitted++
+			case v.Refusal == nil || v.Refusal.Layer != admission.LayerQuota || v.Refusal.Scope != "minute":
+				t.Fatalf("request %d refused by %+v %+v", i, v.Refusal, v.Lease)
+			}
+		}
+		return admitted, ls
+	}
+	never := func(int) bool { return false }
+	admitted, ls := run(5000, 3000, never)
+	if admitted != 3000 {
+		t.Errorf("3,000 acquires at 5,000 a minute: %d admitted", admitted)
+	}
+	// Three ceilings (per-IP, quota minute and hour; the enterprise plan
+	// has no allotment), each an item of every acquire without advances.
+	if per := float64(ls.ceilings.Load()) / 3000; per > 0.2 {
+		t.Errorf("%.2f ceiling items per acquire sent to the store", per)
+	}
+	if admitted, _ := run(60, 100, never); admitted != 60 {
+		t.Errorf("100 acquires at 60 a minute: %d admitted", admitted)
+	}
+	if admitted, _ := run(60, 100, func(i int) bool { return i%3 == 0 }); admitted != 60 {
+		t.Errorf("100 acquires and checks at 60 a minute: %d admitted", admitted)
 	}
 }
 

@@ -44,8 +44,10 @@
 //
 //	Acquire (POST /v1/leases)
 //	  pass              as above
-//	  acquire           the shared ceilings and the lease in one
-//	                    counter.Leaser call (concurrency.go)
+//	  acquire           the ceilings' advances (ceilingItems, as
+//	                    storeRequest's), then the ceilings whose advance ran
+//	                    out and the lease in one counter.Leaser call
+//	                    (concurrency.go); ceilingRefused, renewAdvances
 //
 //	AdmitBatch (POST /v1/check/batch, batch.go)
 //	  Admit's pass up to authenticate, for the request as a whole

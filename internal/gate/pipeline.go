@@ -107,7 +107,7 @@ func (g *Gate) Acquire(ctx context.Context, req Request) (Verdict, error) {
 		return p.v, err
 	}
 	defer work.release()
-	return g.acquire(ctx, req, p.v, ceilings, p.now)
+	return g.acquire(ctx, &p, ceilings)
 }
 
 // pass takes p through the steps before the shared store: the instance
@@ -332,18 +332,31 @@ func (g *Gate) checkItems(p *passage, out []policyItem) ([]policyItem, error) {
 	return pols, err
 }
 
-// storeRequest builds the one counter request, its items appended to items.
-// Each ceiling spends a unit of this instance's advance on its counter when
-// it has one (advance.go; the unit is appended to spent, to be given back
-// if another ceiling refuses), or goes to the store in this request,
-// renewing the advance on the way. The policies always go to the store,
-// exact per check. It sets every item's slot.
+// storeRequest builds the one counter request, its items appended to items:
+// the ceilings' (ceilingItems), then the policies', which always go to the
+// store, exact per check. It sets every item's slot.
 func (g *Gate) storeRequest(p *passage, ceilings []layerItem, pols []policyItem, items []counter.Item, spent []*units) (counter.Request, []counter.Item, []*units) {
-	t, now := p.v.Tenant, p.now
-	creq := counter.Request{Group: t.ID}
+	creq := counter.Request{Group: p.v.Tenant.ID}
 	if p.req.Check != nil {
 		creq.Mode = p.req.Check.Mode
 	}
+	items, spent = g.ceilingItems(p, ceilings, items, spent)
+	creq.Ceilings = len(items)
+	for i := range pols {
+		pols[i].slot = len(items)
+		items = append(items, pols[i].Item)
+	}
+	return creq, items, spent
+}
+
+// ceilingItems appends to items what the ceilings ask of the store, a
+// check's or an acquire's: each ceiling spends a unit of this instance's
+// advance on its counter when it has one (advance.go; the unit is appended
+// to spent, to be given back if another ceiling refuses), or goes to the
+// store in this request, renewing the advance on the way. It sets every
+// ceiling's slot.
+func (g *Gate) ceilingItems(p *passage, ceilings []layerItem, items []counter.Item, spent []*units) ([]counter.Item, []*units) {
+	t, now := p.v.Tenant, p.now
 	for i := range ceilings {
 		c := &ceilings[i]
 		// A plan may allow more than a counter holds; beyond MaxLimit a
@@ -363,35 +376,39 @@ func (g *Gate) storeRequest(p *passage, ceilings []layerItem, pols []policyItem,
 		}
 		items = append(items, advanceItems(c.Item, c.size)...)
 	}
-	creq.Ceilings = len(items)
-	for i := range pols {
-		pols[i].slot = len(items)
-		items = append(items, pols[i].Item)
-	}
-	return creq, items, spent
+	return items, spent
 }
 
 // settle reads the store's answer to creq: a ceiling's refusal, or the
 // advances renewed and the policies' verdicts (policyVerdict, into items).
 func (g *Gate) settle(ctx context.Context, p *passage, ceilings []layerItem, pols []policyItem, spent []*units, creq counter.Request, res counter.Result, items []ItemVerdict) Verdict {
+	if g.ceilingRefused(ctx, p, ceilings, spent, res) {
+		return p.v
+	}
+	g.renewAdvances(p, ceilings, creq, res)
+	return g.policyVerdict(ctx, p, pols, res, items)
+}
+
+// ceilingRefused reports whether a ceiling that went to the store refused
+// in res, and then sets p.v to its refusal: the store counted none of the
+// ceilings, and what the advances spent is given back.
+func (g *Gate) ceilingRefused(ctx context.Context, p *passage, ceilings []layerItem, spent []*units, res counter.Result) bool {
 	for _, c := range ceilings {
 		if c.slot == noSlot {
 			continue
 		}
 		if d := res.Decisions[c.slot]; !d.Allowed {
-			// The store counted none of the ceilings: give back what the
-			// advances spent.
 			for _, u := range spent {
 				g.advances.giveBack(u)
 			}
-			return g.refuse(ctx, p.req, p.v, admission.Refusal{
+			p.v = g.refuse(ctx, p.req, p.v, admission.Refusal{
 				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
 				RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, PaymentRequired: c.payment, Plan: c.plan, Key: c.Key,
 			})
+			return true
 		}
 	}
-	g.renewAdvances(p, ceilings, creq, res)
-	return g.policyVerdict(ctx, p, pols, res, items)
+	return false
 }
 
 // renewAdvances gives each ceiling that went to the store what the store

@@ -23,6 +23,7 @@ func runLeases(t *testing.T, b Backend) {
 	t.Run("LeaseRenew", func(t *testing.T) { t.Parallel(); leaseRenew(t, b) })
 	t.Run("LeaseGroupsAreSeparate", func(t *testing.T) { t.Parallel(); leaseGroups(t, b) })
 	t.Run("LeaseCeilings", func(t *testing.T) { t.Parallel(); leaseCeilings(t, b) })
+	t.Run("LeaseCeilingsAdvisoryTopUp", func(t *testing.T) { t.Parallel(); leaseAdvisoryTopUp(t, b) })
 	t.Run("LeaseTallies", func(t *testing.T) { t.Parallel(); leaseTallies(t, b) })
 	t.Run("LeaseLimitLowered", func(t *testing.T) { t.Parallel(); leaseLimitLowered(t, b) })
 	t.Run("LeaseGroupLimit", func(t *testing.T) { t.Parallel(); leaseGroupLimit(t, b) })
@@ -268,6 +269,33 @@ func leaseCeilings(t *testing.T, b Backend) {
 	// No lease was taken on the free key.
 	a.Ceilings, a.ID = nil, "four"
 	wantAcquired(t, "the free key", acquire(t, l, a), true, 1, base.Add(time.Minute))
+}
+
+// leaseAdvisoryTopUp acquires with a ceiling and an advisory top-up on the
+// same counter, as the gate renews an advance: the top-up is consumed when
+// the counter has room for all of it, and its refusal neither fails the
+// ceilings nor stops the lease.
+func leaseAdvisoryTopUp(t *testing.T, b Backend) {
+	s, l := openLeaser(t, b)
+	quota := item("quota", limit.FixedWindow, 10, limit.Every(time.Hour))
+	top := quota
+	top.Cost, top.Advisory = 6, true
+	a := lease("k", "one", 5)
+	a.Ceilings = []counter.Item{quota, top}
+	res := acquire(t, l, a)
+	wantAcquired(t, "with a top-up", res, true, 1, base.Add(time.Minute))
+	if got := allowed(res.Ceilings); got != "[true true true]" || res.Ceilings.Decisions[1].Remaining != 3 {
+		t.Fatalf("ceilings: allowed (all, items) %s, top-up's remaining %d; want [true true true], 3", got, res.Ceilings.Decisions[1].Remaining)
+	}
+	a.ID = "two"
+	res = acquire(t, l, a)
+	wantAcquired(t, "the top-up refused", res, true, 2, base.Add(time.Minute))
+	if got := allowed(res.Ceilings); got != "[true true false]" || res.Ceilings.Decisions[0].Remaining != 2 {
+		t.Fatalf("ceilings: allowed (all, items) %s, remaining %d; want [true true false], 2", got, res.Ceilings.Decisions[0].Remaining)
+	}
+	if got := remaining(t, s, quota); got != 2 {
+		t.Errorf("quota after a top-up of 6 and two acquires: %d left, want 2", got)
+	}
 }
 
 // leaseTallies counts a tally's live leases across its keys.
