@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testkit/solo"
 )
 
 // knownOpen lists what fails on main because of a defect still open, with
@@ -136,6 +138,7 @@ const (
 //	TOLLGATE_FAULT_SEED=42 go test -count=1 -run TestFaultSuite -v ./blackbox/
 //	make soak DURATION=30m
 func TestFaultSuite(t *testing.T) {
+	solo.Alone(t) // it loads both cores, and must not be squeezed by other tests
 	s := newSuite(t)
 	defer s.summary()
 	stacks := []*stack{s.postgresStack(), s.redisStack(), s.clusterStack()}

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 	"github.com/tollgate/tollgate/internal/testkit/redistest"
+	"github.com/tollgate/tollgate/internal/testkit/solo"
 )
 
 // burstClient posts from many goroutines at once, each on a connection of
@@ -240,6 +241,7 @@ func warmUp(t testing.TB, bc burstClient, ins []*instance, key string) {
 // outage), and the tenant's ordinary checks afterwards are exact, not
 // degraded (its breaker stayed shut). Latencies are logged, not asserted.
 func TestLeaseBurstIsExactAndNeverDegraded(t *testing.T) {
+	solo.Alone(t) // it loads both cores, and must not be squeezed by other tests
 	for name, env := range burstStores(t) {
 		t.Run(name, func(t *testing.T) {
 			dsn := pgtest.New(t)
@@ -276,6 +278,7 @@ func TestLeaseBurstIsExactAndNeverDegraded(t *testing.T) {
 // one of B's subjects is admitted exactly twice, and none of B's answers is
 // degraded, on each counter store.
 func TestLeaseFloodLeavesOtherTenantsExact(t *testing.T) {
+	solo.Alone(t) // it loads both cores, and must not be squeezed by other tests
 	for name, env := range burstStores(t) {
 		t.Run(name, func(t *testing.T) {
 			dsn := pgtest.New(t)

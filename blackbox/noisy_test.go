@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/logbuf"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/solo"
 )
 
 // noisy is the noisy-neighbour scene on one instance: tenant A sends the
@@ -155,6 +156,7 @@ func (n *noisy) round(name string) (quiet, loud time.Duration) {
 // which this box's load moves from run to run: BenchmarkNoisyNeighbour
 // measures it, and the test only prints it.
 func TestNoisyNeighbour(t *testing.T) {
+	solo.Alone(t) // it loads both cores, and must not be squeezed by other tests
 	n := newNoisy(t)
 	n.phase("warm-up")
 	for r := range 2 {

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate/tollgate/internal/pgstore"
+	"github.com/tollgate/tollgate/internal/testkit/solo"
 	"github.com/tollgate/tollgate/migrations"
 )
 
@@ -41,6 +42,12 @@ func Main(m *testing.M) {
 // Run runs a package's tests, stops any server pgtest started and returns
 // m's exit code, for a TestMain with more to undo before it exits.
 func Run(m *testing.M) int {
+	release, err := solo.Hold()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer release()
 	code := m.Run()
 	if stop != nil {
 		stop()

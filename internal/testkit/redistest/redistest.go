@@ -12,12 +12,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/testkit/solo"
 )
 
 var (
@@ -30,7 +33,13 @@ var (
 // Main runs a package's tests and then stops any server or shared cluster
 // redistest started. Call it from TestMain.
 func Main(m *testing.M) {
+	release, err := solo.Hold()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	release()
 	if stop != nil {
 		stop()
 	}
