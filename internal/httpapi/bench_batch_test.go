@@ -1,11 +1,8 @@
 package httpapi
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -40,20 +37,6 @@ func batchBodies(n int) [][]byte {
 	return bodies
 }
 
-// postBatch posts body to /v1/check/batch with key through a's Echo, in
-// process, and fails tb unless it is answered 200.
-func postBatch(tb testing.TB, a *tenantAPI, key string, body []byte) {
-	tb.Helper()
-	req := httptest.NewRequest("POST", "/v1/check/batch", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	rec := httptest.NewRecorder()
-	a.e.ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK {
-		tb.Fatalf("check batch: %d %s", rec.Code, rec.Body)
-	}
-}
-
 // newBatchBenchAPI is newBenchAPI with the fixed-window policy "bench"
 // that scripts/bench-batch.sh checks, on a memory store that holds as many
 // counters as serve's (TOLLGATE_MEMORY_MAX_KEYS), so that the benchmark's
@@ -77,12 +60,12 @@ func BenchmarkCheckBatch(b *testing.B) {
 	a, key := newBatchBenchAPI(b)
 	bodies := batchBodies(1000)
 	for _, body := range bodies[:10] {
-		postBatch(b, a, key, body)
+		postCheck(b, a, "/v1/check/batch", key, body)
 	}
 	b.ReportAllocs()
 	m := benchcost.Start()
 	for i := 0; b.Loop(); i++ {
-		postBatch(b, a, key, bodies[i%len(bodies)])
+		postCheck(b, a, "/v1/check/batch", key, bodies[i%len(bodies)])
 	}
 	m.Report(b, batchBenchChecks, "check")
 }
@@ -105,7 +88,7 @@ func TestCheckBatchAllocations(t *testing.T) {
 	bodies := batchBodies(100)
 	i := 0
 	batch := func() {
-		postBatch(t, a, key, bodies[i%len(bodies)])
+		postCheck(t, a, "/v1/check/batch", key, bodies[i%len(bodies)])
 		i++
 	}
 	for range 20 {

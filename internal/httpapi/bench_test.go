@@ -23,22 +23,22 @@ func benchCheck(b *testing.B, a *tenantAPI, key string, body []byte) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			postCheck(b, a, key, body)
+			postCheck(b, a, "/v1/check", key, body)
 		}
 	})
 }
 
-// postCheck posts body to /v1/check with key through a's Echo, in process,
-// and fails tb unless it is answered 200.
-func postCheck(tb testing.TB, a *tenantAPI, key string, body []byte) {
+// postCheck posts body to path (/v1/check or /v1/check/batch) with key
+// through a's Echo, in process, and fails tb unless it is answered 200.
+func postCheck(tb testing.TB, a *tenantAPI, path, key string, body []byte) {
 	tb.Helper()
-	req := httptest.NewRequest("POST", "/v1/check", bytes.NewReader(body))
+	req := httptest.NewRequest("POST", path, bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	a.e.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
-		tb.Fatalf("check: %d %s", rec.Code, rec.Body)
+		tb.Fatalf("POST %s: %d %s", path, rec.Code, rec.Body)
 	}
 }
 
@@ -79,7 +79,7 @@ func TestCheckAllocations(t *testing.T) {
 		t.Fatalf("put policy: %d %s", r.status, r.body)
 	}
 	body := []byte(`{"items":[{"policy":"bench","subject":"user-4242"}]}`)
-	check := func() { postCheck(t, a, key, body) }
+	check := func() { postCheck(t, a, "/v1/check", key, body) }
 	for range 100 {
 		check() // caches, pools and the counter's first write
 	}
