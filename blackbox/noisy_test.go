@@ -34,7 +34,8 @@ type noisy struct {
 	in        *instance
 	a, b      newTenant
 	wildcards int
-	bodyFile  string
+	bodyFile  string // A's check: 32 items
+	batchFile string // A's batch: 1,000 checks of one item each
 	// counts are the attacker's answers by status, one line a loud phase.
 	counts []string
 }
@@ -70,6 +71,18 @@ func newNoisy(tb testing.TB) *noisy {
 	}
 	n.bodyFile = filepath.Join(tb.TempDir(), "heavy.json")
 	if err := os.WriteFile(n.bodyFile, heavy, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	checks := make([]map[string]any, 1000)
+	for i := range checks {
+		checks[i] = map[string]any{"items": []map[string]any{{"policy": "wild", "subject": strings.Repeat("a", 500) + fmt.Sprintf("z%011d", i)}}}
+	}
+	batch, err := json.Marshal(map[string]any{"checks": checks})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n.batchFile = filepath.Join(tb.TempDir(), "batch.json")
+	if err := os.WriteFile(n.batchFile, batch, 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	putPolicy(tb, n.in, n.b.LiveKey, "two", map[string]any{"limit": 2, "window": "1h", "fail_mode": "open"})
@@ -115,12 +128,17 @@ func (n *noisy) phase(name string) time.Duration {
 
 // attack starts A's load in a process of its own (so that it shares only
 // the machine with B's client, not B's Go scheduler) and returns the
-// function that stops it.
-func (n *noisy) attack() (stop func()) {
+// function that stops it: A's heavy check, or with batch its batch of
+// 1,000 checks.
+func (n *noisy) attack(batch bool) (stop func()) {
 	tb := n.tb
 	tb.Helper()
+	path, body := "/v1/check", n.bodyFile
+	if batch {
+		path, body = "/v1/check/batch", n.batchFile
+	}
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), attackerEnv+"=1", "ATTACK_URL="+n.in.base+"/v1/check", "ATTACK_KEY="+n.a.LiveKey, "ATTACK_BODY="+n.bodyFile)
+	cmd.Env = append(os.Environ(), attackerEnv+"=1", "ATTACK_URL="+n.in.base+path, "ATTACK_KEY="+n.a.LiveKey, "ATTACK_BODY="+body)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -140,11 +158,11 @@ func (n *noisy) attack() (stop func()) {
 	}
 }
 
-// round is a quiet phase of B's checks, then a loud one beside A's attack;
-// it returns B's p99 in each.
-func (n *noisy) round(name string) (quiet, loud time.Duration) {
+// round is a quiet phase of B's checks, then a loud one beside A's attack
+// (its checks, or with batch its batches); it returns B's p99 in each.
+func (n *noisy) round(name string, batch bool) (quiet, loud time.Duration) {
 	quiet = n.phase(name + "-quiet")
-	stop := n.attack()
+	stop := n.attack(batch)
 	loud = n.phase(name + "-loud")
 	stop()
 	return quiet, loud
@@ -159,11 +177,11 @@ func TestNoisyNeighbour(t *testing.T) {
 	solo.Alone(t) // it loads both cores, and must not be squeezed by other tests
 	n := newNoisy(t)
 	n.phase("warm-up")
-	for r := range 2 {
-		quiet, loud := n.round(fmt.Sprintf("round%d", r))
-		t.Logf("round %d: B's p99 %v quiet, %v beside A", r, quiet, loud)
+	for r, batch := range []bool{false, false, true} {
+		quiet, loud := n.round(fmt.Sprintf("round%d", r), batch)
+		t.Logf("round %d: B's p99 %v quiet, %v beside A's %s", r, quiet, loud, map[bool]string{false: "checks", true: "batches"}[batch])
 	}
-	t.Logf("A stored %d wildcard overrides and sent checks of 32 items; its answers: %s", n.wildcards, strings.Join(n.counts, "; "))
+	t.Logf("A stored %d wildcard overrides and sent checks of 32 items, then batches of 1,000 checks; its answers: %s", n.wildcards, strings.Join(n.counts, "; "))
 }
 
 // BenchmarkNoisyNeighbour measures what tenant A's attack (noisy) costs
@@ -179,7 +197,7 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 	var quiets, louds []time.Duration
 	r := 0
 	for b.Loop() {
-		quiet, loud := n.round(fmt.Sprintf("round%d", r))
+		quiet, loud := n.round(fmt.Sprintf("round%d", r), false)
 		quiets, louds = append(quiets, quiet), append(louds, loud)
 		r++
 	}
