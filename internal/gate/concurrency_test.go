@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/logbuf"
 )
 
 // leaser counts the lease store's calls and can fail them.
@@ -36,6 +39,9 @@ func (l *leaser) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquir
 
 func (l *leaser) Release(ctx context.Context, ref counter.LeaseRef) error {
 	l.others.Add(1)
+	if l.down.Load() {
+		return fmt.Errorf("injected: %w", counter.ErrUnavailable)
+	}
 	return l.Leaser.Release(ctx, ref)
 }
 
@@ -369,5 +375,31 @@ func TestReset(t *testing.T) {
 	var fe *policy.FieldError
 	if _, err := g.Reset(ctx, "t1", false, "errors", "alice"); !errors.As(err, &fe) || fe.Field != "subject" {
 		t.Errorf("reset of a global policy: %v, want a field error on subject", err)
+	}
+}
+
+// TestFailedStoreCallsAreLogged: a release (as a renewal, a reset) the
+// store fails is a 503 that tells its client only "unavailable"; the log
+// says which call failed, after how long and why, once a second at most.
+func TestFailedStoreCallsAreLogged(t *testing.T) {
+	t.Parallel()
+	dir := directory{tenants: map[string]tenant.Tenant{"t1": {ID: "t1", Plan: tenant.PlanPro}}}
+	pols := catalog{"t1": policy.NewSet([]policy.Policy{mustPolicy(t, "jobs", `{"limit":5,"algorithm":"concurrency"}`)}, nil)}
+	store := memory.New(memory.Config{})
+	ls := &leaser{Leaser: store}
+	logs := &logbuf.Buffer{}
+	g, _, _ := newTestGate(t, store, dir, pols, gate.Config{Leases: ls, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	var ids []string
+	for range 3 {
+		ids = append(ids, mustAdmit(t, g, leaseReq("t1", "jobs", "alice")).Lease.ID)
+	}
+	ls.down.Store(true)
+	for _, id := range ids {
+		if err := g.Release(t.Context(), "t1", false, id); !errors.Is(err, gate.ErrStoreUnavailable) {
+			t.Fatalf("release while the store is down: %v, want ErrStoreUnavailable", err)
+		}
+	}
+	if n := strings.Count(logs.String(), `msg="counter store call failed" op=release`); n != 1 || !strings.Contains(logs.String(), "injected") {
+		t.Errorf("%d lines for three failed releases in a second, want 1 naming the cause:\n%s", n, logs)
 	}
 }

@@ -124,6 +124,7 @@ type Gate struct {
 	matching *matchBudget
 	logMu    sync.Mutex
 	lastLog  time.Time
+	lastCall time.Time // the last store call failure logged (storeCall)
 }
 
 // New returns a Gate, or an error when a required part is missing.

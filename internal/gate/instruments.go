@@ -125,5 +125,23 @@ func (g *Gate) storeCall(ctx context.Context, op storeOp, call func() error) err
 	start := time.Now()
 	err := call()
 	g.met.timed(ctx, op, start, err)
+	if storeFailed(ctx, err) {
+		g.logCallFailed(ctx, op, start, err)
+	}
 	return err
+}
+
+// logCallFailed logs a failed store call of op at most once a second: the
+// 503 it becomes tells its client only that the store was unavailable.
+func (g *Gate) logCallFailed(ctx context.Context, op storeOp, start time.Time, err error) {
+	g.logMu.Lock()
+	now := time.Now()
+	due := now.Sub(g.lastCall) >= time.Second
+	if due {
+		g.lastCall = now
+	}
+	g.logMu.Unlock()
+	if due {
+		g.cfg.Logger.WarnContext(ctx, "counter store call failed", "op", storeOpNames[op], "took", now.Sub(start).Round(time.Millisecond), "err", err)
+	}
 }
