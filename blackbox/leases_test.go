@@ -83,6 +83,8 @@ func leaseStores(t *testing.T) map[string][]string {
 // slots back; a renewal keeps one past its first expiry; test keys hold
 // slots of their own; a lease that is gone is 404 to renew and release.
 func TestLeasesAcrossTwoInstances(t *testing.T) {
+	// Parallel: most of its time is spent waiting for leases to expire.
+	t.Parallel()
 	for name, env := range leaseStores(t) {
 		t.Run(name, func(t *testing.T) {
 			dsn := pgtest.New(t)

@@ -153,6 +153,9 @@ func (tr *traffic) end() {
 // read afterwards holds every check admitted more than crashLossBound before
 // the kill, and none that was not sent.
 func TestSIGKILLLosesAtMostTheLastSecondOfUsage(t *testing.T) {
+	// Parallel: it sends a steady 600 checks a second and waits, which
+	// leaves most of a core to the others.
+	t.Parallel()
 	dsn := pgtest.New(t)
 	nt := createTenant(t, dsn, "pro")
 	const rate = 600 // checks a second

@@ -167,6 +167,9 @@ func committedDeliveries(t testing.TB, dsn string, paths map[string]string) map[
 // once, and only those the killed instance had in flight arrive twice
 // (at least once, not exactly once).
 func TestWebhooksTwoInstancesAndSIGKILL(t *testing.T) {
+	// Parallel: most of its time is spent waiting out the killed
+	// instance's claim on its deliveries (30 s).
+	t.Parallel()
 	dsn := pgtest.New(t)
 	a, b := start(t, dsn, patientStore, allowPrivate), start(t, dsn, patientStore, allowPrivate)
 	rcv := newReceiver(t)
