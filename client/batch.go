@@ -62,9 +62,13 @@ type batcher struct {
 // waiter is one call waiting for its batch.
 type waiter struct {
 	in   checkIn
-	done chan struct{} // closed once d and err are set
-	d    Decision
-	err  error
+	done chan struct{} // closed once raw, or d and err, are set
+	// raw is the waiter's result of its batch, which the caller reads
+	// itself: a batch's answers are read side by side, each by its own
+	// caller, rather than one after the other before any returns.
+	raw []byte
+	d   Decision
+	err error
 }
 
 // check sends in alone or in a batch, and waits for its answer or ctx.
@@ -74,13 +78,13 @@ func (b *batcher) check(ctx context.Context, in checkIn) (Decision, error) {
 		// Alone: no reason to wait.
 		b.inflight++
 		b.mu.Unlock()
-		var out checkOut
-		err := b.c.do(ctx, "POST", "/v1/check", in, &out)
+		var out decisionOut
+		err := b.c.do(ctx, "POST", "/v1/check", &in, &out)
 		b.returned()
 		if err != nil {
 			return b.c.checkFailed(err)
 		}
-		return out.decision(), nil
+		return out.d, nil
 	}
 	w := &waiter{in: in, done: make(chan struct{})}
 	b.pending = append(b.pending, w)
@@ -93,6 +97,9 @@ func (b *batcher) check(ctx context.Context, in checkIn) (Decision, error) {
 	b.mu.Unlock()
 	select {
 	case <-w.done:
+		if w.raw != nil {
+			return w.result(b.c)
+		}
 		return w.d, w.err
 	case <-ctx.Done():
 		return b.c.checkFailed(unavailable("POST", "/v1/check/batch", ctx.Err()))
@@ -145,82 +152,79 @@ func (b *batcher) send(batch []*waiter) {
 	for len(batch) > 0 {
 		if len(batch) == 1 {
 			w := batch[0]
-			var out checkOut
-			err := b.c.do(context.Background(), "POST", "/v1/check", w.in, &out)
-			w.answer(b.c, out, err)
+			var out decisionOut
+			err := b.c.do(context.Background(), "POST", "/v1/check", &w.in, &out)
+			w.answer(b.c, out.d, err)
 			return
 		}
-		in := struct {
-			Checks []checkIn `json:"checks"`
-		}{Checks: make([]checkIn, len(batch))}
-		for i, w := range batch {
-			in.Checks[i] = w.in
-		}
-		var out struct {
-			Results []json.RawMessage `json:"results"`
-		}
-		err := b.c.do(context.Background(), "POST", "/v1/check/batch", in, &out)
+		var out checkBatchOut
+		err := b.c.do(context.Background(), "POST", "/v1/check/batch", checkBatchIn(batch), &out)
 		var ae *APIError
 		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
 			if m := checkField.FindStringSubmatch(ae.Field); m != nil {
 				if i, _ := strconv.Atoi(m[1]); i < len(batch) {
 					one := *ae
 					one.Field = m[2]
-					batch[i].answer(b.c, checkOut{}, fmt.Errorf("POST /v1/check: %w", &one))
+					batch[i].answer(b.c, Decision{}, fmt.Errorf("POST /v1/check: %w", &one))
 					batch = append(batch[:i:i], batch[i+1:]...)
 					continue
 				}
 			}
 		}
-		if err == nil && len(out.Results) != len(batch) {
-			err = unavailable("POST", "/v1/check/batch", fmt.Errorf("%d results for %d checks", len(out.Results), len(batch)))
+		if err == nil && len(out.results) != len(batch) {
+			err = unavailable("POST", "/v1/check/batch", fmt.Errorf("%d results for %d checks", len(out.results), len(batch)))
 		}
 		if err != nil {
 			for _, w := range batch {
-				w.answer(b.c, checkOut{}, err)
+				w.answer(b.c, Decision{}, err)
 			}
 			return
 		}
 		for i, w := range batch {
-			w.result(b.c, out.Results[i])
+			w.raw = out.results[i]
+			close(w.done)
 		}
 		return
 	}
 }
 
-// answer hands w the answer out, or err.
-func (w *waiter) answer(c *Client, out checkOut, err error) {
+// answer hands w the decision d, or err.
+func (w *waiter) answer(c *Client, d Decision, err error) {
 	if err != nil {
 		w.d, w.err = c.checkFailed(err)
 	} else {
-		w.d = out.decision()
+		w.d = d
 	}
 	close(w.done)
 }
 
-// result hands w its result of a batch: the decision /v1/check would have
+// result reads w's result of its batch: the decision /v1/check would have
 // answered, or the refusal of Tollgate's own ceilings (a problem with its
 // status), as errors alike.
-func (w *waiter) result(c *Client, raw json.RawMessage) {
+func (w *waiter) result(c *Client) (Decision, error) {
+	if d, ok := readDecision(w.raw); ok {
+		return d, nil
+	}
 	var head struct {
 		Status int `json:"status"`
 	}
-	_ = json.Unmarshal(raw, &head)
+	_ = json.Unmarshal(w.raw, &head)
+	var err error
 	switch head.Status {
 	case 0:
 		var out checkOut
-		if err := json.Unmarshal(raw, &out); err != nil {
-			w.answer(c, out, unavailable("POST", "/v1/check/batch", fmt.Errorf("a result is not Tollgate's JSON: %w", err)))
-			return
+		if err := json.Unmarshal(w.raw, &out); err != nil {
+			return c.checkFailed(unavailable("POST", "/v1/check/batch", fmt.Errorf("a result is not Tollgate's JSON: %w", err)))
 		}
-		w.answer(c, out, nil)
+		return out.decision(), nil
 	case http.StatusTooManyRequests:
-		w.answer(c, checkOut{}, fmt.Errorf("POST /v1/check/batch: %w", rateLimited(http.Header{}, raw)))
+		err = fmt.Errorf("POST /v1/check/batch: %w", rateLimited(http.Header{}, w.raw))
 	case http.StatusPaymentRequired:
 		var p problemBody
-		_ = json.Unmarshal(raw, &p)
-		w.answer(c, checkOut{}, fmt.Errorf("POST /v1/check/batch: %w", &PaymentRequiredError{BillingURL: p.BillingURL, Detail: p.Detail}))
+		_ = json.Unmarshal(w.raw, &p)
+		err = fmt.Errorf("POST /v1/check/batch: %w", &PaymentRequiredError{BillingURL: p.BillingURL, Detail: p.Detail})
 	default:
-		w.answer(c, checkOut{}, unavailable("POST", "/v1/check/batch", fmt.Errorf("a result of status %d", head.Status)))
+		err = unavailable("POST", "/v1/check/batch", fmt.Errorf("a result of status %d", head.Status))
 	}
+	return c.checkFailed(err)
 }

@@ -126,11 +126,11 @@ func (c *Client) check(ctx context.Context, mode string, items []Item) (Decision
 	if c.batcher != nil {
 		return c.batcher.check(ctx, in)
 	}
-	var out checkOut
-	if err := c.do(ctx, "POST", "/v1/check", in, &out); err != nil {
+	var out decisionOut
+	if err := c.do(ctx, "POST", "/v1/check", &in, &out); err != nil {
 		return c.checkFailed(err)
 	}
-	return out.decision(), nil
+	return out.d, nil
 }
 
 // checkFailed is the answer of a check that err failed: the FailMode's

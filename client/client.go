@@ -164,7 +164,9 @@ func (c *Client) FailMode() FailMode { return c.failMode }
 // Tollgate's own 429s are retried as WithRetry allows.
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	var body []byte
-	if in != nil {
+	if a, ok := in.(appender); ok {
+		body = a.appendJSON(make([]byte, 0, 256))
+	} else if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("%s %s: encode: %w", method, path, err)
@@ -233,7 +235,12 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		if out == nil || s == http.StatusNoContent {
 			return nil
 		}
-		if err := json.Unmarshal(b, out); err != nil {
+		if a, ok := out.(answerReader); ok {
+			err = a.readAnswer(b)
+		} else {
+			err = json.Unmarshal(b, out)
+		}
+		if err != nil {
 			// Something answered that is not Tollgate (a captive proxy,
 			// a load balancer's page): no decision was had.
 			return unavailable(method, path, fmt.Errorf("answer %d is not Tollgate's JSON: %w", s, err))

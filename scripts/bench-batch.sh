@@ -10,6 +10,8 @@
 #   checks/s      checks answered a second
 #   ratio         that over the bare handler's requests a second, same run
 #   cpu_us        Tollgate's CPU (utime+stime, /proc) per check, in µs
+#   client_us     the load generator's CPU per check (the Go client and the
+#                 callers), in µs: the client's share of the two cores
 #   store_cpu_us  the store's CPU per check (every postgres process, or the
 #                 redis-server), in µs
 #   per_call      checks per store call (scripts run; transactions committed)
@@ -20,8 +22,8 @@
 # Settings: RUNS, DURATION (8s), CALLERS (CALLERS=1: one lone caller, to
 # see what batching costs it), SUBJECTS, BATCH_DELAY (1ms), BATCH_SIZE
 # (100), PROFILE (a directory: the CPU and allocation profiles of Tollgate
-# during each store's last batched run, <store>.cpu and <store>.allocs, for
-# go tool pprof).
+# during each store's last batched run, <store>.cpu and <store>.allocs, and
+# the load generator's, <store>.client.cpu, for go tool pprof).
 #
 # GUBERNATOR=1 adds Gubernator (GUBERNATOR=only: Gubernator alone): one
 # node, in memory, its cache sized above SUBJECTS, tracing off, driven by
@@ -151,19 +153,19 @@ bench_gubernator() {
       c1=$(cpu "$guber")
       [ "$over$errs" = 00 ] || echo "gubernator $m: $over over the limit, $errs failed requests" >&2
       awk -v m="$proto-$per" -v r="$dps" -v b="$brps" -v c=$((c1 - c0)) -v n="$n" -v q="$reqs" -v t="$tick" -v p50="$p50" -v p99="$p99" \
-        'BEGIN { printf "gubernator %s %.0f %.0f %.3f %.1f - - %.1f %.2f %.2f\n", m, r, b, r/b, c/t/n*1e6, n/q, p50, p99 }' >>"$work/grows"
+        'BEGIN { printf "gubernator %s %.0f %.0f %.3f %.1f - - - %.1f %.2f %.2f\n", m, r, b, r/b, c/t/n*1e6, n/q, p50, p99 }' >>"$work/grows"
     done
   done
   for m in "${modes[@]}"; do
     local mode="${m%:*}-${m#*:}" row="gubernator ${m%:*}-${m#*:}"
-    for col in 3 4 5 6 7 8 9 10 11; do row="$row $(awk -v m="$mode" -v c=$col '$2==m {print $c}' "$work/grows" | median)"; done
-    echo "$row" | awk '{printf "%-9s %-8s %9s %9s %6s %7s %12s %8s %7s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11}'
+    for col in 3 4 5 6 7 8 9 10 11 12; do row="$row $(awk -v m="$mode" -v c=$col '$2==m {print $c}' "$work/grows" | median)"; done
+    echo "$row" | awk '{printf "%-9s %-8s %9s %9s %6s %7s %9s %12s %8s %7s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}'
   done
   stop "$guber"; guber=""
 }
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-9s %-8s %9s %9s %6s %7s %12s %8s %7s %7s %7s\n' store mode "checks/s" "bare" ratio cpu_us store_cpu_us per_call per_req p50_ms p99_ms
+printf '%-9s %-8s %9s %9s %6s %7s %9s %12s %8s %7s %7s %7s\n' store mode "checks/s" "bare" ratio cpu_us client_us store_cpu_us per_call per_req p50_ms p99_ms
 for store in "${stores[@]}"; do
   db="tollgate_bb_$$_$store"
   psql -q "$DATABASE_URL" -c "CREATE DATABASE $db" >/dev/null
@@ -193,19 +195,20 @@ for store in "${stores[@]}"; do
       if [ -n "$profile" ] && [ "$run" = "$runs" ] && [ "$mode" = batched ]; then
         curl -s -o "$profile/$store.cpu" "http://127.0.0.1:18381/debug/pprof/profile?seconds=$(( ${duration%s} - 1 ))" &
         prof=$!
+        args+=(-cpuprofile "$profile/$store.client.cpu")
       fi
-      read -r cps p50 p99 n reqs deg errs < <(bin/loadgen -key "$key" -callers "$callers" -subjects "$subjects" -duration "$duration" "${args[@]}")
+      read -r cps p50 p99 n reqs deg errs ccpu < <(bin/loadgen -key "$key" -callers "$callers" -subjects "$subjects" -duration "$duration" "${args[@]}")
       if [ -n "$prof" ]; then wait "$prof"; curl -s -o "$profile/$store.allocs" http://127.0.0.1:18381/debug/pprof/allocs; fi
       c1=$(cpu "$server"); s1=$(cpu $spids); k1=$(calls "$store")
       [ "$deg$errs" = 00 ] || echo "$store $mode: $deg degraded, $errs errors" >&2
-      awk -v st="$store" -v m="$mode" -v r="$cps" -v b="$brps" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v k=$((k1 - k0)) -v n="$n" -v q="$reqs" -v t="$tick" -v p50="$p50" -v p99="$p99" \
-        'BEGIN { printf "%s %s %.0f %.0f %.3f %.1f %.1f %.1f %.1f %.2f %.2f\n", st, m, r, b, r/b, c/t/n*1e6, (st=="memory" ? 0 : s/t/n*1e6), (k > 0 ? n/k : 0), n/q, p50, p99 }' >>"$work/rows"
+      awk -v st="$store" -v m="$mode" -v r="$cps" -v cc="$ccpu" -v b="$brps" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v k=$((k1 - k0)) -v n="$n" -v q="$reqs" -v t="$tick" -v p50="$p50" -v p99="$p99" \
+        'BEGIN { printf "%s %s %.0f %.0f %.3f %.1f %.1f %.1f %.1f %.1f %.2f %.2f\n", st, m, r, b, r/b, c/t/n*1e6, cc, (st=="memory" ? 0 : s/t/n*1e6), (k > 0 ? n/k : 0), n/q, p50, p99 }' >>"$work/rows"
     done
   done
   for mode in single batched; do
     row="$store $mode"
-    for col in 3 4 5 6 7 8 9 10 11; do row="$row $(awk -v m="$mode" -v c=$col '$2==m {print $c}' "$work/rows" | median)"; done
-    echo "$row" | awk '{printf "%-9s %-8s %9s %9s %6s %7s %12s %8s %7s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11}'
+    for col in 3 4 5 6 7 8 9 10 11 12; do row="$row $(awk -v m="$mode" -v c=$col '$2==m {print $c}' "$work/rows" | median)"; done
+    echo "$row" | awk '{printf "%-9s %-8s %9s %9s %6s %7s %9s %12s %8s %7s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}'
   done
   stop "$server"; server=""
   sleep 1

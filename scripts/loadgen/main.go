@@ -3,10 +3,12 @@
 // among SUBJECTS of one policy, one check at a time, for a duration, with
 // or without the client's batching. It prints one line:
 //
-//	checks/s p50_ms p99_ms checks requests degraded errors
+//	checks/s p50_ms p99_ms checks requests degraded errors cpu_us
 //
 // requests being the HTTP requests the client made (so checks/requests is
-// the checks per request).
+// the checks per request) and cpu_us the load generator's own CPU per
+// check (user and system, the client's share of the box). -cpuprofile
+// writes its CPU profile, to see where a client's check goes.
 package main
 
 import (
@@ -16,10 +18,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tollgate/tollgate/client"
@@ -44,7 +48,20 @@ func main() {
 	duration := flag.Duration("duration", 8*time.Second, "how long")
 	batch := flag.Duration("batch", 0, "batching's maxDelay (0: no batching)")
 	batchSize := flag.Int("batch-size", client.DefaultBatchSize, "batching's maxChecks")
+	cpuprofile := flag.String("cpuprofile", "", "write the load generator's CPU profile here")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 256
@@ -63,6 +80,7 @@ func main() {
 	lat := make([][]time.Duration, *callers)
 	end := time.Now().Add(*duration)
 	var wg sync.WaitGroup
+	cpu0 := cpuTime()
 	start := time.Now()
 	for i := range *callers {
 		wg.Go(func() {
@@ -80,6 +98,7 @@ func main() {
 	}
 	wg.Wait()
 	took := time.Since(start)
+	cpu := cpuTime() - cpu0
 	all := slices.Concat(lat...)
 	slices.Sort(all)
 	q := func(p float64) float64 {
@@ -88,5 +107,18 @@ func main() {
 		}
 		return float64(all[min(len(all)-1, int(p*float64(len(all))))]) / 1e6
 	}
-	fmt.Printf("%.0f %.3f %.3f %d %d %d %d\n", float64(len(all))/took.Seconds(), q(0.5), q(0.99), len(all), ct.n.Load(), degraded.Load(), errs.Load())
+	perCheck := 0.0
+	if len(all) > 0 {
+		perCheck = float64(cpu.Microseconds()) / float64(len(all))
+	}
+	fmt.Printf("%.0f %.3f %.3f %d %d %d %d %.1f\n", float64(len(all))/took.Seconds(), q(0.5), q(0.99), len(all), ct.n.Load(), degraded.Load(), errs.Load(), perCheck)
+}
+
+// cpuTime is the CPU this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
