@@ -21,7 +21,7 @@
 # Usage: scripts/bench-batch.sh [memory] [redis] [postgres]   (wrk: apt-get install wrk)
 # Settings: RUNS, DURATION (8s), CALLERS (CALLERS=1: one lone caller, to
 # see what batching costs it), SUBJECTS, BATCH_DELAY (1ms), BATCH_SIZE
-# (100), PROFILE (a directory: the CPU and allocation profiles of Tollgate
+# (16, the client's default), PROFILE (a directory: the CPU and allocation profiles of Tollgate
 # during each store's last batched run, <store>.cpu and <store>.allocs, and
 # the load generator's, <store>.client.cpu, for go tool pprof).
 #
@@ -44,7 +44,7 @@ duration=${DURATION:-8s}
 callers=${CALLERS:-64}
 subjects=${SUBJECTS:-100000}
 delay=${BATCH_DELAY:-1ms}
-size=${BATCH_SIZE:-100}
+size=${BATCH_SIZE:-16}
 profile=${PROFILE:-}
 [ -z "$profile" ] || mkdir -p "$profile"
 gubernator=${GUBERNATOR:-0}
