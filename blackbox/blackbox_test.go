@@ -90,7 +90,13 @@ func start(t testing.TB, dsn string, extra ...string) *instance {
 			t.Errorf("instance %s did not stop on SIGINT", in.base)
 		}
 		if t.Failed() {
-			t.Logf("log of %s:\n%s", in.base, tail(in.logs.String(), 4000))
+			logs := in.logs.String()
+			// A long run's tail may have left behind the warning that says
+			// what went wrong.
+			if w := warnings(logs, 40); w != "" {
+				t.Logf("warnings and errors in the log of %s:\n%s", in.base, w)
+			}
+			t.Logf("log of %s:\n%s", in.base, tail(logs, 4000))
 		}
 	})
 	eventually.NoError(t, 30*time.Second, "instance "+in.base+" ready", func() error { return ready(in.base) })
@@ -108,6 +114,28 @@ func ready(base string) error {
 		return fmt.Errorf("/readyz answered %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// warnings is the first n lines of logs (text format) logged at WARN or
+// ERROR, and how many more there were.
+func warnings(logs string, n int) string {
+	var b strings.Builder
+	more := 0
+	for line := range strings.Lines(logs) {
+		if !strings.Contains(line, "level=WARN") && !strings.Contains(line, "level=ERROR") {
+			continue
+		}
+		if n == 0 {
+			more++
+			continue
+		}
+		n--
+		b.WriteString(line)
+	}
+	if more > 0 {
+		fmt.Fprintf(&b, "… and %d more\n", more)
+	}
+	return b.String()
 }
 
 func tail(s string, n int) string {
