@@ -243,14 +243,8 @@ func (r *reader) end() bool {
 func readDecision(b []byte) (Decision, bool) {
 	r := reader{b: b}
 	var d Decision
-	seen := 0
-	r.want('{')
-	for !r.bad && !r.next('}') {
-		if seen > 0 {
-			r.want(',')
-		}
-		seen++
-		switch string(r.key()) {
+	r.object(func(k []byte) {
+		switch string(k) {
 		case "allowed":
 			d.Allowed = r.boolean()
 		case "degraded":
@@ -258,13 +252,13 @@ func readDecision(b []byte) (Decision, bool) {
 		case "items":
 			if d.Items != nil {
 				r.bad = true
-				break
+				return
 			}
 			d.Items = r.items()
 		default:
 			r.bad = true
 		}
-	}
+	})
 	if !r.end() {
 		return Decision{}, false
 	}
@@ -276,21 +270,11 @@ func readDecision(b []byte) (Decision, bool) {
 
 // items reads a check answer's items.
 func (r *reader) items() []ItemDecision {
-	r.want('[')
 	items := make([]ItemDecision, 0, 1)
-	for !r.bad && !r.next(']') {
-		if len(items) > 0 {
-			r.want(',')
-		}
+	r.array(func() {
 		var it ItemDecision
-		seen := 0
-		r.want('{')
-		for !r.bad && !r.next('}') {
-			if seen > 0 {
-				r.want(',')
-			}
-			seen++
-			switch string(r.key()) {
+		r.object(func(k []byte) {
+			switch string(k) {
 			case "policy":
 				it.Policy = string(r.plain())
 			case "allowed":
@@ -314,37 +298,56 @@ func (r *reader) items() []ItemDecision {
 			default:
 				r.bad = true
 			}
-		}
+		})
 		items = append(items, it)
-	}
+	})
 	return items
+}
+
+// object reads an object, handing each member's name to member, which
+// reads its value.
+func (r *reader) object(member func(name []byte)) {
+	r.want('{')
+	for n := 0; !r.bad && !r.next('}'); n++ {
+		if n > 0 {
+			r.want(',')
+		}
+		member(r.key())
+	}
+}
+
+// array reads an array, calling elem to read each element.
+func (r *reader) array(elem func()) {
+	r.want('[')
+	for n := 0; !r.bad && !r.next(']'); n++ {
+		if n > 0 {
+			r.want(',')
+		}
+		elem()
+	}
 }
 
 // splitResults splits a batch's answer, {"results":[…]}, into each
 // result's JSON (within b), and reports whether it could.
 func splitResults(b []byte) ([][]byte, bool) {
 	r := reader{b: b}
-	r.want('{')
-	if string(r.key()) != "results" {
-		return nil, false
-	}
-	r.want('[')
-	var rs [][]byte
-	for !r.bad && !r.next(']') {
-		if len(rs) > 0 {
-			r.want(',')
+	rs := [][]byte{}
+	results := false
+	r.object(func(k []byte) {
+		if string(k) != "results" || results {
+			r.bad = true
+			return
 		}
-		r.space()
-		start := r.i
-		r.skip(0)
-		rs = append(rs, b[start:r.i])
-	}
-	r.want('}')
-	if !r.end() {
+		results = true
+		r.array(func() {
+			r.space()
+			start := r.i
+			r.skip(0)
+			rs = append(rs, b[start:r.i])
+		})
+	})
+	if !results || !r.end() {
 		return nil, false
-	}
-	if rs == nil {
-		rs = [][]byte{}
 	}
 	return rs, true
 }
@@ -362,24 +365,9 @@ func (r *reader) skip(depth int) {
 	}
 	switch c := r.b[r.i]; {
 	case c == '{':
-		r.i++
-		for n := 0; !r.bad && !r.next('}'); n++ {
-			if n > 0 {
-				r.want(',')
-			}
-			r.space()
-			r.str()
-			r.want(':')
-			r.skip(depth + 1)
-		}
+		r.object(func([]byte) { r.skip(depth + 1) })
 	case c == '[':
-		r.i++
-		for n := 0; !r.bad && !r.next(']'); n++ {
-			if n > 0 {
-				r.want(',')
-			}
-			r.skip(depth + 1)
-		}
+		r.array(func() { r.skip(depth + 1) })
 	case c == '"':
 		r.str()
 	case c == '-' || (c >= '0' && c <= '9'):

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -119,6 +120,42 @@ func TestAppendCheckIn(t *testing.T) {
 		}{[]checkIn{in, in}})
 		if got := batch.appendJSON(nil); !bytes.Equal(got, wantBatch) {
 			t.Fatalf("batch appendJSON = %s, encoding/json %s", got, wantBatch)
+		}
+	})
+}
+
+// BenchmarkReadAnswer reads a batch answer of 16 results as a batch's
+// callers do, by hand and with encoding/json.
+func BenchmarkReadAnswer(b *testing.B) {
+	body := []byte(`{"results":[` + strings.Repeat(answerAllowed+",", 15) + answerAllowed + "]}\n")
+	b.Run("by-hand", func(b *testing.B) {
+		for b.Loop() {
+			var out checkBatchOut
+			if err := out.readAnswer(body); err != nil {
+				b.Fatal(err)
+			}
+			for _, r := range out.results {
+				if _, ok := readDecision(r); !ok {
+					b.Fatal("not read")
+				}
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			var v struct {
+				Results []json.RawMessage `json:"results"`
+			}
+			if err := json.Unmarshal(body, &v); err != nil {
+				b.Fatal(err)
+			}
+			for _, r := range v.Results {
+				var out checkOut
+				if err := json.Unmarshal(r, &out); err != nil {
+					b.Fatal(err)
+				}
+				_ = out.decision()
+			}
 		}
 	})
 }
