@@ -44,7 +44,9 @@ func (in *checkIn) appendJSON(b []byte) []byte {
 }
 
 // appendString appends s as a JSON string: as it is when it needs no
-// escaping, else as encoding/json writes it.
+// escaping, else as encoding/json writes it. (Tollgate's answers are
+// written by the same rule in internal/httpapi, which the public client may
+// not import.)
 func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
