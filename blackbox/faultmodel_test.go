@@ -51,6 +51,8 @@ type record struct {
 	mayRefuse bool
 	// quiet is set for the quiet tenant's checks beside a noisy one.
 	quiet bool
+	// batched is set for a check (or peek) sent in a batch.
+	batched bool
 	// strictConfig is set for a check of a tenant whose configuration the
 	// instance has read: during an outage of the database it is answered
 	// by the policy's fail mode, never 503 (issue 23, item 3).
@@ -288,6 +290,9 @@ func (pr *phaseRun) tally(rs []*record) {
 	byKind := map[string]int{}
 	for _, r := range rs {
 		k := r.kind.String()
+		if r.batched {
+			k = "batch-" + k
+		}
 		switch {
 		case r.err != nil:
 			k += ":no-answer"

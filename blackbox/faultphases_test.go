@@ -367,6 +367,8 @@ func (pr *phaseRun) mixedOp(rng *rand.Rand) {
 		pr.changeChurn(rng, r, m, key)
 	case x < 93 && !test:
 		pr.changeOverride(rng, r, m, key)
+	case x >= 94:
+		pr.batch(rng, r, m, key)
 	default:
 		pr.check(rng, r, m, key, opCheck, 1)
 	}
@@ -374,60 +376,147 @@ func (pr *phaseRun) mixedOp(rng *rand.Rand) {
 
 // check sends a check (or a peek) of n distinct items.
 func (pr *phaseRun) check(rng *rand.Rand, r *record, m *member, key string, kind opKind, n int) {
-	st := pr.st
 	r.kind = kind
+	r.items = pr.items(rng, n)
+	pr.send(r, m, key)
+}
+
+// items picks n distinct items of the workload's policies.
+func (pr *phaseRun) items(rng *rand.Rand, n int) []itemRec {
 	policies := []string{"fw", "sw", "tb", "gl", "churn"}
+	var items []itemRec
 	seen := map[string]bool{}
-	for len(r.items) < n {
+	for len(items) < n {
 		it := itemRec{policy: policies[rng.IntN(len(policies))], subject: pr.subject(rng), cost: 1}
 		if rng.IntN(10) == 0 {
 			it.cost = 2
 		}
-		if st.policies[it.policy].global {
+		if pr.st.policies[it.policy].global {
 			it.subject = "any"
 		}
 		if k := it.policy + "|" + it.subject; !seen[k] {
 			seen[k] = true
-			r.items = append(r.items, it)
+			items = append(items, it)
 		}
 	}
-	pr.send(r, m, key)
+	return items
 }
 
 // send sends r's items as a check under their subjects' read locks.
 func (pr *phaseRun) send(r *record, m *member, key string) {
 	st := pr.st
-	var locks []string
-	for _, it := range r.items {
-		if !st.policies[it.policy].global {
-			locks = append(locks, counterKey(r.tenant, r.test, it.policy, it.subject))
-		}
-	}
-	slices.Sort(locks)
-	states := map[string]*subjectState{}
-	for _, k := range locks {
-		s := st.subjects.get(k)
-		s.RLock()
-		states[k] = s
-	}
+	pr.locked([]*record{r}, func() {
+		r.answer = st.call(r.tenant, "POST", m, key, "/v1/check", checkBody(r))
+	})
+	r.decode()
+	st.model.add(r)
+}
+
+// checkBody is the body of /v1/check for r, or one check of a batch.
+func checkBody(r *record) map[string]any {
 	items := make([]any, len(r.items))
-	for i := range r.items {
-		it := &r.items[i]
-		if s, ok := states[counterKey(r.tenant, r.test, it.policy, it.subject)]; ok {
-			it.epoch = s.epoch
-		}
+	for i, it := range r.items {
 		items[i] = map[string]any{"policy": it.policy, "subject": it.subject, "cost": it.cost}
 	}
 	body := map[string]any{"items": items}
 	if r.kind == opPeek {
 		body["mode"] = "peek"
 	}
-	r.answer = st.call(r.tenant, "POST", m, key, "/v1/check", body)
+	return body
+}
+
+// locked runs call holding the read locks of the subjects rs's items
+// count, each once, with each item's epoch recorded.
+func (pr *phaseRun) locked(rs []*record, call func()) {
+	st := pr.st
+	var locks []string
+	for _, r := range rs {
+		for _, it := range r.items {
+			if !st.policies[it.policy].global {
+				locks = append(locks, counterKey(r.tenant, r.test, it.policy, it.subject))
+			}
+		}
+	}
+	slices.Sort(locks)
+	locks = slices.Compact(locks)
+	states := map[string]*subjectState{}
+	for _, k := range locks {
+		s := st.subjects.get(k)
+		s.RLock()
+		states[k] = s
+	}
+	for _, r := range rs {
+		for i := range r.items {
+			it := &r.items[i]
+			if s, ok := states[counterKey(r.tenant, r.test, it.policy, it.subject)]; ok {
+				it.epoch = s.epoch
+			}
+		}
+	}
+	call()
 	for _, k := range locks {
 		states[k].RUnlock()
 	}
-	r.decode()
-	st.model.add(r)
+}
+
+// batch sends two to five checks and peeks in one POST /v1/check/batch.
+// Each is a record of its own, answered by its result as /v1/check would
+// have answered it, so that every invariant holds each alike (a batch is
+// its checks made one by one, in some order); an answer that is not a
+// result for each check is an answer no check got.
+func (pr *phaseRun) batch(rng *rand.Rand, r *record, m *member, key string) {
+	st := pr.st
+	rs := make([]*record, 2+rng.IntN(4))
+	checks := make([]any, len(rs))
+	for i := range rs {
+		c := *r
+		c.kind, c.batched = opCheck, true
+		if rng.IntN(4) == 0 {
+			c.kind = opPeek
+		}
+		c.items = pr.items(rng, 1+rng.IntN(2))
+		rs[i] = &c
+	}
+	var a answer
+	pr.locked(rs, func() {
+		for i, c := range rs {
+			checks[i] = checkBody(c)
+		}
+		a = st.call(r.tenant, "POST", m, key, "/v1/check/batch", map[string]any{"checks": checks})
+	})
+	var results []json.RawMessage
+	if a.err == nil && a.status == 200 {
+		var out struct {
+			Results []json.RawMessage `json:"results"`
+		}
+		if err := json.Unmarshal(a.body, &out); err != nil || len(out.Results) != len(rs) {
+			a.err = fmt.Errorf("a batch of %d checks answered %d results (%v): %s", len(rs), len(out.Results), err, truncate(a.body, 200))
+		}
+		results = out.Results
+	}
+	var known, unknown int64
+	for i, c := range rs {
+		c.answer = a
+		if a.err == nil && a.status == 200 {
+			// A result is a decision, or the problem of a ceiling that
+			// refused its check, with that problem's status.
+			var head struct {
+				Status int `json:"status"`
+			}
+			_ = json.Unmarshal(results[i], &head)
+			c.body = results[i]
+			if head.Status != 0 {
+				c.status = head.Status
+			} else {
+				known++
+			}
+		} else if a.err != nil || a.status >= 500 {
+			unknown++
+		}
+		c.decode()
+		st.model.add(c)
+	}
+	r.tenant.counted(r.test, known, unknown)
 }
 
 // acquire asks for a lease; owner is the flood goroutine that will renew

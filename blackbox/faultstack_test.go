@@ -453,17 +453,21 @@ func (st *stack) callWith(c *faultClient, tn *fTenant, method string, m *member,
 	test := strings.HasPrefix(key, "tg_test_")
 	switch {
 	case a.err == nil && a.status == 200:
-		if test {
-			tn.testKnown.Add(1)
-		} else {
-			tn.liveKnown.Add(1)
-		}
+		tn.counted(test, 1, 0)
 	case a.err != nil || a.status >= 500:
-		if test {
-			tn.testUnknown.Add(1)
-		} else {
-			tn.liveUnknown.Add(1)
-		}
+		tn.counted(test, 0, 1)
 	}
 	return a
+}
+
+// counted notes checks (and acquires) of tn's live or test key that its
+// usage counts (known) or may count (unknown: no answer, or a 5xx).
+func (tn *fTenant) counted(test bool, known, unknown int64) {
+	if test {
+		tn.testKnown.Add(known)
+		tn.testUnknown.Add(unknown)
+	} else {
+		tn.liveKnown.Add(known)
+		tn.liveUnknown.Add(unknown)
+	}
 }
