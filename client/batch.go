@@ -29,9 +29,10 @@ const (
 // alone, as without batching; calls made while a request is in flight wait
 // up to maxDelay (or until maxChecks are waiting, or the request in flight
 // returns) and go in one POST /v1/check/batch. A batch holds at most
-// maxChecks, and one is sent as soon as it is full, whatever is in flight. Each call still gets its
-// own Decision and error, FailMode and all, and returns when its own
-// context ends even while its batch is in flight. maxDelay <= 0 means
+// maxChecks, and one is sent as soon as it is full, whatever is in
+// flight. Each call still gets its own Decision and error, FailMode and
+// all, and returns when its own context ends even while its batch is in
+// flight. maxDelay <= 0 means
 // DefaultBatchDelay; maxChecks <= 0 DefaultBatchSize, and at most
 // MaxBatchSize. The middleware checks through the Client, so it batches
 // when its Client does.
