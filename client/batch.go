@@ -218,11 +218,11 @@ func (w *waiter) result(c *Client) (Decision, error) {
 	var err error
 	switch head.Status {
 	case 0:
-		var out checkOut
-		if err := json.Unmarshal(w.raw, &out); err != nil {
+		d, err := jsonDecision(w.raw)
+		if err != nil {
 			return c.checkFailed(unavailable("POST", "/v1/check/batch", fmt.Errorf("a result is not Tollgate's JSON: %w", err)))
 		}
-		return out.decision(), nil
+		return d, nil
 	case http.StatusTooManyRequests:
 		err = fmt.Errorf("POST /v1/check/batch: %w", rateLimited(http.Header{}, w.raw))
 	case http.StatusPaymentRequired:
