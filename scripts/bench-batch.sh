@@ -21,9 +21,10 @@
 # Usage: scripts/bench-batch.sh [memory] [redis] [postgres]   (wrk: apt-get install wrk)
 # Settings: RUNS, DURATION (8s), CALLERS (CALLERS=1: one lone caller, to
 # see what batching costs it), SUBJECTS, BATCH_DELAY (1ms), BATCH_SIZE
-# (16, the client's default), PROFILE (a directory: the CPU and allocation profiles of Tollgate
-# during each store's last batched run, <store>.cpu and <store>.allocs, and
-# the load generator's, <store>.client.cpu, for go tool pprof).
+# (16, the client's default), PROFILE (a directory: the CPU and allocation
+# profiles of Tollgate during each store's last batched run, <store>.cpu and
+# <store>.allocs, and the load generator's, <store>.client.cpu, for go tool
+# pprof).
 #
 # GUBERNATOR=1 adds Gubernator (GUBERNATOR=only: Gubernator alone): one
 # node, in memory, its cache sized above SUBJECTS, tracing off, driven by
@@ -68,6 +69,13 @@ cpu() {
   echo "$sum"
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# summary prints the row of one target and mode: each column's median over
+# the runs in file (lines "target mode column…").
+summary() {
+  local row="$1 $2" col
+  for col in 3 4 5 6 7 8 9 10 11 12; do row="$row $(awk -v m="$2" -v c=$col '$2==m {print $c}' "$3" | median)"; done
+  echo "$row" | awk '{printf "%-9s %-8s %9s %9s %6s %7s %9s %12s %8s %7s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}'
+}
 stop() {
   [ -n "$1" ] || return 0
   kill "$1" 2>/dev/null || return 0
@@ -156,11 +164,7 @@ bench_gubernator() {
         'BEGIN { printf "gubernator %s %.0f %.0f %.3f %.1f - - - %.1f %.2f %.2f\n", m, r, b, r/b, c/t/n*1e6, n/q, p50, p99 }' >>"$work/grows"
     done
   done
-  for m in "${modes[@]}"; do
-    local mode="${m%:*}-${m#*:}" row="gubernator ${m%:*}-${m#*:}"
-    for col in 3 4 5 6 7 8 9 10 11 12; do row="$row $(awk -v m="$mode" -v c=$col '$2==m {print $c}' "$work/grows" | median)"; done
-    echo "$row" | awk '{printf "%-9s %-8s %9s %9s %6s %7s %9s %12s %8s %7s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}'
-  done
+  for m in "${modes[@]}"; do summary gubernator "${m%:*}-${m#*:}" "$work/grows"; done
   stop "$guber"; guber=""
 }
 
@@ -205,11 +209,7 @@ for store in "${stores[@]}"; do
         'BEGIN { printf "%s %s %.0f %.0f %.3f %.1f %.1f %.1f %.1f %.1f %.2f %.2f\n", st, m, r, b, r/b, c/t/n*1e6, cc, (st=="memory" ? 0 : s/t/n*1e6), (k > 0 ? n/k : 0), n/q, p50, p99 }' >>"$work/rows"
     done
   done
-  for mode in single batched; do
-    row="$store $mode"
-    for col in 3 4 5 6 7 8 9 10 11 12; do row="$row $(awk -v m="$mode" -v c=$col '$2==m {print $c}' "$work/rows" | median)"; done
-    echo "$row" | awk '{printf "%-9s %-8s %9s %9s %6s %7s %9s %12s %8s %7s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}'
-  done
+  for mode in single batched; do summary "$store" "$mode" "$work/rows"; done
   stop "$server"; server=""
   sleep 1
   psql -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
