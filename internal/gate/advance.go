@@ -99,17 +99,17 @@ type units struct {
 // again (a take that loaded it still finds nothing, and goes to the store).
 const retired = math.MinInt64 / 2
 
-// spend takes one of u's units at now, if it holds one.
-func (u *units) spend(now time.Time) bool {
+// spend takes n of u's units at now, if it holds n: all of them or none.
+func (u *units) spend(now time.Time, n int64) bool {
 	if u == nil || !now.Before(u.end) {
 		return false
 	}
 	for {
-		n := u.left.Load()
-		if n <= 0 {
+		left := u.left.Load()
+		if left < n {
 			return false
 		}
-		if u.left.CompareAndSwap(n, n-1) {
+		if u.left.CompareAndSwap(left, left-n) {
 			return true
 		}
 	}
@@ -141,6 +141,13 @@ func (l *advances) shard(k advanceID) *advanceShard {
 // grant), when the advance lapses, and the units it was spent from, for
 // giveBack.
 func (l *advances) take(k advanceID, now time.Time) (ok bool, remaining int64, resetIn time.Duration, from *units) {
+	return l.takeN(k, now, 1)
+}
+
+// takeN is take for n requests at once (a batch's checks): it spends n
+// units if the advance holds n, else none, and remaining is what the
+// counter has left after the n.
+func (l *advances) takeN(k advanceID, now time.Time, n int64) (ok bool, remaining int64, resetIn time.Duration, from *units) {
 	sh := l.shard(k)
 	sh.mu.RLock()
 	ls := sh.m[k]
@@ -149,7 +156,7 @@ func (l *advances) take(k advanceID, now time.Time) (ok bool, remaining int64, r
 		return false, 0, 0, nil
 	}
 	u := ls.cur.Load()
-	if !u.spend(now) {
+	if !u.spend(now, n) {
 		return false, 0, 0, nil
 	}
 	return true, u.remaining + u.held(), u.end.Sub(now), u

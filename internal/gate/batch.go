@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
@@ -163,6 +164,11 @@ func (g *Gate) batchItems(p *passage, checks []Check, bufs *batchBufs, items int
 // the requests that need the store, each check's slot among them set. The
 // ceilings, spent units and counter items are laid out in bufs; the items
 // the store is given are then copied into one slice of the batch's own.
+//
+// The per-IP L1 and each ceiling's advance are asked once for all the
+// checks when they can take them all (batchL1, batchPaid): n units taken
+// at once are n checks each taking one, the last of which decides. When
+// they cannot, each check asks alone, as Admit does.
 func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, bufs *batchBufs) ([]counter.Request, error) {
 	t, key := p.v.Tenant, p.v.Key
 	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
@@ -170,27 +176,37 @@ func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, 
 		return nil, fmt.Errorf("%w: effective plan of tenant %s: %w", ErrUnavailable, t.ID, err)
 	}
 	ipLimit, ipKey := ipPerMinute(t, effective), g.clients.get(p.req.ClientIP.Unmap(), g.ipDigest).route(p.req.Route)
+	passed := g.batchL1(ctx, p, bcs, ipKey, ipLimit)
 	// Every check passes the same ceilings: laid out once, copied for each
 	// check (storeRequest writes each copy's slots).
 	var shared [4]layerItem
 	ceilings := sharedCeilings(shared[:0], t, key, effective, ipKey, ipLimit, true)
+	var paid [len(shared)]paidUnit
+	g.batchPaid(p, ceilings, paid[:len(ceilings)], passed)
 	all := slices.Grow(bufs.ceilings[:0], len(ceilings)*len(bcs))
 	spent := slices.Grow(bufs.spent[:0], len(ceilings)*len(bcs))
 	// A ceiling asks for at most two items (its unit and its top-up), a
 	// policy for one.
 	items := slices.Grow(bufs.items[:0], 2*len(ceilings)*len(bcs)+len(bufs.pols))
 	creqs := make([]counter.Request, 0, len(bcs))
-	stored := 0
+	stored, k := 0, int64(0)
 	for i := range bcs {
 		bc := &bcs[i]
-		bc.slot = noSlot
-		if g.ipL1(ctx, &bc.p, ipKey, ipLimit) {
-			bc.done = true
+		if bc.done {
 			continue
 		}
 		n := len(all)
 		all = append(all, ceilings...)
 		bc.ceilings = all[n:len(all):len(all)]
+		for j := range paid[:len(ceilings)] {
+			if paid[j].from != nil {
+				// The k-th of the passed checks, taking its unit alone,
+				// would have left what the last leaves and the units of
+				// the checks after it.
+				bc.ceilings[j].paid = paidUnit{paid[j].from, paid[j].remaining + passed - 1 - k, paid[j].resetIn}
+			}
+		}
+		k++
 		ni, ns := len(items), len(spent)
 		creq, its, sp := g.storeRequest(&bc.p, bc.ceilings, bc.pols, items[ni:ni], spent[ns:ns])
 		items, spent = items[:ni+len(its)], spent[:ns+len(sp)]
@@ -219,6 +235,44 @@ func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, 
 		creqs[bc.slot].Items = bc.creq.Items
 	}
 	return creqs, nil
+}
+
+// batchL1 passes the batch's checks through the per-IP L1: at once when it
+// admits them all, else one by one, a check it refuses done with its
+// refusal. It returns how many passed. Every check's slot is noSlot after
+// it.
+func (g *Gate) batchL1(ctx context.Context, p *passage, bcs []batchCheck, ipKey string, ipLimit int64) int64 {
+	for i := range bcs {
+		bcs[i].slot = noSlot
+	}
+	if !g.takeAlone && g.l1Check(ctx, p.now, p.v.Tenant.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute), int64(len(bcs))).Allowed {
+		return int64(len(bcs))
+	}
+	// Refused, the call counted nothing.
+	passed := int64(0)
+	for i := range bcs {
+		bc := &bcs[i]
+		if g.ipL1(ctx, &bc.p, ipKey, ipLimit) {
+			bc.done = true
+			continue
+		}
+		passed++
+	}
+	return passed
+}
+
+// batchPaid takes from each ceiling's advance a unit for each of the n
+// checks that passed the per-IP L1, when it holds n: paid[j] is ceiling
+// j's, its from nil when the checks are to take their units one by one.
+func (g *Gate) batchPaid(p *passage, ceilings []layerItem, paid []paidUnit, n int64) {
+	if n < 2 || g.takeAlone {
+		return
+	}
+	for j := range ceilings {
+		if ok, remaining, resetIn, from := g.advances.takeN(advanceID{p.v.Tenant.ID, ceilings[j].Key}, p.now, n); ok {
+			paid[j] = paidUnit{from, remaining, resetIn}
+		}
+	}
 }
 
 // batchSettle makes the batch's one round trip and answers each check from

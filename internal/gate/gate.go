@@ -125,6 +125,9 @@ type Gate struct {
 	logMu    sync.Mutex
 	lastLog  time.Time
 	lastCall time.Time // the last store call failure logged (storeCall)
+	// takeAlone makes a batch's checks take their per-IP L1 and advance
+	// units one by one, the path batchRequests falls back to (tests).
+	takeAlone bool
 }
 
 // New returns a Gate, or an error when a required part is missing.

@@ -29,6 +29,17 @@ type layerItem struct {
 	advance     advanceID
 	slot, topUp int
 	size        int64
+	// paid is the ceiling's unit when a batch took it from the advance
+	// for this check beforehand (batchRequests); its from is nil otherwise.
+	paid paidUnit
+}
+
+// paidUnit is a unit of an advance a batch took for one of its checks, with
+// what take would have said of it had the check taken it alone.
+type paidUnit struct {
+	from      *units
+	remaining int64
+	resetIn   time.Duration
 }
 
 // noSlot is the slot of an item that is not in the counter request.
@@ -140,7 +151,7 @@ func (g *Gate) enter(ctx context.Context, p *passage) bool {
 	if n <= 0 {
 		return false
 	}
-	d := g.l1Check(ctx, p.now, "", "instance", limit.TokenBucket, n, limit.Every(time.Second))
+	d := g.l1Check(ctx, p.now, "", "instance", limit.TokenBucket, n, limit.Every(time.Second), 1)
 	if d.Allowed {
 		return false
 	}
@@ -266,7 +277,7 @@ func (g *Gate) ceilings(ctx context.Context, p *passage, out []layerItem) (_ []l
 // ipL1 is the per-IP L1 in this instance's memory. It reports whether it
 // refused (p.v).
 func (g *Gate) ipL1(ctx context.Context, p *passage, ipKey string, ipLimit int64) bool {
-	d := g.l1Check(ctx, p.now, p.v.Tenant.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute))
+	d := g.l1Check(ctx, p.now, p.v.Tenant.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute), 1)
 	if d.Allowed {
 		return false
 	}
@@ -351,8 +362,9 @@ func (g *Gate) storeRequest(p *passage, ceilings []layerItem, pols []policyItem,
 
 // ceilingItems appends to items what the ceilings ask of the store, a
 // check's or an acquire's: each ceiling spends a unit of this instance's
-// advance on its counter when it has one (advance.go; the unit is appended
-// to spent, to be given back if another ceiling refuses), or goes to the
+// advance on its counter when it has one, or was paid one by its batch
+// (advance.go; the unit is appended to spent, to be given back if another
+// ceiling refuses), or goes to the
 // store in this request, renewing the advance on the way. It sets every
 // ceiling's slot.
 func (g *Gate) ceilingItems(p *passage, ceilings []layerItem, items []counter.Item, spent []*units) ([]counter.Item, []*units) {
@@ -364,7 +376,11 @@ func (g *Gate) ceilingItems(p *passage, ceilings []layerItem, items []counter.It
 		c.Limit = min(c.Limit, limit.MaxLimit)
 		c.advance = advanceID{t.ID, c.Key}
 		c.slot, c.topUp = noSlot, noSlot
-		if ok, remaining, resetIn, from := g.advances.take(c.advance, now); ok {
+		ok, remaining, resetIn, from := c.paid.from != nil, c.paid.remaining, c.paid.resetIn, c.paid.from
+		if !ok {
+			ok, remaining, resetIn, from = g.advances.take(c.advance, now)
+		}
+		if ok {
 			spent = append(spent, from)
 			p.v.Tightest = tighter(p.v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining, Window: windowLength(c.Window, now), ResetIn: resetIn})
 			continue
@@ -497,9 +513,9 @@ func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome stri
 	})
 }
 
-// l1Check consumes one from an in-memory counter of this instance at now.
-func (g *Gate) l1Check(ctx context.Context, now time.Time, group, key string, alg limit.Algorithm, lim int64, w limit.Window) limit.Decision {
-	d, err := g.localCheck(ctx, counter.Request{Now: now, Group: group}, counter.Item{Key: key, Algorithm: alg, Limit: lim, Window: w, Cost: 1})
+// l1Check consumes cost from an in-memory counter of this instance at now.
+func (g *Gate) l1Check(ctx context.Context, now time.Time, group, key string, alg limit.Algorithm, lim int64, w limit.Window, cost int64) limit.Decision {
+	d, err := g.localCheck(ctx, counter.Request{Now: now, Group: group}, counter.Item{Key: key, Algorithm: alg, Limit: lim, Window: w, Cost: cost})
 	if err != nil {
 		g.l1Bug(ctx, err)
 		return limit.Decision{Allowed: true}

@@ -23,11 +23,11 @@ import (
 func (g *Gate) Public(ctx context.Context, route string, ip netip.Addr, perMinute int64) Verdict {
 	var v Verdict
 	key := "public:" + route + ":" + g.ipDigest(ip)
-	if d := g.l1Check(ctx, g.cfg.Now(), "", key, limit.SlidingWindow, perMinute, limit.Every(time.Minute)); !d.Allowed {
+	if d := g.l1Check(ctx, g.cfg.Now(), "", key, limit.SlidingWindow, perMinute, limit.Every(time.Minute), 1); !d.Allowed {
 		return g.refuse(ctx, Request{Route: route, ClientIP: ip}, v, admission.Refusal{Layer: admission.LayerIP, Limit: perMinute, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: key})
 	}
 	if n := g.cfg.InstanceCeiling; n > 0 {
-		if d := g.l1Check(ctx, g.cfg.Now(), "", "instance", limit.TokenBucket, n, limit.Every(time.Second)); !d.Allowed {
+		if d := g.l1Check(ctx, g.cfg.Now(), "", "instance", limit.TokenBucket, n, limit.Every(time.Second), 1); !d.Allowed {
 			return g.refuse(ctx, Request{Route: route, ClientIP: ip}, v, admission.Refusal{Layer: admission.LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt})
 		}
 	}

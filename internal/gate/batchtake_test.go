@@ -1,0 +1,92 @@
+package gate_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/memory"
+	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/tenant"
+)
+
+// setClock is a clock the test moves: two gates read the same instants
+// however often each reads it.
+type setClock struct{ now atomic.Pointer[time.Time] }
+
+func (c *setClock) read() time.Time { return *c.now.Load() }
+func (c *setClock) set(t time.Time) { c.now.Store(&t) }
+
+// TestBatchTakesAreTheirChecksTakes: a batch passes the per-IP L1 and takes
+// its ceilings' advance units once for all its checks when they can take
+// them all; every verdict (allowed, refusal, items, the tightest quota) is
+// what taking them check by check gives. Two gates with stores of their own
+// see the same random stream of batches at the same instants, one taking
+// alone (gate.TakeAlone); per-IP limits and quotas small enough to refuse,
+// traffic fast enough for advances of many units.
+func TestBatchTakesAreTheirChecksTakes(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(rt *rapid.T) {
+		ipLimit := rapid.Int64Range(1, 3000).Draw(rt, "ip")
+		quotaMin := rapid.Int64Range(1, 5000).Draw(rt, "quotaMinute")
+		quotaHour := rapid.Int64Range(1, 20000).Draw(rt, "quotaHour")
+		plan := rapid.SampledFrom([]string{tenant.PlanStarter, tenant.PlanPro, tenant.PlanEnterprise}).Draw(rt, "plan")
+		bearer := rapid.SampledFrom([]string{"t", "test:t"}).Draw(rt, "key")
+		alg := rapid.SampledFrom([]string{"fixed_window", "sliding_window", "token_bucket"}).Draw(rt, "algorithm")
+		polLimit := rapid.IntRange(1, 400).Draw(rt, "policyLimit")
+		tn := tenant.Tenant{ID: "t", Plan: plan, RateLimitPerMinute: ipLimit, QuotaPerMinute: &quotaMin, QuotaPerHour: &quotaHour}
+		dir := directory{tenants: map[string]tenant.Tenant{"t": tn}}
+		pols := catalog{"t": policy.NewSet([]policy.Policy{
+			mustPolicy(t, "p", fmt.Sprintf(`{"limit":%d,"window":"1m","algorithm":%q}`, polLimit, alg)),
+			mustPolicy(t, "open", `{"limit":1000000000,"window":"1h"}`),
+		}, nil)}
+		clk := &setClock{}
+		at := time.Date(2026, 12, 31, 23, 59, 0, 0, time.UTC)
+		clk.set(at)
+		gates := [2]*gate.Gate{}
+		for i := range gates {
+			gates[i], _, _ = newTestGate(t, memory.New(memory.Config{Now: clk.read}), dir, pols, gate.Config{Now: clk.read})
+		}
+		gate.TakeAlone(gates[1])
+		ctx := context.Background()
+		for step := range rapid.IntRange(1, 120).Draw(rt, "steps") {
+			at = at.Add(time.Duration(rapid.IntRange(0, 40_000).Draw(rt, "µs")) * time.Microsecond)
+			clk.set(at)
+			checks := make([]gate.Check, rapid.IntRange(1, 40).Draw(rt, "checks"))
+			for i := range checks {
+				c := &checks[i]
+				c.Mode = counter.Consume
+				if rapid.IntRange(0, 9).Draw(rt, "peek") == 0 {
+					c.Mode = counter.Peek
+				}
+				c.Items = []gate.Item{{Policy: "p", Subject: fmt.Sprintf("s%d", rapid.IntRange(0, 5).Draw(rt, "subject")), Cost: rapid.Int64Range(1, 3).Draw(rt, "cost")}}
+				if rapid.Bool().Draw(rt, "open") {
+					c.Items = append(c.Items, gate.Item{Policy: "open", Subject: "all", Cost: 1})
+				}
+			}
+			var bvs [2]gate.BatchVerdict
+			for i, g := range gates {
+				var err error
+				if bvs[i], err = g.AdmitBatch(ctx, gate.Request{Route: "check", ClientIP: client, Bearer: bearer}, checks); err != nil {
+					rt.Fatalf("step %d: AdmitBatch: %v", step, err)
+				}
+			}
+			if !reflect.DeepEqual(bvs[0].Verdict, bvs[1].Verdict) {
+				rt.Fatalf("step %d: the batch's verdict %+v, taking alone %+v", step, bvs[0].Verdict, bvs[1].Verdict)
+			}
+			for i := range checks {
+				got, want := bvs[0].Checks[i], bvs[1].Checks[i]
+				if !reflect.DeepEqual(got, want) {
+					rt.Fatalf("step %d, check %d of %d:\n batch  %+v %+v\n alone  %+v %+v", step, i, len(checks), got, got.Refusal, want, want.Refusal)
+				}
+			}
+		}
+	})
+}
