@@ -290,9 +290,11 @@ func (g *Gate) batchSettle(ctx context.Context, p *passage, bv BatchVerdict, bcs
 	}
 	bv.Checks = make([]Verdict, len(bcs))
 	ivs := make([]ItemVerdict, 0, items)
+	at := g.cfg.Now()
 	for i := range bcs {
 		bc := &bcs[i]
 		if !bc.done {
+			bc.p.req.at = at
 			n := len(ivs)
 			out := ivs[n : n : n+len(bc.pols)]
 			if err := errs[bc.slot]; err != nil {

@@ -208,6 +208,9 @@ type Request struct {
 	// batch stops Admit once the key is known: AdmitBatch takes the rest
 	// check by check (batch.go).
 	batch bool
+	// at is when a batch's check was answered, the batch's one reading of
+	// the clock for all its checks (zero: read it).
+	at time.Time
 }
 
 // Check is the body of a /v1/check call.

@@ -507,8 +507,12 @@ func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome stri
 	if g.cfg.Observer == nil {
 		return
 	}
+	at := req.at
+	if at.IsZero() {
+		at = g.cfg.Now()
+	}
 	g.cfg.Observer.Observe(ctx, admission.Event{
-		At: g.cfg.Now(), TenantID: v.Tenant.ID, KeyID: v.Key.ID, Live: !v.Key.Test, Route: req.Route,
+		At: at, TenantID: v.Tenant.ID, KeyID: v.Key.ID, Live: !v.Key.Test, Route: req.Route,
 		Checked: req.Check != nil || req.Lease != nil, Outcome: outcome, Degraded: degraded, Refusals: refusals,
 	})
 }

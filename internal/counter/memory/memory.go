@@ -373,8 +373,17 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 		n += len(req.Items)
 	}
 	decisions := make([]limit.Decision, n)
+	// A batch is decided at one instant, as the other stores decide it,
+	// but for requests that name their own.
+	var now time.Time
 	for i, req := range reqs {
 		k := len(req.Items)
+		if req.Now.IsZero() {
+			if now.IsZero() {
+				now = s.now()
+			}
+			req.Now = now
+		}
 		res[i], errs[i] = s.CheckInto(ctx, req, decisions[:k:k])
 		decisions = decisions[k:]
 	}
