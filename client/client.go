@@ -223,7 +223,7 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		return unavailable(method, path, cause(err))
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	b, err := readBody(resp)
 	if err != nil {
 		return unavailable(method, path, cause(err))
 	}
@@ -260,6 +260,19 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		_ = json.Unmarshal(b, &p)
 		return fmt.Errorf("%s %s: %w", method, path, &APIError{Status: s, Type: p.Type, Title: p.Title, Detail: p.Detail, Field: p.Field})
 	}
+}
+
+// readBody reads resp's body, up to one byte past maxAnswer: into a slice
+// of its length when it says so (the common answer), else as it comes.
+func readBody(resp *http.Response) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= maxAnswer {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 }
 
 // cause unwraps the *url.Error of net/http, whose message repeats the
