@@ -74,7 +74,7 @@ const senderIdle = time.Second
 // waiter is one call waiting for its batch.
 type waiter struct {
 	in   checkIn
-	done chan struct{} // closed once raw, or d and err, are set
+	done chan struct{} // signalled once raw, or d and err, are set
 	// raw is the waiter's result of its batch, which the caller reads
 	// itself: a batch's answers are read side by side, each by its own
 	// caller, rather than one after the other before any returns.
@@ -83,6 +83,11 @@ type waiter struct {
 	err error
 }
 
+// waiters are waiters whose call has returned with its answer, for the
+// next calls: the sender signals done once, and only a caller that
+// received it puts its waiter back.
+var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan struct{}, 1)} }}
+
 // check sends in alone or in a batch, and waits for its answer or ctx.
 func (b *batcher) check(ctx context.Context, in checkIn) (Decision, error) {
 	b.mu.Lock()
@@ -90,15 +95,10 @@ func (b *batcher) check(ctx context.Context, in checkIn) (Decision, error) {
 		// Alone: no reason to wait.
 		b.inflight++
 		b.mu.Unlock()
-		var out decisionOut
-		err := b.c.do(ctx, "POST", "/v1/check", &in, &out)
-		b.returned()
-		if err != nil {
-			return b.c.checkFailed(err)
-		}
-		return out.d, nil
+		return b.alone(ctx, in)
 	}
-	w := &waiter{in: in, done: make(chan struct{})}
+	w := waiters.Get().(*waiter)
+	w.in = in
 	b.pending = append(b.pending, w)
 	switch {
 	case len(b.pending) >= b.maxChecks:
@@ -109,13 +109,23 @@ func (b *batcher) check(ctx context.Context, in checkIn) (Decision, error) {
 	b.mu.Unlock()
 	select {
 	case <-w.done:
+		d, err := w.d, w.err
 		if w.raw != nil {
-			return w.result(b.c)
+			d, err = w.result(b.c)
 		}
-		return w.d, w.err
+		*w = waiter{done: w.done}
+		waiters.Put(w)
+		return d, err
 	case <-ctx.Done():
+		// w is its batch's still: the sender answers it, and it goes.
 		return b.c.checkFailed(unavailable("POST", "/v1/check/batch", ctx.Err()))
 	}
+}
+
+// alone sends in to /v1/check by itself.
+func (b *batcher) alone(ctx context.Context, in checkIn) (Decision, error) {
+	defer b.returned()
+	return b.c.checkOne(ctx, in)
 }
 
 // returned notes a request that came back, and sends what gathered
@@ -214,7 +224,7 @@ func (b *batcher) send(batch []*waiter) {
 		}
 		for i, w := range batch {
 			w.raw = out.results[i]
-			close(w.done)
+			w.done <- struct{}{}
 		}
 		return
 	}
@@ -227,14 +237,14 @@ func (w *waiter) answer(c *Client, d Decision, err error) {
 	} else {
 		w.d = d
 	}
-	close(w.done)
+	w.done <- struct{}{}
 }
 
 // result reads w's result of its batch: the decision /v1/check would have
 // answered, or the refusal of Tollgate's own ceilings (a problem with its
 // status), as errors alike.
 func (w *waiter) result(c *Client) (Decision, error) {
-	if d, ok := readDecision(w.raw); ok {
+	if d, ok := readDecisionOf(w.raw, w.in.Items); ok {
 		return d, nil
 	}
 	var head struct {

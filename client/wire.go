@@ -140,6 +140,8 @@ type reader struct {
 	b   []byte
 	i   int
 	bad bool
+	// asked are the items of the check whose answer is read (items).
+	asked []checkItemIn
 }
 
 func (r *reader) space() {
@@ -250,7 +252,14 @@ func (r *reader) end() bool {
 // readDecision reads a check's answer, {"allowed":…,"degraded":…,"items":
 // […]}, and reports whether it could.
 func readDecision(b []byte) (Decision, bool) {
-	r := reader{b: b}
+	return readDecisionOf(b, nil)
+}
+
+// readDecisionOf is readDecision for the answer to a check of items: an
+// item's policy is the check's string when it names the same, rather than
+// a copy of the answer's bytes.
+func readDecisionOf(b []byte, items []checkItemIn) (Decision, bool) {
+	r := reader{b: b, asked: items}
 	var d Decision
 	r.object(func(k []byte) {
 		switch string(k) {
@@ -277,6 +286,16 @@ func readDecision(b []byte) (Decision, bool) {
 	return d, true
 }
 
+// policy reads the policy of the n-th item of an answer: the asked item's
+// string when it is the same.
+func (r *reader) policy(n int) string {
+	p := r.plain()
+	if n < len(r.asked) && r.asked[n].Policy == string(p) {
+		return r.asked[n].Policy
+	}
+	return string(p)
+}
+
 // items reads a check answer's items.
 func (r *reader) items() []ItemDecision {
 	items := make([]ItemDecision, 0, 1)
@@ -285,7 +304,7 @@ func (r *reader) items() []ItemDecision {
 		r.object(func(k []byte) {
 			switch string(k) {
 			case "policy":
-				it.Policy = string(r.plain())
+				it.Policy = r.policy(len(items))
 			case "allowed":
 				it.Allowed = r.boolean()
 			case "limit":

@@ -65,6 +65,11 @@ func FuzzReadDecision(f *testing.F) {
 		if want := out.decision(); !reflect.DeepEqual(got, want) {
 			t.Fatalf("readDecision(%q)\n got %+v\nwant %+v", b, got, want)
 		}
+		// Read as the answer to a check, whose policies it may name.
+		asked := []checkItemIn{{Policy: "sign-in-ip"}, {Policy: "a"}}
+		if of, ok := readDecisionOf(b, asked); !ok || !reflect.DeepEqual(of, got) {
+			t.Fatalf("readDecisionOf(%q) = %+v, %v; readDecision %+v", b, of, ok, got)
+		}
 	})
 }
 
