@@ -8,8 +8,8 @@ import (
 )
 
 // TestAdvanceUnitsAreSpentOnceUnderRenewals: requests spend an advance's units
-// without a lock while other requests renew it; every unit granted is spent
-// exactly once (those of a grant replaced meanwhile move to the new one),
+// without a lock, one or several at a time, while other requests renew it;
+// every unit granted is spent exactly once (those of a grant replaced meanwhile move to the new one),
 // units given back are spent again, and none is spent after the advance
 // lapses.
 func TestAdvanceUnitsAreSpentOnceUnderRenewals(t *testing.T) {
@@ -22,12 +22,14 @@ func TestAdvanceUnitsAreSpentOnceUnderRenewals(t *testing.T) {
 	var spent, given atomic.Int64
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	for range takers {
+	for w := range takers {
+		// Takers take one to four units at a time, as batches do.
+		n := int64(1 + w%4)
 		wg.Go(func() {
 			for {
-				ok, _, _, from := l.take(k, now)
+				ok, _, _, from := l.takeN(k, now, n)
 				if ok {
-					spent.Add(1)
+					spent.Add(n)
 					// Every tenth unit is given back, as when another
 					// ceiling refuses the request.
 					if spent.Load()%10 == 0 {
@@ -73,5 +75,27 @@ func TestAdvanceUnitsAreSpentOnceUnderRenewals(t *testing.T) {
 	}
 	if ok, _, _, _ := l.take(k, end); ok {
 		t.Fatal("a unit spent at the advance's end")
+	}
+}
+
+// TestTakeNTakesAllOrNone: a batch's take of n units spends n when the
+// advance holds n, else none, and says what the counter has left after them.
+func TestTakeNTakesAllOrNone(t *testing.T) {
+	t.Parallel()
+	l := newAdvances()
+	k := advanceID{"tenant", "quota:minute"}
+	now := time.Now()
+	// Ten units granted, one of them the granting request's: nine held, and
+	// the store said 100 were left after the grant.
+	l.grant(k, now, now.Add(time.Minute), 1000, 10, 100)
+	for _, step := range []struct {
+		n             int64
+		ok            bool
+		remainingWant int64
+	}{{4, true, 105}, {4, true, 101}, {4, false, 0}, {2, false, 0}, {1, true, 100}, {1, false, 0}} {
+		ok, remaining, _, from := l.takeN(k, now, step.n)
+		if ok != step.ok || (ok && (remaining != step.remainingWant || from == nil)) {
+			t.Fatalf("takeN(%d) = %v, %d remaining; want %v, %d", step.n, ok, remaining, step.ok, step.remainingWant)
+		}
 	}
 }
