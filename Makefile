@@ -6,7 +6,7 @@ GO    ?= go
 # for a race (the body budget's, the keys' last use) run under it too.
 RACE_PKGS := ./internal/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
 
-.PHONY: run test soak generate check-generated build bench bench-batch deps vet lint-openapi
+.PHONY: run test soak generate check-generated build bench bench-batch bench-pgcall deps vet lint-openapi
 
 ## run: build and serve on :8080 (embedded PostgreSQL unless DATABASE_URL is set)
 run: build
@@ -86,6 +86,10 @@ bench:
 ## bench-batch: batched checks through the Go client against one check per request and a bare handler (scripts/bench-batch.sh)
 bench-batch:
 	scripts/bench-batch.sh
+
+## bench-pgcall: what one call of the PostgreSQL counter store costs PostgreSQL, by keys a call (scripts/bench-pgcall.sh)
+bench-pgcall:
+	scripts/bench-pgcall.sh
 
 deps:
 	@scripts/deps.sh postgres redis
