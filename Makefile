@@ -4,7 +4,7 @@ GO    ?= go
 # Packages that hold the store contract and its backends run with the race
 # detector; the rest would only be slower. In the others, the tests named
 # for a race (the body budget's, the keys' last use) run under it too.
-RACE_PKGS := ./client/ ./internal/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
+RACE_PKGS := ./internal/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
 
 .PHONY: run test soak generate check-generated build bench bench-batch bench-pgcall deps vet lint-openapi
 
@@ -27,6 +27,10 @@ test: check-generated vet lint-openapi
 	@# of instances, and its invariants hold the timing of every answer.
 	$(GO) test -count=1 -timeout 6m -run 'TestFaultSuite' ./blackbox/
 	$(GO) test -count=1 -timeout 8m -race -run 'Conformance|Property|Concurr|Catalog|Recorder|Race|Breaker' $(RACE_PKGS)
+	@# The client's batching callers under the race detector, alone: beside
+	@# the stores' conformance suites they load both cores, and those hold the
+	@# timing of a late link.
+	$(GO) test -count=1 -timeout 4m -race -run 'Race' ./client/
 	@# The TypeScript client's suite runs last and alone: npm ci, tsc and a
 	@# Next.js build (kept while its inputs are unchanged) load both cores,
 	@# beside its tests on Node.js, workerd, Next.js, Bun and Deno.

@@ -59,7 +59,7 @@ func TestBatchingRaceCallersGetTheirOwnAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const callers, calls = 64, 150
+	const callers, calls = 64, 80
 	var wg sync.WaitGroup
 	for i := range callers {
 		wg.Go(func() {
