@@ -6,7 +6,6 @@
 package faultnet
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -66,9 +65,9 @@ func (p *Proxy) Stall() {
 	p.stalled = true
 }
 
-// Delay holds every chunk of bytes for d before passing it on, each way,
-// until Restore or Delay(0): a server that answers, late (a round trip
-// takes about 2d more), as one on a starved CPU does.
+// Delay passes every chunk of bytes on d after it arrived, each way, until
+// Restore or Delay(0): a server that answers, late (a round trip takes 2d
+// more, however many chunks its answer takes), as one on a starved CPU does.
 func (p *Proxy) Delay(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -135,10 +134,36 @@ func (p *Proxy) handle(c net.Conn) {
 	p.pipe(c, up)
 }
 
-// pipe copies src to dst until either closes, dropping bytes while stalled.
+// pipe copies src to dst until either closes, dropping bytes while stalled
+// (those read, and those on their way).
+// A delay is latency, as on a long link: each chunk is passed on delay after
+// it was read, the chunks behind it already on their way, so an answer in
+// several chunks is as late as one in a single chunk.
 func (p *Proxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
+	type chunk struct {
+		b  []byte
+		at time.Time
+	}
+	chunks := make(chan chunk, 256)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer src.Close()
+		defer dst.Close()
+		for c := range chunks {
+			time.Sleep(time.Until(c.at))
+			p.mu.Lock()
+			stalled := p.stalled
+			p.mu.Unlock()
+			if stalled {
+				continue
+			}
+			if _, err := dst.Write(c.b); err != nil {
+				return
+			}
+		}
+	}()
+	defer close(chunks)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -146,19 +171,16 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			p.mu.Lock()
 			stalled, delay := p.stalled, p.delay
 			p.mu.Unlock()
-			if delay > 0 {
-				time.Sleep(delay)
-			}
 			if !stalled {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
+				c := chunk{b: append([]byte(nil), buf[:n]...), at: time.Now().Add(delay)}
+				select {
+				case chunks <- c:
+				case <-done:
 					return
 				}
 			}
 		}
 		if err != nil {
-			if err != io.EOF {
-				return
-			}
 			return
 		}
 	}
