@@ -21,7 +21,8 @@
 # Usage: scripts/bench-batch.sh [memory] [redis] [postgres]   (wrk: apt-get install wrk)
 # Settings: RUNS, DURATION (8s), CALLERS (CALLERS=1: one lone caller, to
 # see what batching costs it), SUBJECTS, BATCH_DELAY (1ms), BATCH_SIZE
-# (16, the client's default), PROFILE (a directory: the CPU and allocation
+# (16, the client's default), MODES ("single batched": which to run),
+# EACH (1: print every run's row too, to stderr, to see the spread), PROFILE (a directory: the CPU and allocation
 # profiles of Tollgate during each store's last batched run, <store>.cpu and
 # <store>.allocs, and the load generator's, <store>.client.cpu, for go tool
 # pprof).
@@ -47,6 +48,8 @@ subjects=${SUBJECTS:-100000}
 delay=${BATCH_DELAY:-1ms}
 size=${BATCH_SIZE:-16}
 profile=${PROFILE:-}
+read -r -a modes_run <<<"${MODES:-single batched}"
+each=${EACH:-0}
 [ -z "$profile" ] || mkdir -p "$profile"
 gubernator=${GUBERNATOR:-0}
 stores=("$@")
@@ -190,7 +193,7 @@ for store in "${stores[@]}"; do
   : >"$work/rows"
   for run in $(seq "$runs"); do
     brps=$(wrk -t"$threads" -c"$callers" -d"$duration" -s "$work/bare.lua" http://127.0.0.1:18280/ | awk '/Requests\/sec/ {print $2}')
-    for mode in single batched; do
+    for mode in "${modes_run[@]}"; do
       args=()
       [ "$mode" = single ] || args=(-batch "$delay" -batch-size "$size")
       spids=$(storepids "$store" || true)
@@ -209,7 +212,8 @@ for store in "${stores[@]}"; do
         'BEGIN { printf "%s %s %.0f %.0f %.3f %.1f %.1f %.1f %.1f %.1f %.2f %.2f\n", st, m, r, b, r/b, c/t/n*1e6, cc, (st=="memory" ? 0 : s/t/n*1e6), (k > 0 ? n/k : 0), n/q, p50, p99 }' >>"$work/rows"
     done
   done
-  for mode in single batched; do summary "$store" "$mode" "$work/rows"; done
+  [ "$each" = 0 ] || sed 's/^/run: /' "$work/rows" >&2
+  for mode in "${modes_run[@]}"; do summary "$store" "$mode" "$work/rows"; done
   stop "$server"; server=""
   sleep 1
   psql -q "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
