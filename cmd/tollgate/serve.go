@@ -370,8 +370,8 @@ func counterStore(ctx context.Context, cfg Config, dsn string, log *slog.Logger)
 	switch cfg.CounterStore {
 	case "memory":
 		// The store of a single instance: its bound is every counter the
-		// instance can count exactly at once (past it the least recently
-		// used is forgotten), not a damper's.
+		// instance can count exactly at once (past it an expired counter or
+		// one not written lately is forgotten), not a damper's.
 		return memory.New(memory.Config{MaxKeys: cfg.MemoryMaxKeys}), nil
 	case "redis":
 		s, err := rediscounter.New(rediscounter.Config{URL: cfg.RedisURL, Timeout: cfg.CounterTimeout, Logger: log})

@@ -243,8 +243,8 @@ func (s *Store) Reset(_ context.Context, group, key string) error {
 	d := s.digestOf([]byte(k))
 	sh := &s.shards[shardOf(d)]
 	sh.mu.Lock()
-	if i, ok := sh.keys[d]; ok {
-		sh.remove(i)
+	if i := sh.find(d); i >= 0 {
+		sh.removeAt(i)
 	}
 	sh.mu.Unlock()
 	s.leaseMu.Lock()

@@ -1,6 +1,6 @@
 // Package memory is the in-process counter.Store and counter.Leaser: sharded
-// maps with a bounded number of keys, least recently used evicted first,
-// expired keys pruned, and a bounded table of leases. It holds across
+// tables with a bounded number of keys, one not used lately forgotten first
+// (table.go), expired keys pruned, and a bounded table of leases. It holds across
 // goroutines, not across processes: a single Tollgate instance's shared
 // store, each instance's own counters (the gate's instance ceiling and per-IP
 // L1 damper, the fallbacks of the sign-in and billing-link limits), and
@@ -29,8 +29,9 @@ const shardCount = 64
 
 // Config configures a Store.
 type Config struct {
-	// MaxKeys bounds the number of counters kept; the least recently used go
-	// first when it is reached. Zero means DefaultMaxKeys.
+	// MaxKeys bounds the number of counters kept; when it is reached, an
+	// expired counter or one not written lately goes first (table.go).
+	// Zero means DefaultMaxKeys.
 	MaxKeys int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -59,35 +60,6 @@ type Store struct {
 
 var _ counter.Store = (*Store)(nil)
 
-// A shard holds its counters without a pointer the garbage collector would
-// follow: each by its key's digest, in a slice of entries linked by index
-// into a ring ordered by last use. An entry with pointers and its key's
-// string were two heap objects a counter, which every collection marked (a
-// million counters: 2.0 million objects and 215 bytes a counter); now a
-// million counters are about 4,000 objects (the maps' and slices' arrays,
-// which the collector does not scan) and 124 bytes a counter.
-type shard struct {
-	mu   sync.Mutex
-	keys map[digest]int32 // where in ents each key's entry is
-	// ents[0] is the sentinel of the ring, newest first; free lists the
-	// slots of removed entries, for reuse.
-	ents []entry
-	free []int32
-	max  int
-}
-
-// digest is a key's 128-bit digest (the store's seeds, random per process,
-// key it): two keys share one with a chance of about 2^-128, and a client
-// cannot choose keys that do, not knowing the seeds.
-type digest struct{ a, b uint64 }
-
-type entry struct {
-	key        digest
-	state      limit.State
-	expires    int64 // Unix µs
-	prev, next int32
-}
-
 // New returns a store; Close stops its pruning.
 func New(cfg Config) *Store {
 	if cfg.MaxKeys <= 0 {
@@ -103,10 +75,7 @@ func New(cfg Config) *Store {
 	s.leases.init(cfg.MaxLeases)
 	perShard := max(1, cfg.MaxKeys/shardCount)
 	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.keys = map[digest]int32{}
-		sh.ents = []entry{{}}
-		sh.max = perShard
+		s.shards[i].max = perShard
 	}
 	every := cfg.PruneEvery
 	if every == 0 {
@@ -145,12 +114,7 @@ func (s *Store) Prune() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, i := range sh.keys {
-			if sh.ents[i].expires <= now {
-				sh.remove(i)
-				n++
-			}
-		}
+		n += sh.prune(now)
 		sh.mu.Unlock()
 	}
 	s.leaseMu.Lock()
@@ -172,7 +136,7 @@ func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
 		s.shards[i].mu.Lock()
-		n += len(s.shards[i].keys)
+		n += s.shards[i].n
 		s.shards[i].mu.Unlock()
 	}
 	return n
@@ -280,7 +244,7 @@ func (s *Store) CheckInto(_ context.Context, req counter.Request, into []limit.D
 		keep = work[:ceilingWork]
 	}
 	for _, w := range keep {
-		s.shards[w.shard].put(w.key, w.state, w.exp)
+		s.shards[w.shard].put(w.key, w.state, w.exp, us)
 	}
 	// The answer is arithmetic on what was seen: out of the locks, which
 	// every check of a hot key (one client address, one tenant) waits for.
@@ -305,57 +269,7 @@ func (s *Store) state(work []pending, sh int, k digest) limit.State {
 			return work[j].state
 		}
 	}
-	t := &s.shards[sh]
-	if i, ok := t.keys[k]; ok {
-		return t.ents[i].state
-	}
-	return limit.State{}
-}
-
-// put stores a state as the newest entry, evicting the least recently used
-// entry when the shard is full.
-func (sh *shard) put(k digest, st limit.State, exp int64) {
-	if i, ok := sh.keys[k]; ok {
-		e := &sh.ents[i]
-		e.state, e.expires = st, exp
-		sh.unlink(i)
-		sh.pushFront(i)
-		return
-	}
-	if len(sh.keys) >= sh.max {
-		sh.remove(sh.ents[0].prev)
-	}
-	var i int32
-	if n := len(sh.free); n > 0 {
-		i, sh.free = sh.free[n-1], sh.free[:n-1]
-	} else {
-		i = int32(len(sh.ents))
-		sh.ents = append(sh.ents, entry{})
-	}
-	sh.ents[i] = entry{key: k, state: st, expires: exp}
-	sh.keys[k] = i
-	sh.pushFront(i)
-}
-
-// remove deletes the entry in slot i.
-func (sh *shard) remove(i int32) {
-	sh.unlink(i)
-	delete(sh.keys, sh.ents[i].key)
-	sh.ents[i] = entry{}
-	sh.free = append(sh.free, i)
-}
-
-func (sh *shard) unlink(i int32) {
-	e := &sh.ents[i]
-	sh.ents[e.prev].next, sh.ents[e.next].prev = e.next, e.prev
-	e.prev, e.next = 0, 0
-}
-
-func (sh *shard) pushFront(i int32) {
-	first := sh.ents[0].next
-	sh.ents[i].prev, sh.ents[i].next = 0, first
-	sh.ents[first].prev = i
-	sh.ents[0].next = i
+	return s.shards[sh].get(k)
 }
 
 var _ counter.Batcher = (*Store)(nil)

@@ -24,7 +24,7 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func TestBoundedKeysEvictLeastRecentlyUsed(t *testing.T) {
+func TestBoundedKeysForgetTheUnusedFirst(t *testing.T) {
 	t.Parallel()
 	s := memory.New(memory.Config{MaxKeys: 64 * 4, PruneEvery: -1})
 	defer s.Close()
@@ -37,7 +37,7 @@ func TestBoundedKeysEvictLeastRecentlyUsed(t *testing.T) {
 		if _, err := s.Check(ctx, counter.Request{Items: []counter.Item{it}, Now: now}); err != nil {
 			t.Fatal(err)
 		}
-		// Used between any two new keys, so never the least recently used.
+		// Written between any two new keys, so never one not written lately.
 		if _, err := s.Check(ctx, counter.Request{Items: []counter.Item{hot}, Now: now}); err != nil {
 			t.Fatal(err)
 		}
