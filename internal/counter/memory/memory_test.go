@@ -103,28 +103,24 @@ func BenchmarkCheck(b *testing.B) {
 			}
 		})
 	})
-	// A store at its bound, every check a subject it may not hold: each
-	// new counter takes the place of another.
+	// Checks of subjects drawn among a million.
+	random := func(s *memory.Store) func(b *testing.B) {
+		return func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				it := one[0]
+				for pb.Next() {
+					it.Key = fmt.Sprintf("r%d", rand.IntN(1_000_000))
+					s.Check(ctx, counter.Request{Items: []counter.Item{it}})
+				}
+			})
+		}
+	}
+	// A store at its bound: nearly every check a new counter in the place
+	// of another.
 	full := memory.New(memory.Config{MaxKeys: 64_000})
 	defer full.Close()
-	b.Run("parallel-full", func(b *testing.B) {
-		b.RunParallel(func(pb *testing.PB) {
-			it := one[0]
-			for pb.Next() {
-				it.Key = fmt.Sprintf("r%d", rand.IntN(1_000_000))
-				full.Check(ctx, counter.Request{Items: []counter.Item{it}})
-			}
-		})
-	})
-	b.Run("parallel-random", func(b *testing.B) {
-		b.RunParallel(func(pb *testing.PB) {
-			it := one[0]
-			for pb.Next() {
-				it.Key = fmt.Sprintf("r%d", rand.IntN(1_000_000))
-				s.Check(ctx, counter.Request{Items: []counter.Item{it}})
-			}
-		})
-	})
+	b.Run("parallel-full", random(full))
+	b.Run("parallel-random", random(s))
 }
 
 // TestCheckIntoAnswersAsCheck: the gate's allocation-free call answers what
