@@ -28,10 +28,6 @@ type shard struct {
 	n     int     // counters held
 	max   int     // counters held at most
 	hand  int     // the clock hand: the next slot it looks at
-	// Shards side by side in Store.shards: their locks on lines of their
-	// own, so that two cores taking two shards do not pass a line to and
-	// fro.
-	_ [128 - 56]byte
 }
 
 // digest is a key's 128-bit digest (the store's seeds, random per process,
@@ -60,7 +56,7 @@ func (sh *shard) find(k digest) int {
 		return -1
 	}
 	mask := len(sh.slots) - 1
-	for i := int(k.b) & mask; ; i = (i + 1) & mask {
+	for i := sh.home(k); ; i = (i + 1) & mask {
 		e := &sh.slots[i]
 		if !e.used {
 			return -1
@@ -99,7 +95,7 @@ func (sh *shard) put(k digest, st limit.State, exp, now int64) {
 // insert places e in the first free slot of its probe; there is one.
 func (sh *shard) insert(e entry) {
 	mask := len(sh.slots) - 1
-	i := int(e.key.b) & mask
+	i := sh.home(e.key)
 	for sh.slots[i].used {
 		i = (i + 1) & mask
 	}
