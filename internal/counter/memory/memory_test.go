@@ -202,3 +202,53 @@ func TestCountersAreNotHeapObjects(t *testing.T) {
 		t.Fatalf("%d counters added %d heap objects: want no object per counter (at most %d in all)", n, grown, n/100)
 	}
 }
+
+// TestFloodKeepsCountersInUse: a tenant sends eight times the store's
+// bound of new subjects, half a bound between two rounds of another
+// tenant's checks of its own 200 subjects; the store forgets the flood's
+// counters, not the neighbour's, which are written between any two passes
+// of the clock hand: every one of the neighbour's subjects ends exactly at
+// the checks it made. (In turns, not side by side, so that no scheduler
+// can starve the neighbour for longer than that; the store's locking is
+// the conformance suite's.)
+func TestFloodKeepsCountersInUse(t *testing.T) {
+	t.Parallel()
+	const bound = 64 * 500
+	s := memory.New(memory.Config{MaxKeys: bound, PruneEvery: -1})
+	defer s.Close()
+	ctx := context.Background()
+	it := counter.Item{Algorithm: limit.FixedWindow, Limit: 1_000_000, Window: limit.Every(time.Hour), Cost: 1}
+	check := func(group, key string) counter.Result {
+		t.Helper()
+		it.Key = key
+		res, err := s.Check(ctx, counter.Request{Group: group, Items: []counter.Item{it}})
+		if err != nil || !res.Allowed {
+			t.Fatalf("check of %s/%s: %+v, %v", group, key, res, err)
+		}
+		return res
+	}
+	const subjects, rounds = 200, 16
+	flooded := 0
+	for range rounds {
+		for i := range subjects {
+			check("b", fmt.Sprintf("b-%d", i))
+		}
+		for range bound / 2 {
+			check("a", fmt.Sprintf("flood-%d", flooded))
+			flooded++
+		}
+	}
+	for i := range subjects {
+		it.Key = fmt.Sprintf("b-%d", i)
+		res, err := s.Check(ctx, counter.Request{Group: "b", Mode: counter.Peek, Items: []counter.Item{it}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := res.Decisions[0].Remaining, it.Limit-rounds; got != want {
+			t.Fatalf("neighbour's subject %d: %d left after %d checks beside a flood of %d subjects, want %d (it was forgotten)", i, got, rounds, flooded, want)
+		}
+	}
+	if n := s.Len(); n > bound {
+		t.Fatalf("store holds %d counters, bound %d", n, bound)
+	}
+}
