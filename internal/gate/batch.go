@@ -88,16 +88,16 @@ func (g *Gate) AdmitBatch(ctx context.Context, req Request, checks []Check) (Bat
 		return bv, err
 	}
 	// The request as a whole: the ceilings before authentication and the
-	// key, as Admit takes them for a request without a check.
-	whole, err := g.Admit(ctx, Request{Route: req.Route, ClientIP: req.ClientIP, Bearer: req.Bearer, batch: true})
-	if err != nil || whole.Refusal != nil {
-		bv.Verdict = whole
+	// key (identify), as Admit takes them, unless Identify took them.
+	p := passage{req: req, now: g.cfg.Now()}
+	if stop, err := g.identify(ctx, &p); stop {
+		bv.Verdict = p.v
 		return bv, err
 	}
-	bv.Tenant, bv.Key = whole.Tenant, whole.Key
-	p := passage{req: req, now: g.cfg.Now(), v: whole}
-	if p.set, err = g.cfg.Policies.For(ctx, whole.Tenant.ID); err != nil {
-		return bv, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, whole.Tenant.ID, err)
+	bv.Tenant, bv.Key = p.v.Tenant, p.v.Key
+	var err error
+	if p.set, err = g.cfg.Policies.For(ctx, p.v.Tenant.ID); err != nil {
+		return bv, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, p.v.Tenant.ID, err)
 	}
 	var weight, items int64
 	for i := range checks {

@@ -205,13 +205,31 @@ type Request struct {
 	Check *Check
 	// Lease is the POST /v1/leases body; nil for other routes (concurrency.go).
 	Lease *Lease
-	// batch stops Admit once the key is known: AdmitBatch takes the rest
-	// check by check (batch.go).
-	batch bool
+	// Identity is who Identify found the request to be from its headers,
+	// before its body was read: the steps Identify took (the instance
+	// ceiling, the pre-authentication bucket, the key) are not taken
+	// again. The zero Identity means the request has not been identified.
+	Identity Identity
 	// at is when a batch's check was answered, the batch's one reading of
 	// the clock for all its checks (zero: read it).
 	at time.Time
 }
+
+// Identity is a request's tenant and key as Identify found them from its
+// headers. Only Identify makes one; the zero Identity is nobody.
+type Identity struct {
+	tenant tenant.Tenant
+	key    tenant.Key
+}
+
+// Known reports whether id was made by Identify.
+func (id Identity) Known() bool { return id.key.ID != "" }
+
+// Tenant is the tenant id authenticated.
+func (id Identity) Tenant() tenant.Tenant { return id.tenant }
+
+// Key is the API key id was authenticated by.
+func (id Identity) Key() tenant.Key { return id.key }
 
 // Check is the body of a /v1/check call.
 type Check struct {

@@ -121,17 +121,48 @@ func (g *Gate) Acquire(ctx context.Context, req Request) (Verdict, error) {
 	return g.acquire(ctx, &p, ceilings)
 }
 
-// pass takes p through the steps before the shared store: the instance
-// ceiling, the pre-authentication buckets and the key, the tenant's work
-// budget, the per-IP L1; it appends the shared ceilings to out. stop
-// reports that p.v (a refusal) or err is the answer; otherwise the caller
-// releases work.
-func (g *Gate) pass(ctx context.Context, p *passage, out []layerItem) (ceilings []layerItem, work held, stop bool, err error) {
-	if g.enter(ctx, p) || g.preAuthenticate(ctx, p) {
-		return nil, held{}, true, nil
+// Identify runs the steps of the pipeline that need only a request's
+// headers: the instance ceiling, the client's pre-authentication bucket and
+// keys that failed, and the key. The HTTP layer calls it before it reads a
+// body, so that a body is read only for a tenant, within that tenant's
+// share, and then passes the Identity on in the Request it admits, which
+// does not take these steps again. A refusal is in the Verdict (its
+// Identity is then the zero one); errors are Admit's (tenant.ErrUnauthorized
+// for a bad key).
+func (g *Gate) Identify(ctx context.Context, req Request) (Identity, Verdict, error) {
+	p := passage{req: req, now: g.cfg.Now()}
+	if stop, err := g.identify(ctx, &p); stop {
+		return Identity{}, p.v, err
 	}
-	if err := g.authenticate(ctx, p); err != nil || p.req.batch {
-		// A batch's checks take the rest one by one (AdmitBatch).
+	return Identity{tenant: p.v.Tenant, key: p.v.Key}, p.v, nil
+}
+
+// identify sets p's client keys, tenant and key: from p.req.Identity when
+// the request was identified before, else by the instance ceiling, the
+// pre-authentication buckets and the key. stop reports that p.v (a
+// refusal) or err is the answer.
+func (g *Gate) identify(ctx context.Context, p *passage) (stop bool, err error) {
+	if id := p.req.Identity; id.Known() {
+		p.client = g.clients.get(p.req.ClientIP.Unmap(), g.ipDigest)
+		p.v.Tenant, p.v.Key = id.tenant, id.key
+		return false, nil
+	}
+	if g.enter(ctx, p) || g.preAuthenticate(ctx, p) {
+		return true, nil
+	}
+	if err := g.authenticate(ctx, p); err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
+// pass takes p through the steps before the shared store: the instance
+// ceiling, the pre-authentication buckets and the key (identify), the
+// tenant's work budget, the per-IP L1; it appends the shared ceilings to
+// out. stop reports that p.v (a refusal) or err is the answer; otherwise
+// the caller releases work.
+func (g *Gate) pass(ctx context.Context, p *passage, out []layerItem) (ceilings []layerItem, work held, stop bool, err error) {
+	if stop, err := g.identify(ctx, p); stop {
 		return nil, held{}, true, err
 	}
 	if work, stop, err = g.admitWork(ctx, p); stop {

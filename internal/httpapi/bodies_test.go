@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 )
 
@@ -17,7 +18,7 @@ import (
 // address is still tracked.
 func TestBodyBudgetRaceOfClients(t *testing.T) {
 	const perIP, total = 100, 250
-	b := newBodyBudget(perIP, total, nil)
+	b := newBodyPool("ip", "instance", perIP, total, 0, metrics.New())
 	b.sweepEvery, b.sweepAfter = 0, 1 // sweeps race with the reservations
 	// Two addresses: each goroutine keeps finding its address's counter
 	// at zero, removed, or made again by another.
@@ -47,7 +48,7 @@ func TestBodyBudgetRaceOfClients(t *testing.T) {
 				}
 				held[i].Add(-n)
 				all.Add(-n)
-				b.give(c, n)
+				c.give()
 			}
 		}()
 	}
@@ -59,12 +60,12 @@ func TestBodyBudgetRaceOfClients(t *testing.T) {
 		t.Errorf("%d bytes still reserved after every body was returned", u)
 	}
 	for _, ip := range ips {
-		if c, ok := b.byIP.Load(ip); ok && c.Value() != 0 {
+		if c, ok := b.byParty.Load(ip); ok && c.Value() != 0 {
 			t.Errorf("address %s still holds %d bytes", ip, c.Value())
 		}
 	}
 	b.sweep(true)
-	if n := b.byIP.Len(); n != 0 {
+	if n := b.byParty.Len(); n != 0 {
 		t.Errorf("%d addresses still tracked after a sweep", n)
 	}
 }
@@ -73,7 +74,7 @@ func TestBodyBudgetRaceOfClients(t *testing.T) {
 // refused, however their reservations and returns interleave with the
 // address's counter being removed and made again.
 func TestBodyBudgetRaceNeverRefusesWhatFits(t *testing.T) {
-	b := newBodyBudget(2*64, 1<<20, nil)
+	b := newBodyPool("ip", "instance", 2*64, 1<<20, 0, metrics.New())
 	b.sweepEvery, b.sweepAfter = 0, 1
 	var wg sync.WaitGroup
 	var refused atomic.Int64
@@ -87,7 +88,7 @@ func TestBodyBudgetRaceNeverRefusesWhatFits(t *testing.T) {
 					refused.Add(1)
 					continue
 				}
-				b.give(c, 64)
+				c.give()
 			}
 		}()
 	}
@@ -104,7 +105,7 @@ func TestBodyBudgetRaceNeverRefusesWhatFits(t *testing.T) {
 // holds about the clients of the last sweep, not every client ever seen;
 // and sweeps racing with reservations lose none.
 func TestBodyBudgetRaceOfSweeps(t *testing.T) {
-	b := newBodyBudget(1<<10, 1<<30, nil)
+	b := newBodyPool("ip", "instance", 1<<10, 1<<30, 0, metrics.New())
 	b.sweepEvery = 0
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -118,14 +119,14 @@ func TestBodyBudgetRaceOfSweeps(t *testing.T) {
 					t.Errorf("%s refused (%s)", ip, scope)
 					return
 				}
-				b.give(c, 100)
+				c.give()
 			}
 		}()
 	}
 	wg.Wait()
 	// The last sweeps run beside the requests that called for them.
 	eventually.True(t, 5*time.Second, "the sweeps to leave at most 4 × sweepAfter of 200,000 addresses",
-		func() bool { return b.byIP.Len() <= 4*defaultSweepAfter })
+		func() bool { return b.byParty.Len() <= 4*defaultSweepAfter })
 	if u := b.used.Load(); u != 0 {
 		t.Errorf("%d bytes still reserved", u)
 	}
@@ -135,7 +136,7 @@ func TestBodyBudgetRaceOfSweeps(t *testing.T) {
 // in the instance's total, so another client whose body fits beside it is
 // never refused for the instance.
 func TestBodyBudgetRaceRefusedClientTakesNothing(t *testing.T) {
-	b := newBodyBudget(100, 150, nil)
+	b := newBodyPool("ip", "instance", 100, 150, 0, metrics.New())
 	if _, scope := b.take("198.51.100.66", 100); scope != "" {
 		t.Fatal(scope)
 	}
@@ -165,7 +166,7 @@ func TestBodyBudgetRaceRefusedClientTakesNothing(t *testing.T) {
 			refused++
 			continue
 		}
-		b.give(c, 50)
+		c.give()
 	}
 	close(stop)
 	wg.Wait()

@@ -22,8 +22,10 @@ import (
 	"github.com/tollgate/tollgate/internal/tenant"
 )
 
-// Gate is the admission pipeline (gate.Gate).
+// Gate is the admission pipeline (gate.Gate): Identify from a request's
+// headers, then Admit with its body.
 type Gate interface {
+	Identify(ctx context.Context, req gate.Request) (gate.Identity, gate.Verdict, error)
 	Admit(ctx context.Context, req gate.Request) (gate.Verdict, error)
 }
 
@@ -129,12 +131,16 @@ func unmarshalStrict(body []byte, v any) error {
 }
 
 func (a *api) check(c echo.Context) error {
+	req, held, done, err := a.open(c, "check", maxCheckBody+1)
+	if done {
+		return err
+	}
+	defer held.give()
 	chk, err := parseCheck(c)
 	if err != nil {
-		// A malformed check still passes the ceilings and authentication
-		// first: bad bodies cost the caller like good ones, and a caller
-		// without a key learns nothing but 401.
-		v, aerr := a.gate.Admit(c.Request().Context(), gate.Request{Route: "check", ClientIP: clientIP(c), Bearer: bearer(c)})
+		// A malformed check still passes the ceilings: bad bodies cost
+		// the caller like good ones.
+		v, aerr := a.gate.Admit(c.Request().Context(), req)
 		if aerr != nil {
 			return aerr
 		}
@@ -143,7 +149,8 @@ func (a *api) check(c echo.Context) error {
 		}
 		return err
 	}
-	v, err := a.gate.Admit(c.Request().Context(), gate.Request{Route: "check", ClientIP: clientIP(c), Bearer: bearer(c), Check: chk})
+	req.Check = chk
+	v, err := a.gate.Admit(c.Request().Context(), req)
 	if err != nil {
 		return err
 	}
@@ -210,13 +217,44 @@ func bearer(c echo.Context) string {
 	return ""
 }
 
-// admit is the middleware of the /v1 routes other than /v1/check: the
-// ceilings (no allotment) and authentication, then the handler with the
-// tenant in the context.
+// open identifies a /v1 request from its headers (gate.Identify: the
+// instance ceiling, the pre-authentication bucket, the key) and reserves
+// what its handler may read of its body, bound at most, in its tenant's
+// share. A request that is refused, or whose key does not authenticate,
+// is answered (done) without a byte of its body read: a client without a
+// key can hold nothing of what tenants need. Otherwise the caller gives
+// held back when its handler is done, and admits req, which carries the
+// Identity.
+func (a *api) open(c echo.Context, route string, bound int64) (req gate.Request, held bodyHold, done bool, err error) {
+	req = gate.Request{Route: route, ClientIP: clientIP(c), Bearer: bearer(c)}
+	id, v, err := a.gate.Identify(c.Request().Context(), req)
+	if err != nil || v.Refusal != nil {
+		if hasBody(c.Request()) {
+			closeUnread(c)
+		}
+		if err != nil {
+			return req, bodyHold{}, true, err
+		}
+		return req, bodyHold{}, true, a.writeRefusal(c, v)
+	}
+	req.Identity = id
+	held, refused := a.bodies.forTenant(c, id.Tenant().ID, bound)
+	return req, held, refused, nil
+}
+
+// admit is the middleware of the /v1 routes other than the checks and
+// acquiring a lease: the key and the body's reservation (open), the
+// ceilings (no allotment), then the handler with the tenant in the
+// context.
 func (a *api) admit(route string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			v, err := a.gate.Admit(c.Request().Context(), gate.Request{Route: route, ClientIP: clientIP(c), Bearer: bearer(c)})
+			req, held, done, err := a.open(c, route, maxOtherBody)
+			if done {
+				return err
+			}
+			defer held.give()
+			v, err := a.gate.Admit(c.Request().Context(), req)
 			if err != nil {
 				return err
 			}

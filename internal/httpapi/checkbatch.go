@@ -34,11 +34,14 @@ func (a *api) checkBatch(c echo.Context) error {
 	if !ok {
 		return echo.ErrNotFound
 	}
-	req := gate.Request{Route: "check", ClientIP: clientIP(c), Bearer: bearer(c)}
+	req, held, done, err := a.open(c, "check", maxBatchBody+1)
+	if done {
+		return err
+	}
+	defer held.give()
 	checks, err := parseBatch(c)
 	if err != nil {
-		// As /v1/check: a malformed body costs the caller a request too,
-		// and a caller without a key learns nothing but 401.
+		// As /v1/check: a malformed body costs the caller a request too.
 		v, aerr := a.gate.Admit(c.Request().Context(), req)
 		if aerr != nil {
 			return aerr

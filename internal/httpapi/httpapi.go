@@ -80,11 +80,16 @@ type Config struct {
 	// Health, readiness, metrics and the Stripe webhook are exempt, as is
 	// /v1, which Gate admits.
 	Public PublicGate
-	// BodyBytesPerIP and BodyBytesTotal bound the request body bytes in
-	// flight from one client IP and in all (defaults DefaultBodyBytesPerIP
-	// and DefaultBodyBytesTotal); a request past either is refused, 429 or
-	// 503, before its body is read.
-	BodyBytesPerIP, BodyBytesTotal int64
+	// BodyBytesPerTenant and BodyBytesTotal bound the /v1 request body
+	// bytes in flight of one tenant and of all tenants (beyond what each
+	// holds within its floor, one check's body); BodyBytesPerIP and
+	// BodyBytesKeyless bound the other bodies (the Stripe webhook, the
+	// dashboard's forms) in flight from one client IP and in all. Zero
+	// takes the Default of the same name. A request past a bound is
+	// refused, 429 or 503, before its body is read; a /v1 body is read
+	// only once its key authenticates.
+	BodyBytesPerTenant, BodyBytesTotal int64
+	BodyBytesPerIP, BodyBytesKeyless   int64
 	// Instruments are the collectors the HTTP layer feeds; nil feeds a set
 	// of its own.
 	Instruments *metrics.Metrics
@@ -100,8 +105,9 @@ type Config struct {
 
 // api holds what the /v1 handlers share.
 type api struct {
-	cfg  Config
-	gate Gate
+	cfg    Config
+	gate   Gate
+	bodies *bodyBudget
 }
 
 // New returns the Echo instance serving Tollgate's machine-facing routes.
@@ -114,13 +120,14 @@ func New(cfg Config) *echo.Echo {
 		cfg.Instruments = metrics.New()
 	}
 	timers := newRouteTimers(cfg.Instruments)
-	e.Use(edge(cfg, newBodyBudget(cfg.BodyBytesPerIP, cfg.BodyBytesTotal, cfg.Instruments), timers))
+	bodies := newBodyBudget(cfg, cfg.Instruments)
+	e.Use(edge(cfg, bodies, timers))
 	if cfg.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
 	}
 	registerOpenAPI(e)
 	if cfg.Gate != nil {
-		a := &api{cfg: cfg, gate: cfg.Gate}
+		a := &api{cfg: cfg, gate: cfg.Gate, bodies: bodies}
 		v1 := e.Group("/v1")
 		v1.POST("/check", a.check)
 		v1.POST("/check/batch", a.checkBatch)

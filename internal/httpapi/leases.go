@@ -121,8 +121,12 @@ func parseLease(c echo.Context) (*gate.Lease, error) {
 // acquire answers POST /v1/leases. A malformed request still passes the
 // ceilings and authentication first, as a malformed check does.
 func (h leaseHandlers) acquire(c echo.Context) error {
+	req, held, done, err := h.open(c, "leases", maxLeaseBody+1)
+	if done {
+		return err
+	}
+	defer held.give()
 	l, perr := parseLease(c)
-	req := gate.Request{Route: "leases", ClientIP: clientIP(c), Bearer: bearer(c)}
 	if perr == nil {
 		req.Lease = l
 	}

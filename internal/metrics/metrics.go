@@ -45,7 +45,9 @@ type Metrics struct {
 	// not yet finished with (httpapi's bound on bodies in flight).
 	BodyBytes prometheus.Gauge
 	// BodiesRefused counts requests refused for want of room for their
-	// body, by scope: "ip" (the client's share) or "instance" (the total).
+	// body, by scope: "tenant" (a tenant's share of /v1 bodies), "instance"
+	// (the tenants' total), "ip" (a keyless client's share of the other
+	// bodies) or "keyless" (their total).
 	BodiesRefused *prometheus.CounterVec
 	// HTTPDuration times every HTTP request by method, route template and
 	// status class (StatusClass).
@@ -112,7 +114,7 @@ func New() *Metrics {
 		}),
 		BodiesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_http_bodies_refused_total",
-			Help: "Requests refused because their body would pass the client's share (ip) or the instance's total (instance) of body bytes in flight.",
+			Help: "Requests refused because their body would pass a tenant's share (tenant), the tenants' total (instance), a keyless client's share (ip) or the keyless clients' total (keyless) of body bytes in flight.",
 		}, []string{"scope"}),
 		HTTPDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_http_request_duration_seconds",
