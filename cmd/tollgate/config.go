@@ -12,6 +12,7 @@ import (
 	"time"
 
 	rediscounter "github.com/tollgate/tollgate/internal/counter/redis"
+	"github.com/tollgate/tollgate/internal/httpapi"
 )
 
 // Config is every setting Tollgate reads from its environment, read once at
@@ -39,6 +40,9 @@ type Config struct {
 	TenantInflight  int64         // TOLLGATE_TENANT_INFLIGHT: work units one tenant may have in progress per instance
 	TenantMaxLeases int64         // TOLLGATE_TENANT_MAX_LEASES: leases of concurrency policies one tenant may hold at once
 	MemoryMaxKeys   int           // TOLLGATE_MEMORY_MAX_KEYS: counters the memory store holds (TOLLGATE_COUNTER_STORE=memory)
+	ConnsPerIP      int           // TOLLGATE_CONNS_PER_IP: connections one address may hold before a request on them shows a key
+	ConnsKeyless    int           // TOLLGATE_CONNS_KEYLESS: connections all addresses may hold so
+	ConnsPerTenant  int           // TOLLGATE_CONNS_PER_TENANT: connections one tenant may hold once their requests showed its key
 	ReadTimeout     time.Duration // TOLLGATE_READ_TIMEOUT: a request's headers and body, from its first byte
 	WriteTimeout    time.Duration // TOLLGATE_WRITE_TIMEOUT: from the end of a request's headers to the end of its answer
 	IdleTimeout     time.Duration // TOLLGATE_IDLE_TIMEOUT: a kept-alive connection between requests
@@ -281,6 +285,25 @@ func loadConfig(getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("TOLLGATE_MEMORY_MAX_KEYS %q: want the counters the memory store holds, 1000 to 100000000", v)
 		}
 	}
+	for _, v := range []struct {
+		name string
+		to   *int
+		def  int
+	}{
+		{"TOLLGATE_CONNS_PER_IP", &c.ConnsPerIP, httpapi.DefaultConnsPerIP},
+		{"TOLLGATE_CONNS_KEYLESS", &c.ConnsKeyless, httpapi.DefaultConnsKeyless},
+		{"TOLLGATE_CONNS_PER_TENANT", &c.ConnsPerTenant, httpapi.DefaultConnsPerTenant},
+	} {
+		*v.to = v.def
+		if s := getenv(v.name); s != "" {
+			if *v.to, err = strconv.Atoi(s); err != nil || *v.to < 1 || *v.to > 1_000_000 {
+				return c, fmt.Errorf("%s %q: want a number of connections, 1 to 1000000", v.name, s)
+			}
+		}
+	}
+	if c.ConnsPerIP > c.ConnsKeyless {
+		return c, fmt.Errorf("TOLLGATE_CONNS_PER_IP %d: want at most TOLLGATE_CONNS_KEYLESS (%d)", c.ConnsPerIP, c.ConnsKeyless)
+	}
 	if strings.HasPrefix(c.Addr, ":") {
 		c.PublicURL = cmp.Or(getenv("TOLLGATE_PUBLIC_URL"), "http://localhost"+c.Addr)
 	} else {
@@ -321,6 +344,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
 		slog.Int("ipv6_prefix", c.IPv6Prefix),
 		slog.Int64("tenant_inflight", c.TenantInflight),
+		slog.Int("conns_per_ip", c.ConnsPerIP), slog.Int("conns_keyless", c.ConnsKeyless), slog.Int("conns_per_tenant", c.ConnsPerTenant),
 		slog.Int64("tenant_max_leases", c.TenantMaxLeases),
 		slog.Duration("read_timeout", c.ReadTimeout),
 		slog.Duration("write_timeout", c.WriteTimeout),

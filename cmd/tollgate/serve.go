@@ -212,9 +212,14 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	if err != nil {
 		return fmt.Errorf("TOLLGATE_ADDR: %w", err)
 	}
+	// Connections shared per address until a request on them shows a key,
+	// then per tenant.
+	conns := httpapi.NewConnShare(httpapi.ConnConfig{PerIP: cfg.ConnsPerIP, Keyless: cfg.ConnsKeyless, PerTenant: cfg.ConnsPerTenant,
+		ClientIP: httpapi.ClientIPConfig{TrustedProxies: cfg.TrustedProxies, IPv6Prefix: cfg.IPv6Prefix}, Metrics: met})
 	srv := httpServer(cfg, e, log)
+	srv.ConnState, srv.ConnContext = conns.ConnState, conns.ConnContext
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(conns.Listener(ln)) }()
 	if cfg.DebugAddr != "" {
 		stop, err := serveDebug(cfg.DebugAddr, log)
 		if err != nil {

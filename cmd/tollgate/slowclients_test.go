@@ -137,3 +137,47 @@ func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
 }
+
+// TestConnectionsAreSharedByAddress runs the real server against a client
+// that opens connections from one address and sends nothing on them, as a
+// client without a key holding an instance's connections would: it holds
+// its share (TOLLGATE_CONNS_PER_IP), the next is answered 429 and closed at
+// once, and another address is served beside it.
+func TestConnectionsAreSharedByAddress(t *testing.T) {
+	base, _, _ := startServer(t, map[string]string{
+		"DATABASE_URL": pgtest.New(t), "TOLLGATE_PEPPER": testPepper, "TOLLGATE_COUNTER_STORE": "memory",
+		"TOLLGATE_CONNS_PER_IP": "20",
+	})
+	addr := strings.TrimPrefix(base, "http://")
+	dial := func(from string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		conn, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	answer := func(conn net.Conn, within time.Duration) int {
+		conn.SetReadDeadline(time.Now().Add(within))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := range 20 {
+		if got := answer(dial("127.0.0.2"), 20*time.Millisecond); got != 0 {
+			t.Fatalf("connection %d of the address's 20: answered %d, want held", i+1, got)
+		}
+	}
+	if got := answer(dial("127.0.0.2"), 2*time.Second); got != http.StatusTooManyRequests {
+		t.Fatalf("the address's 21st connection: %d (0: held), want 429 at once", got)
+	}
+	conn := dial("127.0.0.3")
+	fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: tollgate.test\r\n\r\n")
+	if got := answer(conn, 2*time.Second); got != http.StatusOK {
+		t.Fatalf("/healthz from another address: %d", got)
+	}
+}

@@ -238,6 +238,11 @@ func (a *api) open(c echo.Context, route string, bound int64) (req gate.Request,
 		return req, bodyHold{}, true, a.writeRefusal(c, v)
 	}
 	req.Identity = id
+	if !keyed(c.Request().Context(), id.Tenant().ID) {
+		// The tenant holds its share of connections: this one goes after
+		// its answer.
+		c.Response().Header().Set(echo.HeaderConnection, "close")
+	}
 	held, refused := a.bodies.forTenant(c, id.Tenant().ID, bound)
 	return req, held, refused, nil
 }

@@ -49,6 +49,14 @@ type Metrics struct {
 	// (the tenants' total), "ip" (a keyless client's share of the other
 	// bodies) or "keyless" (their total).
 	BodiesRefused *prometheus.CounterVec
+	// Conns is the connections an instance holds, by party: "keyless"
+	// (no request on it has shown a key yet) or "tenant" (httpapi's
+	// ConnShare; trusted proxies' connections are not counted).
+	Conns *prometheus.GaugeVec
+	// ConnsRefused counts connections closed for want of a place, by
+	// scope: "ip" (the address's share), "instance" (the keyless total) or
+	// "evicted" (an idle one of the largest holder, for a newcomer).
+	ConnsRefused *prometheus.CounterVec
 	// HTTPDuration times every HTTP request by method, route template and
 	// status class (StatusClass).
 	HTTPDuration *prometheus.HistogramVec
@@ -112,6 +120,14 @@ func New() *Metrics {
 			Name: "tollgate_http_body_bytes_in_flight",
 			Help: "Request body bytes admitted and not yet finished with: the most each body may hold, by its Content-Length or its route's bound.",
 		}),
+		Conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tollgate_http_connections",
+			Help: "Connections held, by party: keyless (no request on it has shown an API key yet) or tenant.",
+		}, []string{"party"}),
+		ConnsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_http_connections_refused_total",
+			Help: "Connections closed for want of a place: past the address's share (ip), past the keyless total (instance), or an idle one of the largest holder closed for a newcomer (evicted).",
+		}, []string{"scope"}),
 		BodiesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_http_bodies_refused_total",
 			Help: "Requests refused because their body would pass a tenant's share (tenant), the tenants' total (instance), a keyless client's share (ip) or the keyless clients' total (keyless) of body bytes in flight.",
@@ -122,7 +138,7 @@ func New() *Metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"method", "route", "status"}),
 	}
-	m.reg.MustRegister(m.Decisions, m.StoreLatency, m.StoreErrors, m.Degraded, m.BreakerOpen, m.BodyBytes, m.BodiesRefused, m.HTTPDuration,
+	m.reg.MustRegister(m.Decisions, m.StoreLatency, m.StoreErrors, m.Degraded, m.BreakerOpen, m.BodyBytes, m.BodiesRefused, m.Conns, m.ConnsRefused, m.HTTPDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
