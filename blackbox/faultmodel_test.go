@@ -257,7 +257,7 @@ func (pr *phaseRun) evaluate() {
 	}
 	pr.countInvariants(st.model.records)
 	pr.leaseInvariants()
-	if pr.noisy {
+	if pr.quietChecked {
 		pr.quietInvariants(mine)
 	}
 	// Only the records of global policies can matter to a later phase:
@@ -402,7 +402,7 @@ func (pr *phaseRun) answerInvariants(r *record) {
 	if s.sabotaged("slow") {
 		slowest = 0
 	}
-	if during && r.kind != opChange && r.kind != opReset && r.end.Sub(r.start) > slowest {
+	if (during || pr.underAttack(r.start, r.end)) && r.kind != opChange && r.kind != opReset && r.end.Sub(r.start) > slowest {
 		v.add(invSlow, "%s", what())
 	}
 	if r.kind == opAcquire && r.status == 200 && !r.degraded {

@@ -47,8 +47,13 @@ type phaseRun struct {
 	noisy bool
 	v     violations
 
-	mu           sync.Mutex
-	faults       []interval
+	mu     sync.Mutex
+	faults []interval
+	// attacks are when a hostile neighbour was at work (faulthostile_test.go):
+	// answers then are held to the store deadline as during a fault, and
+	// nothing else is excused.
+	attacks      []interval
+	quietChecked bool // the quiet tenant checked beside the phase (startQuiet)
 	lossyTenants map[*fTenant]bool
 	killed       *member
 	killedAt     time.Time
@@ -698,17 +703,18 @@ func (pr *phaseRun) floodOp(rng *rand.Rand, c *faultClient, m *member, owner int
 	}
 }
 
-// noisyFlood is a noisy phase: the quiet tenant checks its "2 an hour"
-// alone, then beside the noisy tenant's flood from floodPerInstance
-// connections on every instance, then alone again.
-func (pr *phaseRun) noisyFlood() {
+// startQuiet has the quiet tenant check its "2 an hour", ten subjects in
+// turn on every instance, until the returned function is called; the
+// phase then holds those answers to quietInvariants.
+func (pr *phaseRun) startQuiet() (stop func()) {
 	st := pr.st
-	quietDone, floodDone := make(chan struct{}), make(chan struct{})
-	var quiet, flood sync.WaitGroup
+	pr.quietChecked = true
+	done := make(chan struct{})
+	var quiet sync.WaitGroup
 	quiet.Go(func() {
 		for i := 0; ; i++ {
 			select {
-			case <-quietDone:
+			case <-done:
 				return
 			default:
 			}
@@ -720,6 +726,17 @@ func (pr *phaseRun) noisyFlood() {
 			time.Sleep(5 * time.Millisecond)
 		}
 	})
+	return func() { close(done); quiet.Wait() }
+}
+
+// noisyFlood is a noisy phase: the quiet tenant checks its "2 an hour"
+// alone, then beside the noisy tenant's flood from floodPerInstance
+// connections on every instance, then alone again.
+func (pr *phaseRun) noisyFlood() {
+	st := pr.st
+	floodDone := make(chan struct{})
+	var flood sync.WaitGroup
+	stopQuiet := pr.startQuiet()
 	time.Sleep(quietFor)
 	pr.floodClient = newFaultClient()
 	for _, m := range st.members {
@@ -744,8 +761,7 @@ func (pr *phaseRun) noisyFlood() {
 	flood.Wait()
 	pr.floodClient.closeIdle()
 	time.Sleep(quietFor)
-	close(quietDone)
-	quiet.Wait()
+	stopQuiet()
 }
 
 // storeOutage is a phase that breaks the stack's store (inject) for

@@ -157,6 +157,8 @@ func TestFaultSuite(t *testing.T) {
 			{name: "noisy-leases-" + pg.name, st: pg, noisy: true},
 			{name: "noisy-leases-" + rd.name, st: rd, noisy: true},
 			{name: "noisy-leases-" + cl.name, st: cl, noisy: true},
+			{name: "hostile-keyless-bodies-" + pg.name, st: pg, body: hostileNeighbour(keylessBodies)},
+			{name: "hostile-tenant-bodies-" + rd.name, st: rd, body: hostileNeighbour(tenantBodies)},
 		}
 		if cycle > 0 {
 			s.rng.Shuffle(len(phases), func(i, j int) { phases[i], phases[j] = phases[j], phases[i] })

@@ -1,0 +1,241 @@
+package blackbox
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The hostile-neighbour phases (issue 36): one phase for each resource
+// the parties of an instance share, in which a neighbour, keyed or not,
+// takes as much of it as it can beside the mixed workload and the quiet
+// tenant's "2 an hour". Nothing is excused while it does: no degraded
+// answer, no 503, no answer slower than the store deadline and its margin,
+// and the quiet tenant's counts exact (quietInvariants). Each attack holds
+// itself to its share too (invHostile): what it was answered says whether
+// the instance let it take more.
+
+// invHostile is the invariant the attacks hold themselves to.
+const invHostile = "hostile"
+
+func init() {
+	invariants[invHostile] = "a hostile neighbour gets only its share: a keyless /v1 body is never read, a tenant's bodies stop at its share"
+}
+
+// hostileNeighbour is a phase body: the quiet tenant checks beside the
+// mixed workload, alone, then beside attack for floodFor (attack returns
+// once stop is closed), then alone again.
+func hostileNeighbour(attack func(pr *phaseRun, stop <-chan struct{})) func(pr *phaseRun) {
+	return func(pr *phaseRun) {
+		stopQuiet := pr.startQuiet()
+		time.Sleep(quietFor)
+		stop, done := make(chan struct{}), make(chan struct{})
+		pr.mu.Lock()
+		pr.attacks = append(pr.attacks, interval{from: time.Now()})
+		pr.mu.Unlock()
+		go func() {
+			defer close(done)
+			attack(pr, stop)
+		}()
+		time.Sleep(floodFor)
+		close(stop)
+		<-done
+		pr.mu.Lock()
+		pr.attacks[len(pr.attacks)-1].to = time.Now()
+		pr.mu.Unlock()
+		time.Sleep(quietFor)
+		stopQuiet()
+	}
+}
+
+// underAttack reports whether [from, to] overlaps an attack of the phase.
+func (pr *phaseRun) underAttack(from, to time.Time) bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	for _, a := range pr.attacks {
+		if a.overlaps(from, to) {
+			return true
+		}
+	}
+	return false
+}
+
+// stalled is a request whose headers were sent and whose body never is:
+// what a client trickling a body looks like to the server.
+type stalled struct {
+	// status is the answer's (0: none before the attack stopped), after
+	// took.
+	status int
+	took   time.Duration
+}
+
+// stall sends head to base from the loopback address from (every
+// 127.0.0.0/8 address is the machine's, and a client of its own to the
+// server) and waits for an answer until stop.
+func stall(base, from, head string, stop <-chan struct{}) (stalled, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		return stalled{}, err
+	}
+	defer conn.Close()
+	start := time.Now()
+	if _, err := io.WriteString(conn, head); err != nil {
+		return stalled{}, err
+	}
+	br := bufio.NewReader(conn)
+	for {
+		select {
+		case <-stop:
+			return stalled{took: time.Since(start)}, nil
+		default:
+		}
+		conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := br.Peek(1); err == nil {
+			break
+		} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+			// Closed without an answer.
+			return stalled{took: time.Since(start)}, nil
+		}
+	}
+	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return stalled{took: time.Since(start)}, nil
+	}
+	resp.Body.Close()
+	return stalled{status: resp.StatusCode, took: time.Since(start)}, nil
+}
+
+// stallHead is the head of a POST to path with key (none when "") and
+// extra headers, declaring length bytes of body, or a chunked body whose
+// first chunk it sends when length is negative.
+func stallHead(path, key string, length int, extra ...string) string {
+	h := "POST " + path + " HTTP/1.1\r\nHost: tollgate.test\r\nContent-Type: application/json\r\n"
+	if key != "" {
+		h += "Authorization: Bearer " + key + "\r\n"
+	}
+	for _, x := range extra {
+		h += x + "\r\n"
+	}
+	if length < 0 {
+		return h + "Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n"
+	}
+	return h + fmt.Sprintf("Content-Length: %d\r\n\r\n", length)
+}
+
+// attackers runs n workers against member 0 of pr's stack until stop, each
+// from one of addrs loopback addresses (the first, 127.0.1.2, and from
+// after the first skip of them), making the request head(worker, i)
+// over and over, each two seconds after the last was answered, and
+// hands every outcome to seen.
+func (pr *phaseRun) attackers(stop <-chan struct{}, n, skip, addrs int, head func(worker, i int) string, seen func(worker int, head string, s stalled)) {
+	m := pr.st.members[0]
+	var wg sync.WaitGroup
+	for w := range n {
+		a := skip + w%addrs
+		from := fmt.Sprintf("127.0.%d.%d", 1+a/250, 2+a%250)
+		wg.Go(func() {
+			// Started over a quarter of a second, not in one burst: what
+			// is measured is what the connections hold, not how the box
+			// (the attackers' CPU is its CPU too) takes a burst of dials.
+			time.Sleep(time.Duration(w) * 250 * time.Millisecond / time.Duration(n))
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				h := head(w, i)
+				s, err := stall(m.base(), from, h, stop)
+				if err != nil {
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				seen(w, h, s)
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Second):
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// keylessBodies is issue 36's first attack: 17 addresses keep 32
+// connections each to an instance that send only the headers of a /v1
+// request declaring a 64 KiB body (a check, a chunked batch, a policy) and
+// no API key, as many as filled the instance's body bytes before, which
+// made every tenant's checks 503 (with 2 more addresses' 1 KiB ones to
+// close the last gap); and 8 more addresses keep 20 each that
+// declare a 64 KiB sign-in form to the dashboard. A /v1 body without a key
+// is never read: each is answered at once (401, or the pre-authentication
+// bucket's 429). The forms share the keyless pool by address, held or
+// refused there, and tenants never wait for it.
+func keylessBodies(pr *phaseRun, stop <-chan struct{}) {
+	heads := []string{
+		stallHead("/v1/check", "", 64<<10),
+		stallHead("/v1/check/batch", "", -1),
+		strings.Replace(stallHead("/v1/policies/x", "", 64<<10), "POST", "PUT", 1),
+	}
+	form := strings.Replace(stallHead("/admin/login", "", 64<<10), "application/json", "application/x-www-form-urlencoded", 1)
+	var mu sync.Mutex
+	counts := map[string]int{}
+	seen := func(_ int, head string, s stalled) {
+		path := strings.Fields(head)[1]
+		mu.Lock()
+		counts[fmt.Sprintf("%s:%d", path, s.status)]++
+		mu.Unlock()
+		if !strings.HasPrefix(path, "/v1/") || s.status == 0 && s.took <= 2*time.Second {
+			// Not the tenant API's, or cut short by the attack's end.
+			return
+		}
+		ok := (s.status == 401 || s.status == 429) && s.took <= 2*time.Second
+		if !ok || pr.s.sabotaged(invHostile) && s.status == 401 {
+			pr.v.add(invHostile, "a keyless %s was answered %d after %v (0: held): its body was waited for", path, s.status, s.took.Round(time.Millisecond))
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		pr.attackers(stop, 17*32, 0, 17, func(w, i int) string { return heads[(w+i)%len(heads)] }, seen)
+	})
+	wg.Go(func() {
+		pr.attackers(stop, 8*20, 17, 8, func(int, int) string { return form }, seen)
+	})
+	// And the bodies that close the last gap between the 64 KiB ones.
+	gap := stallHead("/v1/check", "", 1<<10)
+	wg.Go(func() {
+		pr.attackers(stop, 2*32, 25, 2, func(int, int) string { return gap }, seen)
+	})
+	wg.Wait()
+	pr.s.t.Logf("phase %s: keyless attackers answered %v", pr.name, counts)
+}
+
+// tenantBodies: the noisy tenant stalls batches of unknown length from 32
+// connections (8 addresses) to an instance, as many as its key lets it.
+// Its share of body bytes (4 MiB) holds three of them (1 MiB and a byte
+// each); the others are refused at once (429), and the other tenants'
+// bodies are never refused for it.
+func tenantBodies(pr *phaseRun, stop <-chan struct{}) {
+	key := pr.st.noisy.nt.LiveKey
+	var mu sync.Mutex
+	counts := map[int]int{}
+	pr.attackers(stop, 32, 0, 8, func(int, int) string { return stallHead("/v1/check/batch", key, -1) },
+		func(_ int, _ string, s stalled) {
+			mu.Lock()
+			counts[s.status]++
+			mu.Unlock()
+		})
+	// Held until the attack stopped: at most the tenant's share.
+	if held := counts[0]; held > 3 || pr.s.sabotaged(invHostile) {
+		pr.v.add(invHostile, "the noisy tenant held %d stalled batches at once, more than the 3 its share holds (answers %v)", held, counts)
+	}
+	pr.s.t.Logf("phase %s: the noisy tenant's stalled batches answered %v", pr.name, counts)
+}
