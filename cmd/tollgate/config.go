@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -14,6 +15,39 @@ import (
 	rediscounter "github.com/tollgate/tollgate/internal/counter/redis"
 	"github.com/tollgate/tollgate/internal/httpapi"
 )
+
+// ula is IPv6's unique local addresses, the private networks that no one
+// on the internet can connect from, however wide.
+var ula = netip.MustParsePrefix("fc00::/7")
+
+// tooWideToTrust says why n is too wide to be a list of proxies, or
+// returns "". The bounds stop a list that trusts everyone (0.0.0.0/0, ::/0)
+// or a large share of the internet, while the widest real proxy ranges
+// pass: Cloudflare publishes IPv4 /12 to /22 and IPv6 /29 to /32 (AWS's
+// CloudFront a /28), and cloud load balancers sit in the private networks,
+// of which 10.0.0.0/8 is the widest. An IPv4 /8 holds 65,536 /24s, as an
+// IPv6 /16 holds 65,536 of the /32s registries hand to a provider; a
+// prefix wider than that spans many owners' networks. Unique local IPv6
+// (fc00::/7) is private whatever its length. An IPv4-mapped prefix
+// (::ffff:a.b.c.d/n) holds IPv4 clients, those of a /(n-96).
+func tooWideToTrust(n *net.IPNet) string {
+	ones, _ := n.Mask.Size()
+	a, _ := netip.AddrFromSlice(n.IP)
+	switch {
+	case a.Is4():
+		if ones < 8 {
+			return fmt.Sprintf("an IPv4 prefix must be /8 or longer, this is a /%d", ones)
+		}
+	case a.Is4In6():
+		// net.IPNet.Contains matches IPv4 clients against it.
+		if ones < 96+8 {
+			return fmt.Sprintf("an IPv4-mapped prefix must be /104 (an IPv4 /8) or longer, this is a /%d", ones)
+		}
+	case ones < 16 && !ula.Contains(a):
+		return fmt.Sprintf("an IPv6 prefix must be /16 or longer outside fc00::/7, this is a /%d", ones)
+	}
+	return ""
+}
 
 // Config is every setting Tollgate reads from its environment, read once at
 // start, and only by the commands that use it: serve reads all of it
@@ -230,8 +264,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	default:
 		c.Pepper = []byte(p)
 	}
-	for _, s := range strings.Split(getenv("TOLLGATE_TRUSTED_PROXIES"), ",") {
-		if s = strings.TrimSpace(s); s == "" {
+	for _, entry := range strings.Split(getenv("TOLLGATE_TRUSTED_PROXIES"), ",") {
+		s := strings.TrimSpace(entry)
+		if s == "" {
 			continue
 		}
 		if !strings.Contains(s, "/") {
@@ -244,6 +279,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		_, n, err := net.ParseCIDR(s)
 		if err != nil {
 			return c, fmt.Errorf("TOLLGATE_TRUSTED_PROXIES: %q is not an IP or CIDR", s)
+		}
+		if why := tooWideToTrust(n); why != "" {
+			return c, fmt.Errorf("TOLLGATE_TRUSTED_PROXIES: %q trusts too much of the internet (%s): anyone connecting from inside it could name their own address in a forwarding header and pass every per-address limit", strings.TrimSpace(entry), why)
 		}
 		c.TrustedProxies = append(c.TrustedProxies, n)
 	}

@@ -57,6 +57,51 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	}
 }
 
+// TestTrustedProxiesThatTrustTheInternet: a prefix wide enough that
+// anyone could connect from inside it, and so choose their own address in
+// X-Forwarded-For, stops start-up with an error naming the variable and
+// the entry; the widest real proxy ranges (Cloudflare's, the private
+// networks cloud load balancers sit in) start.
+func TestTrustedProxiesThatTrustTheInternet(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		entry string
+		ok    bool
+	}{
+		"every IPv4 address":             {"0.0.0.0/0", false},
+		"half of IPv4":                   {"128.0.0.0/1", false},
+		"a /7":                           {"10.0.0.0/7", false},
+		"every IPv6 address":             {"::/0", false},
+		"global unicast":                 {"2000::/3", false},
+		"an IPv6 /15":                    {"2400::/15", false},
+		"IPv4-mapped, every address":     {"::ffff:0:0/96", false},
+		"IPv4-mapped, a /7":              {"::ffff:10.0.0.0/103", false},
+		"a private /8":                   {"10.0.0.0/8", true},
+		"Cloudflare's widest IPv4":       {"104.16.0.0/13", true},
+		"Cloudflare's /22":               {"173.245.48.0/20", true},
+		"a private /12":                  {"172.16.0.0/12", true},
+		"one address":                    {"192.0.2.1", true},
+		"Cloudflare's widest IPv6":       {"2400:cb00::/32", true},
+		"a CDN's /28":                    {"2600:9000::/28", true},
+		"an IPv6 /16":                    {"2a00::/16", true},
+		"unique local addresses":         {"fc00::/7", true},
+		"IPv4-mapped, a private /8":      {"::ffff:10.0.0.0/104", true},
+		"one IPv6 address":               {"2001:db8::1", true},
+		"IPv4-compatible zero, not IPv4": {"::/96", true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := loadConfig(envOf(map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_TRUSTED_PROXIES": "192.0.2.0/24, " + c.entry}))
+			if (err == nil) != c.ok {
+				t.Fatalf("TOLLGATE_TRUSTED_PROXIES=%s: %v, want ok %t", c.entry, err, c.ok)
+			}
+			if err != nil && (!strings.Contains(err.Error(), "TOLLGATE_TRUSTED_PROXIES") || !strings.Contains(err.Error(), c.entry)) {
+				t.Errorf("TOLLGATE_TRUSTED_PROXIES=%s: %v, want an error naming the variable and the entry", c.entry, err)
+			}
+		})
+	}
+}
+
 func TestConfigDefaultsAndValues(t *testing.T) {
 	t.Parallel()
 	c, err := loadConfig(envOf(map[string]string{"TOLLGATE_PEPPER": testPepper, "TOLLGATE_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.1", "REDIS_URL": "redis://127.0.0.1:6379/0", "TOLLGATE_COUNTER_STORE": "redis"}))

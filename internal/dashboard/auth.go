@@ -45,6 +45,13 @@ func csrfFor(token string) string {
 	return base64.RawURLEncoding.EncodeToString(digest.Key([]byte(token), "tollgate admin csrf"))
 }
 
+// postedToken is the form token of a post: from its body only, never from
+// the URL's query, which proxies log, browsers keep in their history and
+// send on in Referer.
+func postedToken(c echo.Context) string {
+	return c.Request().PostFormValue("csrf")
+}
+
 // sameToken compares two tokens in constant time; empty never matches.
 func sameToken(a, b string) bool {
 	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
@@ -68,7 +75,7 @@ func (d *Dashboard) page(h func(c echo.Context, s *signedIn) error) echo.Handler
 			return seeOther(c, "/admin/login"+query("next", safeNext(next)))
 		}
 		if c.Request().Method != http.MethodGet && c.Request().Method != http.MethodHead {
-			if !sameToken(c.FormValue("csrf"), s.csrf) {
+			if !sameToken(postedToken(c), s.csrf) {
 				d.log.WarnContext(ctx, "dashboard post without a valid csrf token", "path", c.Path())
 				return d.fail(c, s, &pageError{http.StatusForbidden, "Form expired",
 					"This form was not sent from a current dashboard page. Go back, reload the page and try again."})
@@ -166,7 +173,7 @@ func (d *Dashboard) login(c echo.Context) error {
 	v := web.LoginView{Email: email, Next: safeNext(c.FormValue("next"))}
 
 	ck, err := c.Cookie(loginCookie)
-	if err != nil || !sameToken(c.FormValue("csrf"), ck.Value) {
+	if err != nil || !sameToken(postedToken(c), ck.Value) {
 		v.Error = "The sign-in form expired. Please sign in again."
 		return d.renderLogin(c, http.StatusForbidden, v)
 	}

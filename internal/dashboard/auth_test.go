@@ -115,6 +115,31 @@ func TestSignInFormNeedsItsToken(t *testing.T) {
 	b.post("/admin/login", url.Values{"csrf": {"forged"}, "email": {"ops@example.com"}, "password": {password}}).mustStatus(http.StatusForbidden)
 }
 
+// TestFormTokenOnlyFromTheBody: the form token counts only in the posted
+// form, never in the URL's query, where it would be logged by proxies,
+// kept in the history and sent on in Referer: a post with the right token
+// in the query and an empty body is refused, for the sign-in form and for
+// a signed-in page alike, and the same post with the token in its body
+// passes.
+func TestFormTokenOnlyFromTheBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.admin("ops@example.com")
+	b := e.browser()
+	csrf := b.csrf("/admin/login")
+	q := "?" + url.Values{"csrf": {csrf}}.Encode()
+	b.post("/admin/login"+q, nil).mustStatus(http.StatusForbidden)
+	b.post("/admin/login"+q, url.Values{"email": {"ops@example.com"}, "password": {password}}).mustStatus(http.StatusForbidden)
+	b.post("/admin/login", url.Values{"csrf": {b.csrf("/admin/login")}, "email": {"ops@example.com"}, "password": {password}}).mustStatus(http.StatusSeeOther)
+
+	csrf = b.get("/admin").mustStatus(http.StatusOK).inputValue("csrf")
+	q = "?" + url.Values{"csrf": {csrf}}.Encode()
+	b.post("/admin/logout"+q, nil).mustStatus(http.StatusForbidden)
+	b.get("/admin").mustStatus(http.StatusOK)
+	b.post("/admin/logout", url.Values{"csrf": {csrf}}).mustStatus(http.StatusSeeOther)
+	b.get("/admin").mustStatus(http.StatusSeeOther)
+}
+
 func TestSecureCookies(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *dashboard.Config) { c.SecureCookies = true })

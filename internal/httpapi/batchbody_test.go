@@ -43,6 +43,8 @@ var batchBodySeeds = []string{
 	``,
 	"{\"checks\":[{\"items\":[{\"policy\":\"\xff\"}]}]}",
 	"{\"checks\":[{\"items\":[{\"policy\":\"a\x01\"}]}]}",
+	`{"checks":[{"items":[{"policy":"p","subject":"\udc00"}]}]}`,
+	`{"checks":[{"items":[{"policy":"p","subject":"\ud83d\ude00"}]}]}`,
 	`{"checks":[` + strings.TrimSuffix(strings.Repeat(`{"items":[{"policy":"p"}]},`, gate.MaxBatchChecks+1), ",") + `]}`,
 	`{"checks":[` + strings.TrimSuffix(strings.Repeat(`{"items":[`+strings.TrimSuffix(strings.Repeat(`{"policy":"p"},`, 32), ",")+`]},`, 126), ",") + `]}`,
 }

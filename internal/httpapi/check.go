@@ -107,13 +107,11 @@ func jsonKind(t reflect.Type) string {
 	return "an object"
 }
 
-// unmarshalStrict decodes one JSON value of body into v: UTF-8 text, no
-// unknown members, no trailing data, and every fault named.
+// unmarshalStrict decodes one JSON value of body into v: text (checkText),
+// no unknown members, no trailing data, and every fault named.
 func unmarshalStrict(body []byte, v any) error {
-	if !utf8.Valid(body) {
-		// encoding/json would read each such byte as U+FFFD: subjects that
-		// differ would be counted as one.
-		return &badRequest{field: "body", reason: "is not UTF-8 text (JSON must be)"}
+	if err := checkText(body); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -128,6 +126,79 @@ func unmarshalStrict(body []byte, v any) error {
 		return &badRequest{field: "body", reason: "trailing data after the JSON object"}
 	}
 	return nil
+}
+
+// checkText refuses a JSON body whose strings encoding/json would read as
+// other text than they hold: bytes that are not UTF-8, and \u escapes of
+// half a UTF-16 surrogate pair without the other half. encoding/json reads
+// each as U+FFFD, so subjects that differ would be counted as one. Only a
+// body with a backslash is looked at for escapes; the hand-written
+// decoders of a check and a batch leave every escape to encoding/json, and
+// so to this.
+func checkText(body []byte) error {
+	if !utf8.Valid(body) {
+		return &badRequest{field: "body", reason: "is not UTF-8 text (JSON must be)"}
+	}
+	if loneSurrogate(body) {
+		return &badRequest{field: "body", reason: `has a \u escape of half a UTF-16 surrogate pair (\ud800 to \udfff) without the other half, which is not text`}
+	}
+	return nil
+}
+
+// loneSurrogate reports whether the JSON text b holds a \u escape of a
+// high surrogate not followed by the escape of a low one, or of a low
+// surrogate not after a high one. An escape that is malformed is left to
+// the decoder to refuse.
+func loneSurrogate(b []byte) bool {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\\')
+		if j < 0 {
+			return false
+		}
+		i += j
+		r, ok := uEscape(b[i:])
+		if !ok {
+			// Any other escape is two bytes: a backslash and the one it
+			// escapes, a backslash included.
+			i += 2
+			if i >= len(b) {
+				return false
+			}
+			continue
+		}
+		i += 6
+		switch {
+		case r >= 0xdc00 && r <= 0xdfff:
+			return true
+		case r >= 0xd800 && r <= 0xdbff:
+			if lo, ok := uEscape(b[i:]); !ok || lo < 0xdc00 || lo > 0xdfff {
+				return true
+			}
+			i += 6
+		}
+	}
+}
+
+// uEscape reads the \uXXXX escape b begins with.
+func uEscape(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[2:6] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }
 
 func (a *api) check(c echo.Context) error {

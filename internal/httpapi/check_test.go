@@ -356,3 +356,81 @@ func TestExpiredKeyIs401(t *testing.T) {
 	}
 	wantStatus(t, a.do(test, http.MethodGet, "/v1/usage", ""), http.StatusOK)
 }
+
+// TestLoneSurrogateEscapes: a \u escape of half a UTF-16 pair is found
+// wherever it is in the JSON text, and nothing else is taken for one: an
+// escaped backslash before "u", a whole pair, an escape that is no
+// surrogate, or a malformed escape (encoding/json's to refuse).
+func TestLoneSurrogateEscapes(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		text string
+		lone bool
+	}{
+		"a high half":                        {`"\ud800"`, true},
+		"a high half, upper case":            {`"\uD83D"`, true},
+		"a low half":                         {`"\udc00"`, true},
+		"the last low half":                  {`"\udfff"`, true},
+		"a high half then a letter":          {`"\ud800A"`, true},
+		"a high half then another":           {`"\ud800\ud800"`, true},
+		"a high half then an escape":         {`"\ud800\n"`, true},
+		"a high half then \\u0041":           {`"\ud800\u0041"`, true},
+		"a high half at the end":             {`"a\ud83d`, true},
+		"a low half then a high half":        {`"\ude00\ud83d"`, true},
+		"a pair, then a lone half":           {`"\ud83d\ude00\udc00"`, true},
+		"after an escaped quote":             {`{"a":"\"","b":"\udc00"}`, true},
+		"a pair":                             {`"\ud83d\ude00"`, false},
+		"the widest pair":                    {`"\udbff\udfff"`, false},
+		"two pairs":                          {`"\ud83d\ude00\ud83d\ude01"`, false},
+		"no surrogate":                       {`"\u00e9\ufffd\ud7ff\ue000"`, false},
+		"an escaped backslash, then u":       {`"\\ud800"`, false},
+		"two escaped backslashes":            {`"\\\\ud800"`, false},
+		"a malformed escape":                 {`"\ud80"`, false},
+		"not hex":                            {`"\udxyz"`, false},
+		"a backslash at the end":             {`"\`, false},
+		"a backslash before the u of a pair": {`"\\\ud83d\ude00"`, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if got := loneSurrogate([]byte(c.text)); got != c.lone {
+				t.Errorf("loneSurrogate(%s) = %t, want %t", c.text, got, c.lone)
+			}
+		})
+	}
+}
+
+// TestEscapedLoneSurrogatesAreRefused: encoding/json reads an escaped lone
+// surrogate as U+FFFD, so "\ud800", "\udc00" and "\ufffd" would be one
+// subject; every JSON body of /v1 refuses one, as it refuses bytes that
+// are not UTF-8, with a 400 naming the body. A whole pair is a character
+// like any other.
+func TestEscapedLoneSurrogatesAreRefused(t *testing.T) {
+	t.Parallel()
+	a := newTenantAPI(t, pgtest.New(t), nil)
+	live, _ := a.tenant(tenant.PlanPro)
+	wantStatus(t, a.do(live, "PUT", "/v1/policies/login", `{"limit":1,"window":"1h"}`), http.StatusOK)
+	wantStatus(t, a.do(live, "PUT", "/v1/policies/jobs", `{"limit":1,"algorithm":"concurrency"}`), http.StatusOK)
+	for _, s := range []string{`\ud800`, `\udc00`, `\ud800\u0041`, `a\udbff`} {
+		for _, r := range []struct{ method, target, body string }{
+			{"POST", "/v1/check", `{"items":[{"policy":"login","subject":"` + s + `"}]}`},
+			{"POST", "/v1/check/batch", `{"checks":[{"items":[{"policy":"login","subject":"` + s + `"}]}]}`},
+			{"POST", "/v1/leases", `{"policy":"jobs","subject":"` + s + `"}`},
+			{"POST", "/v1/leases/00000000-0000-0000-0000-000000000000/renew", `{"ttl":"30s` + s + `"}`},
+			{"PUT", "/v1/policies/other", `{"limit":1,"window":"1h","fail_mode":"` + s + `"}`},
+			{"PUT", "/v1/policies/login/overrides/a%EF%BF%BD", `{"limit":5,"pattern":"a` + s + `"}`},
+			{"POST", "/v1/webhooks", `{"url":"https://hooks.example.com/` + s + `","events":["key.revoked"]}`},
+		} {
+			t.Run(r.target+" "+s, func(t *testing.T) {
+				wantFieldProblem(t, a.do(live, r.method, r.target, r.body), http.StatusBadRequest, "body")
+			})
+		}
+	}
+	// "\ufffd" and a whole pair are text: counted, each on its own.
+	for _, s := range []string{`\ufffd`, `\ud83d\ude00`, `😀`} {
+		r := a.do(live, "POST", "/v1/check", `{"items":[{"policy":"login","subject":"`+s+`"}]}`)
+		wantStatus(t, r, http.StatusOK)
+		if want := s != `😀`; r.json(t)["allowed"] != want {
+			t.Errorf("subject %s: %s, want allowed %t (the escaped pair and the raw character are one subject)", s, r.body, want)
+		}
+	}
+}

@@ -1,16 +1,15 @@
 package httpapi
 
 import (
-	"bytes"
-	"encoding/json"
 	"testing"
 
 	"github.com/tollgate/tollgate/internal/counter"
 )
 
 // FuzzCheckBody holds decodeCheckFast to encoding/json: whatever the fast
-// decoder accepts, the strict encoding/json decode accepts too, to the same
-// values.
+// decoder accepts, the strict encoding/json decode (unmarshalStrict, the
+// slow path, which refuses text encoding/json alone would fold into
+// U+FFFD) accepts too, to the same values.
 func FuzzCheckBody(f *testing.F) {
 	for _, s := range []string{
 		`{"items":[{"policy":"login","subject":"alice"}]}`,
@@ -28,6 +27,8 @@ func FuzzCheckBody(f *testing.F) {
 		`{"mode":"Peek","items":[]}`,
 		`{"items":[{"policy":"p","cost":0}]}`,
 		"{\"items\":[{\"policy\":\"\xff\"}]}",
+		`{"items":[{"policy":"p","subject":"\ud800"}]}`,
+		`{"items":[{"policy":"p","subject":"\ud83d\ude00"}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -37,9 +38,7 @@ func FuzzCheckBody(f *testing.F) {
 			return
 		}
 		var want checkBody
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&want); err != nil || dec.More() {
+		if err := unmarshalStrict(body, &want); err != nil {
 			t.Fatalf("fast decoder accepted %q, encoding/json: %v", body, err)
 		}
 		wantMode := map[string]counter.Mode{"": counter.Consume, "consume": counter.Consume, "peek": counter.Peek}

@@ -220,6 +220,9 @@ func TestResetRefusesWhatCheckRefuses(t *testing.T) {
 		// field is read from it: they are the body's fault.
 		{"not UTF-8", "\"a\xffb\"", "a%FFb", "body", "body"},
 		{"a lone continuation byte", "\"\x80\"", "%80", "body", "body"},
+		// An escaped half of a UTF-16 pair is read as U+FFFD too; in a
+		// path it can only be written as the bytes that are not UTF-8.
+		{"an escaped lone surrogate", `"a\ud800"`, "a%ED%A0%80", "body", "body"},
 		{"too long", `"` + strings.Repeat("s", 513) + `"`, strings.Repeat("s", 513), "items[0].subject", "subject"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

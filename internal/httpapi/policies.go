@@ -196,11 +196,19 @@ func pathParam(c echo.Context, name string) (string, error) {
 }
 
 // readBody reads a request body of up to policy.MaxBody bytes, and one byte
-// more, so that Parse can tell a body that is too large.
+// more, so that Parse can tell a body that is too large, and refuses one
+// that encoding/json would read as other text than it holds (checkText).
 func readBody(c echo.Context) ([]byte, error) {
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, policy.MaxBody+1))
 	if err != nil {
 		return nil, &badRequest{reason: "the request body could not be read"}
+	}
+	if len(body) <= policy.MaxBody {
+		// A longer body is cut, perhaps within a character; Parse
+		// refuses it for its length.
+		if err := checkText(body); err != nil {
+			return nil, err
+		}
 	}
 	return body, nil
 }

@@ -73,8 +73,9 @@ func (s *Service) Rotate(ctx context.Context, tenantID, id string) (Created, err
 
 // CheckURL returns the endpoint URL u as stored, or a *FieldError: at most
 // MaxURLLength bytes, absolute, https (or http when allowPrivate), a host,
-// no user or password, and not an address literal that delivery would
-// refuse. Names are checked when a delivery connects, after DNS.
+// no user or password, not an address literal that delivery would refuse,
+// and no IPv4 address written other than as a dotted quad. Names are
+// checked when a delivery connects, after DNS.
 func CheckURL(raw string, allowPrivate bool) (string, error) {
 	bad := func(reason string) (string, error) { return "", &FieldError{Field: "url", Reason: reason} }
 	if len(raw) > MaxURLLength {
@@ -104,12 +105,33 @@ func CheckURL(raw string, allowPrivate bool) (string, error) {
 		if why := refusedAddr(ip, allowPrivate); why != "" {
 			return bad("must not point at a " + why + " address")
 		}
+	} else if endsInNumber(host) {
+		// A resolver (inet_aton: 127.1, 2130706433, 0x7f000001, 0177.0.0.1)
+		// or a browser may read it as an IPv4 address; what it would reach
+		// is not worth guessing.
+		return bad("must name its host by a name or by a dotted-quad IPv4 address such as 192.0.2.1")
 	} else if h := strings.ToLower(strings.TrimSuffix(host, ".")); h == "localhost" || strings.HasSuffix(h, ".localhost") {
 		if !allowPrivate {
 			return bad("must not point at a loopback address")
 		}
 	}
 	return u.String(), nil
+}
+
+// endsInNumber reports whether host's last label (after one trailing dot)
+// is a number, decimal or 0x hexadecimal: the WHATWG URL standard's test for
+// a host to be read as an IPv4 address. No top-level domain is one.
+func endsInNumber(host string) bool {
+	host = strings.TrimSuffix(host, ".")
+	last := host[strings.LastIndexByte(host, '.')+1:]
+	digits := "0123456789"
+	if len(last) >= 2 && last[0] == '0' && (last[1] == 'x' || last[1] == 'X') {
+		last, digits = last[2:], "0123456789abcdefABCDEF"
+		if last == "" {
+			return true
+		}
+	}
+	return last != "" && strings.Trim(last, digits) == ""
 }
 
 // checkEvents returns events sorted without repeats, or a *FieldError for
