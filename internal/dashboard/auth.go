@@ -168,8 +168,10 @@ func (d *Dashboard) renderLogin(c echo.Context, status int, v web.LoginView) err
 // counted on failure), then the password, within the Hasher's bound.
 func (d *Dashboard) login(c echo.Context) error {
 	ctx := c.Request().Context()
-	email := strings.TrimSpace(c.FormValue("email"))
-	password := c.FormValue("password")
+	// From the body only: a password in a URL would be kept in logs and
+	// histories.
+	email := strings.TrimSpace(c.Request().PostFormValue("email"))
+	password := c.Request().PostFormValue("password")
 	v := web.LoginView{Email: email, Next: safeNext(c.FormValue("next"))}
 
 	ck, err := c.Cookie(loginCookie)

@@ -29,18 +29,20 @@ var (
 	// relay on the way (a DNS64/NAT64 gateway on an IPv6-only subnet)
 	// delivers to the IPv4 address, which the rules for IPv6 would never
 	// see.
-	nat64      = netip.MustParsePrefix("64:ff9b::/96")   // RFC 6052: the last 32 bits
-	nat64Local = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215: embedding chosen by the operator
-	sixToFour  = netip.MustParsePrefix("2002::/16")      // RFC 3056: bits 16 to 47
-	teredo     = netip.MustParsePrefix("2001::/32")      // RFC 4380: the IPv4 address obfuscated
-	v4Compat   = netip.MustParsePrefix("::/96")          // RFC 4291: deprecated ::a.b.c.d
+	nat64      = netip.MustParsePrefix("64:ff9b::/96")    // RFC 6052: the last 32 bits
+	translated = netip.MustParsePrefix("::ffff:0:0:0/96") // RFC 2765 (SIIT): the last 32 bits
+	nat64Local = netip.MustParsePrefix("64:ff9b:1::/48")  // RFC 8215: embedding chosen by the operator
+	sixToFour  = netip.MustParsePrefix("2002::/16")       // RFC 3056: bits 16 to 47
+	teredo     = netip.MustParsePrefix("2001::/32")       // RFC 4380: the IPv4 address obfuscated
+	v4Compat   = netip.MustParsePrefix("::/96")           // RFC 4291: deprecated ::a.b.c.d
 )
 
 // refusedAddr names the kind of address ip is when delivery may not
 // connect to it, or returns "". Link-local, metadata, multicast and
 // unspecified addresses are always refused; loopback and private ones
 // unless allowPrivate. An IPv6 address that carries an IPv4 address
-// (NAT64's 64:ff9b::/96, 6to4's 2002::/16) is judged by the IPv4 address,
+// (NAT64's 64:ff9b::/96, SIIT's ::ffff:0:0:0/96, 6to4's 2002::/16) is
+// judged by the IPv4 address,
 // so that a public name answered by DNS64 still works; local-use NAT64,
 // Teredo and IPv4-compatible addresses, whose IPv4 address cannot be
 // told or that nothing should route, are refused.
@@ -53,6 +55,10 @@ func refusedAddr(ip netip.Addr, allowPrivate bool) string {
 		case nat64.Contains(bare):
 			if why := refusedAddr(netip.AddrFrom4([4]byte(a[12:16])), allowPrivate); why != "" {
 				return "NAT64 " + why
+			}
+		case translated.Contains(bare):
+			if why := refusedAddr(netip.AddrFrom4([4]byte(a[12:16])), allowPrivate); why != "" {
+				return "IPv4-translated " + why
 			}
 		case nat64Local.Contains(bare):
 			return "local-use NAT64"
