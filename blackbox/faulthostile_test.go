@@ -74,9 +74,9 @@ type stalled struct {
 	took   time.Duration
 }
 
-// stall sends head to base from the loopback address from (every
-// 127.0.0.0/8 address is the machine's, and a client of its own to the
-// server) and waits for an answer until stop.
+// stall sends head (nothing, when "") to base from the loopback address
+// from (every 127.0.0.0/8 address is the machine's, and a client of its
+// own to the server) and waits for an answer until stop.
 func stall(base, from, head string, stop <-chan struct{}) (stalled, error) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
 	conn, err := d.Dial("tcp", strings.TrimPrefix(base, "http://"))
@@ -85,7 +85,7 @@ func stall(base, from, head string, stop <-chan struct{}) (stalled, error) {
 	}
 	defer conn.Close()
 	start := time.Now()
-	if _, err := io.WriteString(conn, head); err != nil {
+	if _, err := io.WriteString(conn, head); head != "" && err != nil {
 		return stalled{}, err
 	}
 	br := bufio.NewReader(conn)
@@ -238,4 +238,54 @@ func tenantBodies(pr *phaseRun, stop <-chan struct{}) {
 		pr.v.add(invHostile, "the noisy tenant held %d stalled batches at once, more than the 3 its share holds (answers %v)", held, counts)
 	}
 	pr.s.t.Logf("phase %s: the noisy tenant's stalled batches answered %v", pr.name, counts)
+}
+
+// keylessConns: 20 addresses open 256 connections each to an instance and
+// send nothing on them, more than the keyless total (4,096) holds. Each
+// address gets its share until the total is full; then the tenants' new
+// connections take the places of idle ones, and the instance never holds
+// more than the total of connections without a key.
+func keylessConns(pr *phaseRun, stop <-chan struct{}) {
+	var mu sync.Mutex
+	counts := map[int]int{}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		pr.attackers(stop, 20*256, 40, 20, func(int, int) string { return "" }, func(_ int, _ string, s stalled) {
+			mu.Lock()
+			counts[s.status]++
+			mu.Unlock()
+		})
+	})
+	// Half-way through the attack: what the instance holds.
+	select {
+	case <-stop:
+	case <-time.After(floodFor / 2):
+		held, ok := pr.st.gauge(pr.st.members[0], `tollgate_http_connections{party="keyless"}`)
+		if !ok || held > 4096 || pr.s.sabotaged(invHostile) {
+			pr.v.add(invHostile, "the instance holds %v keyless connections (found %v), more than its total of 4096", held, ok)
+		}
+		pr.s.t.Logf("phase %s: %v keyless connections held half-way through", pr.name, held)
+	}
+	wg.Wait()
+	pr.s.t.Logf("phase %s: idle keyless connections answered %v (0: held, or closed for a newcomer)", pr.name, counts)
+}
+
+// gauge reads the value of the metric line named name (with its labels)
+// from m's /metrics.
+func (st *stack) gauge(m *member, name string) (float64, bool) {
+	resp, err := http.Get(m.base() + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err == nil {
+				return f, true
+			}
+		}
+	}
+	return 0, false
 }

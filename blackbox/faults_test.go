@@ -159,6 +159,7 @@ func TestFaultSuite(t *testing.T) {
 			{name: "noisy-leases-" + cl.name, st: cl, noisy: true},
 			{name: "hostile-keyless-bodies-" + pg.name, st: pg, body: hostileNeighbour(keylessBodies)},
 			{name: "hostile-tenant-bodies-" + rd.name, st: rd, body: hostileNeighbour(tenantBodies)},
+			{name: "hostile-keyless-conns-" + cl.name, st: cl, body: hostileNeighbour(keylessConns)},
 		}
 		if cycle > 0 {
 			s.rng.Shuffle(len(phases), func(i, j int) { phases[i], phases[j] = phases[j], phases[i] })
