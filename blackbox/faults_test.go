@@ -128,7 +128,9 @@ const (
 // stalled, a change made just before the database goes, Redis cut, a
 // cluster master killed, an instance killed (SIGKILL) or stopped (SIGTERM)
 // mid-traffic, a noisy tenant flooding one lease subject from 32
-// connections on every instance. After each phase it holds every answer to
+// connections on every instance, and a hostile neighbour taking as much as
+// it can of each resource the parties of an instance share
+// (faulthostile_test.go). After each phase it holds every answer to
 // a reference model (faultmodel_test.go): never more admitted than a
 // limit allows, degraded answers and documented 503s only during a fault,
 // no other 5xx, no slow answer during a fault, never more lease holders
