@@ -428,6 +428,51 @@ func TestAuthFailuresAreBoundedPerClient(t *testing.T) {
 	}
 }
 
+// TestKeylessFloodKeepsTenantsL1: requests that have not shown a key are
+// one party in the instance's local store, however many addresses send
+// them. A tenant's 200 addresses each spend their 2 a minute; keys that do
+// not authenticate then come from eight times the local store's bound of
+// addresses, each leaving a pre-authentication and a failed-key counter;
+// the tenant's per-IP L1 counters stay, so each address's third request is
+// refused in memory, without a call of the shared store. (Forgotten, the
+// L1 would let it through to the shared per-IP ceiling.)
+func TestKeylessFloodKeepsTenantsL1(t *testing.T) {
+	t.Parallel()
+	const bound = 1_000
+	now := func() time.Time { return time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC) }
+	local := memory.New(memory.Config{MaxKeys: bound, Now: now, PruneEvery: -1})
+	t.Cleanup(func() { local.Close() })
+	dir := directory{tenants: map[string]tenant.Tenant{"tenant-1": {ID: "tenant-1", Plan: tenant.PlanPro, RateLimitPerMinute: 2}}}
+	cat := catalog{"tenant-1": policy.NewSet([]policy.Policy{mustPolicy(t, "open", `{"limit":1000,"window":"1h"}`)}, nil)}
+	g, rec, _ := newTestGate(t, nil, dir, cat, gate.Config{Local: local, Now: now})
+	ctx := context.Background()
+	item := gate.Item{Policy: "open", Subject: "s"}
+	addr := func(net byte, i int) netip.Addr { return netip.AddrFrom4([4]byte{10, net, byte(i >> 8), byte(i)}) }
+	const addresses = 200
+	for range 2 {
+		for i := range addresses {
+			if v, err := g.Admit(ctx, checkReq("tenant-1", addr(1, i), item)); err != nil || !v.Allowed {
+				t.Fatalf("address %d within its 2 a minute: %+v, %v", i, v, err)
+			}
+		}
+	}
+	for i := range 8 * bound {
+		if _, err := g.Admit(ctx, checkReq("no-such-key", addr(2, i), item)); !errors.Is(err, tenant.ErrUnauthorized) {
+			t.Fatalf("keyless request %d: %v, want ErrUnauthorized", i, err)
+		}
+	}
+	before := rec.calls.Load()
+	for i := range addresses {
+		v, err := g.Admit(ctx, checkReq("tenant-1", addr(1, i), item))
+		if err != nil || v.Refusal == nil || v.Refusal.Layer != admission.LayerIP {
+			t.Fatalf("address %d's third request: %+v, %v; want a per-IP refusal", i, v, err)
+		}
+	}
+	if n := rec.calls.Load() - before; n > 0 {
+		t.Fatalf("%d of %d addresses' third requests reached the shared store: the keyless flood made the L1 forget them", n, addresses)
+	}
+}
+
 // countingDirectory counts Authenticate calls: what a lookup would cost the
 // database.
 type countingDirectory struct {

@@ -241,7 +241,7 @@ func (s *Store) Reset(_ context.Context, group, key string) error {
 	}
 	k := group + "\x00" + key
 	d := s.digestOf([]byte(k))
-	sh := &s.shards[shardOf(d)]
+	sh := &s.shards[s.shardOf(d)]
 	sh.mu.Lock()
 	if i := sh.find(d); i >= 0 {
 		sh.removeAt(i)

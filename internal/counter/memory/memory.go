@@ -1,6 +1,8 @@
 // Package memory is the in-process counter.Store and counter.Leaser: sharded
-// tables with a bounded number of keys, one not used lately forgotten first
-// (table.go), expired keys pruned, and a bounded table of leases. It holds across
+// tables with a bounded number of keys, each shared fairly by the groups
+// (tenants) holding counters in it, one not used lately of a group past its
+// share forgotten first (table.go), expired keys pruned, and a bounded table
+// of leases. It holds across
 // goroutines, not across processes: a single Tollgate instance's shared
 // store, each instance's own counters (the gate's instance ceiling and per-IP
 // L1 damper, the fallbacks of the sign-in and billing-link limits), and
@@ -25,13 +27,27 @@ import (
 // DefaultMaxKeys bounds a store made with MaxKeys zero.
 const DefaultMaxKeys = 50_000
 
-const shardCount = 64
+// maxShards is the number of shards of a store of 16,384 counters or more;
+// a smaller store has fewer, each of at least minShardKeys. A group's
+// (tenant's) share is decided in each shard (table.go), and its counters
+// spread over the shards by their digests: holding k counters of a store
+// of n shards, it holds about k/n ± √(k/n) in each. Shards of at least 256
+// keep that spread small beside a share: in a store of 1,000 (two shards of
+// 500), a tenant holding 200 holds at most 200 of a shard, within its share
+// of 250 beside one other tenant; in one of 1,000,000 (64 of 15,625), a
+// tenant holding 40 % holds 6,250 ± 79 of a shard, against 7,812.
+const (
+	maxShards    = 64
+	minShardKeys = 256
+)
 
 // Config configures a Store.
 type Config struct {
-	// MaxKeys bounds the number of counters kept; when it is reached, an
-	// expired counter or one not written lately goes first (table.go).
-	// Zero means DefaultMaxKeys.
+	// MaxKeys bounds the number of counters kept; when it is reached, one
+	// expired or not written lately goes: the inserting group's own when
+	// the new counter would take it past its share, else one of a group
+	// past its share. A group (Request.Group, "" included) within its share
+	// keeps its counters (table.go). Zero means DefaultMaxKeys.
 	MaxKeys int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -47,7 +63,9 @@ type Config struct {
 // Store is the in-memory counter.Store. It is safe for concurrent use; a
 // Check takes the locks of the shards its keys live in, in index order.
 type Store struct {
-	shards [shardCount]shard
+	shards [maxShards]shard
+	// mask picks a key's shard: the shards are shards[:mask+1].
+	mask uint64
 	// seeds make a key's 128-bit digest (digest), by which it is held.
 	seeds   [2]maphash.Seed
 	now     func() time.Time
@@ -73,9 +91,13 @@ func New(cfg Config) *Store {
 	}
 	s := &Store{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, now: cfg.Now, stop: make(chan struct{})}
 	s.leases.init(cfg.MaxLeases)
-	perShard := max(1, cfg.MaxKeys/shardCount)
-	for i := range s.shards {
-		s.shards[i].max = perShard
+	n := maxShards
+	for n > 1 && cfg.MaxKeys/n < minShardKeys {
+		n /= 2
+	}
+	s.mask = uint64(n - 1)
+	for i := range n {
+		s.shards[i].max = max(1, cfg.MaxKeys/n)
 	}
 	every := cfg.PruneEvery
 	if every == 0 {
@@ -129,7 +151,7 @@ func (s *Store) digestOf(k []byte) digest {
 }
 
 // shardOf returns the index of the shard that holds the key of digest d.
-func shardOf(d digest) int { return int(d.a % shardCount) }
+func (s *Store) shardOf(d digest) int { return int(d.a & s.mask) }
 
 // Len returns the number of counters held.
 func (s *Store) Len() int {
@@ -182,7 +204,7 @@ func (s *Store) CheckInto(_ context.Context, req counter.Request, into []limit.D
 		n += 1 + copy(buf[n+1:], it.Key)
 		d := s.digestOf(buf[:n])
 		keys = append(keys, d)
-		idx = append(idx, shardOf(d))
+		idx = append(idx, s.shardOf(d))
 	}
 	locked := append(lockedArr[:0], idx...)
 	slices.Sort(locked)
@@ -243,8 +265,19 @@ func (s *Store) CheckInto(_ context.Context, req counter.Request, into []limit.D
 	case ceilingsOK:
 		keep = work[:ceilingWork]
 	}
+	// A new counter is its group's: the group's digest is made once, for
+	// the first.
+	var group uint64
+	grouped := false
 	for _, w := range keep {
-		s.shards[w.shard].put(w.key, w.state, w.exp, us)
+		sh := &s.shards[w.shard]
+		if sh.update(w.key, w.state, w.exp) {
+			continue
+		}
+		if !grouped {
+			group, grouped = maphash.String(s.seeds[0], req.Group), true
+		}
+		sh.add(w.key, group, w.state, w.exp, us)
 	}
 	// The answer is arithmetic on what was seen: out of the locks, which
 	// every check of a hot key (one client address, one tenant) waits for.

@@ -121,6 +121,24 @@ func BenchmarkCheck(b *testing.B) {
 	defer full.Close()
 	b.Run("parallel-full", random(full))
 	b.Run("parallel-random", random(s))
+	// A store at its bound shared by a thousand tenants, each check a new
+	// subject of one of them: a shard's share is about one counter, and a
+	// counter of the tenant's own goes.
+	tenants := make([]string, 1_000)
+	for i := range tenants {
+		tenants[i] = fmt.Sprintf("tenant-%d", i)
+	}
+	shared := memory.New(memory.Config{MaxKeys: 64_000})
+	defer shared.Close()
+	b.Run("parallel-full-tenants", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			it := one[0]
+			for pb.Next() {
+				it.Key = fmt.Sprintf("r%d", rand.IntN(1_000_000))
+				shared.Check(ctx, counter.Request{Group: tenants[rand.IntN(len(tenants))], Items: []counter.Item{it}})
+			}
+		})
+	})
 }
 
 // TestCheckIntoAnswersAsCheck: the gate's allocation-free call answers what
@@ -250,5 +268,57 @@ func TestFloodKeepsCountersInUse(t *testing.T) {
 	}
 	if n := s.Len(); n > bound {
 		t.Fatalf("store holds %d counters, bound %d", n, bound)
+	}
+}
+
+// TestFloodForgetsItsOwn is issue 36's attack on the store: at a bound of
+// 1,000, tenant B checks each of its 200 subjects twice against "2 an
+// hour", then tenant A sends eight times the bound of new subjects. B's
+// counters, idle since, hold far less than half the table: A, past its
+// share, forgets its own, and B's third check of every subject is refused.
+// (Forgotten, a counter starts again at zero: the third check allowed.)
+func TestFloodForgetsItsOwn(t *testing.T) {
+	t.Parallel()
+	const bound = 1_000
+	for _, alg := range []limit.Algorithm{limit.SlidingWindow, limit.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			s := memory.New(memory.Config{MaxKeys: bound, PruneEvery: -1})
+			defer s.Close()
+			ctx := context.Background()
+			now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+			check := func(group, key string) bool {
+				t.Helper()
+				it := counter.Item{Key: key, Algorithm: alg, Limit: 2, Window: limit.Every(time.Hour), Cost: 1}
+				res, err := s.Check(ctx, counter.Request{Group: group, Items: []counter.Item{it}, Now: now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res.Allowed
+			}
+			const subjects = 200
+			for range 2 {
+				for i := range subjects {
+					if !check("b", fmt.Sprintf("b-%d", i)) {
+						t.Fatalf("B's subject %d refused within its limit", i)
+					}
+				}
+			}
+			for i := range 8 * bound {
+				check("a", fmt.Sprintf("flood-%d", i))
+			}
+			wrong := 0
+			for i := range subjects {
+				if check("b", fmt.Sprintf("b-%d", i)) {
+					wrong++
+				}
+			}
+			if wrong > 0 {
+				t.Fatalf("B's third check allowed on %d of %d subjects after A's flood of %d: their counters were forgotten", wrong, subjects, 8*bound)
+			}
+			if n := s.Len(); n > bound {
+				t.Fatalf("store holds %d counters, bound %d", n, bound)
+			}
+		})
 	}
 }
