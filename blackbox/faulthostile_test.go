@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -288,4 +289,52 @@ func (st *stack) gauge(m *member, name string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// newSubjects is issue 36's fifth attack, on a store of 1,000 counters in
+// memory: the quiet tenant checks 200 subjects of its "2 an hour" twice
+// each; then the noisy tenant checks new subjects, one after the other,
+// from 16 connections, many times the store's bound; then the quiet tenant
+// checks each of its 200 once more, and each must be refused, its
+// counters kept (quietInvariants). The noisy tenant forgets its own.
+func newSubjects(pr *phaseRun, stop <-chan struct{}) {
+	st := pr.st
+	m := st.members[0]
+	quiet := func(i int) {
+		r := &record{phase: pr.name, kind: opCheck, tenant: st.quiet, member: m.idx, quiet: true,
+			items: []itemRec{{policy: twoAnHour.name, subject: fmt.Sprintf("%s.idle%d", pr.name, i), cost: 1}}}
+		pr.send(r, m, st.quiet.nt.LiveKey)
+	}
+	for range 2 {
+		for i := range 200 {
+			quiet(i)
+		}
+	}
+	var wg sync.WaitGroup
+	var flooded atomic.Int64
+	for g := range 16 {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := &record{phase: pr.name, kind: opCheck, tenant: st.noisy, member: m.idx,
+					items: []itemRec{{policy: hotChecks.name, subject: fmt.Sprintf("%s.new%d.%d", pr.name, g, n), cost: 1}}}
+				pr.send(r, m, st.noisy.nt.LiveKey)
+				flooded.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range 200 {
+		quiet(i)
+	}
+	if n := flooded.Load(); n < 8000 {
+		// Too few to have filled the store many times over: the phase
+		// proved nothing.
+		pr.v.add(invHostile, "the noisy tenant checked only %d new subjects, want at least 8 times the store's 1,000", n)
+	}
+	pr.s.t.Logf("phase %s: the noisy tenant checked %d new subjects", pr.name, flooded.Load())
 }

@@ -145,6 +145,10 @@ func TestFaultSuite(t *testing.T) {
 	defer s.summary()
 	stacks := []*stack{s.postgresStack(), s.redisStack(), s.clusterStack()}
 	pg, rd, cl := stacks[0], stacks[1], stacks[2]
+	// One instance with its counters in memory: no fault of a store, no
+	// kill (its counters die with it), only the neighbour that floods its
+	// table.
+	mem := s.memoryStack()
 	for cycle := 0; ; cycle++ {
 		// Kills and stops take turns over the stacks, cycle after cycle.
 		victim := stacks[cycle%len(stacks)]
@@ -162,6 +166,7 @@ func TestFaultSuite(t *testing.T) {
 			{name: "hostile-keyless-bodies-" + pg.name, st: pg, body: hostileNeighbour(keylessBodies)},
 			{name: "hostile-tenant-bodies-" + rd.name, st: rd, body: hostileNeighbour(tenantBodies)},
 			{name: "hostile-keyless-conns-" + cl.name, st: cl, body: hostileNeighbour(keylessConns)},
+			{name: "hostile-new-subjects-" + mem.name, st: mem, body: hostileNeighbour(newSubjects)},
 		}
 		if cycle > 0 {
 			s.rng.Shuffle(len(phases), func(i, j int) { phases[i], phases[j] = phases[j], phases[i] })
@@ -175,7 +180,7 @@ func TestFaultSuite(t *testing.T) {
 			break
 		}
 	}
-	for _, st := range stacks {
+	for _, st := range append(stacks, mem) {
 		s.checkFlat(st)
 	}
 }

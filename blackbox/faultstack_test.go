@@ -245,6 +245,13 @@ func (s *suite) postgresStack() *stack {
 	return st
 }
 
+// memoryStack is one instance whose counters live in its memory, held to
+// the smallest bound (1,000 counters), so that a neighbour can fill it.
+func (s *suite) memoryStack() *stack {
+	dsn := pgtest.New(s.t)
+	return s.newStack("memory", dsn, dsn, 1, "TOLLGATE_COUNTER_STORE=memory", "TOLLGATE_MEMORY_MAX_KEYS=1000")
+}
+
 func (s *suite) redisStack() *stack {
 	dsn := pgtest.New(s.t)
 	direct := strings.TrimSuffix(strings.TrimPrefix(redistest.StartServer(s.t), "redis://"), "/0")
