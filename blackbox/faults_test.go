@@ -119,8 +119,9 @@ const (
 	usageWithin = 8 * time.Second
 )
 
-// TestFaultSuite runs real Tollgate processes on three stacks (counters in
-// PostgreSQL, in one Redis, in a Redis Cluster) under a seeded mixed
+// TestFaultSuite runs real Tollgate processes on four stacks (counters in
+// PostgreSQL, in one Redis, in a Redis Cluster, in one instance's memory)
+// under a seeded mixed
 // workload of several tenants — checks of every algorithm, peeks,
 // multi-item checks, global policies, leases acquired, renewed, released
 // and left to expire, resets, policy and override changes, test keys, key
