@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
@@ -11,11 +10,15 @@ import (
 
 var _ counter.Batcher = (*Store)(nil)
 
-// CheckBatch implements counter.Batcher: the requests are one batch of
-// their own, sent at once in one statement (send), in their order, beside
-// the batches the store coalesces. Requests with a Now of their own
-// (tests, replays) are one statement when they all name the same instant,
-// else checked one by one.
+// CheckBatch implements counter.Batcher: the requests go through the
+// batches' lane (fairlane.go), in their order, in one statement when they
+// hold at most Config.MaxBatch items, else in statements of at most that
+// many, one after the other; a batch's place in the lane is its first
+// request's Group (the gate's batches are one tenant's). Requests with a
+// Now of their own (tests, replays) go the same way when they all name the
+// same instant, else are checked one by one. A caller waits as a Check
+// does (await), and behind its own group's statements while the store
+// keeps answering them; errors are Check's.
 func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]counter.Result, []error) {
 	res, errs := make([]counter.Result, len(reqs)), make([]error, len(reqs))
 	if counter.TooLarge(reqs, errs) {
@@ -44,20 +47,21 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 		now = &us
 	}
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	expired := s.expiry(time.Now())
+	s.mu.Unlock()
+	start, ok := s.batchLane.add(calls[0].req.Group, cut(calls, s.maxBatch, now))
+	if !ok {
 		for _, i := range at {
 			errs[i] = errClosed
 		}
 		return res, errs
 	}
-	expired := s.expiry(time.Now())
-	s.mu.Unlock()
-	// send filters what it is given in place; calls stays the caller's.
-	go s.send(slices.Clone(calls), now)
+	if start {
+		go s.sendBatches()
+	}
 	for k, c := range calls {
 		i := at[k]
-		if err := s.await(ctx, c.done, expired); err != nil {
+		if err := s.await(ctx, c.done, expired, false); err != nil {
 			for _, c := range calls[k:] {
 				c.abandoned.Store(true)
 			}
@@ -74,6 +78,28 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 		res[i] = counter.Answer(reqs[i], c.seen, c.now)
 	}
 	return res, errs
+}
+
+// sendBatches is a sender of the batches' lane: it sends the statement of
+// the group whose turn it is, one after the other, until none is waiting.
+func (s *Store) sendBatches() {
+	for {
+		g, calls, now, ok := s.batchLane.next(s.maxBatch)
+		if !ok {
+			return
+		}
+		s.send(calls, now)
+		s.batchLane.done(g)
+	}
+}
+
+// closeBatches fails the batches' calls not yet sent; later ones fail at
+// once.
+func (s *Store) closeBatches() {
+	for _, c := range s.batchLane.close() {
+		c.err = errClosed
+		c.done <- struct{}{}
+	}
 }
 
 // oneByOne hides a Store's CheckBatch, for counter.CheckBatch's fallback.

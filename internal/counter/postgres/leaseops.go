@@ -92,7 +92,7 @@ func (s *Store) leaseOpsDo(ctx context.Context, what string, op *leaseOp) error 
 	s.mu.Lock()
 	expired := s.expiry(time.Now())
 	s.mu.Unlock()
-	if err := s.await(ctx, op.done, expired); err != nil {
+	if err := s.await(ctx, op.done, expired, true); err != nil {
 		s.abandon(op)
 		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, err)
 	}
@@ -322,7 +322,7 @@ func (s *Store) direct(ctx context.Context, what string, f func(ctx context.Cont
 			s.lastAnswer.Store(time.Now().UnixNano())
 		}
 	}()
-	if werr := s.await(ctx, done, expired); werr != nil {
+	if werr := s.await(ctx, done, expired, true); werr != nil {
 		return fmt.Errorf("%s: %w: %w", what, counter.ErrUnavailable, werr)
 	}
 	if err != nil {

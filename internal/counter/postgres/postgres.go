@@ -15,6 +15,13 @@
 // Check costs Tollgate on its own is kept to a pooled call, a share of a
 // timer and its Answer; the rest is per batch.
 //
+// Every tenant shares the store's connections, so each kind of work has a
+// lane of its own and takes no other's: the coalesced Checks, the lease
+// operations (leaseops.go), and CheckBatch's batches (fairlane.go), which
+// send one statement of a tenant at a time, tenants in turn, in statements
+// of at most Config.MaxBatch items, on connections the pool opens for them
+// alone. Reset, Held and pruning take the connections left.
+//
 // postgres imports internal/counter, internal/limit, the sqlc output in
 // internal/pgstore/sqlcgen and pgx; only cmd/tollgate imports it, and no pgx
 // type crosses its API.
@@ -64,32 +71,37 @@ type Config struct {
 	// which a rate limit tolerates. Counts that bill money must not rely on
 	// this store alone.
 	DSN string
-	// MaxConns bounds the pool: at least 3, for the Checks' batches
-	// (Inflight of them), the lease operations' batches (one) and the rest
-	// (Reset, Held, pruning: those left); the pool opens one more, for
-	// probes of a server that seems silent (await). Zero keeps the DSN's
-	// pool_max_conns, or pgxpool's default (the larger of 4 and the number
-	// of CPUs). The pool keeps that many open (unless the DSN sets
-	// pool_min_conns).
+	// MaxConns bounds the connections of the lanes every tenant shares: at
+	// least 3, for the Checks' batches (Inflight of them), the lease
+	// operations' batches (one) and the rest (Reset, Held, pruning: those
+	// left). The pool opens Inflight more for CheckBatch's lane
+	// (fairlane.go), so that no tenant's batches take a connection of the
+	// Checks' lane, and one more for probes of a server that seems silent
+	// (await). Zero keeps the DSN's pool_max_conns, or pgxpool's default
+	// (the larger of 4 and the number of CPUs). The pool keeps them all
+	// open (unless the DSN sets pool_min_conns).
 	MaxConns int32
 	// Timeout is how long a call waits for a store that has stopped
 	// answering, queueing included (rounded up to a whole millisecond, so
 	// that the Checks of one millisecond share a timer); zero means
 	// DefaultTimeout. A call still waiting then waits on while the store
 	// keeps answering batches, up to ten times as long (at least half a
-	// second): a busy store is not an outage (await). A batch whose callers have given up still runs for up
-	// to ten times as long (at least half a second) before its connection
-	// is dropped, so that a server that is only slow keeps its warm
+	// second), and CheckBatch's behind its own group's statements for as
+	// long as it keeps answering them: a busy store is not an outage
+	// (await). A batch whose callers have given up still runs for up to ten
+	// times as long (at least half a second) before its connection is
+	// dropped, so that a server that is only slow keeps its warm
 	// connections; its counts may then apply although its callers were told
 	// ErrUnavailable.
 	Timeout time.Duration
 	// Inflight bounds the batches in the database at once (MaxConns bounds
-	// it too); zero means DefaultInflight. Checks arriving meanwhile gather
-	// into the next batch. More batches at once use more database cores on
-	// distinct keys, but on a hot key they only queue for its row lock, and
-	// fewer, larger batches do the same work in fewer statements: on a
-	// 2-core box a call costs the database about 130 µs of CPU, and each
-	// item about 15 µs more. There, with Tollgate on the same cores, 2
+	// it too), of the Checks' lane and as many of CheckBatch's lane; zero
+	// means DefaultInflight. Checks arriving meanwhile gather into the next
+	// batch. More batches at once use more database cores on distinct
+	// keys, but on a hot key they only queue for its row lock, and fewer,
+	// larger batches do the same work in fewer statements: on a 2-core box
+	// a call costs the database about 130 µs of CPU, and each item about
+	// 15 µs more. There, with Tollgate on the same cores, 2
 	// batches at once (a Window of 0.2 to 1 ms) cost the database 10 to
 	// 40 % more CPU a check than 1, for no more checks a second.
 	Inflight int
@@ -98,8 +110,10 @@ type Config struct {
 	// store sends at once); zero means DefaultWindow. It matters only with
 	// Inflight above 1.
 	Window time.Duration
-	// MaxBatch is the number of items after which a batch stops gathering;
-	// zero means DefaultMaxBatch.
+	// MaxBatch is the number of items after which a batch stops gathering,
+	// and the most one statement of CheckBatch's lane holds (a longer batch
+	// is cut into statements of at most that many); zero means
+	// DefaultMaxBatch.
 	MaxBatch int
 	// PruneEvery is how often Run deletes expired counters; zero means
 	// DefaultPruneEvery.
@@ -145,7 +159,7 @@ type Store struct {
 	// may have broken connections: connections idle since before it are
 	// pinged before their next use.
 	lastFailure atomic.Int64
-	// lastAnswer is when (Unix ns) a batch of either lane last came back
+	// lastAnswer is when (Unix ns) a batch of any lane last came back
 	// answered: the store is making progress (await).
 	lastAnswer atomic.Int64
 	// probing is set while a probe is in flight.
@@ -159,9 +173,11 @@ type Store struct {
 
 	// leases is the lane of lease operations (leaseops.go), which holds one
 	// connection at most; directSlots bounds the calls outside both lanes
-	// (Reset, Held) to the connections the lanes leave.
+	// (Reset, Held) to the connections the lanes leave. batchLane is
+	// CheckBatch's (fairlane.go), on connections of its own.
 	leases      leaseLane
 	directSlots chan struct{}
+	batchLane   fairLane
 }
 
 var _ counter.Store = (*Store)(nil)
@@ -201,8 +217,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s.inflight = min(orDefault(cfg.Inflight, DefaultInflight), int(pc.MaxConns)-2)
 	s.freed = make(chan struct{}, s.inflight)
 	s.directSlots = make(chan struct{}, int(pc.MaxConns)-s.inflight-1)
-	// One connection more, which nothing but a probe waits for.
-	pc.MaxConns++
+	// As many connections more for CheckBatch's lane, held by its senders
+	// alone, and one, which nothing but a probe waits for.
+	s.batchLane.max = s.inflight
+	pc.MaxConns += int32(s.inflight) + 1
 	if pc.MinConns == 0 {
 		// Every connection open and warm from the start and kept so: a
 		// connection opened under load would put its warm-up (tens of
@@ -319,7 +337,7 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 		callPool.Put(c)
 		return counter.Result{}, err
 	}
-	if err := s.await(ctx, c.done, expired); err != nil {
+	if err := s.await(ctx, c.done, expired, true); err != nil {
 		c.abandoned.Store(true)
 		return counter.Result{}, fmt.Errorf("check counters: %w: %w", counter.ErrUnavailable, err)
 	}
@@ -338,14 +356,17 @@ var errClosed = fmt.Errorf("check counters: store closed: %w", counter.ErrUnavai
 // deadline (Config.Timeout, when expired is closed) is how long a call
 // waits for a store that has stopped answering: a call still waiting then
 // goes on waiting, a deadline at a time, until the store has been silent
-// for two deadlines (no batch of either lane answered since the call began
+// for two deadlines (no batch of any lane answered since the call began
 // or since the last answer, whichever is later: one batch in flight may
-// take longer than one deadline on a starved CPU) and at most until its
-// round trip's own bound (sendTimeout). A store that answers late because
-// it is busy (this machine's CPU taken by a burst, a hot row, a long queue
-// of batches) is not an outage, and its answers stay exact; one that
-// answers nothing is given up on within two to three deadlines.
-func (s *Store) await(ctx context.Context, done <-chan struct{}, expired <-chan struct{}) error {
+// take longer than one deadline on a starved CPU) and, when bounded, at
+// most until its round trip's own bound (sendTimeout). A store that
+// answers late because it is busy (this machine's CPU taken by a burst, a
+// hot row, a long queue of batches) is not an outage, and its answers stay
+// exact; one that answers nothing is given up on within two to three
+// deadlines. A call of CheckBatch's lane is not bounded: it may wait its
+// turn behind its own group's statements, and its own statement, once
+// sent, is bounded by send's deadline.
+func (s *Store) await(ctx context.Context, done <-chan struct{}, expired <-chan struct{}, bounded bool) error {
 	select {
 	case <-done:
 		return nil
@@ -364,7 +385,7 @@ func (s *Store) await(ctx context.Context, done <-chan struct{}, expired <-chan 
 			since = began
 		}
 		silent := time.Since(since)
-		if waited >= s.sendTimeout || silent > 2*s.timeout {
+		if bounded && waited >= s.sendTimeout || silent > 2*s.timeout {
 			return context.DeadlineExceeded
 		}
 		if silent >= s.timeout/2 {
@@ -414,6 +435,7 @@ func (s *Store) Close() error {
 		close(s.quit)
 		<-s.loopDone
 		s.closeLeases()
+		s.closeBatches()
 		s.pool.Close()
 	})
 	return nil

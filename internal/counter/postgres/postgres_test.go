@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -130,5 +131,53 @@ func BenchmarkCheck(b *testing.B) {
 	})
 	b.Run("parallel-random-keys-uncoalesced", func(b *testing.B) {
 		parallel(b, open(b, uncoalesced), random)
+	})
+}
+
+// BenchmarkCheckBatch: CheckBatch as /v1/check/batch calls it, checks/s
+// beside ns/op (one op is one batch), one-item checks on random keys.
+func BenchmarkCheckBatch(b *testing.B) {
+	dsn := pgtest.New(b)
+	month := limit.Every(30 * 24 * time.Hour)
+	batch := func(r *rand.Rand, n int) []counter.Request {
+		reqs := make([]counter.Request, n)
+		for i := range reqs {
+			reqs[i] = counter.Request{Group: "bench", Items: []counter.Item{
+				{Key: fmt.Sprintf("k%d", r.IntN(1_000_000)), Algorithm: limit.FixedWindow, Limit: limit.MaxLimit, Window: month, Cost: 1},
+			}}
+		}
+		return reqs
+	}
+	check := func(s *postgres.Store, reqs []counter.Request) error {
+		_, errs := s.CheckBatch(context.Background(), reqs)
+		return errors.Join(errs...)
+	}
+	// One caller's batches of the API's largest, 1,000 checks.
+	b.Run("1000", func(b *testing.B) {
+		s := open(b, postgres.Config{DSN: dsn, Timeout: 5 * time.Second})
+		r := rand.New(rand.NewPCG(1, 2))
+		for b.Loop() {
+			if err := check(s, batch(r, 1000)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "checks/s")
+	})
+	// Many callers' batches of the Go client's 16, one tenant's, as an
+	// instance's handlers send them.
+	b.Run("parallel-16", func(b *testing.B) {
+		s := open(b, postgres.Config{DSN: dsn, Timeout: 5 * time.Second})
+		b.SetParallelism(32)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			r := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+			for pb.Next() {
+				if err := check(s, batch(r, 16)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N*16)/b.Elapsed().Seconds(), "checks/s")
 	})
 }
