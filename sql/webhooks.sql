@@ -58,37 +58,75 @@ RETURNING id;
 
 -- name: ClaimWebhookDeliveries :many
 -- ClaimWebhookDeliveries claims due deliveries for this instance until
--- claim_until: at most per_endpoint in flight per endpoint across every
--- instance (the endpoints' rows are locked while they are counted, and
--- endpoints another instance is claiming for are skipped), at most
--- max_endpoints endpoints, oldest due first. A claim that runs out (its
--- instance died) makes the delivery due again.
-WITH ep AS (
-    SELECT e.id FROM webhook_endpoints AS e
-    WHERE e.enabled
-      AND e.id IN (SELECT d.endpoint_id FROM webhook_deliveries AS d WHERE d.next_attempt_at <= now())
-      AND (SELECT count(*) FROM webhook_deliveries AS x
-           WHERE x.endpoint_id = e.id AND x.status = 'sending' AND x.next_attempt_at > now()) < @per_endpoint::integer
-    ORDER BY e.id
-    LIMIT @max_endpoints
-    FOR NO KEY UPDATE SKIP LOCKED
-), room AS (
-    SELECT ep.id, (
-        SELECT count(*) FROM webhook_deliveries AS x
-        WHERE x.endpoint_id = ep.id AND x.status = 'sending' AND x.next_attempt_at > now()
-    ) AS in_flight
-    FROM ep
+-- claim_until, at most max_deliveries (its free slots):
+--   - oldest due first across endpoints, except that a tenant with fewer
+--     deliveries in flight on this instance (in_flight holds the tenant
+--     of each) comes before one with more, so that a freed slot goes to
+--     the tenant holding fewest, not to the longest backlog;
+--   - at most per_tenant of a tenant's deliveries in flight on this
+--     instance, those it has counted;
+--   - at most per_endpoint in flight per endpoint across every instance
+--     (the endpoints' rows are locked while they are counted, and
+--     endpoints another instance is claiming for are skipped).
+-- A claim that runs out (its instance died) makes the delivery due again.
+-- Its cost is a few index probes per endpoint with deliveries not settled
+-- (migration 000023), whatever the backlog of any of them.
+WITH RECURSIVE heads AS (
+    -- Each endpoint with deliveries not settled and the oldest of them
+    -- (due, or the first to fall due: those in flight wait until their
+    -- claim runs out), one index probe each, in endpoint order: an
+    -- endpoint with nothing waiting costs nothing, one with a backlog no
+    -- more than one without.
+    (SELECT d.endpoint_id, d.next_attempt_at FROM webhook_deliveries AS d
+     WHERE d.next_attempt_at IS NOT NULL
+     ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
+    UNION ALL
+    SELECT n.endpoint_id, n.next_attempt_at FROM heads AS h
+    CROSS JOIN LATERAL (
+        SELECT d.endpoint_id, d.next_attempt_at FROM webhook_deliveries AS d
+        WHERE d.next_attempt_at IS NOT NULL AND d.endpoint_id > h.endpoint_id
+        ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1
+    ) AS n
+), busy AS (
+    SELECT b.tenant_id, count(*)::integer AS n FROM unnest(@in_flight::uuid[]) AS b (tenant_id) GROUP BY b.tenant_id
+), ep AS MATERIALIZED (
+    SELECT e.id, e.tenant_id, coalesce(busy.n, 0) AS tenant_busy, sending.n AS sending
+    FROM heads
+    JOIN webhook_endpoints AS e ON e.id = heads.endpoint_id
+    CROSS JOIN LATERAL (
+        SELECT count(*)::integer AS n FROM webhook_deliveries AS x
+        WHERE x.endpoint_id = e.id AND x.status = 'sending' AND x.next_attempt_at > now()
+    ) AS sending
+    LEFT JOIN busy ON busy.tenant_id = e.tenant_id
+    WHERE heads.next_attempt_at <= now() AND e.enabled
+      AND coalesce(busy.n, 0) < @per_tenant::integer
+      AND sending.n < @per_endpoint::integer
+    ORDER BY coalesce(busy.n, 0), heads.next_attempt_at, e.id
+    LIMIT @max_deliveries::integer
+    FOR NO KEY UPDATE OF e SKIP LOCKED
 ), picked AS (
     -- The endpoint's row lock keeps other claimers off its deliveries.
-    SELECT q.id FROM (
-        SELECT d.id, d.endpoint_id,
-            row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.id) AS n
-        FROM webhook_deliveries AS d
-        JOIN ep ON ep.id = d.endpoint_id
-        WHERE d.next_attempt_at <= now()
-    ) AS q
-    JOIN room ON room.id = q.endpoint_id
-    WHERE q.n + room.in_flight <= @per_endpoint::integer
+    SELECT r.id FROM (
+        SELECT q.id, q.next_attempt_at, q.tenant_busy,
+            row_number() OVER (PARTITION BY q.tenant_id ORDER BY q.next_attempt_at, q.id) AS tn
+        FROM (
+            SELECT d.id, d.next_attempt_at, ep.tenant_id, ep.tenant_busy,
+                ep.sending + row_number() OVER (PARTITION BY ep.id ORDER BY d.next_attempt_at, d.id) AS en
+            FROM ep
+            CROSS JOIN LATERAL (
+                SELECT x.id, x.next_attempt_at FROM webhook_deliveries AS x
+                WHERE x.endpoint_id = ep.id AND x.next_attempt_at <= now()
+                ORDER BY x.next_attempt_at, x.id
+                LIMIT @per_endpoint::integer
+            ) AS d
+        ) AS q
+        WHERE q.en <= @per_endpoint::integer
+    ) AS r
+    WHERE r.tenant_busy + r.tn <= @per_tenant::integer
+    -- Round robin across tenants: the first of each before the second
+    -- of any, oldest due first among them.
+    ORDER BY r.tenant_busy + r.tn, r.next_attempt_at, r.id
+    LIMIT @max_deliveries::integer
 )
 UPDATE webhook_deliveries AS d
 SET status = 'sending', attempts = d.attempts + 1, next_attempt_at = @claim_until, last_attempt_at = now()

@@ -247,9 +247,16 @@ func (s *Webhooks) Resend(ctx context.Context, tenantID, endpointID, deliveryID 
 }
 
 // Claim implements webhooks.Store (sql/webhooks.sql, ClaimWebhookDeliveries).
-func (s *Webhooks) Claim(ctx context.Context, until time.Time, perEndpoint, maxEndpoints int) ([]webhooks.Job, error) {
+func (s *Webhooks) Claim(ctx context.Context, r webhooks.ClaimRequest) ([]webhooks.Job, error) {
+	inFlight := make([]pgtype.UUID, 0, len(r.InFlight))
+	for _, t := range r.InFlight {
+		if id, ok := uuidOf(t); ok {
+			inFlight = append(inFlight, id)
+		}
+	}
 	rows, err := s.q.ClaimWebhookDeliveries(ctx, sqlcgen.ClaimWebhookDeliveriesParams{
-		ClaimUntil: ts(until), PerEndpoint: int32(perEndpoint), MaxEndpoints: int32(maxEndpoints),
+		ClaimUntil: ts(r.Until), InFlight: inFlight, MaxDeliveries: int32(r.Max),
+		PerEndpoint: int32(r.PerEndpoint), PerTenant: int32(r.PerTenant),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim webhook deliveries: %w", dbErr(err, webhookErrors))

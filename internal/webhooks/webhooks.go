@@ -127,6 +127,24 @@ type Job struct {
 	PreviousUntil  time.Time
 }
 
+// ClaimRequest is what a worker asks of Store.Claim.
+type ClaimRequest struct {
+	// Until is when the claim runs out: past it, the deliveries are due
+	// again (their instance died).
+	Until time.Time
+	// Max bounds the deliveries claimed: this instance's free slots.
+	Max int
+	// PerEndpoint bounds the deliveries in flight to one endpoint across
+	// every instance, those claimed included.
+	PerEndpoint int
+	// PerTenant bounds one tenant's deliveries in flight on this
+	// instance, those in InFlight and those claimed.
+	PerTenant int
+	// InFlight holds the tenant of each delivery in flight on this
+	// instance.
+	InFlight []string
+}
+
 // Outcome is what one attempt of a delivery came to.
 type Outcome struct {
 	StatusCode      int // 0 when no answer came
@@ -169,10 +187,9 @@ type Store interface {
 	// is not settled).
 	Resend(ctx context.Context, tenantID, endpointID, deliveryID string) error
 
-	// Claim claims due deliveries until until, at most perEndpoint in
-	// flight per endpoint across every instance, from at most
-	// maxEndpoints endpoints.
-	Claim(ctx context.Context, until time.Time, perEndpoint, maxEndpoints int) ([]Job, error)
+	// Claim claims due deliveries as r says, oldest due first but the
+	// tenants with fewest in flight on this instance first.
+	Claim(ctx context.Context, r ClaimRequest) ([]Job, error)
 	// Delivered settles a delivery.
 	Delivered(ctx context.Context, deliveryID string, o Outcome) error
 	// Failed records a failed attempt: the delivery is due again at next,

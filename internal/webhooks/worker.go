@@ -31,6 +31,16 @@ type WorkerConfig struct {
 	// every instance (default 2), so that an endpoint that hangs holds
 	// two slots, not the queue.
 	PerEndpoint int
+	// PerTenant bounds one tenant's deliveries in flight on this instance
+	// (default an eighth of Slots, at least PerEndpoint: 8 of 64). A
+	// tenant's endpoints could hold MaxEndpoints × PerEndpoint = 10; at 8,
+	// seven tenants whose receivers all hang hold 56 slots and leave the
+	// rest to every other tenant, and with more of them each freed slot
+	// goes to the tenant with fewest in flight (Store.Claim), so none
+	// waits behind another's backlog for longer than an attempt lasts.
+	// The share is this instance's, counted here: exact without a lock
+	// across instances, and each instance added adds slots for everyone.
+	PerTenant int
 	// Claim is how long a claimed delivery is this instance's: past it, an
 	// instance that died has its deliveries claimed by another (default
 	// 30 s, above the client's timeout).
@@ -58,6 +68,10 @@ type Worker struct {
 	// and its endpoint has room for the next of its backlog.
 	finished chan struct{}
 	backlog  atomic.Int64
+
+	mu sync.Mutex
+	// tenants counts this instance's deliveries in flight by tenant.
+	tenants map[string]int
 }
 
 // NewWorker returns a Worker.
@@ -67,6 +81,9 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	}
 	if cfg.PerEndpoint <= 0 {
 		cfg.PerEndpoint = 2
+	}
+	if cfg.PerTenant <= 0 {
+		cfg.PerTenant = max(cfg.PerEndpoint, cfg.Slots/8)
 	}
 	if cfg.Claim <= 0 {
 		cfg.Claim = 30 * time.Second
@@ -86,7 +103,8 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	w := &Worker{cfg: cfg, wake: make(chan struct{}, 1), free: make(chan struct{}, cfg.Slots), finished: make(chan struct{}, 1)}
+	w := &Worker{cfg: cfg, wake: make(chan struct{}, 1), free: make(chan struct{}, cfg.Slots), finished: make(chan struct{}, 1),
+		tenants: map[string]int{}}
 	for range cfg.Slots {
 		w.free <- struct{}{}
 	}
@@ -131,10 +149,13 @@ func (w *Worker) Run(ctx context.Context) error {
 // them; it reports whether it claimed any.
 func (w *Worker) claim(ctx, record context.Context, inflight *sync.WaitGroup) bool {
 	n := len(w.free)
-	if n < w.cfg.PerEndpoint {
+	if n == 0 {
 		return false
 	}
-	jobs, err := w.cfg.Store.Claim(ctx, w.cfg.Now().Add(w.cfg.Claim), w.cfg.PerEndpoint, n/w.cfg.PerEndpoint)
+	jobs, err := w.cfg.Store.Claim(ctx, ClaimRequest{
+		Until: w.cfg.Now().Add(w.cfg.Claim), Max: n,
+		PerEndpoint: w.cfg.PerEndpoint, PerTenant: w.cfg.PerTenant, InFlight: w.inFlight(),
+	})
 	if err != nil {
 		if ctx.Err() == nil {
 			w.cfg.Logger.ErrorContext(ctx, "webhook deliveries not claimed", "err", err)
@@ -143,12 +164,28 @@ func (w *Worker) claim(ctx, record context.Context, inflight *sync.WaitGroup) bo
 	}
 	for _, j := range jobs {
 		<-w.free
+		w.mu.Lock()
+		w.tenants[j.TenantID]++
+		w.mu.Unlock()
 		inflight.Go(func() {
-			defer w.release()
+			defer w.release(j.TenantID)
 			w.deliver(record, j)
 		})
 	}
 	return len(jobs) > 0
+}
+
+// inFlight returns the tenant of each delivery in flight.
+func (w *Worker) inFlight() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for t, n := range w.tenants {
+		for range n {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Backlog is the outbox's deliveries not settled (metrics.QueueWebhooks),
@@ -172,8 +209,14 @@ func (w *Worker) countBacklog(ctx context.Context) {
 	}
 }
 
-// release frees a delivery's slot and tells Run that one ended.
-func (w *Worker) release() {
+// release frees the slot of a delivery of tenantID and tells Run that
+// one ended.
+func (w *Worker) release(tenantID string) {
+	w.mu.Lock()
+	if w.tenants[tenantID]--; w.tenants[tenantID] == 0 {
+		delete(w.tenants, tenantID)
+	}
+	w.mu.Unlock()
 	w.free <- struct{}{}
 	select {
 	case w.finished <- struct{}{}:
