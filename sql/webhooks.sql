@@ -8,8 +8,8 @@ SELECT id FROM tenants WHERE id = @tenant_id FOR NO KEY UPDATE;
 SELECT count(*)::integer FROM webhook_endpoints WHERE tenant_id = @tenant_id;
 
 -- name: CreateWebhookEndpoint :one
-INSERT INTO webhook_endpoints (tenant_id, url, events, secret)
-VALUES (@tenant_id, @url, @events::text[], @secret)
+INSERT INTO webhook_endpoints (tenant_id, url, events, secret, secret_key_id)
+VALUES (@tenant_id, @url, @events::text[], @secret, @secret_key_id)
 RETURNING *;
 
 -- name: ListWebhookEndpoints :many
@@ -26,7 +26,7 @@ DELETE FROM webhook_endpoints WHERE tenant_id = @tenant_id AND id = @id;
 -- too until previous_expires_at.
 UPDATE webhook_endpoints
 SET previous_secret = secret, previous_expires_at = @previous_expires_at,
-    secret = @secret, updated_at = now()
+    secret = @secret, secret_key_id = @secret_key_id, updated_at = now()
 WHERE tenant_id = @tenant_id AND id = @id
 RETURNING *;
 
@@ -67,7 +67,9 @@ RETURNING id;
 --     instance, those it has counted;
 --   - at most per_endpoint in flight per endpoint across every instance
 --     (the endpoints' rows are locked while they are counted, and
---     endpoints another instance is claiming for are skipped).
+--     endpoints another instance is claiming for are skipped);
+--   - only of endpoints whose secret was sealed under key_id, the key of
+--     this instance: one that cannot sign a delivery never claims it.
 -- A claim that runs out (its instance died) makes the delivery due again.
 -- Its cost is a few index probes per endpoint with deliveries not settled
 -- (migration 000023), whatever the backlog of any of them.
@@ -98,7 +100,7 @@ WITH RECURSIVE heads AS (
         WHERE x.endpoint_id = e.id AND x.status = 'sending' AND x.next_attempt_at > now()
     ) AS sending
     LEFT JOIN busy ON busy.tenant_id = e.tenant_id
-    WHERE heads.next_attempt_at <= now() AND e.enabled
+    WHERE heads.next_attempt_at <= now() AND e.enabled AND e.secret_key_id = @key_id
       AND coalesce(busy.n, 0) < @per_tenant::integer
       AND sending.n < @per_endpoint::integer
     ORDER BY coalesce(busy.n, 0), heads.next_attempt_at, e.id
@@ -280,7 +282,25 @@ WHERE ev.id IN (
     LIMIT @max_rows
 );
 
--- name: WebhookBacklog :one
--- WebhookBacklog counts the deliveries not settled: waiting, being sent,
--- or waiting to be tried again (the partial index of due deliveries).
-SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL;
+-- name: WebhookOutbox :one
+-- WebhookOutbox counts the deliveries not settled (waiting, being sent, or
+-- waiting to be tried again: the partial index of due deliveries), and the
+-- enabled endpoints with deliveries due whose secret was not sealed under
+-- key_id, which an instance with that key does not claim.
+SELECT
+    (SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL) AS unsettled,
+    (SELECT count(*) FROM webhook_endpoints AS e
+     WHERE e.enabled AND e.secret_key_id IS DISTINCT FROM @key_id
+       AND EXISTS (SELECT 1 FROM webhook_deliveries AS d WHERE d.endpoint_id = e.id AND d.next_attempt_at <= now())
+    ) AS other_key;
+
+-- name: UnlabelledWebhookSecrets :many
+-- UnlabelledWebhookSecrets are the secrets sealed before their key had an
+-- id (migration 000024).
+SELECT id, secret FROM webhook_endpoints WHERE secret_key_id IS NULL ORDER BY id;
+
+-- name: LabelWebhookSecret :execrows
+-- LabelWebhookSecret records the id of the key that opens an endpoint's
+-- secret, unless the secret changed meanwhile.
+UPDATE webhook_endpoints SET secret_key_id = @secret_key_id
+WHERE id = @id AND secret = @secret AND secret_key_id IS NULL;

@@ -143,6 +143,8 @@ type ClaimRequest struct {
 	// InFlight holds the tenant of each delivery in flight on this
 	// instance.
 	InFlight []string
+	// KeyID is this instance's Sealer.KeyID.
+	KeyID []byte
 }
 
 // Outcome is what one attempt of a delivery came to.
@@ -170,13 +172,13 @@ const DisabledForFailures = "disabled by Tollgate: every delivery failed for 3 d
 type Store interface {
 	// CreateEndpoint adds an endpoint with a sealed secret unless the
 	// tenant has max already (ErrTooMany).
-	CreateEndpoint(ctx context.Context, tenantID, url string, events []string, secret []byte, max int) (Endpoint, error)
+	CreateEndpoint(ctx context.Context, tenantID, url string, events []string, secret Sealed, max int) (Endpoint, error)
 	Endpoints(ctx context.Context, tenantID string) ([]Endpoint, error)
 	Endpoint(ctx context.Context, tenantID, id string) (Endpoint, error)
 	DeleteEndpoint(ctx context.Context, tenantID, id string) error
 	// RotateSecret puts secret in place; the one before signs until
 	// previousUntil.
-	RotateSecret(ctx context.Context, tenantID, id string, secret []byte, previousUntil time.Time) (Endpoint, error)
+	RotateSecret(ctx context.Context, tenantID, id string, secret Sealed, previousUntil time.Time) (Endpoint, error)
 	// SetEnabled enables an endpoint, or disables it with reason.
 	SetEnabled(ctx context.Context, tenantID, id string, enabled bool, reason string) (Endpoint, error)
 	// Ping writes a test.ping event addressed to the endpoint alone.
@@ -188,7 +190,8 @@ type Store interface {
 	Resend(ctx context.Context, tenantID, endpointID, deliveryID string) error
 
 	// Claim claims due deliveries as r says, oldest due first but the
-	// tenants with fewest in flight on this instance first.
+	// tenants with fewest in flight on this instance first, of endpoints
+	// whose secret was sealed under r.KeyID only.
 	Claim(ctx context.Context, r ClaimRequest) ([]Job, error)
 	// Delivered settles a delivery.
 	Delivered(ctx context.Context, deliveryID string, o Outcome) error
@@ -200,6 +203,23 @@ type Store interface {
 	// alerts resolved) once each, and prunes settled events made before
 	// pruneBefore. It returns the number of events written.
 	Sweep(ctx context.Context, now, pruneBefore time.Time) (int64, error)
-	// Backlog counts the deliveries not settled, of every instance.
-	Backlog(ctx context.Context) (int64, error)
+	// Outbox counts the deliveries not settled, of every instance, and
+	// the endpoints whose due deliveries an instance with keyID does not
+	// claim.
+	Outbox(ctx context.Context, keyID []byte) (Outbox, error)
+	// LabelSecrets gives the secrets sealed before their key had an id
+	// keyID when opens says they open under it, and returns how many it
+	// labelled.
+	LabelSecrets(ctx context.Context, keyID []byte, opens func(sealed []byte) bool) (int, error)
+}
+
+// Outbox is what Store.Outbox counts.
+type Outbox struct {
+	// Unsettled counts the deliveries not settled: waiting, being sent,
+	// or waiting to be tried again.
+	Unsettled int64
+	// OtherKey counts the enabled endpoints with deliveries due whose
+	// secret was sealed under another key (another TOLLGATE_PEPPER), or
+	// before keys had ids and not yet labelled.
+	OtherKey int64
 }

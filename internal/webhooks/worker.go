@@ -126,7 +126,7 @@ func (w *Worker) Wake() {
 func (w *Worker) Run(ctx context.Context) error {
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
-	inflight.Go(func() { w.countBacklog(ctx) })
+	inflight.Go(func() { w.watchOutbox(ctx) })
 	record := context.WithoutCancel(ctx)
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
@@ -155,6 +155,7 @@ func (w *Worker) claim(ctx, record context.Context, inflight *sync.WaitGroup) bo
 	jobs, err := w.cfg.Store.Claim(ctx, ClaimRequest{
 		Until: w.cfg.Now().Add(w.cfg.Claim), Max: n,
 		PerEndpoint: w.cfg.PerEndpoint, PerTenant: w.cfg.PerTenant, InFlight: w.inFlight(),
+		KeyID: w.cfg.Sealer.KeyID(),
 	})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -192,14 +193,29 @@ func (w *Worker) inFlight() []string {
 // as last counted: the same on every instance. It never blocks.
 func (w *Worker) Backlog() int { return int(w.backlog.Load()) }
 
-// countBacklog counts the outbox's backlog every BacklogEvery until ctx
-// is cancelled; a count that fails keeps the last one.
-func (w *Worker) countBacklog(ctx context.Context) {
+// watchOutbox counts the outbox's backlog every BacklogEvery until ctx
+// is cancelled; a count that fails keeps the last one. Endpoints whose due
+// deliveries this instance leaves alone, their secret sealed under another
+// key, are labelled with its key when their secret opens under it (those
+// sealed before keys had ids); the others are said in the log once, until
+// there are none.
+func (w *Worker) watchOutbox(ctx context.Context) {
 	t := time.NewTicker(w.cfg.BacklogEvery)
 	defer t.Stop()
+	said := false
 	for {
-		if n, err := w.cfg.Store.Backlog(ctx); err == nil {
-			w.backlog.Store(n)
+		if o, err := w.cfg.Store.Outbox(ctx, w.cfg.Sealer.KeyID()); err == nil {
+			w.backlog.Store(o.Unsettled)
+			switch {
+			case o.OtherKey == 0:
+				said = false
+			case w.label(ctx) > 0:
+				w.Wake()
+			case !said:
+				said = true
+				w.cfg.Logger.ErrorContext(ctx, "webhook deliveries left to instances with another pepper: their endpoints' secrets do not open under this instance's TOLLGATE_PEPPER",
+					"endpoints", o.OtherKey)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -207,6 +223,19 @@ func (w *Worker) countBacklog(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// label gives the secrets sealed before keys had ids that open under this
+// instance's key its id, and returns how many.
+func (w *Worker) label(ctx context.Context) int {
+	n, err := w.cfg.Store.LabelSecrets(ctx, w.cfg.Sealer.KeyID(), func(sealed []byte) bool {
+		_, err := w.cfg.Sealer.open(sealed)
+		return err == nil
+	})
+	if err != nil && ctx.Err() == nil {
+		w.cfg.Logger.ErrorContext(ctx, "webhook secrets not labelled with their key", "err", err)
+	}
+	return n
 }
 
 // release frees the slot of a delivery of tenantID and tells Run that

@@ -39,11 +39,11 @@ WITH RECURSIVE heads AS (
         WHERE x.endpoint_id = e.id AND x.status = 'sending' AND x.next_attempt_at > now()
     ) AS sending
     LEFT JOIN busy ON busy.tenant_id = e.tenant_id
-    WHERE heads.next_attempt_at <= now() AND e.enabled
-      AND coalesce(busy.n, 0) < $3::integer
-      AND sending.n < $4::integer
+    WHERE heads.next_attempt_at <= now() AND e.enabled AND e.secret_key_id = $3
+      AND coalesce(busy.n, 0) < $4::integer
+      AND sending.n < $5::integer
     ORDER BY coalesce(busy.n, 0), heads.next_attempt_at, e.id
-    LIMIT $5::integer
+    LIMIT $6::integer
     FOR NO KEY UPDATE OF e SKIP LOCKED
 ), picked AS (
     -- The endpoint's row lock keeps other claimers off its deliveries.
@@ -58,16 +58,16 @@ WITH RECURSIVE heads AS (
                 SELECT x.id, x.next_attempt_at FROM webhook_deliveries AS x
                 WHERE x.endpoint_id = ep.id AND x.next_attempt_at <= now()
                 ORDER BY x.next_attempt_at, x.id
-                LIMIT $4::integer
+                LIMIT $5::integer
             ) AS d
         ) AS q
-        WHERE q.en <= $4::integer
+        WHERE q.en <= $5::integer
     ) AS r
-    WHERE r.tenant_busy + r.tn <= $3::integer
+    WHERE r.tenant_busy + r.tn <= $4::integer
     -- Round robin across tenants: the first of each before the second
     -- of any, oldest due first among them.
     ORDER BY r.tenant_busy + r.tn, r.next_attempt_at, r.id
-    LIMIT $5::integer
+    LIMIT $6::integer
 )
 UPDATE webhook_deliveries AS d
 SET status = 'sending', attempts = d.attempts + 1, next_attempt_at = $1, last_attempt_at = now()
@@ -84,6 +84,7 @@ RETURNING d.id, d.attempts, d.tenant_id, ev.id AS event_id, ev.type, ev.data, ev
 type ClaimWebhookDeliveriesParams struct {
 	ClaimUntil    pgtype.Timestamptz
 	InFlight      []pgtype.UUID
+	KeyID         []byte
 	PerTenant     int32
 	PerEndpoint   int32
 	MaxDeliveries int32
@@ -114,7 +115,9 @@ type ClaimWebhookDeliveriesRow struct {
 //     instance, those it has counted;
 //   - at most per_endpoint in flight per endpoint across every instance
 //     (the endpoints' rows are locked while they are counted, and
-//     endpoints another instance is claiming for are skipped).
+//     endpoints another instance is claiming for are skipped);
+//   - only of endpoints whose secret was sealed under key_id, the key of
+//     this instance: one that cannot sign a delivery never claims it.
 //
 // A claim that runs out (its instance died) makes the delivery due again.
 // Its cost is a few index probes per endpoint with deliveries not settled
@@ -123,6 +126,7 @@ func (q *Queries) ClaimWebhookDeliveries(ctx context.Context, arg ClaimWebhookDe
 	rows, err := q.db.Query(ctx, claimWebhookDeliveries,
 		arg.ClaimUntil,
 		arg.InFlight,
+		arg.KeyID,
 		arg.PerTenant,
 		arg.PerEndpoint,
 		arg.MaxDeliveries,
@@ -170,16 +174,17 @@ func (q *Queries) CountWebhookEndpoints(ctx context.Context, tenantID pgtype.UUI
 }
 
 const createWebhookEndpoint = `-- name: CreateWebhookEndpoint :one
-INSERT INTO webhook_endpoints (tenant_id, url, events, secret)
-VALUES ($1, $2, $3::text[], $4)
-RETURNING id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at
+INSERT INTO webhook_endpoints (tenant_id, url, events, secret, secret_key_id)
+VALUES ($1, $2, $3::text[], $4, $5)
+RETURNING id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at, secret_key_id
 `
 
 type CreateWebhookEndpointParams struct {
-	TenantID pgtype.UUID
-	Url      string
-	Events   []string
-	Secret   []byte
+	TenantID    pgtype.UUID
+	Url         string
+	Events      []string
+	Secret      []byte
+	SecretKeyID []byte
 }
 
 func (q *Queries) CreateWebhookEndpoint(ctx context.Context, arg CreateWebhookEndpointParams) (WebhookEndpoint, error) {
@@ -188,6 +193,7 @@ func (q *Queries) CreateWebhookEndpoint(ctx context.Context, arg CreateWebhookEn
 		arg.Url,
 		arg.Events,
 		arg.Secret,
+		arg.SecretKeyID,
 	)
 	var i WebhookEndpoint
 	err := row.Scan(
@@ -203,6 +209,7 @@ func (q *Queries) CreateWebhookEndpoint(ctx context.Context, arg CreateWebhookEn
 		&i.FailingSince,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.SecretKeyID,
 	)
 	return i, err
 }
@@ -413,7 +420,7 @@ func (q *Queries) FailedWebhook(ctx context.Context, arg FailedWebhookParams) er
 }
 
 const getWebhookEndpoint = `-- name: GetWebhookEndpoint :one
-SELECT id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2
+SELECT id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at, secret_key_id FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2
 `
 
 type GetWebhookEndpointParams struct {
@@ -437,6 +444,7 @@ func (q *Queries) GetWebhookEndpoint(ctx context.Context, arg GetWebhookEndpoint
 		&i.FailingSince,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.SecretKeyID,
 	)
 	return i, err
 }
@@ -492,6 +500,27 @@ func (q *Queries) InsertWebhookEvent(ctx context.Context, arg InsertWebhookEvent
 	var i InsertWebhookEventRow
 	err := row.Scan(&i.ID, &i.CreatedAt)
 	return i, err
+}
+
+const labelWebhookSecret = `-- name: LabelWebhookSecret :execrows
+UPDATE webhook_endpoints SET secret_key_id = $1
+WHERE id = $2 AND secret = $3 AND secret_key_id IS NULL
+`
+
+type LabelWebhookSecretParams struct {
+	SecretKeyID []byte
+	ID          pgtype.UUID
+	Secret      []byte
+}
+
+// LabelWebhookSecret records the id of the key that opens an endpoint's
+// secret, unless the secret changed meanwhile.
+func (q *Queries) LabelWebhookSecret(ctx context.Context, arg LabelWebhookSecretParams) (int64, error) {
+	result, err := q.db.Exec(ctx, labelWebhookSecret, arg.SecretKeyID, arg.ID, arg.Secret)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const listWebhookDeliveries = `-- name: ListWebhookDeliveries :many
@@ -563,7 +592,7 @@ func (q *Queries) ListWebhookDeliveries(ctx context.Context, arg ListWebhookDeli
 }
 
 const listWebhookEndpoints = `-- name: ListWebhookEndpoints :many
-SELECT id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at FROM webhook_endpoints WHERE tenant_id = $1 ORDER BY created_at, id
+SELECT id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at, secret_key_id FROM webhook_endpoints WHERE tenant_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) ListWebhookEndpoints(ctx context.Context, tenantID pgtype.UUID) ([]WebhookEndpoint, error) {
@@ -588,6 +617,7 @@ func (q *Queries) ListWebhookEndpoints(ctx context.Context, tenantID pgtype.UUID
 			&i.FailingSince,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.SecretKeyID,
 		); err != nil {
 			return nil, err
 		}
@@ -665,14 +695,15 @@ func (q *Queries) ResendWebhookDelivery(ctx context.Context, arg ResendWebhookDe
 const rotateWebhookSecret = `-- name: RotateWebhookSecret :one
 UPDATE webhook_endpoints
 SET previous_secret = secret, previous_expires_at = $1,
-    secret = $2, updated_at = now()
-WHERE tenant_id = $3 AND id = $4
-RETURNING id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at
+    secret = $2, secret_key_id = $3, updated_at = now()
+WHERE tenant_id = $4 AND id = $5
+RETURNING id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at, secret_key_id
 `
 
 type RotateWebhookSecretParams struct {
 	PreviousExpiresAt pgtype.Timestamptz
 	Secret            []byte
+	SecretKeyID       []byte
 	TenantID          pgtype.UUID
 	ID                pgtype.UUID
 }
@@ -683,6 +714,7 @@ func (q *Queries) RotateWebhookSecret(ctx context.Context, arg RotateWebhookSecr
 	row := q.db.QueryRow(ctx, rotateWebhookSecret,
 		arg.PreviousExpiresAt,
 		arg.Secret,
+		arg.SecretKeyID,
 		arg.TenantID,
 		arg.ID,
 	)
@@ -700,6 +732,7 @@ func (q *Queries) RotateWebhookSecret(ctx context.Context, arg RotateWebhookSecr
 		&i.FailingSince,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.SecretKeyID,
 	)
 	return i, err
 }
@@ -711,7 +744,7 @@ SET enabled = $1,
     failing_since = CASE WHEN $1::boolean THEN NULL ELSE failing_since END,
     updated_at = now()
 WHERE tenant_id = $3 AND id = $4
-RETURNING id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at
+RETURNING id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at, secret_key_id
 `
 
 type SetWebhookEndpointEnabledParams struct {
@@ -745,21 +778,40 @@ func (q *Queries) SetWebhookEndpointEnabled(ctx context.Context, arg SetWebhookE
 		&i.FailingSince,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.SecretKeyID,
 	)
 	return i, err
 }
 
-const webhookBacklog = `-- name: WebhookBacklog :one
-SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL
+const unlabelledWebhookSecrets = `-- name: UnlabelledWebhookSecrets :many
+SELECT id, secret FROM webhook_endpoints WHERE secret_key_id IS NULL ORDER BY id
 `
 
-// WebhookBacklog counts the deliveries not settled: waiting, being sent,
-// or waiting to be tried again (the partial index of due deliveries).
-func (q *Queries) WebhookBacklog(ctx context.Context) (int64, error) {
-	row := q.db.QueryRow(ctx, webhookBacklog)
-	var count int64
-	err := row.Scan(&count)
-	return count, err
+type UnlabelledWebhookSecretsRow struct {
+	ID     pgtype.UUID
+	Secret []byte
+}
+
+// UnlabelledWebhookSecrets are the secrets sealed before their key had an
+// id (migration 000024).
+func (q *Queries) UnlabelledWebhookSecrets(ctx context.Context) ([]UnlabelledWebhookSecretsRow, error) {
+	rows, err := q.db.Query(ctx, unlabelledWebhookSecrets)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []UnlabelledWebhookSecretsRow
+	for rows.Next() {
+		var i UnlabelledWebhookSecretsRow
+		if err := rows.Scan(&i.ID, &i.Secret); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const webhookDeliveryExists = `-- name: WebhookDeliveryExists :one
@@ -779,4 +831,29 @@ func (q *Queries) WebhookDeliveryExists(ctx context.Context, arg WebhookDelivery
 	var found bool
 	err := row.Scan(&found)
 	return found, err
+}
+
+const webhookOutbox = `-- name: WebhookOutbox :one
+SELECT
+    (SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL) AS unsettled,
+    (SELECT count(*) FROM webhook_endpoints AS e
+     WHERE e.enabled AND e.secret_key_id IS DISTINCT FROM $1
+       AND EXISTS (SELECT 1 FROM webhook_deliveries AS d WHERE d.endpoint_id = e.id AND d.next_attempt_at <= now())
+    ) AS other_key
+`
+
+type WebhookOutboxRow struct {
+	Unsettled int64
+	OtherKey  int64
+}
+
+// WebhookOutbox counts the deliveries not settled (waiting, being sent, or
+// waiting to be tried again: the partial index of due deliveries), and the
+// enabled endpoints with deliveries due whose secret was not sealed under
+// key_id, which an instance with that key does not claim.
+func (q *Queries) WebhookOutbox(ctx context.Context, keyID []byte) (WebhookOutboxRow, error) {
+	row := q.db.QueryRow(ctx, webhookOutbox, keyID)
+	var i WebhookOutboxRow
+	err := row.Scan(&i.Unsettled, &i.OtherKey)
+	return i, err
 }
