@@ -52,9 +52,11 @@ ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, created_at;
 
 -- name: InsertWebhookDelivery :one
+-- InsertWebhookDelivery makes a delivery: pending, or dropped when its
+-- endpoint already has 1,000 waiting (migration 000025).
 INSERT INTO webhook_deliveries (event_id, endpoint_id, tenant_id)
 VALUES (@event_id, @endpoint_id, @tenant_id)
-RETURNING id;
+RETURNING id, status;
 
 -- name: ClaimWebhookDeliveries :many
 -- ClaimWebhookDeliveries claims due deliveries for this instance until
@@ -190,16 +192,18 @@ LIMIT @max_rows;
 
 -- name: ResendWebhookDelivery :execrows
 -- ResendWebhookDelivery makes a settled delivery due now, with a fresh
--- schedule of retries. One being sent or waiting is left as it is.
+-- schedule of retries, when its endpoint has room. One being sent or
+-- waiting is left as it is.
 UPDATE webhook_deliveries
-SET status = 'pending', attempts = 0, next_attempt_at = now()
+SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = ''
 WHERE tenant_id = @tenant_id AND endpoint_id = @endpoint_id AND id = @id
-  AND status IN ('delivered', 'failed');
+  AND status IN ('delivered', 'failed', 'dropped') AND NOT webhook_endpoint_full(endpoint_id);
 
--- name: WebhookDeliveryExists :one
-SELECT EXISTS (
-    SELECT 1 FROM webhook_deliveries WHERE tenant_id = @tenant_id AND endpoint_id = @endpoint_id AND id = @id
-) AS found;
+-- name: WebhookDeliveryState :one
+-- WebhookDeliveryState says why a delivery was not sent again: whether it
+-- is settled, and whether its endpoint has 1,000 waiting.
+SELECT (next_attempt_at IS NULL)::boolean AS settled, webhook_endpoint_full(endpoint_id) AS full
+FROM webhook_deliveries WHERE tenant_id = @tenant_id AND endpoint_id = @endpoint_id AND id = @id;
 
 -- name: EmitAllotmentThresholds :execrows
 -- EmitAllotmentThresholds writes allotment.threshold events for every
@@ -284,11 +288,15 @@ WHERE ev.id IN (
 
 -- name: WebhookOutbox :one
 -- WebhookOutbox counts the deliveries not settled (waiting, being sent, or
--- waiting to be tried again: the partial index of due deliveries), and the
--- enabled endpoints with deliveries due whose secret was not sealed under
--- key_id, which an instance with that key does not claim.
+-- waiting to be tried again: the partial index of due deliveries), those
+-- dropped for want of room, with the tenant of the last, and the enabled
+-- endpoints with deliveries due whose secret was not sealed under key_id,
+-- which an instance with that key does not claim.
 SELECT
     (SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL) AS unsettled,
+    (SELECT count(*) FROM webhook_deliveries WHERE status = 'dropped') AS dropped,
+    (SELECT d.tenant_id FROM webhook_deliveries AS d WHERE d.status = 'dropped'
+     ORDER BY d.created_at DESC LIMIT 1) AS last_dropped_tenant,
     (SELECT count(*) FROM webhook_endpoints AS e
      WHERE e.enabled AND e.secret_key_id IS DISTINCT FROM @key_id
        AND EXISTS (SELECT 1 FROM webhook_deliveries AS d WHERE d.endpoint_id = e.id AND d.next_attempt_at <= now())

@@ -105,6 +105,7 @@ func TestServeHealthReadinessAndGracefulStop(t *testing.T) {
 				`tollgate_backlog_items{queue="audit_refusal_counts"}`,
 				`tollgate_backlog_items{queue="alert_checks"}`,
 				`tollgate_backlog_items{queue="webhooks_outbound"}`,
+				`tollgate_webhook_deliveries_dropped 0`,
 				`tollgate_http_request_duration_seconds_count{method="GET",route="/readyz",status="2xx"}`,
 			} {
 				if !strings.Contains(scraped, want) {

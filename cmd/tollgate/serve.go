@@ -275,7 +275,7 @@ func webhookWiring(cfg Config, pool *pgxpool.Pool, log *slog.Logger) (*webhooks.
 const webhookTimeout = 10 * time.Second
 
 // backlogs reports the recorders' queues of writes and the outbox of
-// outbound tenant webhooks.
+// outbound tenant webhooks, with the deliveries it dropped.
 func backlogs(met *metrics.Metrics, usageRec *usage.Recorder, auditRec *audit.Recorder, hooks *webhooks.Worker) error {
 	firsts := func() int { n, _, _, _ := auditRec.Pending(); return n }
 	counts := func() int { _, n, _, _ := auditRec.Pending(); return n }
@@ -286,6 +286,7 @@ func backlogs(met *metrics.Metrics, usageRec *usage.Recorder, auditRec *audit.Re
 		met.Backlog(metrics.QueueAuditRefusalCounts, counts),
 		met.Backlog(metrics.QueueAlertChecks, checks),
 		met.Backlog(metrics.QueueWebhooks, hooks.Backlog),
+		met.WebhooksDropped(hooks.Dropped),
 	)
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/internal/webhooks"
 	"github.com/tollgate/tollgate/web"
 )
 
@@ -203,6 +204,11 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		}
 		if errors.Is(err, gate.ErrBusy) {
 			c.Response().Header().Set("X-RateLimit-Layer", admission.LayerInflight)
+		}
+		if errors.Is(err, webhooks.ErrOutboxFull) {
+			// Room comes as the endpoint's deliveries are delivered or
+			// given up, which nothing here can tell: a pause.
+			c.Response().Header().Set("Retry-After", "60")
 		}
 		sendProblem(c, p)
 	}

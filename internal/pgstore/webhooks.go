@@ -179,16 +179,20 @@ func (s *Webhooks) Ping(ctx context.Context, tenantID, endpointID string) (webho
 	if err != nil {
 		return webhooks.Delivery{}, fmt.Errorf("ping webhook endpoint %s: %w", endpointID, dbErr(err, webhookErrors))
 	}
-	id, err := q.InsertWebhookDelivery(ctx, sqlcgen.InsertWebhookDeliveryParams{EventID: ev.ID, EndpointID: eid, TenantID: tid})
+	d, err := q.InsertWebhookDelivery(ctx, sqlcgen.InsertWebhookDeliveryParams{EventID: ev.ID, EndpointID: eid, TenantID: tid})
 	if err != nil {
 		return webhooks.Delivery{}, fmt.Errorf("ping webhook endpoint %s: %w", endpointID, dbErr(err, webhookErrors))
+	}
+	if d.Status == "dropped" {
+		// Refused, not kept: the event goes with the transaction.
+		return webhooks.Delivery{}, fmt.Errorf("ping webhook endpoint %s: %w", endpointID, webhooks.ErrOutboxFull)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return webhooks.Delivery{}, dbErr(err, webhookErrors)
 	}
 	now := timeOf(ev.CreatedAt)
 	return webhooks.Delivery{
-		ID: id.String(), EventID: ev.ID.String(), EventType: webhooks.EventTestPing,
+		ID: d.ID.String(), EventID: ev.ID.String(), EventType: webhooks.EventTestPing,
 		Status: "pending", NextAttemptAt: &now, CreatedAt: now,
 	}, nil
 }
@@ -238,14 +242,18 @@ func (s *Webhooks) Resend(ctx context.Context, tenantID, endpointID, deliveryID 
 	if n == 1 {
 		return nil
 	}
-	found, err := s.q.WebhookDeliveryExists(ctx, sqlcgen.WebhookDeliveryExistsParams{TenantID: tid, EndpointID: eid, ID: did})
+	st, err := s.q.WebhookDeliveryState(ctx, sqlcgen.WebhookDeliveryStateParams{TenantID: tid, EndpointID: eid, ID: did})
 	switch {
 	case err != nil:
 		return fmt.Errorf("resend webhook delivery %s: %w", deliveryID, dbErr(err, webhookErrors))
-	case found:
+	case !st.Settled:
 		return webhooks.ErrConflict
+	case st.Full:
+		return webhooks.ErrOutboxFull
 	}
-	return webhooks.ErrNotFound
+	// Settled between the two statements: sent again by then, or not,
+	// the tenant's next try says.
+	return webhooks.ErrConflict
 }
 
 // Claim implements webhooks.Store (sql/webhooks.sql, ClaimWebhookDeliveries).
@@ -352,7 +360,11 @@ func (s *Webhooks) Outbox(ctx context.Context, keyID []byte) (webhooks.Outbox, e
 	if err != nil {
 		return webhooks.Outbox{}, fmt.Errorf("webhook outbox: %w", dbErr(err, webhookErrors))
 	}
-	return webhooks.Outbox{Unsettled: r.Unsettled, OtherKey: r.OtherKey}, nil
+	o := webhooks.Outbox{Unsettled: r.Unsettled, Dropped: r.Dropped, OtherKey: r.OtherKey}
+	if r.LastDroppedTenant.Valid {
+		o.LastDroppedTenant = r.LastDroppedTenant.String()
+	}
+	return o, nil
 }
 
 // LabelSecrets implements webhooks.Store.

@@ -36,6 +36,16 @@ var EventTypes = []string{EventAlertTriggered, EventAlertResolved, EventAllotmen
 // MaxEndpoints is how many endpoints one tenant may have.
 const MaxEndpoints = 5
 
+// MaxPending bounds the deliveries not settled of one endpoint, so those
+// of a tenant to MaxEndpoints × MaxPending (5,000): whatever its receivers
+// do and however many events it has, a tenant cannot grow the outbox
+// without bound, and one endpoint of a tenant that fails does not take
+// the room of its others. A delivery of an event past it is kept in the
+// endpoint's log as dropped, never sent (the tenant may resend it once
+// there is room); a test send or a resend past it is refused
+// (ErrOutboxFull).
+const MaxPending = 1000
+
 // MaxURLLength bounds an endpoint's URL, in bytes.
 const MaxURLLength = 2048
 
@@ -54,6 +64,9 @@ var (
 	// ErrConflict is a delivery that cannot be sent again now: it is
 	// waiting or being sent already.
 	ErrConflict = errors.New("webhook delivery in progress")
+	// ErrOutboxFull is a test send or a resend to an endpoint with
+	// MaxPending deliveries not settled.
+	ErrOutboxFull = errors.New("webhook endpoint has too many deliveries waiting")
 	// ErrUnavailable is a store that could not be reached.
 	ErrUnavailable = errors.New("webhooks unavailable")
 )
@@ -94,8 +107,9 @@ type Delivery struct {
 	ID        string `json:"id"`
 	EventID   string `json:"event_id"`
 	EventType string `json:"event_type"`
-	// Status is pending, sending, retrying, delivered or failed (given up
-	// after DisableAfter).
+	// Status is pending, sending, retrying, delivered, failed (given up
+	// after DisableAfter) or dropped (not queued: its endpoint had
+	// MaxPending waiting).
 	Status   string `json:"status"`
 	Attempts int    `json:"attempts"`
 	// NextAttemptAt is set while the delivery waits or is being sent.
@@ -181,12 +195,14 @@ type Store interface {
 	RotateSecret(ctx context.Context, tenantID, id string, secret Sealed, previousUntil time.Time) (Endpoint, error)
 	// SetEnabled enables an endpoint, or disables it with reason.
 	SetEnabled(ctx context.Context, tenantID, id string, enabled bool, reason string) (Endpoint, error)
-	// Ping writes a test.ping event addressed to the endpoint alone.
+	// Ping writes a test.ping event addressed to the endpoint alone;
+	// ErrOutboxFull when it has MaxPending deliveries waiting.
 	Ping(ctx context.Context, tenantID, endpointID string) (Delivery, error)
 	// Deliveries is the endpoint's delivery log, newest first.
 	Deliveries(ctx context.Context, tenantID, endpointID string, limit int) ([]Delivery, error)
 	// Resend makes a settled delivery due now (ErrConflict for one that
-	// is not settled).
+	// is not settled, ErrOutboxFull when its endpoint has MaxPending
+	// waiting).
 	Resend(ctx context.Context, tenantID, endpointID, deliveryID string) error
 
 	// Claim claims due deliveries as r says, oldest due first but the
@@ -218,6 +234,11 @@ type Outbox struct {
 	// Unsettled counts the deliveries not settled: waiting, being sent,
 	// or waiting to be tried again.
 	Unsettled int64
+	// Dropped counts the deliveries dropped for want of room (MaxPending)
+	// as kept in the outbox, and LastDroppedTenant is the tenant of the
+	// last of them.
+	Dropped           int64
+	LastDroppedTenant string
 	// OtherKey counts the enabled endpoints with deliveries due whose
 	// secret was sealed under another key (another TOLLGATE_PEPPER), or
 	// before keys had ids and not yet labelled.

@@ -68,6 +68,7 @@ type Worker struct {
 	// and its endpoint has room for the next of its backlog.
 	finished chan struct{}
 	backlog  atomic.Int64
+	dropped  atomic.Int64
 
 	mu sync.Mutex
 	// tenants counts this instance's deliveries in flight by tenant.
@@ -193,8 +194,15 @@ func (w *Worker) inFlight() []string {
 // as last counted: the same on every instance. It never blocks.
 func (w *Worker) Backlog() int { return int(w.backlog.Load()) }
 
+// Dropped is the outbox's deliveries dropped for want of room
+// (MaxPending), as last counted: the same on every instance. It never
+// blocks.
+func (w *Worker) Dropped() int { return int(w.dropped.Load()) }
+
 // watchOutbox counts the outbox's backlog every BacklogEvery until ctx
-// is cancelled; a count that fails keeps the last one. Endpoints whose due
+// is cancelled; a count that fails keeps the last one. Deliveries dropped
+// since the last count are said in the log once, until a count finds none
+// more. Endpoints whose due
 // deliveries this instance leaves alone, their secret sealed under another
 // key, are labelled with its key when their secret opens under it (those
 // sealed before keys had ids); the others are said in the log once, until
@@ -202,10 +210,19 @@ func (w *Worker) Backlog() int { return int(w.backlog.Load()) }
 func (w *Worker) watchOutbox(ctx context.Context) {
 	t := time.NewTicker(w.cfg.BacklogEvery)
 	defer t.Stop()
-	said := false
+	said, counted, dropping := false, false, false
 	for {
 		if o, err := w.cfg.Store.Outbox(ctx, w.cfg.Sealer.KeyID()); err == nil {
 			w.backlog.Store(o.Unsettled)
+			// The first count learns what was dropped before this
+			// instance started.
+			before := w.dropped.Swap(o.Dropped)
+			rose := counted && o.Dropped > before
+			if rose && !dropping {
+				w.cfg.Logger.WarnContext(ctx, "webhook deliveries dropped: their endpoint had 1,000 waiting",
+					"dropped", o.Dropped-before, "tenant_id", o.LastDroppedTenant)
+			}
+			counted, dropping = true, rose
 			switch {
 			case o.OtherKey == 0:
 				said = false

@@ -452,7 +452,7 @@ func (q *Queries) GetWebhookEndpoint(ctx context.Context, arg GetWebhookEndpoint
 const insertWebhookDelivery = `-- name: InsertWebhookDelivery :one
 INSERT INTO webhook_deliveries (event_id, endpoint_id, tenant_id)
 VALUES ($1, $2, $3)
-RETURNING id
+RETURNING id, status
 `
 
 type InsertWebhookDeliveryParams struct {
@@ -461,11 +461,18 @@ type InsertWebhookDeliveryParams struct {
 	TenantID   pgtype.UUID
 }
 
-func (q *Queries) InsertWebhookDelivery(ctx context.Context, arg InsertWebhookDeliveryParams) (pgtype.UUID, error) {
+type InsertWebhookDeliveryRow struct {
+	ID     pgtype.UUID
+	Status string
+}
+
+// InsertWebhookDelivery makes a delivery: pending, or dropped when its
+// endpoint already has 1,000 waiting (migration 000025).
+func (q *Queries) InsertWebhookDelivery(ctx context.Context, arg InsertWebhookDeliveryParams) (InsertWebhookDeliveryRow, error) {
 	row := q.db.QueryRow(ctx, insertWebhookDelivery, arg.EventID, arg.EndpointID, arg.TenantID)
-	var id pgtype.UUID
-	err := row.Scan(&id)
-	return id, err
+	var i InsertWebhookDeliveryRow
+	err := row.Scan(&i.ID, &i.Status)
+	return i, err
 }
 
 const insertWebhookEvent = `-- name: InsertWebhookEvent :one
@@ -671,9 +678,9 @@ func (q *Queries) PruneWebhookEvents(ctx context.Context, arg PruneWebhookEvents
 
 const resendWebhookDelivery = `-- name: ResendWebhookDelivery :execrows
 UPDATE webhook_deliveries
-SET status = 'pending', attempts = 0, next_attempt_at = now()
+SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = ''
 WHERE tenant_id = $1 AND endpoint_id = $2 AND id = $3
-  AND status IN ('delivered', 'failed')
+  AND status IN ('delivered', 'failed', 'dropped') AND NOT webhook_endpoint_full(endpoint_id)
 `
 
 type ResendWebhookDeliveryParams struct {
@@ -683,7 +690,8 @@ type ResendWebhookDeliveryParams struct {
 }
 
 // ResendWebhookDelivery makes a settled delivery due now, with a fresh
-// schedule of retries. One being sent or waiting is left as it is.
+// schedule of retries, when its endpoint has room. One being sent or
+// waiting is left as it is.
 func (q *Queries) ResendWebhookDelivery(ctx context.Context, arg ResendWebhookDeliveryParams) (int64, error) {
 	result, err := q.db.Exec(ctx, resendWebhookDelivery, arg.TenantID, arg.EndpointID, arg.ID)
 	if err != nil {
@@ -814,28 +822,37 @@ func (q *Queries) UnlabelledWebhookSecrets(ctx context.Context) ([]UnlabelledWeb
 	return items, nil
 }
 
-const webhookDeliveryExists = `-- name: WebhookDeliveryExists :one
-SELECT EXISTS (
-    SELECT 1 FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2 AND id = $3
-) AS found
+const webhookDeliveryState = `-- name: WebhookDeliveryState :one
+SELECT (next_attempt_at IS NULL)::boolean AS settled, webhook_endpoint_full(endpoint_id) AS full
+FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2 AND id = $3
 `
 
-type WebhookDeliveryExistsParams struct {
+type WebhookDeliveryStateParams struct {
 	TenantID   pgtype.UUID
 	EndpointID pgtype.UUID
 	ID         pgtype.UUID
 }
 
-func (q *Queries) WebhookDeliveryExists(ctx context.Context, arg WebhookDeliveryExistsParams) (bool, error) {
-	row := q.db.QueryRow(ctx, webhookDeliveryExists, arg.TenantID, arg.EndpointID, arg.ID)
-	var found bool
-	err := row.Scan(&found)
-	return found, err
+type WebhookDeliveryStateRow struct {
+	Settled bool
+	Full    bool
+}
+
+// WebhookDeliveryState says why a delivery was not sent again: whether it
+// is settled, and whether its endpoint has 1,000 waiting.
+func (q *Queries) WebhookDeliveryState(ctx context.Context, arg WebhookDeliveryStateParams) (WebhookDeliveryStateRow, error) {
+	row := q.db.QueryRow(ctx, webhookDeliveryState, arg.TenantID, arg.EndpointID, arg.ID)
+	var i WebhookDeliveryStateRow
+	err := row.Scan(&i.Settled, &i.Full)
+	return i, err
 }
 
 const webhookOutbox = `-- name: WebhookOutbox :one
 SELECT
     (SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL) AS unsettled,
+    (SELECT count(*) FROM webhook_deliveries WHERE status = 'dropped') AS dropped,
+    (SELECT d.tenant_id FROM webhook_deliveries AS d WHERE d.status = 'dropped'
+     ORDER BY d.created_at DESC LIMIT 1) AS last_dropped_tenant,
     (SELECT count(*) FROM webhook_endpoints AS e
      WHERE e.enabled AND e.secret_key_id IS DISTINCT FROM $1
        AND EXISTS (SELECT 1 FROM webhook_deliveries AS d WHERE d.endpoint_id = e.id AND d.next_attempt_at <= now())
@@ -843,17 +860,25 @@ SELECT
 `
 
 type WebhookOutboxRow struct {
-	Unsettled int64
-	OtherKey  int64
+	Unsettled         int64
+	Dropped           int64
+	LastDroppedTenant pgtype.UUID
+	OtherKey          int64
 }
 
 // WebhookOutbox counts the deliveries not settled (waiting, being sent, or
-// waiting to be tried again: the partial index of due deliveries), and the
-// enabled endpoints with deliveries due whose secret was not sealed under
-// key_id, which an instance with that key does not claim.
+// waiting to be tried again: the partial index of due deliveries), those
+// dropped for want of room, with the tenant of the last, and the enabled
+// endpoints with deliveries due whose secret was not sealed under key_id,
+// which an instance with that key does not claim.
 func (q *Queries) WebhookOutbox(ctx context.Context, keyID []byte) (WebhookOutboxRow, error) {
 	row := q.db.QueryRow(ctx, webhookOutbox, keyID)
 	var i WebhookOutboxRow
-	err := row.Scan(&i.Unsettled, &i.OtherKey)
+	err := row.Scan(
+		&i.Unsettled,
+		&i.Dropped,
+		&i.LastDroppedTenant,
+		&i.OtherKey,
+	)
 	return i, err
 }
