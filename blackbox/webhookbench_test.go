@@ -30,7 +30,7 @@ import (
 //	go test -run '^$' -bench Webhooks -benchtime 1x ./blackbox/
 func BenchmarkWebhooks(b *testing.B) {
 	dsn := pgtest.New(b)
-	in := start(b, dsn, patientStore, allowPrivate)
+	in := start(b, dsn, patientStore, allowPrivate, manyTestSends)
 	rcv := newReceiver(b)
 	const tenants = 16
 	var eps []hookEndpoint

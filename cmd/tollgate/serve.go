@@ -203,8 +203,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 		// Billing with Stripe.
 		Billing:        bill,
 		StripeWebhooks: stripeWebhooks,
-		// Outbound tenant webhooks.
-		Webhooks: hooks,
+		// Outbound tenant webhooks; test sends limited per tenant as
+		// billing links are, in the same local fallback store.
+		Webhooks:              hooks,
+		WebhookTestLimiter:    gate.NewLimiter("webhook test limits", store, linkOpens, log),
+		WebhookTestsPerMinute: cfg.WebhookTestSends,
 		// Dashboard (/admin).
 		Dashboard: dash.Register,
 	})

@@ -116,6 +116,39 @@ func TestWebhookRoutesRefuseBadInput(t *testing.T) {
 	}
 }
 
+// TestWebhookTestSendsAreLimited: a tenant's test sends are limited to 10
+// a minute across its endpoints, then answered 429 with Retry-After and a
+// problem that says so, costing no outbox row; another tenant's are not
+// touched.
+func TestWebhookTestSendsAreLimited(t *testing.T) {
+	t.Parallel()
+	a := newTenantAPI(t, pgtest.New(t), nil)
+	live, _ := a.tenant(tenant.PlanPro)
+	other, _ := a.tenant(tenant.PlanPro)
+	body := `{"url":"https://hooks.example.com/","events":["key.revoked"]}`
+	ids := []string{
+		a.do(live, "POST", "/v1/webhooks", body).json(t)["id"].(string),
+		a.do(live, "POST", "/v1/webhooks", body).json(t)["id"].(string),
+	}
+	for i := range 10 {
+		wantStatus(t, a.do(live, "POST", "/v1/webhooks/"+ids[i%2]+"/test", ""), http.StatusAccepted)
+	}
+	r := a.do(live, "POST", "/v1/webhooks/"+ids[0]+"/test", "")
+	wantProblem(t, r, http.StatusTooManyRequests, "/webhook-tests-limited")
+	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Errorf("Retry-After %q, want 1 to 60 seconds", r.header.Get("Retry-After"))
+	}
+	var rows int
+	if err := a.pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_deliveries`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 10 {
+		t.Errorf("%d deliveries in the outbox, want the 10 test sends answered 202", rows)
+	}
+	oid := a.do(other, "POST", "/v1/webhooks", body).json(t)["id"].(string)
+	wantStatus(t, a.do(other, "POST", "/v1/webhooks/"+oid+"/test", ""), http.StatusAccepted)
+}
+
 // TestWebhookOutboxBound: once 1,000 deliveries wait for an endpoint, a
 // test send and the resend of a settled delivery are refused, 429 with a
 // problem that says why; once one is settled, they are queued again.

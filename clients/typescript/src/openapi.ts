@@ -399,7 +399,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Send a test.ping event to an endpoint */
+        /**
+         * Send a test.ping event to an endpoint
+         * @description At most 10 test events a minute per tenant across its endpoints (the operator may set another number), and none while the endpoint has 1,000 deliveries waiting: 429 with Retry-After.
+         */
         post: operations["testWebhook"];
         delete?: never;
         options?: never;
@@ -1199,10 +1202,10 @@ export interface components {
                 "application/problem+json": components["schemas"]["QuotaExceededProblem"];
             };
         };
-        /** @description One of the service's own ceilings refused the request (`quota-exceeded`, as TooManyRequests), or the endpoint has 1,000 deliveries waiting (`webhook-outbox-full`): nothing more is queued for it until some are delivered or given up, and Retry-After is a pause of 60 seconds, not a promise. */
+        /** @description One of the service's own ceilings refused the request (`quota-exceeded`, as TooManyRequests); on the test route, the tenant has sent as many test events as it may this minute (`webhook-tests-limited`: 10 unless the operator set otherwise); or the endpoint has 1,000 deliveries waiting (`webhook-outbox-full`): nothing more is queued for it until some are delivered or given up. */
         WebhookTooManyRequests: {
             headers: {
-                /** @description Seconds until the same request would be admitted: exact for `quota-exceeded`; for `webhook-outbox-full` a pause of 60, room coming as the endpoint's deliveries are delivered or given up. */
+                /** @description Seconds until the same request would be admitted: exact for `quota-exceeded` and `webhook-tests-limited`; for `webhook-outbox-full` a pause of 60, room coming as the endpoint's deliveries are delivered or given up. */
                 "Retry-After": number;
                 /** @description With `quota-exceeded`: the limit that refused: the one actually applied. */
                 "X-RateLimit-Limit"?: number;
