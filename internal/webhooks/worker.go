@@ -51,8 +51,9 @@ type WorkerConfig struct {
 	// Retries are the waits after each failed attempt (default
 	// RetryDelays, about 3 days); the attempt after the last is given up.
 	Retries []time.Duration
-	// BacklogEvery is how often Backlog's count is read from the outbox
-	// (default 5 s).
+	// BacklogEvery is how often the outbox is counted: Backlog, Dropped,
+	// and the deliveries this instance leaves to another pepper (default
+	// 5 s).
 	BacklogEvery time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
@@ -199,14 +200,13 @@ func (w *Worker) Backlog() int { return int(w.backlog.Load()) }
 // blocks.
 func (w *Worker) Dropped() int { return int(w.dropped.Load()) }
 
-// watchOutbox counts the outbox's backlog every BacklogEvery until ctx
-// is cancelled; a count that fails keeps the last one. Deliveries dropped
+// watchOutbox counts the outbox every BacklogEvery until ctx is
+// cancelled; a count that fails keeps the last one. Deliveries dropped
 // since the last count are said in the log once, until a count finds none
-// more. Endpoints whose due
-// deliveries this instance leaves alone, their secret sealed under another
-// key, are labelled with its key when their secret opens under it (those
-// sealed before keys had ids); the others are said in the log once, until
-// there are none.
+// more. Endpoints whose due deliveries this instance leaves alone, their
+// secret sealed under another key, are labelled with its key when their
+// secret opens under it (those sealed before keys had ids); the others
+// are said in the log once, until there are none.
 func (w *Worker) watchOutbox(ctx context.Context) {
 	t := time.NewTicker(w.cfg.BacklogEvery)
 	defer t.Stop()
