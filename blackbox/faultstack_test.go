@@ -239,7 +239,7 @@ func (st *stack) putPolicy(tn *fTenant, p fPolicy) {
 func (s *suite) postgresStack() *stack {
 	dsn := pgtest.New(s.t)
 	served, proxy := pgtest.Proxied(s.t, dsn)
-	st := s.newStack("postgres", served, dsn, 3, allowPrivate)
+	st := s.newStack("postgres", served, dsn, 3, allowPrivate, manyTestSends)
 	st.pg = proxy
 	st.addHooks()
 	return st

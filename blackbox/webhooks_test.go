@@ -22,6 +22,10 @@ import (
 // allowPrivate lets instances deliver to the tests' receivers on loopback.
 const allowPrivate = "TOLLGATE_WEBHOOK_ALLOW_PRIVATE=1"
 
+// manyTestSends lifts the limit on test events (10 a tenant a minute by
+// default), which the tests send as their stream of events.
+const manyTestSends = "TOLLGATE_WEBHOOK_TEST_SENDS=1000000"
+
 // receipt is one delivery attempt a receiver saw.
 type receipt struct {
 	path, msgID, typ string
@@ -171,7 +175,7 @@ func TestWebhooksTwoInstancesAndSIGKILL(t *testing.T) {
 	// instance's claim on its deliveries (30 s).
 	t.Parallel()
 	dsn := pgtest.New(t)
-	a, b := start(t, dsn, patientStore, allowPrivate), start(t, dsn, patientStore, allowPrivate)
+	a, b := start(t, dsn, patientStore, allowPrivate, manyTestSends), start(t, dsn, patientStore, allowPrivate, manyTestSends)
 	rcv := newReceiver(t)
 	var eps []hookEndpoint
 	paths := map[string]string{} // endpoint id → path
@@ -223,7 +227,7 @@ func TestWebhooksTwoInstancesAndSIGKILL(t *testing.T) {
 	// the receiver runs in this busy process. An attempt that starts a
 	// second after the instance is gone is not one of its.
 	goneAt := time.Now().Add(time.Second)
-	a = start(t, dsn, patientStore, allowPrivate)
+	a = start(t, dsn, patientStore, allowPrivate, manyTestSends)
 	// The killed instance's claims run out after 30 s; then the others
 	// send what it held.
 	waitAllAnswered(t, dsn, rcv, paths, 90*time.Second)

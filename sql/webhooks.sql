@@ -8,8 +8,8 @@ SELECT id FROM tenants WHERE id = @tenant_id FOR NO KEY UPDATE;
 SELECT count(*)::integer FROM webhook_endpoints WHERE tenant_id = @tenant_id;
 
 -- name: CreateWebhookEndpoint :one
-INSERT INTO webhook_endpoints (tenant_id, url, events, secret)
-VALUES (@tenant_id, @url, @events::text[], @secret)
+INSERT INTO webhook_endpoints (tenant_id, url, events, secret, secret_key_id)
+VALUES (@tenant_id, @url, @events::text[], @secret, @secret_key_id)
 RETURNING *;
 
 -- name: ListWebhookEndpoints :many
@@ -26,7 +26,7 @@ DELETE FROM webhook_endpoints WHERE tenant_id = @tenant_id AND id = @id;
 -- too until previous_expires_at.
 UPDATE webhook_endpoints
 SET previous_secret = secret, previous_expires_at = @previous_expires_at,
-    secret = @secret, updated_at = now()
+    secret = @secret, secret_key_id = @secret_key_id, updated_at = now()
 WHERE tenant_id = @tenant_id AND id = @id
 RETURNING *;
 
@@ -52,43 +52,85 @@ ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, created_at;
 
 -- name: InsertWebhookDelivery :one
+-- InsertWebhookDelivery makes a delivery: pending, or dropped when its
+-- endpoint already has 1,000 waiting (migration 000025).
 INSERT INTO webhook_deliveries (event_id, endpoint_id, tenant_id)
 VALUES (@event_id, @endpoint_id, @tenant_id)
-RETURNING id;
+RETURNING id, status;
 
 -- name: ClaimWebhookDeliveries :many
 -- ClaimWebhookDeliveries claims due deliveries for this instance until
--- claim_until: at most per_endpoint in flight per endpoint across every
--- instance (the endpoints' rows are locked while they are counted, and
--- endpoints another instance is claiming for are skipped), at most
--- max_endpoints endpoints, oldest due first. A claim that runs out (its
--- instance died) makes the delivery due again.
-WITH ep AS (
-    SELECT e.id FROM webhook_endpoints AS e
-    WHERE e.enabled
-      AND e.id IN (SELECT d.endpoint_id FROM webhook_deliveries AS d WHERE d.next_attempt_at <= now())
-      AND (SELECT count(*) FROM webhook_deliveries AS x
-           WHERE x.endpoint_id = e.id AND x.status = 'sending' AND x.next_attempt_at > now()) < @per_endpoint::integer
-    ORDER BY e.id
-    LIMIT @max_endpoints
-    FOR NO KEY UPDATE SKIP LOCKED
-), room AS (
-    SELECT ep.id, (
-        SELECT count(*) FROM webhook_deliveries AS x
-        WHERE x.endpoint_id = ep.id AND x.status = 'sending' AND x.next_attempt_at > now()
-    ) AS in_flight
-    FROM ep
+-- claim_until, at most max_deliveries (its free slots):
+--   - oldest due first across endpoints, except that a tenant with fewer
+--     deliveries in flight on this instance (in_flight holds the tenant
+--     of each) comes before one with more, so that a freed slot goes to
+--     the tenant holding fewest, not to the longest backlog;
+--   - at most per_tenant of a tenant's deliveries in flight on this
+--     instance, those it has counted;
+--   - at most per_endpoint in flight per endpoint across every instance
+--     (the endpoints' rows are locked while they are counted, and
+--     endpoints another instance is claiming for are skipped);
+--   - only of endpoints whose secret was sealed under key_id, the key of
+--     this instance: one that cannot sign a delivery never claims it.
+-- A claim that runs out (its instance died) makes the delivery due again.
+-- Its cost is a few index probes per endpoint with deliveries not settled
+-- (migration 000023), whatever the backlog of any of them.
+WITH RECURSIVE heads AS (
+    -- Each endpoint with deliveries not settled and the oldest of them
+    -- (due, or the first to fall due: those in flight wait until their
+    -- claim runs out), one index probe each, in endpoint order: an
+    -- endpoint with nothing waiting costs nothing, one with a backlog no
+    -- more than one without.
+    (SELECT d.endpoint_id, d.next_attempt_at FROM webhook_deliveries AS d
+     WHERE d.next_attempt_at IS NOT NULL
+     ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
+    UNION ALL
+    SELECT n.endpoint_id, n.next_attempt_at FROM heads AS h
+    CROSS JOIN LATERAL (
+        SELECT d.endpoint_id, d.next_attempt_at FROM webhook_deliveries AS d
+        WHERE d.next_attempt_at IS NOT NULL AND d.endpoint_id > h.endpoint_id
+        ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1
+    ) AS n
+), busy AS (
+    SELECT b.tenant_id, count(*)::integer AS n FROM unnest(@in_flight::uuid[]) AS b (tenant_id) GROUP BY b.tenant_id
+), ep AS MATERIALIZED (
+    SELECT e.id, e.tenant_id, coalesce(busy.n, 0) AS tenant_busy, sending.n AS sending
+    FROM heads
+    JOIN webhook_endpoints AS e ON e.id = heads.endpoint_id
+    CROSS JOIN LATERAL (
+        SELECT count(*)::integer AS n FROM webhook_deliveries AS x
+        WHERE x.endpoint_id = e.id AND x.status = 'sending' AND x.next_attempt_at > now()
+    ) AS sending
+    LEFT JOIN busy ON busy.tenant_id = e.tenant_id
+    WHERE heads.next_attempt_at <= now() AND e.enabled AND e.secret_key_id = @key_id
+      AND coalesce(busy.n, 0) < @per_tenant::integer
+      AND sending.n < @per_endpoint::integer
+    ORDER BY coalesce(busy.n, 0), heads.next_attempt_at, e.id
+    LIMIT @max_deliveries::integer
+    FOR NO KEY UPDATE OF e SKIP LOCKED
 ), picked AS (
     -- The endpoint's row lock keeps other claimers off its deliveries.
-    SELECT q.id FROM (
-        SELECT d.id, d.endpoint_id,
-            row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.id) AS n
-        FROM webhook_deliveries AS d
-        JOIN ep ON ep.id = d.endpoint_id
-        WHERE d.next_attempt_at <= now()
-    ) AS q
-    JOIN room ON room.id = q.endpoint_id
-    WHERE q.n + room.in_flight <= @per_endpoint::integer
+    SELECT r.id FROM (
+        SELECT q.id, q.next_attempt_at, q.tenant_busy,
+            row_number() OVER (PARTITION BY q.tenant_id ORDER BY q.next_attempt_at, q.id) AS tn
+        FROM (
+            SELECT d.id, d.next_attempt_at, ep.tenant_id, ep.tenant_busy,
+                ep.sending + row_number() OVER (PARTITION BY ep.id ORDER BY d.next_attempt_at, d.id) AS en
+            FROM ep
+            CROSS JOIN LATERAL (
+                SELECT x.id, x.next_attempt_at FROM webhook_deliveries AS x
+                WHERE x.endpoint_id = ep.id AND x.next_attempt_at <= now()
+                ORDER BY x.next_attempt_at, x.id
+                LIMIT @per_endpoint::integer
+            ) AS d
+        ) AS q
+        WHERE q.en <= @per_endpoint::integer
+    ) AS r
+    WHERE r.tenant_busy + r.tn <= @per_tenant::integer
+    -- Round robin across tenants: the first of each before the second
+    -- of any, oldest due first among them.
+    ORDER BY r.tenant_busy + r.tn, r.next_attempt_at, r.id
+    LIMIT @max_deliveries::integer
 )
 UPDATE webhook_deliveries AS d
 SET status = 'sending', attempts = d.attempts + 1, next_attempt_at = @claim_until, last_attempt_at = now()
@@ -150,16 +192,18 @@ LIMIT @max_rows;
 
 -- name: ResendWebhookDelivery :execrows
 -- ResendWebhookDelivery makes a settled delivery due now, with a fresh
--- schedule of retries. One being sent or waiting is left as it is.
+-- schedule of retries, when its endpoint has room. One being sent or
+-- waiting is left as it is.
 UPDATE webhook_deliveries
-SET status = 'pending', attempts = 0, next_attempt_at = now()
+SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = ''
 WHERE tenant_id = @tenant_id AND endpoint_id = @endpoint_id AND id = @id
-  AND status IN ('delivered', 'failed');
+  AND status IN ('delivered', 'failed', 'dropped') AND NOT webhook_endpoint_full(endpoint_id);
 
--- name: WebhookDeliveryExists :one
-SELECT EXISTS (
-    SELECT 1 FROM webhook_deliveries WHERE tenant_id = @tenant_id AND endpoint_id = @endpoint_id AND id = @id
-) AS found;
+-- name: WebhookDeliveryState :one
+-- WebhookDeliveryState says why a delivery was not sent again: whether it
+-- is settled, and whether its endpoint has 1,000 waiting.
+SELECT (next_attempt_at IS NULL)::boolean AS settled, webhook_endpoint_full(endpoint_id) AS full
+FROM webhook_deliveries WHERE tenant_id = @tenant_id AND endpoint_id = @endpoint_id AND id = @id;
 
 -- name: EmitAllotmentThresholds :execrows
 -- EmitAllotmentThresholds writes allotment.threshold events for every
@@ -242,7 +286,29 @@ WHERE ev.id IN (
     LIMIT @max_rows
 );
 
--- name: WebhookBacklog :one
--- WebhookBacklog counts the deliveries not settled: waiting, being sent,
--- or waiting to be tried again (the partial index of due deliveries).
-SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL;
+-- name: WebhookOutbox :one
+-- WebhookOutbox counts the deliveries not settled (waiting, being sent, or
+-- waiting to be tried again: the partial index of due deliveries), those
+-- dropped for want of room, with the tenant of the last, and the enabled
+-- endpoints with deliveries due whose secret was not sealed under key_id,
+-- which an instance with that key does not claim.
+SELECT
+    (SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL) AS unsettled,
+    (SELECT count(*) FROM webhook_deliveries WHERE status = 'dropped') AS dropped,
+    (SELECT d.tenant_id FROM webhook_deliveries AS d WHERE d.status = 'dropped'
+     ORDER BY d.created_at DESC LIMIT 1) AS last_dropped_tenant,
+    (SELECT count(*) FROM webhook_endpoints AS e
+     WHERE e.enabled AND e.secret_key_id IS DISTINCT FROM @key_id
+       AND EXISTS (SELECT 1 FROM webhook_deliveries AS d WHERE d.endpoint_id = e.id AND d.next_attempt_at <= now())
+    ) AS other_key;
+
+-- name: UnlabelledWebhookSecrets :many
+-- UnlabelledWebhookSecrets are the secrets sealed before their key had an
+-- id (migration 000024).
+SELECT id, secret FROM webhook_endpoints WHERE secret_key_id IS NULL ORDER BY id;
+
+-- name: LabelWebhookSecret :execrows
+-- LabelWebhookSecret records the id of the key that opens an endpoint's
+-- secret, unless the secret changed meanwhile.
+UPDATE webhook_endpoints SET secret_key_id = @secret_key_id
+WHERE id = @id AND secret = @secret AND secret_key_id IS NULL;

@@ -86,6 +86,9 @@ type Config struct {
 	// loopback and private addresses (TOLLGATE_WEBHOOK_ALLOW_PRIVATE): for
 	// self-hosters whose receivers are inside, and for tests.
 	WebhookAllowPrivate bool
+	// WebhookTestSends is how many test events a tenant may send a minute
+	// (TOLLGATE_WEBHOOK_TEST_SENDS).
+	WebhookTestSends int64
 
 	// Billing with Stripe (internal/billing).
 	StripeWebhookSecrets []string // STRIPE_WEBHOOK_SECRET: comma-separated whsec_… signing secrets
@@ -317,6 +320,12 @@ func loadConfig(getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("TOLLGATE_TENANT_MAX_LEASES %q: want the leases one tenant may hold at once, 1 to 10000000", v)
 		}
 	}
+	c.WebhookTestSends = httpapi.DefaultWebhookTestsPerMinute
+	if v := getenv("TOLLGATE_WEBHOOK_TEST_SENDS"); v != "" {
+		if c.WebhookTestSends, err = strconv.ParseInt(v, 10, 64); err != nil || c.WebhookTestSends < 1 || c.WebhookTestSends > 1_000_000 {
+			return c, fmt.Errorf("TOLLGATE_WEBHOOK_TEST_SENDS %q: want the test events a tenant may send a minute, 1 to 1000000", v)
+		}
+	}
 	c.MemoryMaxKeys = 1_000_000
 	if v := getenv("TOLLGATE_MEMORY_MAX_KEYS"); v != "" {
 		if c.MemoryMaxKeys, err = strconv.Atoi(v); err != nil || c.MemoryMaxKeys < 1000 || c.MemoryMaxKeys > 100_000_000 {
@@ -380,6 +389,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("public_url", c.PublicURL),
 		slog.Bool("secure_cookies", c.SecureCookies),
 		slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
+		slog.Int64("webhook_test_sends", c.WebhookTestSends),
 		slog.Int("ipv6_prefix", c.IPv6Prefix),
 		slog.Int64("tenant_inflight", c.TenantInflight),
 		slog.Int("conns_per_ip", c.ConnsPerIP), slog.Int("conns_keyless", c.ConnsKeyless), slog.Int("conns_per_tenant", c.ConnsPerTenant),

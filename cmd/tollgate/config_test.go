@@ -35,6 +35,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"bad log format":               {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_LOG_FORMAT": "xml"}, "TOLLGATE_LOG_FORMAT"},
 		"bad log level":                {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_LOG_LEVEL": "loud"}, "TOLLGATE_LOG_LEVEL"},
 		"bad dev flag":                 {map[string]string{"TOLLGATE_DEV": "yes please"}, "TOLLGATE_DEV"},
+		"no webhook test sends":        {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_WEBHOOK_TEST_SENDS": "0"}, "TOLLGATE_WEBHOOK_TEST_SENDS"},
 		"counter timeout out of range": {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_COUNTER_TIMEOUT": "1h"}, "TOLLGATE_COUNTER_TIMEOUT"},
 		"read timeout not a duration":  {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_READ_TIMEOUT": "soon"}, "TOLLGATE_READ_TIMEOUT"},
 		"idle timeout too short":       {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_IDLE_TIMEOUT": "10ms"}, "TOLLGATE_IDLE_TIMEOUT"},
@@ -109,7 +110,8 @@ func TestConfigDefaultsAndValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Addr != ":8080" || c.CounterStore != "redis" || c.CounterTimeout != 50*time.Millisecond || c.LogFormat != "json" ||
-		c.ReadTimeout != 30*time.Second || c.WriteTimeout != time.Minute || c.IdleTimeout != time.Minute || c.MemoryMaxKeys != 1_000_000 {
+		c.ReadTimeout != 30*time.Second || c.WriteTimeout != time.Minute || c.IdleTimeout != time.Minute || c.MemoryMaxKeys != 1_000_000 ||
+		c.WebhookTestSends != 10 {
 		t.Fatalf("defaults: got %+v", c)
 	}
 	if len(c.TrustedProxies) != 2 || c.TrustedProxies[1].String() != "192.0.2.1/32" {

@@ -203,8 +203,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 		// Billing with Stripe.
 		Billing:        bill,
 		StripeWebhooks: stripeWebhooks,
-		// Outbound tenant webhooks.
-		Webhooks: hooks,
+		// Outbound tenant webhooks; test sends limited per tenant as
+		// billing links are, in the same local fallback store.
+		Webhooks:              hooks,
+		WebhookTestLimiter:    gate.NewLimiter("webhook test limits", store, linkOpens, log),
+		WebhookTestsPerMinute: cfg.WebhookTestSends,
 		// Dashboard (/admin).
 		Dashboard: dash.Register,
 	})
@@ -280,7 +283,7 @@ func webhookWiring(cfg Config, pool *pgxpool.Pool, log *slog.Logger) (*webhooks.
 const webhookTimeout = 10 * time.Second
 
 // backlogs reports the recorders' queues of writes and the outbox of
-// outbound tenant webhooks.
+// outbound tenant webhooks, with the deliveries it dropped.
 func backlogs(met *metrics.Metrics, usageRec *usage.Recorder, auditRec *audit.Recorder, hooks *webhooks.Worker) error {
 	firsts := func() int { n, _, _, _ := auditRec.Pending(); return n }
 	counts := func() int { _, n, _, _ := auditRec.Pending(); return n }
@@ -291,6 +294,7 @@ func backlogs(met *metrics.Metrics, usageRec *usage.Recorder, auditRec *audit.Re
 		met.Backlog(metrics.QueueAuditRefusalCounts, counts),
 		met.Backlog(metrics.QueueAlertChecks, checks),
 		met.Backlog(metrics.QueueWebhooks, hooks.Backlog),
+		met.WebhooksDropped(hooks.Dropped),
 	)
 }
 

@@ -137,6 +137,7 @@ func newTenantAPIWith(t testing.TB, dsn string, o apiOptions) *tenantAPI {
 			a.audits = append(a.audits, auditEntry{tenantID, kind, detail})
 			a.auditMu.Unlock()
 		},
+		WebhookTestLimiter: gate.NewLimiter("webhook test limits", nil, local, nil),
 	})
 	return a
 }

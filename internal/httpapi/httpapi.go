@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/internal/webhooks"
 	"github.com/tollgate/tollgate/web"
 )
 
@@ -97,6 +98,13 @@ type Config struct {
 	// endpoints, and lists the disabled ones in /v1/usage; nil serves
 	// neither.
 	Webhooks TenantWebhooks
+	// WebhookTestLimiter counts test sends (POST /v1/webhooks/{id}/test)
+	// against WebhookTestsPerMinute per tenant, as LinkLimiter counts
+	// billing links. Nil counts nowhere: every test send is answered 503.
+	WebhookTestLimiter *gate.Limiter
+	// WebhookTestsPerMinute is how many test events a tenant may send a
+	// minute (TOLLGATE_WEBHOOK_TEST_SENDS; 0 is DefaultWebhookTestsPerMinute).
+	WebhookTestsPerMinute int64
 	// Dashboard, when set, mounts the operators' dashboard (/admin) on the
 	// same Echo, so that it shares the client-IP rules and the recovery
 	// middleware; httpapi knows nothing else of it.
@@ -135,7 +143,7 @@ func New(cfg Config) *echo.Echo {
 		v1.GET("/usage", a.usage, a.admit("usage"))
 		registerBilling(v1.Group("/billing", a.admit("billing")), a)
 		registerLeases(v1, a)
-		registerTenantWebhooks(v1.Group("/webhooks", a.admit("webhooks")), cfg.Webhooks)
+		registerTenantWebhooks(v1.Group("/webhooks", a.admit("webhooks")), cfg)
 	}
 	e.GET("/billing/portal/:token", portalLink(cfg))
 	e.POST("/webhooks/stripe", stripeWebhook(cfg))
@@ -210,6 +218,11 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		}
 		if errors.Is(err, gate.ErrBusy) {
 			c.Response().Header().Set("X-RateLimit-Layer", admission.LayerInflight)
+		}
+		if errors.Is(err, webhooks.ErrOutboxFull) {
+			// Room comes as the endpoint's deliveries are delivered or
+			// given up, which nothing here can tell: a pause.
+			c.Response().Header().Set("Retry-After", "60")
 		}
 		sendProblem(c, p)
 	}

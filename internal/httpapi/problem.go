@@ -54,6 +54,8 @@ var problemKinds = []problemKind{
 	{webhooks.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	{webhooks.ErrTooMany, http.StatusConflict, "too-many-webhooks", "A tenant may have at most 5 webhook endpoints: delete one first"},
 	{webhooks.ErrConflict, http.StatusConflict, "delivery-in-progress", "This delivery is waiting or being sent; it can be sent again once it is delivered or failed"},
+	{errTestsLimited, http.StatusTooManyRequests, "webhook-tests-limited", "This tenant sent as many test events as it may this minute"},
+	{webhooks.ErrOutboxFull, http.StatusTooManyRequests, "webhook-outbox-full", "This endpoint has 1,000 deliveries waiting; nothing more is queued for it until some are delivered or given up (see its delivery log)"},
 	{webhooks.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Tollgate cannot reach its database right now; retry"},
 }
 

@@ -1,12 +1,17 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/webhooks"
 )
 
@@ -35,13 +40,26 @@ const deliveriesPerPage = 100
 // shows.
 const disabledByTenant = "disabled by the tenant"
 
+// DefaultWebhookTestsPerMinute is how many test events a tenant may send
+// a minute, across its endpoints, unless configured otherwise: a person
+// trying a receiver sends a few; a script cannot turn the route into a
+// stream of outbox rows or of requests to someone's server.
+const DefaultWebhookTestsPerMinute = 10
+
+// webhookTestGroup is the counter group of the test sends' limit.
+const webhookTestGroup = "webhook-tests"
+
+// errTestsLimited is a test send past the tenant's limit.
+var errTestsLimited = errors.New("webhook test sends limited")
+
 // registerTenantWebhooks adds /v1/webhooks behind admit, which keeps test
 // keys to reading. Without a service, every route answers 404.
-func registerTenantWebhooks(g *echo.Group, svc TenantWebhooks) {
-	if svc == nil {
+func registerTenantWebhooks(g *echo.Group, cfg Config) {
+	if cfg.Webhooks == nil {
 		return
 	}
-	h := hookHandlers{svc: svc}
+	h := hookHandlers{svc: cfg.Webhooks, tests: cfg.WebhookTestLimiter,
+		testsPerMinute: cmp.Or(cfg.WebhookTestsPerMinute, DefaultWebhookTestsPerMinute)}
 	g.POST("", h.create)
 	g.GET("", h.list)
 	g.GET("/:id", h.get)
@@ -54,7 +72,11 @@ func registerTenantWebhooks(g *echo.Group, svc TenantWebhooks) {
 	g.POST("/:id/deliveries/:delivery/resend", h.resend)
 }
 
-type hookHandlers struct{ svc TenantWebhooks }
+type hookHandlers struct {
+	svc            TenantWebhooks
+	tests          *gate.Limiter
+	testsPerMinute int64
+}
 
 type hookBody struct {
 	URL    string   `json:"url"`
@@ -108,12 +130,43 @@ func (h hookHandlers) rotate(c echo.Context) error {
 	return c.JSON(http.StatusOK, e)
 }
 
+// test sends the endpoint a test.ping once the tenant's test sends of
+// the last minute leave room (counted before the endpoint is looked up:
+// a refused send costs no database work); past them, 429 with
+// Retry-After.
 func (h hookHandlers) test(c echo.Context) error {
-	d, err := h.svc.Ping(c.Request().Context(), tenantID(c), c.Param("id"))
+	ctx := c.Request().Context()
+	if h.tests == nil {
+		return fmt.Errorf("webhook test limits: %w", gate.ErrStoreUnavailable)
+	}
+	ds, err := h.tests.Check(ctx, gate.Limits{Group: webhookTestGroup, Rules: []gate.Rule{
+		{Key: "tenant:" + tenantID(c), Limit: h.testsPerMinute, Window: time.Minute},
+	}})
+	if err != nil {
+		return err
+	}
+	if d := ds[0]; !d.Allowed {
+		c.Response().Header().Set("Retry-After", strconv.FormatInt(max(1, ceilDiv(d.RetryAfter, time.Second)), 10))
+		return &testsLimited{perMinute: h.testsPerMinute}
+	}
+	d, err := h.svc.Ping(ctx, tenantID(c), c.Param("id"))
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusAccepted, d)
+}
+
+// testsLimited is a test send past the tenant's limit, saying the limit.
+type testsLimited struct{ perMinute int64 }
+
+func (e *testsLimited) Error() string { return errTestsLimited.Error() }
+
+// Unwrap returns errTestsLimited.
+func (e *testsLimited) Unwrap() error { return errTestsLimited }
+
+// ClientFault implements clientError.
+func (e *testsLimited) ClientFault() (field, reason string) {
+	return "", fmt.Sprintf("This tenant may send %d test events a minute; retry after Retry-After seconds.", e.perMinute)
 }
 
 func (h hookHandlers) enable(c echo.Context) error  { return h.setEnabled(c, true) }

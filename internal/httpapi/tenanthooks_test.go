@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -119,4 +121,73 @@ func TestWebhookRoutesRefuseBadInput(t *testing.T) {
 	if ty := r.json(t)["type"]; ty != "https://tollgate.dev/problems/too-many-webhooks" {
 		t.Errorf("sixth endpoint: problem %v", ty)
 	}
+}
+
+// TestWebhookTestSendsAreLimited: a tenant's test sends are limited to 10
+// a minute across its endpoints, then answered 429 with Retry-After and a
+// problem that says so, costing no outbox row; another tenant's are not
+// touched.
+func TestWebhookTestSendsAreLimited(t *testing.T) {
+	t.Parallel()
+	a := newTenantAPI(t, pgtest.New(t), nil)
+	live, _ := a.tenant(tenant.PlanPro)
+	other, _ := a.tenant(tenant.PlanPro)
+	body := `{"url":"https://hooks.example.com/","events":["key.revoked"]}`
+	ids := []string{
+		a.do(live, "POST", "/v1/webhooks", body).json(t)["id"].(string),
+		a.do(live, "POST", "/v1/webhooks", body).json(t)["id"].(string),
+	}
+	for i := range 10 {
+		wantStatus(t, a.do(live, "POST", "/v1/webhooks/"+ids[i%2]+"/test", ""), http.StatusAccepted)
+	}
+	r := a.do(live, "POST", "/v1/webhooks/"+ids[0]+"/test", "")
+	wantProblem(t, r, http.StatusTooManyRequests, "/webhook-tests-limited")
+	// A sliding window of a minute: the sends of this one weigh on the
+	// next, so the wait may pass a minute, never two.
+	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 || ra > 120 {
+		t.Errorf("Retry-After %q, want 1 to 120 seconds", r.header.Get("Retry-After"))
+	}
+	var rows int
+	if err := a.pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_deliveries`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 10 {
+		t.Errorf("%d deliveries in the outbox, want the 10 test sends answered 202", rows)
+	}
+	oid := a.do(other, "POST", "/v1/webhooks", body).json(t)["id"].(string)
+	wantStatus(t, a.do(other, "POST", "/v1/webhooks/"+oid+"/test", ""), http.StatusAccepted)
+}
+
+// TestWebhookOutboxBound: once 1,000 deliveries wait for an endpoint, a
+// test send and the resend of a settled delivery are refused, 429 with a
+// problem that says why; once one is settled, they are queued again.
+func TestWebhookOutboxBound(t *testing.T) {
+	t.Parallel()
+	a := newTenantAPI(t, pgtest.New(t), nil)
+	live, _ := a.tenant(tenant.PlanPro)
+	id := a.do(live, "POST", "/v1/webhooks", `{"url":"https://hooks.example.com/","events":["key.revoked"]}`).json(t)["id"].(string)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := a.pool.Exec(context.Background(), sql, id); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	events := func(n int) string {
+		return `INSERT INTO webhook_events (tenant_id, type, data, idempotency_key)
+			SELECT e.tenant_id, 'key.revoked', '{}', 'test:' || gen_random_uuid()
+			FROM webhook_endpoints AS e, generate_series(1, ` + strconv.Itoa(n) + `) WHERE e.id = $1`
+	}
+	exec(events(1))
+	exec(`UPDATE webhook_deliveries SET status = 'delivered', next_attempt_at = NULL WHERE endpoint_id = $1`)
+	var settled string
+	if err := a.pool.QueryRow(context.Background(), `SELECT id::text FROM webhook_deliveries WHERE endpoint_id = $1`, id).Scan(&settled); err != nil {
+		t.Fatal(err)
+	}
+	exec(events(1000))
+	wantProblem(t, a.do(live, "POST", "/v1/webhooks/"+id+"/test", ""), http.StatusTooManyRequests, "/webhook-outbox-full")
+	wantProblem(t, a.do(live, "POST", "/v1/webhooks/"+id+"/deliveries/"+settled+"/resend", ""), http.StatusTooManyRequests, "/webhook-outbox-full")
+	exec(`UPDATE webhook_deliveries SET status = 'delivered', next_attempt_at = NULL
+		WHERE id = (SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 AND status = 'pending' LIMIT 1)`)
+	wantStatus(t, a.do(live, "POST", "/v1/webhooks/"+id+"/deliveries/"+settled+"/resend", ""), http.StatusAccepted)
+	wantProblem(t, a.do(live, "POST", "/v1/webhooks/"+id+"/test", ""), http.StatusTooManyRequests, "/webhook-outbox-full")
 }

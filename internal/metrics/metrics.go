@@ -155,6 +155,17 @@ func (m *Metrics) Backlog(queue string, pending func() int) error {
 	}, func() float64 { return float64(pending()) }))
 }
 
+// WebhooksDropped reports, as tollgate_webhook_deliveries_dropped, the
+// deliveries of tenants' webhooks dropped because their endpoint had too
+// many waiting: dropped is called at each scrape and must be safe for
+// concurrent use and quick. It fails when called twice.
+func (m *Metrics) WebhooksDropped(dropped func() int) error {
+	return m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tollgate_webhook_deliveries_dropped",
+		Help: "Deliveries of tenants' webhooks not queued because their endpoint already had 1,000 waiting (status dropped), as kept in the outbox (40 days), counted every 5 s: the same on every instance. A rise is a receiver that fails under a stream of events.",
+	}, func() float64 { return float64(dropped()) }))
+}
+
 // Status classes of HTTPDuration.
 const (
 	StatusInformational = iota

@@ -46,7 +46,7 @@ func ids(tenantID, id string) (pgtype.UUID, pgtype.UUID, error) {
 // CreateEndpoint implements webhooks.Store: the tenant's row is locked
 // while its endpoints are counted, so that concurrent creations cannot
 // pass max together.
-func (s *Webhooks) CreateEndpoint(ctx context.Context, tenantID, url string, events []string, secret []byte, max int) (webhooks.Endpoint, error) {
+func (s *Webhooks) CreateEndpoint(ctx context.Context, tenantID, url string, events []string, secret webhooks.Sealed, max int) (webhooks.Endpoint, error) {
 	tid, ok := uuidOf(tenantID)
 	if !ok {
 		return webhooks.Endpoint{}, webhooks.ErrNotFound
@@ -67,7 +67,9 @@ func (s *Webhooks) CreateEndpoint(ctx context.Context, tenantID, url string, eve
 	if int(n) >= max {
 		return webhooks.Endpoint{}, fmt.Errorf("create webhook endpoint: %w", webhooks.ErrTooMany)
 	}
-	row, err := q.CreateWebhookEndpoint(ctx, sqlcgen.CreateWebhookEndpointParams{TenantID: tid, Url: url, Events: events, Secret: secret})
+	row, err := q.CreateWebhookEndpoint(ctx, sqlcgen.CreateWebhookEndpointParams{
+		TenantID: tid, Url: url, Events: events, Secret: secret.Box, SecretKeyID: secret.KeyID,
+	})
 	if err != nil {
 		return webhooks.Endpoint{}, fmt.Errorf("create webhook endpoint: %w", dbErr(err, webhookErrors))
 	}
@@ -124,13 +126,13 @@ func (s *Webhooks) DeleteEndpoint(ctx context.Context, tenantID, id string) erro
 }
 
 // RotateSecret implements webhooks.Store.
-func (s *Webhooks) RotateSecret(ctx context.Context, tenantID, id string, secret []byte, previousUntil time.Time) (webhooks.Endpoint, error) {
+func (s *Webhooks) RotateSecret(ctx context.Context, tenantID, id string, secret webhooks.Sealed, previousUntil time.Time) (webhooks.Endpoint, error) {
 	tid, eid, err := ids(tenantID, id)
 	if err != nil {
 		return webhooks.Endpoint{}, err
 	}
 	row, err := s.q.RotateWebhookSecret(ctx, sqlcgen.RotateWebhookSecretParams{
-		TenantID: tid, ID: eid, Secret: secret, PreviousExpiresAt: ts(previousUntil),
+		TenantID: tid, ID: eid, Secret: secret.Box, SecretKeyID: secret.KeyID, PreviousExpiresAt: ts(previousUntil),
 	})
 	if err != nil {
 		return webhooks.Endpoint{}, fmt.Errorf("rotate webhook secret %s: %w", id, dbErr(err, webhookErrors))
@@ -177,16 +179,20 @@ func (s *Webhooks) Ping(ctx context.Context, tenantID, endpointID string) (webho
 	if err != nil {
 		return webhooks.Delivery{}, fmt.Errorf("ping webhook endpoint %s: %w", endpointID, dbErr(err, webhookErrors))
 	}
-	id, err := q.InsertWebhookDelivery(ctx, sqlcgen.InsertWebhookDeliveryParams{EventID: ev.ID, EndpointID: eid, TenantID: tid})
+	d, err := q.InsertWebhookDelivery(ctx, sqlcgen.InsertWebhookDeliveryParams{EventID: ev.ID, EndpointID: eid, TenantID: tid})
 	if err != nil {
 		return webhooks.Delivery{}, fmt.Errorf("ping webhook endpoint %s: %w", endpointID, dbErr(err, webhookErrors))
+	}
+	if d.Status == "dropped" {
+		// Refused, not kept: the event goes with the transaction.
+		return webhooks.Delivery{}, fmt.Errorf("ping webhook endpoint %s: %w", endpointID, webhooks.ErrOutboxFull)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return webhooks.Delivery{}, dbErr(err, webhookErrors)
 	}
 	now := timeOf(ev.CreatedAt)
 	return webhooks.Delivery{
-		ID: id.String(), EventID: ev.ID.String(), EventType: webhooks.EventTestPing,
+		ID: d.ID.String(), EventID: ev.ID.String(), EventType: webhooks.EventTestPing,
 		Status: "pending", NextAttemptAt: &now, CreatedAt: now,
 	}, nil
 }
@@ -236,20 +242,31 @@ func (s *Webhooks) Resend(ctx context.Context, tenantID, endpointID, deliveryID 
 	if n == 1 {
 		return nil
 	}
-	found, err := s.q.WebhookDeliveryExists(ctx, sqlcgen.WebhookDeliveryExistsParams{TenantID: tid, EndpointID: eid, ID: did})
+	st, err := s.q.WebhookDeliveryState(ctx, sqlcgen.WebhookDeliveryStateParams{TenantID: tid, EndpointID: eid, ID: did})
 	switch {
 	case err != nil:
 		return fmt.Errorf("resend webhook delivery %s: %w", deliveryID, dbErr(err, webhookErrors))
-	case found:
+	case !st.Settled:
 		return webhooks.ErrConflict
+	case st.Full:
+		return webhooks.ErrOutboxFull
 	}
-	return webhooks.ErrNotFound
+	// Settled between the two statements: sent again by then, or not,
+	// the tenant's next try says.
+	return webhooks.ErrConflict
 }
 
 // Claim implements webhooks.Store (sql/webhooks.sql, ClaimWebhookDeliveries).
-func (s *Webhooks) Claim(ctx context.Context, until time.Time, perEndpoint, maxEndpoints int) ([]webhooks.Job, error) {
+func (s *Webhooks) Claim(ctx context.Context, r webhooks.ClaimRequest) ([]webhooks.Job, error) {
+	inFlight := make([]pgtype.UUID, 0, len(r.InFlight))
+	for _, t := range r.InFlight {
+		if id, ok := uuidOf(t); ok {
+			inFlight = append(inFlight, id)
+		}
+	}
 	rows, err := s.q.ClaimWebhookDeliveries(ctx, sqlcgen.ClaimWebhookDeliveriesParams{
-		ClaimUntil: ts(until), PerEndpoint: int32(perEndpoint), MaxEndpoints: int32(maxEndpoints),
+		ClaimUntil: ts(r.Until), InFlight: inFlight, KeyID: r.KeyID, MaxDeliveries: int32(r.Max),
+		PerEndpoint: int32(r.PerEndpoint), PerTenant: int32(r.PerTenant),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim webhook deliveries: %w", dbErr(err, webhookErrors))
@@ -337,11 +354,35 @@ func (s *Webhooks) Sweep(ctx context.Context, now, pruneBefore time.Time) (int64
 	return n1 + n2, nil
 }
 
-// Backlog implements webhooks.Store.
-func (s *Webhooks) Backlog(ctx context.Context) (int64, error) {
-	n, err := s.q.WebhookBacklog(ctx)
+// Outbox implements webhooks.Store.
+func (s *Webhooks) Outbox(ctx context.Context, keyID []byte) (webhooks.Outbox, error) {
+	r, err := s.q.WebhookOutbox(ctx, keyID)
 	if err != nil {
-		return 0, fmt.Errorf("webhook backlog: %w", dbErr(err, webhookErrors))
+		return webhooks.Outbox{}, fmt.Errorf("webhook outbox: %w", dbErr(err, webhookErrors))
+	}
+	o := webhooks.Outbox{Unsettled: r.Unsettled, Dropped: r.Dropped, OtherKey: r.OtherKey}
+	if r.LastDroppedTenant.Valid {
+		o.LastDroppedTenant = r.LastDroppedTenant.String()
+	}
+	return o, nil
+}
+
+// LabelSecrets implements webhooks.Store.
+func (s *Webhooks) LabelSecrets(ctx context.Context, keyID []byte, opens func(sealed []byte) bool) (int, error) {
+	rows, err := s.q.UnlabelledWebhookSecrets(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("label webhook secrets: %w", dbErr(err, webhookErrors))
+	}
+	n := 0
+	for _, r := range rows {
+		if !opens(r.Secret) {
+			continue
+		}
+		m, err := s.q.LabelWebhookSecret(ctx, sqlcgen.LabelWebhookSecretParams{ID: r.ID, Secret: r.Secret, SecretKeyID: keyID})
+		if err != nil {
+			return n, fmt.Errorf("label webhook secrets: %w", dbErr(err, webhookErrors))
+		}
+		n += int(m)
 	}
 	return n, nil
 }

@@ -81,11 +81,14 @@ func (e *env) emit(tenantID string, n int) {
 		FROM generate_series(1, $2::int) AS i`, tenantID, n)
 }
 
-// run starts a worker until the test ends; it waits for the worker to
-// stop at cleanup.
+// run starts a worker until the test ends, with the env's sealer unless
+// cfg has one; it waits for the worker to stop at cleanup.
 func (e *env) run(cfg webhooks.WorkerConfig) *webhooks.Worker {
 	e.t.Helper()
-	cfg.Store, cfg.Sealer = e.store, e.sealer
+	cfg.Store = e.store
+	if cfg.Sealer == nil {
+		cfg.Sealer = e.sealer
+	}
 	if cfg.Client == nil {
 		cfg.Client = webhooks.NewClient(true, 10*time.Second)
 	}

@@ -26,7 +26,16 @@ const secretBytes = 24
 // AES-256-GCM under a key derived from the pepper, so that a copy of the
 // database alone signs nothing. Safe for concurrent use.
 type Sealer struct {
-	aead cipher.AEAD
+	aead  cipher.AEAD
+	keyID []byte
+}
+
+// Sealed is a signing secret as the database keeps it.
+type Sealed struct {
+	// Box is the secret sealed.
+	Box []byte
+	// KeyID names the key that sealed it (Sealer.KeyID).
+	KeyID []byte
 }
 
 // NewSealer returns a Sealer under key, 32 bytes (digest.Key of the
@@ -40,15 +49,26 @@ func NewSealer(key []byte) (*Sealer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook secret key: %w", err)
 	}
-	return &Sealer{aead: aead}, nil
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("tollgate webhook sealing key id"))
+	return &Sealer{aead: aead, keyID: m.Sum(nil)[:keyIDBytes]}, nil
 }
+
+// keyIDBytes is the length of a key id.
+const keyIDBytes = 8
+
+// KeyID names the Sealer's key: 8 bytes of a MAC under it, which tell
+// nothing of the key, the same on every instance with the same pepper.
+// An instance claims only the deliveries of secrets sealed under its
+// key (Store.Claim).
+func (s *Sealer) KeyID() []byte { return s.keyID }
 
 // newSecret returns a fresh signing key, sealed, and its whsec_ form to
 // show the tenant once.
-func (s *Sealer) newSecret() (sealed []byte, shown string) {
+func (s *Sealer) newSecret() (sealed Sealed, shown string) {
 	key := make([]byte, secretBytes)
 	_, _ = rand.Read(key) // crypto/rand.Read never fails
-	return s.seal(key), secretPrefix + base64.StdEncoding.EncodeToString(key)
+	return Sealed{Box: s.seal(key), KeyID: s.keyID}, secretPrefix + base64.StdEncoding.EncodeToString(key)
 }
 
 func (s *Sealer) seal(key []byte) []byte {

@@ -36,6 +36,16 @@ var EventTypes = []string{EventAlertTriggered, EventAlertResolved, EventAllotmen
 // MaxEndpoints is how many endpoints one tenant may have.
 const MaxEndpoints = 5
 
+// MaxPending bounds the deliveries not settled of one endpoint, so those
+// of a tenant to MaxEndpoints × MaxPending (5,000): whatever its receivers
+// do and however many events it has, a tenant cannot grow the outbox
+// without bound, and one endpoint of a tenant that fails does not take
+// the room of its others. A delivery of an event past it is kept in the
+// endpoint's log as dropped, never sent (the tenant may resend it once
+// there is room); a test send or a resend past it is refused
+// (ErrOutboxFull).
+const MaxPending = 1000
+
 // MaxURLLength bounds an endpoint's URL, in bytes.
 const MaxURLLength = 2048
 
@@ -54,6 +64,9 @@ var (
 	// ErrConflict is a delivery that cannot be sent again now: it is
 	// waiting or being sent already.
 	ErrConflict = errors.New("webhook delivery in progress")
+	// ErrOutboxFull is a test send or a resend to an endpoint with
+	// MaxPending deliveries not settled.
+	ErrOutboxFull = errors.New("webhook endpoint has too many deliveries waiting")
 	// ErrUnavailable is a store that could not be reached.
 	ErrUnavailable = errors.New("webhooks unavailable")
 )
@@ -94,8 +107,9 @@ type Delivery struct {
 	ID        string `json:"id"`
 	EventID   string `json:"event_id"`
 	EventType string `json:"event_type"`
-	// Status is pending, sending, retrying, delivered or failed (given up
-	// after DisableAfter).
+	// Status is pending, sending, retrying, delivered, failed (given up
+	// after DisableAfter) or dropped (not queued: its endpoint had
+	// MaxPending waiting).
 	Status   string `json:"status"`
 	Attempts int    `json:"attempts"`
 	// NextAttemptAt is set while the delivery waits or is being sent.
@@ -127,6 +141,26 @@ type Job struct {
 	PreviousUntil  time.Time
 }
 
+// ClaimRequest is what a worker asks of Store.Claim.
+type ClaimRequest struct {
+	// Until is when the claim runs out: past it, the deliveries are due
+	// again (their instance died).
+	Until time.Time
+	// Max bounds the deliveries claimed: this instance's free slots.
+	Max int
+	// PerEndpoint bounds the deliveries in flight to one endpoint across
+	// every instance, those claimed included.
+	PerEndpoint int
+	// PerTenant bounds one tenant's deliveries in flight on this
+	// instance, those in InFlight and those claimed.
+	PerTenant int
+	// InFlight holds the tenant of each delivery in flight on this
+	// instance.
+	InFlight []string
+	// KeyID is this instance's Sealer.KeyID.
+	KeyID []byte
+}
+
 // Outcome is what one attempt of a delivery came to.
 type Outcome struct {
 	StatusCode      int // 0 when no answer came
@@ -152,27 +186,29 @@ const DisabledForFailures = "disabled by Tollgate: every delivery failed for 3 d
 type Store interface {
 	// CreateEndpoint adds an endpoint with a sealed secret unless the
 	// tenant has max already (ErrTooMany).
-	CreateEndpoint(ctx context.Context, tenantID, url string, events []string, secret []byte, max int) (Endpoint, error)
+	CreateEndpoint(ctx context.Context, tenantID, url string, events []string, secret Sealed, max int) (Endpoint, error)
 	Endpoints(ctx context.Context, tenantID string) ([]Endpoint, error)
 	Endpoint(ctx context.Context, tenantID, id string) (Endpoint, error)
 	DeleteEndpoint(ctx context.Context, tenantID, id string) error
 	// RotateSecret puts secret in place; the one before signs until
 	// previousUntil.
-	RotateSecret(ctx context.Context, tenantID, id string, secret []byte, previousUntil time.Time) (Endpoint, error)
+	RotateSecret(ctx context.Context, tenantID, id string, secret Sealed, previousUntil time.Time) (Endpoint, error)
 	// SetEnabled enables an endpoint, or disables it with reason.
 	SetEnabled(ctx context.Context, tenantID, id string, enabled bool, reason string) (Endpoint, error)
-	// Ping writes a test.ping event addressed to the endpoint alone.
+	// Ping writes a test.ping event addressed to the endpoint alone;
+	// ErrOutboxFull when it has MaxPending deliveries waiting.
 	Ping(ctx context.Context, tenantID, endpointID string) (Delivery, error)
 	// Deliveries is the endpoint's delivery log, newest first.
 	Deliveries(ctx context.Context, tenantID, endpointID string, limit int) ([]Delivery, error)
 	// Resend makes a settled delivery due now (ErrConflict for one that
-	// is not settled).
+	// is not settled, ErrOutboxFull when its endpoint has MaxPending
+	// waiting).
 	Resend(ctx context.Context, tenantID, endpointID, deliveryID string) error
 
-	// Claim claims due deliveries until until, at most perEndpoint in
-	// flight per endpoint across every instance, from at most
-	// maxEndpoints endpoints.
-	Claim(ctx context.Context, until time.Time, perEndpoint, maxEndpoints int) ([]Job, error)
+	// Claim claims due deliveries as r says, oldest due first but the
+	// tenants with fewest in flight on this instance first, of endpoints
+	// whose secret was sealed under r.KeyID only.
+	Claim(ctx context.Context, r ClaimRequest) ([]Job, error)
 	// Delivered settles a delivery.
 	Delivered(ctx context.Context, deliveryID string, o Outcome) error
 	// Failed records a failed attempt: the delivery is due again at next,
@@ -183,6 +219,28 @@ type Store interface {
 	// alerts resolved) once each, and prunes settled events made before
 	// pruneBefore. It returns the number of events written.
 	Sweep(ctx context.Context, now, pruneBefore time.Time) (int64, error)
-	// Backlog counts the deliveries not settled, of every instance.
-	Backlog(ctx context.Context) (int64, error)
+	// Outbox counts the deliveries not settled, of every instance, and
+	// the endpoints whose due deliveries an instance with keyID does not
+	// claim.
+	Outbox(ctx context.Context, keyID []byte) (Outbox, error)
+	// LabelSecrets gives the secrets sealed before their key had an id
+	// keyID when opens says they open under it, and returns how many it
+	// labelled.
+	LabelSecrets(ctx context.Context, keyID []byte, opens func(sealed []byte) bool) (int, error)
+}
+
+// Outbox is what Store.Outbox counts.
+type Outbox struct {
+	// Unsettled counts the deliveries not settled: waiting, being sent,
+	// or waiting to be tried again.
+	Unsettled int64
+	// Dropped counts the deliveries dropped for want of room (MaxPending)
+	// as kept in the outbox, and LastDroppedTenant is the tenant of the
+	// last of them.
+	Dropped           int64
+	LastDroppedTenant string
+	// OtherKey counts the enabled endpoints with deliveries due whose
+	// secret was sealed under another key (another TOLLGATE_PEPPER), or
+	// before keys had ids and not yet labelled.
+	OtherKey int64
 }

@@ -31,6 +31,16 @@ type WorkerConfig struct {
 	// every instance (default 2), so that an endpoint that hangs holds
 	// two slots, not the queue.
 	PerEndpoint int
+	// PerTenant bounds one tenant's deliveries in flight on this instance
+	// (default an eighth of Slots, at least PerEndpoint: 8 of 64). A
+	// tenant's endpoints could hold MaxEndpoints × PerEndpoint = 10; at 8,
+	// seven tenants whose receivers all hang hold 56 slots and leave the
+	// rest to every other tenant, and with more of them each freed slot
+	// goes to the tenant with fewest in flight (Store.Claim), so none
+	// waits behind another's backlog for longer than an attempt lasts.
+	// The share is this instance's, counted here: exact without a lock
+	// across instances, and each instance added adds slots for everyone.
+	PerTenant int
 	// Claim is how long a claimed delivery is this instance's: past it, an
 	// instance that died has its deliveries claimed by another (default
 	// 30 s, above the client's timeout).
@@ -41,8 +51,9 @@ type WorkerConfig struct {
 	// Retries are the waits after each failed attempt (default
 	// RetryDelays, about 3 days); the attempt after the last is given up.
 	Retries []time.Duration
-	// BacklogEvery is how often Backlog's count is read from the outbox
-	// (default 5 s).
+	// BacklogEvery is how often the outbox is counted: Backlog, Dropped,
+	// and the deliveries this instance leaves to another pepper (default
+	// 5 s).
 	BacklogEvery time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
@@ -58,6 +69,11 @@ type Worker struct {
 	// and its endpoint has room for the next of its backlog.
 	finished chan struct{}
 	backlog  atomic.Int64
+	dropped  atomic.Int64
+
+	mu sync.Mutex
+	// tenants counts this instance's deliveries in flight by tenant.
+	tenants map[string]int
 }
 
 // NewWorker returns a Worker.
@@ -67,6 +83,9 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	}
 	if cfg.PerEndpoint <= 0 {
 		cfg.PerEndpoint = 2
+	}
+	if cfg.PerTenant <= 0 {
+		cfg.PerTenant = max(cfg.PerEndpoint, cfg.Slots/8)
 	}
 	if cfg.Claim <= 0 {
 		cfg.Claim = 30 * time.Second
@@ -86,7 +105,8 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	w := &Worker{cfg: cfg, wake: make(chan struct{}, 1), free: make(chan struct{}, cfg.Slots), finished: make(chan struct{}, 1)}
+	w := &Worker{cfg: cfg, wake: make(chan struct{}, 1), free: make(chan struct{}, cfg.Slots), finished: make(chan struct{}, 1),
+		tenants: map[string]int{}}
 	for range cfg.Slots {
 		w.free <- struct{}{}
 	}
@@ -108,7 +128,7 @@ func (w *Worker) Wake() {
 func (w *Worker) Run(ctx context.Context) error {
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
-	inflight.Go(func() { w.countBacklog(ctx) })
+	inflight.Go(func() { w.watchOutbox(ctx) })
 	record := context.WithoutCancel(ctx)
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
@@ -131,10 +151,14 @@ func (w *Worker) Run(ctx context.Context) error {
 // them; it reports whether it claimed any.
 func (w *Worker) claim(ctx, record context.Context, inflight *sync.WaitGroup) bool {
 	n := len(w.free)
-	if n < w.cfg.PerEndpoint {
+	if n == 0 {
 		return false
 	}
-	jobs, err := w.cfg.Store.Claim(ctx, w.cfg.Now().Add(w.cfg.Claim), w.cfg.PerEndpoint, n/w.cfg.PerEndpoint)
+	jobs, err := w.cfg.Store.Claim(ctx, ClaimRequest{
+		Until: w.cfg.Now().Add(w.cfg.Claim), Max: n,
+		PerEndpoint: w.cfg.PerEndpoint, PerTenant: w.cfg.PerTenant, InFlight: w.inFlight(),
+		KeyID: w.cfg.Sealer.KeyID(),
+	})
 	if err != nil {
 		if ctx.Err() == nil {
 			w.cfg.Logger.ErrorContext(ctx, "webhook deliveries not claimed", "err", err)
@@ -143,26 +167,72 @@ func (w *Worker) claim(ctx, record context.Context, inflight *sync.WaitGroup) bo
 	}
 	for _, j := range jobs {
 		<-w.free
+		w.mu.Lock()
+		w.tenants[j.TenantID]++
+		w.mu.Unlock()
 		inflight.Go(func() {
-			defer w.release()
+			defer w.release(j.TenantID)
 			w.deliver(record, j)
 		})
 	}
 	return len(jobs) > 0
 }
 
+// inFlight returns the tenant of each delivery in flight.
+func (w *Worker) inFlight() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for t, n := range w.tenants {
+		for range n {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // Backlog is the outbox's deliveries not settled (metrics.QueueWebhooks),
 // as last counted: the same on every instance. It never blocks.
 func (w *Worker) Backlog() int { return int(w.backlog.Load()) }
 
-// countBacklog counts the outbox's backlog every BacklogEvery until ctx
-// is cancelled; a count that fails keeps the last one.
-func (w *Worker) countBacklog(ctx context.Context) {
+// Dropped is the outbox's deliveries dropped for want of room
+// (MaxPending), as last counted: the same on every instance. It never
+// blocks.
+func (w *Worker) Dropped() int { return int(w.dropped.Load()) }
+
+// watchOutbox counts the outbox every BacklogEvery until ctx is
+// cancelled; a count that fails keeps the last one. Deliveries dropped
+// since the last count are said in the log once, until a count finds none
+// more. Endpoints whose due deliveries this instance leaves alone, their
+// secret sealed under another key, are labelled with its key when their
+// secret opens under it (those sealed before keys had ids); the others
+// are said in the log once, until there are none.
+func (w *Worker) watchOutbox(ctx context.Context) {
 	t := time.NewTicker(w.cfg.BacklogEvery)
 	defer t.Stop()
+	said, counted, dropping := false, false, false
 	for {
-		if n, err := w.cfg.Store.Backlog(ctx); err == nil {
-			w.backlog.Store(n)
+		if o, err := w.cfg.Store.Outbox(ctx, w.cfg.Sealer.KeyID()); err == nil {
+			w.backlog.Store(o.Unsettled)
+			// The first count learns what was dropped before this
+			// instance started.
+			before := w.dropped.Swap(o.Dropped)
+			rose := counted && o.Dropped > before
+			if rose && !dropping {
+				w.cfg.Logger.WarnContext(ctx, "webhook deliveries dropped: their endpoint had 1,000 waiting",
+					"dropped", o.Dropped-before, "tenant_id", o.LastDroppedTenant)
+			}
+			counted, dropping = true, rose
+			switch {
+			case o.OtherKey == 0:
+				said = false
+			case w.label(ctx) > 0:
+				w.Wake()
+			case !said:
+				said = true
+				w.cfg.Logger.ErrorContext(ctx, "webhook deliveries left to instances with another pepper: their endpoints' secrets do not open under this instance's TOLLGATE_PEPPER",
+					"endpoints", o.OtherKey)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -172,8 +242,27 @@ func (w *Worker) countBacklog(ctx context.Context) {
 	}
 }
 
-// release frees a delivery's slot and tells Run that one ended.
-func (w *Worker) release() {
+// label gives the secrets sealed before keys had ids that open under this
+// instance's key its id, and returns how many.
+func (w *Worker) label(ctx context.Context) int {
+	n, err := w.cfg.Store.LabelSecrets(ctx, w.cfg.Sealer.KeyID(), func(sealed []byte) bool {
+		_, err := w.cfg.Sealer.open(sealed)
+		return err == nil
+	})
+	if err != nil && ctx.Err() == nil {
+		w.cfg.Logger.ErrorContext(ctx, "webhook secrets not labelled with their key", "err", err)
+	}
+	return n
+}
+
+// release frees the slot of a delivery of tenantID and tells Run that
+// one ended.
+func (w *Worker) release(tenantID string) {
+	w.mu.Lock()
+	if w.tenants[tenantID]--; w.tenants[tenantID] == 0 {
+		delete(w.tenants, tenantID)
+	}
+	w.mu.Unlock()
 	w.free <- struct{}{}
 	select {
 	case w.finished <- struct{}{}:

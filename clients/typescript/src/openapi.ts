@@ -399,7 +399,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Send a test.ping event to an endpoint */
+        /**
+         * Send a test.ping event to an endpoint
+         * @description At most 10 test events a minute per tenant across its endpoints (the operator may set another number), and none while the endpoint has 1,000 deliveries waiting: 429 with Retry-After.
+         */
         post: operations["testWebhook"];
         delete?: never;
         options?: never;
@@ -967,8 +970,11 @@ export interface components {
             /** @description `msg_` and this is the delivery's `webhook-id`, the same at every attempt. */
             event_id: string;
             event_type: string;
-            /** @enum {string} */
-            status: "pending" | "sending" | "retrying" | "delivered" | "failed";
+            /**
+             * @description `dropped`: not queued, its endpoint already had 1,000 deliveries waiting (`last_error` says so); it may be resent once there is room.
+             * @enum {string}
+             */
+            status: "pending" | "sending" | "retrying" | "delivered" | "failed" | "dropped";
             attempts: number;
             /** Format: date-time */
             next_attempt_at?: string | null;
@@ -1194,6 +1200,27 @@ export interface components {
             };
             content: {
                 "application/problem+json": components["schemas"]["QuotaExceededProblem"];
+            };
+        };
+        /** @description One of the service's own ceilings refused the request (`quota-exceeded`, as TooManyRequests); on the test route, the tenant has sent as many test events as it may this minute (`webhook-tests-limited`: 10 unless the operator set otherwise); or the endpoint has 1,000 deliveries waiting (`webhook-outbox-full`): nothing more is queued for it until some are delivered or given up. */
+        WebhookTooManyRequests: {
+            headers: {
+                /** @description Seconds until the same request would be admitted: exact for `quota-exceeded` and `webhook-tests-limited`; for `webhook-outbox-full` a pause of 60, room coming as the endpoint's deliveries are delivered or given up. */
+                "Retry-After": number;
+                /** @description With `quota-exceeded`: the limit that refused: the one actually applied. */
+                "X-RateLimit-Limit"?: number;
+                /** @description With `quota-exceeded`: always 0 on a refusal. */
+                "X-RateLimit-Remaining"?: 0;
+                /** @description With `quota-exceeded`: the ceiling that refused. */
+                "X-RateLimit-Layer"?: components["schemas"]["Layer"];
+                "X-RateLimit-Scope": components["headers"]["X-RateLimit-Scope"];
+                "X-RateLimit-Degraded": components["headers"]["X-RateLimit-Degraded"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["QuotaExceededProblem"] | components["schemas"]["Problem"];
             };
         };
         /** @description A fault of the service; the body says no more. */
@@ -2090,7 +2117,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            429: components["responses"]["TooManyRequests"];
+            429: components["responses"]["WebhookTooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
         };
@@ -2246,7 +2273,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            429: components["responses"]["TooManyRequests"];
+            429: components["responses"]["WebhookTooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
         };

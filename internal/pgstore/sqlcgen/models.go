@@ -262,6 +262,7 @@ type WebhookEndpoint struct {
 	FailingSince      pgtype.Timestamptz
 	CreatedAt         pgtype.Timestamptz
 	UpdatedAt         pgtype.Timestamptz
+	SecretKeyID       []byte
 }
 
 type WebhookEvent struct {

@@ -12,32 +12,62 @@ import (
 )
 
 const claimWebhookDeliveries = `-- name: ClaimWebhookDeliveries :many
-WITH ep AS (
-    SELECT e.id FROM webhook_endpoints AS e
-    WHERE e.enabled
-      AND e.id IN (SELECT d.endpoint_id FROM webhook_deliveries AS d WHERE d.next_attempt_at <= now())
-      AND (SELECT count(*) FROM webhook_deliveries AS x
-           WHERE x.endpoint_id = e.id AND x.status = 'sending' AND x.next_attempt_at > now()) < $2::integer
-    ORDER BY e.id
-    LIMIT $3
-    FOR NO KEY UPDATE SKIP LOCKED
-), room AS (
-    SELECT ep.id, (
-        SELECT count(*) FROM webhook_deliveries AS x
-        WHERE x.endpoint_id = ep.id AND x.status = 'sending' AND x.next_attempt_at > now()
-    ) AS in_flight
-    FROM ep
+WITH RECURSIVE heads AS (
+    -- Each endpoint with deliveries not settled and the oldest of them
+    -- (due, or the first to fall due: those in flight wait until their
+    -- claim runs out), one index probe each, in endpoint order: an
+    -- endpoint with nothing waiting costs nothing, one with a backlog no
+    -- more than one without.
+    (SELECT d.endpoint_id, d.next_attempt_at FROM webhook_deliveries AS d
+     WHERE d.next_attempt_at IS NOT NULL
+     ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
+    UNION ALL
+    SELECT n.endpoint_id, n.next_attempt_at FROM heads AS h
+    CROSS JOIN LATERAL (
+        SELECT d.endpoint_id, d.next_attempt_at FROM webhook_deliveries AS d
+        WHERE d.next_attempt_at IS NOT NULL AND d.endpoint_id > h.endpoint_id
+        ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1
+    ) AS n
+), busy AS (
+    SELECT b.tenant_id, count(*)::integer AS n FROM unnest($2::uuid[]) AS b (tenant_id) GROUP BY b.tenant_id
+), ep AS MATERIALIZED (
+    SELECT e.id, e.tenant_id, coalesce(busy.n, 0) AS tenant_busy, sending.n AS sending
+    FROM heads
+    JOIN webhook_endpoints AS e ON e.id = heads.endpoint_id
+    CROSS JOIN LATERAL (
+        SELECT count(*)::integer AS n FROM webhook_deliveries AS x
+        WHERE x.endpoint_id = e.id AND x.status = 'sending' AND x.next_attempt_at > now()
+    ) AS sending
+    LEFT JOIN busy ON busy.tenant_id = e.tenant_id
+    WHERE heads.next_attempt_at <= now() AND e.enabled AND e.secret_key_id = $3
+      AND coalesce(busy.n, 0) < $4::integer
+      AND sending.n < $5::integer
+    ORDER BY coalesce(busy.n, 0), heads.next_attempt_at, e.id
+    LIMIT $6::integer
+    FOR NO KEY UPDATE OF e SKIP LOCKED
 ), picked AS (
     -- The endpoint's row lock keeps other claimers off its deliveries.
-    SELECT q.id FROM (
-        SELECT d.id, d.endpoint_id,
-            row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.id) AS n
-        FROM webhook_deliveries AS d
-        JOIN ep ON ep.id = d.endpoint_id
-        WHERE d.next_attempt_at <= now()
-    ) AS q
-    JOIN room ON room.id = q.endpoint_id
-    WHERE q.n + room.in_flight <= $2::integer
+    SELECT r.id FROM (
+        SELECT q.id, q.next_attempt_at, q.tenant_busy,
+            row_number() OVER (PARTITION BY q.tenant_id ORDER BY q.next_attempt_at, q.id) AS tn
+        FROM (
+            SELECT d.id, d.next_attempt_at, ep.tenant_id, ep.tenant_busy,
+                ep.sending + row_number() OVER (PARTITION BY ep.id ORDER BY d.next_attempt_at, d.id) AS en
+            FROM ep
+            CROSS JOIN LATERAL (
+                SELECT x.id, x.next_attempt_at FROM webhook_deliveries AS x
+                WHERE x.endpoint_id = ep.id AND x.next_attempt_at <= now()
+                ORDER BY x.next_attempt_at, x.id
+                LIMIT $5::integer
+            ) AS d
+        ) AS q
+        WHERE q.en <= $5::integer
+    ) AS r
+    WHERE r.tenant_busy + r.tn <= $4::integer
+    -- Round robin across tenants: the first of each before the second
+    -- of any, oldest due first among them.
+    ORDER BY r.tenant_busy + r.tn, r.next_attempt_at, r.id
+    LIMIT $6::integer
 )
 UPDATE webhook_deliveries AS d
 SET status = 'sending', attempts = d.attempts + 1, next_attempt_at = $1, last_attempt_at = now()
@@ -52,9 +82,12 @@ RETURNING d.id, d.attempts, d.tenant_id, ev.id AS event_id, ev.type, ev.data, ev
 `
 
 type ClaimWebhookDeliveriesParams struct {
-	ClaimUntil   pgtype.Timestamptz
-	PerEndpoint  int32
-	MaxEndpoints int32
+	ClaimUntil    pgtype.Timestamptz
+	InFlight      []pgtype.UUID
+	KeyID         []byte
+	PerTenant     int32
+	PerEndpoint   int32
+	MaxDeliveries int32
 }
 
 type ClaimWebhookDeliveriesRow struct {
@@ -73,13 +106,31 @@ type ClaimWebhookDeliveriesRow struct {
 }
 
 // ClaimWebhookDeliveries claims due deliveries for this instance until
-// claim_until: at most per_endpoint in flight per endpoint across every
-// instance (the endpoints' rows are locked while they are counted, and
-// endpoints another instance is claiming for are skipped), at most
-// max_endpoints endpoints, oldest due first. A claim that runs out (its
-// instance died) makes the delivery due again.
+// claim_until, at most max_deliveries (its free slots):
+//   - oldest due first across endpoints, except that a tenant with fewer
+//     deliveries in flight on this instance (in_flight holds the tenant
+//     of each) comes before one with more, so that a freed slot goes to
+//     the tenant holding fewest, not to the longest backlog;
+//   - at most per_tenant of a tenant's deliveries in flight on this
+//     instance, those it has counted;
+//   - at most per_endpoint in flight per endpoint across every instance
+//     (the endpoints' rows are locked while they are counted, and
+//     endpoints another instance is claiming for are skipped);
+//   - only of endpoints whose secret was sealed under key_id, the key of
+//     this instance: one that cannot sign a delivery never claims it.
+//
+// A claim that runs out (its instance died) makes the delivery due again.
+// Its cost is a few index probes per endpoint with deliveries not settled
+// (migration 000023), whatever the backlog of any of them.
 func (q *Queries) ClaimWebhookDeliveries(ctx context.Context, arg ClaimWebhookDeliveriesParams) ([]ClaimWebhookDeliveriesRow, error) {
-	rows, err := q.db.Query(ctx, claimWebhookDeliveries, arg.ClaimUntil, arg.PerEndpoint, arg.MaxEndpoints)
+	rows, err := q.db.Query(ctx, claimWebhookDeliveries,
+		arg.ClaimUntil,
+		arg.InFlight,
+		arg.KeyID,
+		arg.PerTenant,
+		arg.PerEndpoint,
+		arg.MaxDeliveries,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -123,16 +174,17 @@ func (q *Queries) CountWebhookEndpoints(ctx context.Context, tenantID pgtype.UUI
 }
 
 const createWebhookEndpoint = `-- name: CreateWebhookEndpoint :one
-INSERT INTO webhook_endpoints (tenant_id, url, events, secret)
-VALUES ($1, $2, $3::text[], $4)
-RETURNING id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at
+INSERT INTO webhook_endpoints (tenant_id, url, events, secret, secret_key_id)
+VALUES ($1, $2, $3::text[], $4, $5)
+RETURNING id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at, secret_key_id
 `
 
 type CreateWebhookEndpointParams struct {
-	TenantID pgtype.UUID
-	Url      string
-	Events   []string
-	Secret   []byte
+	TenantID    pgtype.UUID
+	Url         string
+	Events      []string
+	Secret      []byte
+	SecretKeyID []byte
 }
 
 func (q *Queries) CreateWebhookEndpoint(ctx context.Context, arg CreateWebhookEndpointParams) (WebhookEndpoint, error) {
@@ -141,6 +193,7 @@ func (q *Queries) CreateWebhookEndpoint(ctx context.Context, arg CreateWebhookEn
 		arg.Url,
 		arg.Events,
 		arg.Secret,
+		arg.SecretKeyID,
 	)
 	var i WebhookEndpoint
 	err := row.Scan(
@@ -156,6 +209,7 @@ func (q *Queries) CreateWebhookEndpoint(ctx context.Context, arg CreateWebhookEn
 		&i.FailingSince,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.SecretKeyID,
 	)
 	return i, err
 }
@@ -366,7 +420,7 @@ func (q *Queries) FailedWebhook(ctx context.Context, arg FailedWebhookParams) er
 }
 
 const getWebhookEndpoint = `-- name: GetWebhookEndpoint :one
-SELECT id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2
+SELECT id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at, secret_key_id FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2
 `
 
 type GetWebhookEndpointParams struct {
@@ -390,6 +444,7 @@ func (q *Queries) GetWebhookEndpoint(ctx context.Context, arg GetWebhookEndpoint
 		&i.FailingSince,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.SecretKeyID,
 	)
 	return i, err
 }
@@ -397,7 +452,7 @@ func (q *Queries) GetWebhookEndpoint(ctx context.Context, arg GetWebhookEndpoint
 const insertWebhookDelivery = `-- name: InsertWebhookDelivery :one
 INSERT INTO webhook_deliveries (event_id, endpoint_id, tenant_id)
 VALUES ($1, $2, $3)
-RETURNING id
+RETURNING id, status
 `
 
 type InsertWebhookDeliveryParams struct {
@@ -406,11 +461,18 @@ type InsertWebhookDeliveryParams struct {
 	TenantID   pgtype.UUID
 }
 
-func (q *Queries) InsertWebhookDelivery(ctx context.Context, arg InsertWebhookDeliveryParams) (pgtype.UUID, error) {
+type InsertWebhookDeliveryRow struct {
+	ID     pgtype.UUID
+	Status string
+}
+
+// InsertWebhookDelivery makes a delivery: pending, or dropped when its
+// endpoint already has 1,000 waiting (migration 000025).
+func (q *Queries) InsertWebhookDelivery(ctx context.Context, arg InsertWebhookDeliveryParams) (InsertWebhookDeliveryRow, error) {
 	row := q.db.QueryRow(ctx, insertWebhookDelivery, arg.EventID, arg.EndpointID, arg.TenantID)
-	var id pgtype.UUID
-	err := row.Scan(&id)
-	return id, err
+	var i InsertWebhookDeliveryRow
+	err := row.Scan(&i.ID, &i.Status)
+	return i, err
 }
 
 const insertWebhookEvent = `-- name: InsertWebhookEvent :one
@@ -445,6 +507,27 @@ func (q *Queries) InsertWebhookEvent(ctx context.Context, arg InsertWebhookEvent
 	var i InsertWebhookEventRow
 	err := row.Scan(&i.ID, &i.CreatedAt)
 	return i, err
+}
+
+const labelWebhookSecret = `-- name: LabelWebhookSecret :execrows
+UPDATE webhook_endpoints SET secret_key_id = $1
+WHERE id = $2 AND secret = $3 AND secret_key_id IS NULL
+`
+
+type LabelWebhookSecretParams struct {
+	SecretKeyID []byte
+	ID          pgtype.UUID
+	Secret      []byte
+}
+
+// LabelWebhookSecret records the id of the key that opens an endpoint's
+// secret, unless the secret changed meanwhile.
+func (q *Queries) LabelWebhookSecret(ctx context.Context, arg LabelWebhookSecretParams) (int64, error) {
+	result, err := q.db.Exec(ctx, labelWebhookSecret, arg.SecretKeyID, arg.ID, arg.Secret)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const listWebhookDeliveries = `-- name: ListWebhookDeliveries :many
@@ -516,7 +599,7 @@ func (q *Queries) ListWebhookDeliveries(ctx context.Context, arg ListWebhookDeli
 }
 
 const listWebhookEndpoints = `-- name: ListWebhookEndpoints :many
-SELECT id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at FROM webhook_endpoints WHERE tenant_id = $1 ORDER BY created_at, id
+SELECT id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at, secret_key_id FROM webhook_endpoints WHERE tenant_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) ListWebhookEndpoints(ctx context.Context, tenantID pgtype.UUID) ([]WebhookEndpoint, error) {
@@ -541,6 +624,7 @@ func (q *Queries) ListWebhookEndpoints(ctx context.Context, tenantID pgtype.UUID
 			&i.FailingSince,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.SecretKeyID,
 		); err != nil {
 			return nil, err
 		}
@@ -594,9 +678,9 @@ func (q *Queries) PruneWebhookEvents(ctx context.Context, arg PruneWebhookEvents
 
 const resendWebhookDelivery = `-- name: ResendWebhookDelivery :execrows
 UPDATE webhook_deliveries
-SET status = 'pending', attempts = 0, next_attempt_at = now()
+SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = ''
 WHERE tenant_id = $1 AND endpoint_id = $2 AND id = $3
-  AND status IN ('delivered', 'failed')
+  AND status IN ('delivered', 'failed', 'dropped') AND NOT webhook_endpoint_full(endpoint_id)
 `
 
 type ResendWebhookDeliveryParams struct {
@@ -606,7 +690,8 @@ type ResendWebhookDeliveryParams struct {
 }
 
 // ResendWebhookDelivery makes a settled delivery due now, with a fresh
-// schedule of retries. One being sent or waiting is left as it is.
+// schedule of retries, when its endpoint has room. One being sent or
+// waiting is left as it is.
 func (q *Queries) ResendWebhookDelivery(ctx context.Context, arg ResendWebhookDeliveryParams) (int64, error) {
 	result, err := q.db.Exec(ctx, resendWebhookDelivery, arg.TenantID, arg.EndpointID, arg.ID)
 	if err != nil {
@@ -618,14 +703,15 @@ func (q *Queries) ResendWebhookDelivery(ctx context.Context, arg ResendWebhookDe
 const rotateWebhookSecret = `-- name: RotateWebhookSecret :one
 UPDATE webhook_endpoints
 SET previous_secret = secret, previous_expires_at = $1,
-    secret = $2, updated_at = now()
-WHERE tenant_id = $3 AND id = $4
-RETURNING id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at
+    secret = $2, secret_key_id = $3, updated_at = now()
+WHERE tenant_id = $4 AND id = $5
+RETURNING id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at, secret_key_id
 `
 
 type RotateWebhookSecretParams struct {
 	PreviousExpiresAt pgtype.Timestamptz
 	Secret            []byte
+	SecretKeyID       []byte
 	TenantID          pgtype.UUID
 	ID                pgtype.UUID
 }
@@ -636,6 +722,7 @@ func (q *Queries) RotateWebhookSecret(ctx context.Context, arg RotateWebhookSecr
 	row := q.db.QueryRow(ctx, rotateWebhookSecret,
 		arg.PreviousExpiresAt,
 		arg.Secret,
+		arg.SecretKeyID,
 		arg.TenantID,
 		arg.ID,
 	)
@@ -653,6 +740,7 @@ func (q *Queries) RotateWebhookSecret(ctx context.Context, arg RotateWebhookSecr
 		&i.FailingSince,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.SecretKeyID,
 	)
 	return i, err
 }
@@ -664,7 +752,7 @@ SET enabled = $1,
     failing_since = CASE WHEN $1::boolean THEN NULL ELSE failing_since END,
     updated_at = now()
 WHERE tenant_id = $3 AND id = $4
-RETURNING id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at
+RETURNING id, tenant_id, url, events, secret, previous_secret, previous_expires_at, enabled, disabled_reason, failing_since, created_at, updated_at, secret_key_id
 `
 
 type SetWebhookEndpointEnabledParams struct {
@@ -698,38 +786,99 @@ func (q *Queries) SetWebhookEndpointEnabled(ctx context.Context, arg SetWebhookE
 		&i.FailingSince,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.SecretKeyID,
 	)
 	return i, err
 }
 
-const webhookBacklog = `-- name: WebhookBacklog :one
-SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL
+const unlabelledWebhookSecrets = `-- name: UnlabelledWebhookSecrets :many
+SELECT id, secret FROM webhook_endpoints WHERE secret_key_id IS NULL ORDER BY id
 `
 
-// WebhookBacklog counts the deliveries not settled: waiting, being sent,
-// or waiting to be tried again (the partial index of due deliveries).
-func (q *Queries) WebhookBacklog(ctx context.Context) (int64, error) {
-	row := q.db.QueryRow(ctx, webhookBacklog)
-	var count int64
-	err := row.Scan(&count)
-	return count, err
+type UnlabelledWebhookSecretsRow struct {
+	ID     pgtype.UUID
+	Secret []byte
 }
 
-const webhookDeliveryExists = `-- name: WebhookDeliveryExists :one
-SELECT EXISTS (
-    SELECT 1 FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2 AND id = $3
-) AS found
+// UnlabelledWebhookSecrets are the secrets sealed before their key had an
+// id (migration 000024).
+func (q *Queries) UnlabelledWebhookSecrets(ctx context.Context) ([]UnlabelledWebhookSecretsRow, error) {
+	rows, err := q.db.Query(ctx, unlabelledWebhookSecrets)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []UnlabelledWebhookSecretsRow
+	for rows.Next() {
+		var i UnlabelledWebhookSecretsRow
+		if err := rows.Scan(&i.ID, &i.Secret); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const webhookDeliveryState = `-- name: WebhookDeliveryState :one
+SELECT (next_attempt_at IS NULL)::boolean AS settled, webhook_endpoint_full(endpoint_id) AS full
+FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2 AND id = $3
 `
 
-type WebhookDeliveryExistsParams struct {
+type WebhookDeliveryStateParams struct {
 	TenantID   pgtype.UUID
 	EndpointID pgtype.UUID
 	ID         pgtype.UUID
 }
 
-func (q *Queries) WebhookDeliveryExists(ctx context.Context, arg WebhookDeliveryExistsParams) (bool, error) {
-	row := q.db.QueryRow(ctx, webhookDeliveryExists, arg.TenantID, arg.EndpointID, arg.ID)
-	var found bool
-	err := row.Scan(&found)
-	return found, err
+type WebhookDeliveryStateRow struct {
+	Settled bool
+	Full    bool
+}
+
+// WebhookDeliveryState says why a delivery was not sent again: whether it
+// is settled, and whether its endpoint has 1,000 waiting.
+func (q *Queries) WebhookDeliveryState(ctx context.Context, arg WebhookDeliveryStateParams) (WebhookDeliveryStateRow, error) {
+	row := q.db.QueryRow(ctx, webhookDeliveryState, arg.TenantID, arg.EndpointID, arg.ID)
+	var i WebhookDeliveryStateRow
+	err := row.Scan(&i.Settled, &i.Full)
+	return i, err
+}
+
+const webhookOutbox = `-- name: WebhookOutbox :one
+SELECT
+    (SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL) AS unsettled,
+    (SELECT count(*) FROM webhook_deliveries WHERE status = 'dropped') AS dropped,
+    (SELECT d.tenant_id FROM webhook_deliveries AS d WHERE d.status = 'dropped'
+     ORDER BY d.created_at DESC LIMIT 1) AS last_dropped_tenant,
+    (SELECT count(*) FROM webhook_endpoints AS e
+     WHERE e.enabled AND e.secret_key_id IS DISTINCT FROM $1
+       AND EXISTS (SELECT 1 FROM webhook_deliveries AS d WHERE d.endpoint_id = e.id AND d.next_attempt_at <= now())
+    ) AS other_key
+`
+
+type WebhookOutboxRow struct {
+	Unsettled         int64
+	Dropped           int64
+	LastDroppedTenant pgtype.UUID
+	OtherKey          int64
+}
+
+// WebhookOutbox counts the deliveries not settled (waiting, being sent, or
+// waiting to be tried again: the partial index of due deliveries), those
+// dropped for want of room, with the tenant of the last, and the enabled
+// endpoints with deliveries due whose secret was not sealed under key_id,
+// which an instance with that key does not claim.
+func (q *Queries) WebhookOutbox(ctx context.Context, keyID []byte) (WebhookOutboxRow, error) {
+	row := q.db.QueryRow(ctx, webhookOutbox, keyID)
+	var i WebhookOutboxRow
+	err := row.Scan(
+		&i.Unsettled,
+		&i.Dropped,
+		&i.LastDroppedTenant,
+		&i.OtherKey,
+	)
+	return i, err
 }

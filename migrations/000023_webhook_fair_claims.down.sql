@@ -1,0 +1,2 @@
+DROP INDEX webhook_deliveries_sending;
+DROP INDEX webhook_deliveries_endpoint_due;
