@@ -2,10 +2,12 @@ package blackbox
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -337,4 +339,212 @@ func newSubjects(pr *phaseRun, stop <-chan struct{}) {
 		pr.v.add(invHostile, "the noisy tenant checked only %d new subjects, want at least 8 times the store's 1,000", n)
 	}
 	pr.s.t.Logf("phase %s: the noisy tenant checked %d new subjects", pr.name, flooded.Load())
+}
+
+// webhooksFair is how soon a bystander's webhook must reach its receiver
+// beside tenants whose receivers hang: a claim and a delivery, with room for
+// a loaded box, far below the attempt timeout (10 s) a hanging receiver
+// holds a slot for.
+const webhooksFair = 5 * time.Second
+
+// hookHostiles are the tenants of hangingWebhooks, made once a stack.
+func (st *stack) hookHostiles() []newTenant {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for len(st.hostiles) < 7 {
+		st.hostiles = append(st.hostiles, createTenant(st.s.t, st.dsn, "pro"))
+	}
+	return st.hostiles
+}
+
+// hangingWebhooks is issue 36's third and fourth attacks, on an instance
+// with 64 delivery slots: seven tenants register five endpoints each whose
+// receivers never answer (each attempt holds a slot for the 10 s of its
+// timeout) and send them test events, 70 deliveries that hang, more than
+// the slots; one of them sends one endpoint as many as its key lets it,
+// from 8 connections.
+// Meanwhile the workload's tenants are sent a test event every 100 ms: each
+// must reach its receiver within webhooksFair of being accepted, since a
+// tenant holds at most 8 of an instance's slots; and the flooded endpoint
+// holds at most its bound of 1,000 deliveries waiting (about 500 sends fit
+// in the attack on the 2-core box: the bound's refusal is
+// TestWebhookOutboxBound's).
+func hangingWebhooks(pr *phaseRun, stop <-chan struct{}) {
+	st, h := pr.st, pr.st.hooks
+	m := st.members[0]
+	t := pr.s.t
+	var eps []hookEndpoint
+	for i, tn := range st.hookHostiles() {
+		for j := range 5 {
+			path := fmt.Sprintf("/hang/%s/%d/%d", pr.name, i, j)
+			h.rcv.hangOn(path)
+			eps = append(eps, addEndpoint(t, m.current(), tn.LiveKey, h.rcv, path, "key.revoked"))
+		}
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	defer func() {
+		// Their deliveries go with them, and the hanging attempts end
+		// with their timeout.
+		for _, e := range eps {
+			do(t, "DELETE", m.base()+"/v1/webhooks/"+e.ID, e.key, nil)
+			h.rcv.hangOff(e.path)
+		}
+		client.CloseIdleConnections()
+	}()
+	for _, e := range eps {
+		for range 3 {
+			tryPing(client, m.base(), e)
+		}
+	}
+	var wg sync.WaitGroup
+	var flood [2]atomic.Int64 // accepted, refused
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, ok := tryPing(client, m.base(), eps[0]); ok {
+					flood[0].Add(1)
+				} else {
+					flood[1].Add(1)
+				}
+			}
+		})
+	}
+	type sent struct {
+		key string
+		at  time.Time
+	}
+	var accepted []sent
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			e := h.eps[i%len(st.tenants)]
+			if id, ok := tryPing(client, m.base(), e); ok {
+				accepted = append(accepted, sent{e.path + " " + id, time.Now()})
+			}
+		}
+	})
+	wg.Wait()
+
+	var late []string
+	worst := time.Duration(0)
+	// Until every bystander's event arrived, or the last is late.
+	for len(accepted) > 0 && time.Now().Before(accepted[len(accepted)-1].at.Add(webhooksFair+time.Second)) {
+		got, all := h.rcv.answered(), true
+		for _, a := range accepted {
+			all = all && got[a.key] > 0
+		}
+		if all {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	first := map[string]time.Time{}
+	for _, rc := range h.rcv.receipts() {
+		if k := rc.key(); first[k].IsZero() || rc.start.Before(first[k]) {
+			first[k] = rc.start
+		}
+	}
+	for _, a := range accepted {
+		took := first[a.key].Sub(a.at)
+		if first[a.key].IsZero() {
+			took = time.Hour
+		}
+		worst = max(worst, took)
+		if took > webhooksFair || pr.s.sabotaged(invHostile) {
+			late = append(late, fmt.Sprintf("%s after %v", a.key, took.Round(time.Millisecond)))
+		}
+	}
+	if len(late) > 0 || len(accepted) == 0 {
+		pr.v.add(invHostile, "%d of %d bystanders' test events reached their receivers later than %v beside hanging receivers, e.g. %v", len(late), len(accepted), webhooksFair, late[:min(3, len(late))])
+	}
+	waiting := queryRows(t, st.dsn, `SELECT count(*)::text, '', '' FROM webhook_deliveries WHERE endpoint_id = $1 AND next_attempt_at IS NOT NULL`, eps[0].ID)[0][0]
+	// The bound holds to within the sends made at once (8): two inserts
+	// may each see room for one (migration 000025).
+	if n, _ := strconv.Atoi(waiting); n > 1000+8 || pr.s.sabotaged(invHostile) {
+		pr.v.add(invHostile, "the flooded endpoint holds %s deliveries waiting (its bound 1,000), %d sends accepted and %d refused", waiting, flood[0].Load(), flood[1].Load())
+	}
+	pr.s.t.Logf("phase %s: %d bystanders' test events, the slowest delivered after %v; the flooded endpoint: %d sends accepted, %d refused, %s waiting",
+		pr.name, len(accepted), worst.Round(time.Millisecond), flood[0].Load(), flood[1].Load(), waiting)
+}
+
+// batchFlood is issue 36's ninth attack: the noisy tenant sends batches of
+// 1,000 checks from 8 connections to every instance, as fast as it is
+// answered, while the database is alive. None of its answers is degraded
+// (a busy store is not down), and the others' answers stay exact, prompt
+// and undegraded.
+func batchFlood(pr *phaseRun, stop <-chan struct{}) {
+	st := pr.st
+	tn := st.noisy
+	checks := make([]any, 1000)
+	for i := range checks {
+		checks[i] = map[string]any{"items": []any{map[string]any{"policy": hotChecks.name, "subject": fmt.Sprintf("%s.b%d", pr.name, i%50)}}}
+	}
+	// Encoded once: the attackers' CPU is the box's, and a batch of 1,000
+	// is 70 KB of JSON to write.
+	body, err := json.Marshal(map[string]any{"checks": checks})
+	if err != nil {
+		pr.s.t.Fatal(err)
+	}
+	c := newFaultClient()
+	defer c.closeIdle()
+	var mu sync.Mutex
+	counts := map[string]int{}
+	var wg sync.WaitGroup
+	for _, m := range st.members {
+		for range 8 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					a := c.do("POST", m.base()+"/v1/check/batch", tn.nt.LiveKey, json.RawMessage(body))
+					what := fmt.Sprint(a.status)
+					// Usage counts every check a result decided (not a
+					// ceiling's problem, which has a status); a batch
+					// without an answer may count any of them.
+					var out struct {
+						Results []struct {
+							Status   int  `json:"status"`
+							Degraded bool `json:"degraded"`
+						} `json:"results"`
+					}
+					switch {
+					case a.err != nil || a.status >= 500:
+						what = "no answer or 5xx"
+						tn.counted(false, 0, int64(len(checks)))
+					case a.status == 200 && json.Unmarshal(a.body, &out) == nil:
+						var decided int64
+						for _, r := range out.Results {
+							if r.Status == 0 {
+								decided++
+							}
+							if r.Degraded {
+								what = "200 degraded"
+							}
+						}
+						tn.counted(false, decided, 0)
+					}
+					mu.Lock()
+					counts[what]++
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if counts["200 degraded"] > 0 || counts["200"] == 0 || pr.s.sabotaged(invHostile) {
+		pr.v.add(invHostile, "the noisy tenant's batches of 1,000 answered %v: degraded while its store answers, or never answered", counts)
+	}
+	pr.s.t.Logf("phase %s: the noisy tenant's batches of 1,000 answered %v", pr.name, counts)
 }

@@ -53,8 +53,10 @@ type stack struct {
 	lossyMu     sync.Mutex
 	usageReads  atomic.Int64
 	usageLosses []string
-	// hooks receives the tenants' webhooks (the PostgreSQL stack's).
-	hooks *stackHooks
+	// hooks receives the tenants' webhooks (the PostgreSQL and memory
+	// stacks'); hostiles are the tenants of hangingWebhooks.
+	hooks    *stackHooks
+	hostiles []newTenant
 }
 
 // member is one instance slot of a stack: its process changes when the
@@ -246,10 +248,13 @@ func (s *suite) postgresStack() *stack {
 }
 
 // memoryStack is one instance whose counters live in its memory, held to
-// the smallest bound (1,000 counters), so that a neighbour can fill it.
+// the smallest bound (1,000 counters), so that a neighbour can fill it; and
+// whose 64 webhook delivery slots are all the stack has.
 func (s *suite) memoryStack() *stack {
 	dsn := pgtest.New(s.t)
-	return s.newStack("memory", dsn, dsn, 1, "TOLLGATE_COUNTER_STORE=memory", "TOLLGATE_MEMORY_MAX_KEYS=1000")
+	st := s.newStack("memory", dsn, dsn, 1, "TOLLGATE_COUNTER_STORE=memory", "TOLLGATE_MEMORY_MAX_KEYS=1000", allowPrivate, manyTestSends)
+	st.addHooks()
+	return st
 }
 
 func (s *suite) redisStack() *stack {

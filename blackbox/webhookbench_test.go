@@ -169,7 +169,7 @@ func hangTenant(b *testing.B, dsn string, in *instance, rcv *receiver) {
 	a := createTenant(b, dsn, "pro")
 	for n := range 5 {
 		path := fmt.Sprintf("/hang/e%d", n)
-		rcv.hang.Store(path, true)
+		rcv.hangOn(path)
 		addEndpoint(b, in, a.LiveKey, rcv, path, "key.revoked")
 	}
 	sql(b, dsn, `INSERT INTO webhook_events (tenant_id, type, data, idempotency_key)

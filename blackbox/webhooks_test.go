@@ -44,7 +44,7 @@ func (r receipt) key() string { return r.path + " " + r.msgID }
 type receiver struct {
 	srv   *httptest.Server
 	delay atomic.Int64 // nanoseconds before answering
-	hang  sync.Map     // path → true: never answer
+	hang  sync.Map     // path → chan struct{}: answer nothing until closed (hangOn)
 
 	mu  sync.Mutex
 	got []receipt
@@ -73,12 +73,16 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	rc.typ, rc.data = env.Type, env.Data
 	wait := time.Duration(r.delay.Load())
-	if _, ok := r.hang.Load(rc.path); ok {
-		wait = time.Hour
+	var released chan struct{}
+	if v, ok := r.hang.Load(rc.path); ok {
+		wait, released = time.Hour, v.(chan struct{})
 	}
 	if wait > 0 {
 		select {
 		case <-time.After(wait):
+		case <-released:
+			rc.cut = true
+			w.WriteHeader(http.StatusServiceUnavailable)
 		case <-req.Context().Done():
 			rc.cut = true
 		}
@@ -89,6 +93,18 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Unlock()
 	if !rc.cut {
 		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// hangOn makes the receiver hold every attempt at path unanswered, until
+// the attempt gives up or hangOff(path).
+func (r *receiver) hangOn(path string) { r.hang.Store(path, make(chan struct{})) }
+
+// hangOff answers the attempts held at path 503, and those after them as
+// any other.
+func (r *receiver) hangOff(path string) {
+	if v, ok := r.hang.LoadAndDelete(path); ok {
+		close(v.(chan struct{}))
 	}
 }
 
