@@ -220,6 +220,8 @@ type Request struct {
 type Identity struct {
 	tenant tenant.Tenant
 	key    tenant.Key
+	// client is the request's client keys, found once.
+	client *clientKeys
 }
 
 // Known reports whether id was made by Identify.

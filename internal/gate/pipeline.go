@@ -134,7 +134,7 @@ func (g *Gate) Identify(ctx context.Context, req Request) (Identity, Verdict, er
 	if stop, err := g.identify(ctx, &p); stop {
 		return Identity{}, p.v, err
 	}
-	return Identity{tenant: p.v.Tenant, key: p.v.Key}, p.v, nil
+	return Identity{tenant: p.v.Tenant, key: p.v.Key, client: p.client}, p.v, nil
 }
 
 // identify sets p's client keys, tenant and key: from p.req.Identity when
@@ -142,9 +142,8 @@ func (g *Gate) Identify(ctx context.Context, req Request) (Identity, Verdict, er
 // pre-authentication buckets and the key. stop reports that p.v (a
 // refusal) or err is the answer.
 func (g *Gate) identify(ctx context.Context, p *passage) (stop bool, err error) {
-	if id := p.req.Identity; id.Known() {
-		p.client = g.clients.get(p.req.ClientIP.Unmap(), g.ipDigest)
-		p.v.Tenant, p.v.Key = id.tenant, id.key
+	if id := &p.req.Identity; id.Known() {
+		p.client, p.v.Tenant, p.v.Key = id.client, id.tenant, id.key
 		return false, nil
 	}
 	if g.enter(ctx, p) || g.preAuthenticate(ctx, p) {

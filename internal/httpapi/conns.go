@@ -288,6 +288,9 @@ func keyed(ctx context.Context, tenantID string) bool {
 	s.forget(c)
 	s.byTenant[tenantID]++
 	s.metrics.Conns.WithLabelValues("tenant").Inc()
-	c.tenant.Store(&tenantID)
+	// A copy of its own: taking the parameter's address would move it to
+	// the heap on every call, not only on a connection's first.
+	id := tenantID
+	c.tenant.Store(&id)
 	return true
 }
