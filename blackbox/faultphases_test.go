@@ -73,6 +73,20 @@ func (s *suite) runPhase(cycle int, ps phaseSpec) {
 		noisy: ps.noisy, lossyTenants: map[*fTenant]bool{}}
 	began := time.Now()
 	s.phases = append(s.phases, ps.name)
+	if st.fresh {
+		// What earlier phases left in the instance's table would count
+		// against the tenants' shares of it: each phase starts it anew,
+		// and the model with it.
+		for _, m := range st.members {
+			if _, err := st.term(m); err != nil {
+				s.t.Fatalf("phase %s: stopping instance %d: %v", pr.name, m.idx, err)
+			}
+			st.restart(m)
+		}
+		st.model.mu.Lock()
+		st.model.records = nil
+		st.model.mu.Unlock()
+	}
 
 	// A key of the phase's own, known to every instance, revoked during
 	// or after the phase.
@@ -98,6 +112,11 @@ func (s *suite) runPhase(cycle int, ps phaseSpec) {
 		}
 	}
 
+	if st.fresh {
+		for _, m := range st.members {
+			m.first = st.sample(m)
+		}
+	}
 	if ps.noisy {
 		pr.noisyFlood()
 	} else {

@@ -57,6 +57,8 @@ type stack struct {
 	// stacks'); hostiles are the tenants of hangingWebhooks.
 	hooks    *stackHooks
 	hostiles []newTenant
+	// fresh: each phase starts the stack's instances anew (memoryStack).
+	fresh bool
 }
 
 // member is one instance slot of a stack: its process changes when the
@@ -254,6 +256,7 @@ func (s *suite) memoryStack() *stack {
 	dsn := pgtest.New(s.t)
 	st := s.newStack("memory", dsn, dsn, 1, "TOLLGATE_COUNTER_STORE=memory", "TOLLGATE_MEMORY_MAX_KEYS=1000", allowPrivate, manyTestSends)
 	st.addHooks()
+	st.fresh = true
 	return st
 }
 
