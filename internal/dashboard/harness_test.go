@@ -152,7 +152,11 @@ func newJar() (http.CookieJar, error) { return cookiejar.New(nil) }
 
 func (e *env) browser() *browser {
 	jar, _ := newJar()
-	return &browser{t: e.t, e: e, http: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
+	// The server's own transport, not http.DefaultTransport: every other
+	// parallel test's httptest.Server.Close closes the default transport's
+	// idle connections, and a POST about to reuse one then fails with
+	// "CloseIdleConnections called" (it is not retried, not being idempotent).
+	return &browser{t: e.t, e: e, http: &http.Client{Transport: e.srv.Client().Transport, Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse
 	}}}
 }
