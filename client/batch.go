@@ -194,7 +194,7 @@ func (b *batcher) send(batch []*waiter) {
 	for len(batch) > 0 {
 		if len(batch) == 1 {
 			w := batch[0]
-			var out decisionOut
+			out := decisionOut{asked: w.in.Items}
 			err := b.c.do(context.Background(), "POST", "/v1/check", &w.in, &out)
 			w.answer(b.c, out.d, err)
 			return
@@ -241,24 +241,20 @@ func (w *waiter) answer(c *Client, d Decision, err error) {
 }
 
 // result reads w's result of its batch: the decision /v1/check would have
-// answered, or the refusal of Tollgate's own ceilings (a problem with its
-// status), as errors alike.
+// answered (read by the same reader, readCheckAnswer), or the refusal of
+// Tollgate's own ceilings (a problem with its status), as errors alike.
 func (w *waiter) result(c *Client) (Decision, error) {
-	if d, ok := readDecisionOf(w.raw, w.in.Items); ok {
+	d, err := readCheckAnswer(w.raw, w.in.Items)
+	if err == nil {
 		return d, nil
 	}
 	var head struct {
 		Status int `json:"status"`
 	}
 	_ = json.Unmarshal(w.raw, &head)
-	var err error
 	switch head.Status {
 	case 0:
-		d, err := jsonDecision(w.raw)
-		if err != nil {
-			return c.checkFailed(unavailable("POST", "/v1/check/batch", fmt.Errorf("a result is not Tollgate's JSON: %w", err)))
-		}
-		return d, nil
+		err = unavailable("POST", "/v1/check/batch", fmt.Errorf("a result is not Tollgate's: %w", err))
 	case http.StatusTooManyRequests:
 		err = fmt.Errorf("POST /v1/check/batch: %w", rateLimited(http.Header{}, w.raw))
 	case http.StatusPaymentRequired:

@@ -41,7 +41,7 @@ func newFakeTollgate(t *testing.T, status int) *fakeTollgate {
 			fmt.Fprintf(w, `{"name":%q,"limit":10,"window":"1h","algorithm":"fixed_window"}`, strings.TrimPrefix(r.URL.Path, "/v1/policies/"))
 		case s == 200:
 			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, `{"allowed":true,"items":[{"policy":"api","allowed":true,"limit":10,"remaining":9}]}`)
+			io.WriteString(w, okDecision)
 		default:
 			w.Header().Set("Content-Type", "application/problem+json")
 			if s == 429 {
@@ -59,8 +59,8 @@ func newFakeTollgate(t *testing.T, status int) *fakeTollgate {
 // TestOnlyUnavailabilityIsFailMode: the fail mode answers when Tollgate
 // gives no decision because it is unavailable (5xx, 408) or its own
 // ceilings or billing refuse the tenant (429, 402); any other refusal of
-// the call (400, 401, 403, 404, 409, 422, a redirect) is an error with a
-// Decision that allows nothing, whatever the fail mode.
+// the call (400, 401, 403, 404, 409, 422) is an error with a Decision that
+// allows nothing, whatever the fail mode.
 func TestOnlyUnavailabilityIsFailMode(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -193,7 +193,16 @@ func TestMiddlewareVerifiesWhenBuilt(t *testing.T) {
 				if r.Method != "GET" || r.URL.Path != "/v1/policies/api" || r.Header.Get("Authorization") != "Bearer tg_live_x" {
 					t.Errorf("verify call: %s %s", r.Method, r.URL)
 				}
-				w.WriteHeader(tt.status)
+				if tt.status != 200 {
+					// Tollgate's refusal: a problem.
+					w.Header().Set("Content-Type", "application/problem+json")
+					w.WriteHeader(tt.status)
+					fmt.Fprintf(w, `{"type":"https://tollgate.dev/problems/x","title":%q,"status":%d}`, http.StatusText(tt.status), tt.status)
+					return
+				}
+				if tt.body != `<html>` {
+					w.Header().Set("Content-Type", "application/json")
+				}
 				io.WriteString(w, cmpOr(tt.body, `{"name":"api","limit":10,"window":"1h","algorithm":"fixed_window"}`))
 			}))
 			defer srv.Close()

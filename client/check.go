@@ -79,19 +79,21 @@ type checkIn struct {
 	Items []checkItemIn `json:"items"`
 }
 
+// checkOut is a check's answer as encoding/json reads it: a member that is
+// absent or null is nil.
 type checkOut struct {
-	Allowed  bool `json:"allowed"`
-	Degraded bool `json:"degraded"`
+	Allowed  *bool `json:"allowed"`
+	Degraded *bool `json:"degraded"`
 	Items    []struct {
-		Policy       string    `json:"policy"`
-		Allowed      bool      `json:"allowed"`
-		Limit        int64     `json:"limit"`
-		Remaining    int64     `json:"remaining"`
-		WindowS      int64     `json:"window_seconds"`
-		ResetAt      time.Time `json:"reset_at"`
-		RetryAfterMS int64     `json:"retry_after_ms"`
-		Shadow       bool      `json:"shadow"`
-		Degraded     bool      `json:"degraded"`
+		Policy       *string    `json:"policy"`
+		Allowed      *bool      `json:"allowed"`
+		Limit        *int64     `json:"limit"`
+		Remaining    *int64     `json:"remaining"`
+		WindowS      int64      `json:"window_seconds"`
+		ResetAt      *time.Time `json:"reset_at"`
+		RetryAfterMS *int64     `json:"retry_after_ms"`
+		Shadow       *bool      `json:"shadow"`
+		Degraded     bool       `json:"degraded"`
 	} `json:"items"`
 }
 
@@ -132,7 +134,7 @@ func (c *Client) check(ctx context.Context, mode string, items []Item) (Decision
 // checkOne sends in to /v1/check. (A function of its own, so that in
 // escapes to the heap only on this path, not on the batcher's.)
 func (c *Client) checkOne(ctx context.Context, in checkIn) (Decision, error) {
-	var out decisionOut
+	out := decisionOut{asked: in.Items}
 	if err := c.do(ctx, "POST", "/v1/check", &in, &out); err != nil {
 		return c.checkFailed(err)
 	}
@@ -148,18 +150,41 @@ func (c *Client) checkFailed(err error) (Decision, error) {
 	return Decision{}, err
 }
 
-// decision is the Decision out says.
-func (out *checkOut) decision() Decision {
-	d := Decision{Allowed: out.Allowed, Degraded: out.Degraded, Items: make([]ItemDecision, len(out.Items))}
+// decision is the Decision out says, and the members it had.
+func (out *checkOut) decision() (Decision, members) {
+	d := Decision{Allowed: deref(out.Allowed), Degraded: deref(out.Degraded), Items: make([]ItemDecision, len(out.Items))}
+	m := members{answer: has(out.Allowed, hasAllowed) | has(out.Degraded, hasDegraded), items: ^uint16(0)}
+	if out.Items != nil {
+		m.answer |= hasItems
+	}
 	for i, it := range out.Items {
 		d.Items[i] = ItemDecision{
-			Policy: it.Policy, Allowed: it.Allowed, Limit: it.Limit, Remaining: it.Remaining,
+			Policy: deref(it.Policy), Allowed: deref(it.Allowed), Limit: deref(it.Limit), Remaining: deref(it.Remaining),
 			Window:  time.Duration(it.WindowS) * time.Second,
-			ResetAt: it.ResetAt, RetryAfter: time.Duration(it.RetryAfterMS) * time.Millisecond,
-			Shadow: it.Shadow, Degraded: it.Degraded,
+			ResetAt: deref(it.ResetAt), RetryAfter: time.Duration(deref(it.RetryAfterMS)) * time.Millisecond,
+			Shadow: deref(it.Shadow), Degraded: it.Degraded,
 		}
+		m.items &= has(it.Policy, hasPolicy) | has(it.Allowed, hasAllowed) | has(it.Limit, hasLimit) | has(it.Remaining, hasRemaining) |
+			has(it.ResetAt, hasResetAt) | has(it.RetryAfterMS, hasRetryAfter) | has(it.Shadow, hasShadow)
 	}
-	return d
+	return d, m
+}
+
+// deref is *p, or the zero value when p is nil.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
+// has is bit when p is not nil, else 0.
+func has[T any](p *T, bit uint16) uint16 {
+	if p == nil {
+		return 0
+	}
+	return bit
 }
 
 // failDecision is the FailMode's answer.

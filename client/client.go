@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -115,8 +116,10 @@ func WithHTTPClient(hc *http.Client) Option {
 // empty; it makes no call (Verify does).
 //
 // The Client follows no redirect: a redirect would carry the API key to
-// wherever it points, so a 3xx answer is an *APIError (a base URL to
-// correct, such as http:// where Tollgate redirects to https://).
+// wherever it points. A 3xx answer is Tollgate unavailable (ErrUnavailable,
+// so the FailMode answers), with an error that names where it points: the
+// base URL to set instead, such as https:// where a load balancer
+// redirects http:// there.
 func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -159,10 +162,11 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 // FailMode returns the client's fail mode.
 func (c *Client) FailMode() FailMode { return c.failMode }
 
-// do sends one call to Tollgate: in (if not nil) as the JSON body, out (if
-// not nil) filled from a 2xx answer. Each attempt runs under c.timeout;
-// Tollgate's own 429s are retried as WithRetry allows.
-func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+// do sends one call to Tollgate: in (if not nil) as the JSON body, out
+// filled from its 200 answer (nil for a call Tollgate answers 204). Each
+// attempt runs under c.timeout; Tollgate's own 429s are retried as
+// WithRetry allows.
+func (c *Client) do(ctx context.Context, method, path string, in any, out answerReader) error {
 	var body []byte
 	if a, ok := in.(appender); ok {
 		body = a.appendJSON(make([]byte, 0, 256))
@@ -202,7 +206,7 @@ func (c *Client) mayWait(ctx context.Context, d time.Duration) bool {
 }
 
 // once is one attempt of do.
-func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) error {
+func (c *Client) once(ctx context.Context, method, path string, body []byte, out answerReader) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var r io.Reader
@@ -231,21 +235,8 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		return unavailable(method, path, fmt.Errorf("answer larger than %d bytes", maxAnswer))
 	}
 	switch s := resp.StatusCode; {
-	case s >= 200 && s < 300:
-		if out == nil || s == http.StatusNoContent {
-			return nil
-		}
-		if a, ok := out.(answerReader); ok {
-			err = a.readAnswer(b)
-		} else {
-			err = json.Unmarshal(b, out)
-		}
-		if err != nil {
-			// Something answered that is not Tollgate (a captive proxy,
-			// a load balancer's page): no decision was had.
-			return unavailable(method, path, fmt.Errorf("answer %d is not Tollgate's JSON: %w", s, err))
-		}
-		return nil
+	case s >= 300 && s < 400:
+		return unavailable(method, path, redirected(resp, path))
 	case s == http.StatusTooManyRequests:
 		return fmt.Errorf("%s %s: %w", method, path, rateLimited(resp.Header, b))
 	case s == http.StatusPaymentRequired:
@@ -255,11 +246,91 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 	case s >= 500 || s == http.StatusRequestTimeout:
 		// A 408 is a proxy's or server's timeout, as unavailable as a 504.
 		return unavailable(method, path, fmt.Errorf("Tollgate answered %d", s))
-	default:
-		var p problemBody
-		_ = json.Unmarshal(b, &p)
+	case s >= 400:
+		p, err := readProblem(resp, b)
+		if err != nil {
+			// A web server's 404 page at a wrong base URL, another
+			// service's error: Tollgate did not refuse the call.
+			return unavailable(method, path, err)
+		}
 		return fmt.Errorf("%s %s: %w", method, path, &APIError{Status: s, Type: p.Type, Title: p.Title, Detail: p.Detail, Field: p.Field})
 	}
+	if err := acceptAnswer(resp, b, out); err != nil {
+		// Something answered that is not Tollgate (a captive portal,
+		// another service at its URL): no decision was had.
+		return unavailable(method, path, err)
+	}
+	return nil
+}
+
+// acceptAnswer reads a 1xx or 2xx answer into out: the 204 of a call
+// whose answer has no body (out nil), else 200 and application/json that
+// out reads as one of Tollgate's (each answerReader checks the members its
+// answer must have). With readProblem for a 4xx, it is where every
+// answer's status and content type are checked; an error says how the
+// answer is not Tollgate's.
+func acceptAnswer(resp *http.Response, b []byte, out answerReader) error {
+	s := resp.StatusCode
+	switch {
+	case out == nil && s == http.StatusNoContent:
+		return nil
+	case out == nil:
+		return fmt.Errorf("answer %d is not Tollgate's, which is 204 No Content", s)
+	case s != http.StatusOK:
+		return fmt.Errorf("answer %d is not Tollgate's, which is 200 and JSON", s)
+	}
+	if err := contentType(resp, "application/json"); err != nil {
+		return err
+	}
+	if err := out.readAnswer(b); err != nil {
+		return fmt.Errorf("answer %d is not Tollgate's: %w", s, err)
+	}
+	return nil
+}
+
+// contentType checks that resp's body is of the media type want, as
+// Tollgate labels it (parameters aside).
+func contentType(resp *http.Response, want string) error {
+	ct := resp.Header.Get("Content-Type")
+	if ct == want {
+		return nil
+	}
+	if ct == "" {
+		return fmt.Errorf("answer %d has no Content-Type, where Tollgate's is %s: is the URL Tollgate's?", resp.StatusCode, want)
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != want {
+		return fmt.Errorf("answer %d is %s, where Tollgate's is %s: is the URL Tollgate's?", resp.StatusCode, ct, want)
+	}
+	return nil
+}
+
+// readProblem reads a 4xx answer as the problem Tollgate writes for it,
+// application/problem+json with the answer's status, or says that it is
+// not Tollgate's.
+func readProblem(resp *http.Response, b []byte) (problemBody, error) {
+	var p problemBody
+	if err := contentType(resp, "application/problem+json"); err != nil {
+		return p, err
+	}
+	if err := json.Unmarshal(b, &p); err != nil || p.Status != resp.StatusCode {
+		return p, fmt.Errorf("answer %d is not a problem of Tollgate's: is the URL Tollgate's?", resp.StatusCode)
+	}
+	return p, nil
+}
+
+// redirected is the error of a redirect, which the client does not follow
+// (it would carry the API key along): where it points, which is where the
+// client's URL should point.
+func redirected(resp *http.Response, path string) error {
+	to, err := resp.Location()
+	if err != nil {
+		return fmt.Errorf("answer %d without a Location is not Tollgate's", resp.StatusCode)
+	}
+	s := fmt.Sprintf("answer %d redirected to %s, set the URL to where it points", resp.StatusCode, to)
+	if base, ok := strings.CutSuffix(to.String(), path); ok && base != "" {
+		s += " (" + base + ")"
+	}
+	return errors.New(s + ": the client follows no redirect, which would carry the API key")
 }
 
 // readBody reads resp's body, up to one byte past maxAnswer: into a slice
@@ -287,16 +358,17 @@ func cause(err error) error {
 
 // failModeDecides reports whether err, from a decision-making call, is
 // one the FailMode answers: Tollgate is unavailable, or its own ceilings
-// or billing refuse the tenant for now. Any other error (an *APIError: a
-// wrong key, an unknown policy, an invalid call, a redirect) is a fault to
-// fix, never an allow.
+// or billing refuse the tenant for now (an answer that is not Tollgate's,
+// a redirect among them). Any other error (an *APIError: a wrong key, an
+// unknown policy, an invalid call) is a fault to fix, never an allow.
 func failModeDecides(err error) bool {
 	var rl *RateLimitedError
 	var pr *PaymentRequiredError
 	return errors.Is(err, ErrUnavailable) || errors.As(err, &rl) || errors.As(err, &pr)
 }
 
-// unavailable is the error of a call that had no answer from Tollgate.
+// unavailable is the error of a call that had no answer from Tollgate, or
+// one that is not Tollgate's.
 func unavailable(method, path string, err error) error {
 	return fmt.Errorf("%s %s: %w: %w", method, path, ErrUnavailable, err)
 }
@@ -307,6 +379,7 @@ type problemBody struct {
 	Type              string `json:"type"`
 	Title             string `json:"title"`
 	Detail            string `json:"detail"`
+	Status            int    `json:"status"`
 	Field             string `json:"field"`
 	Code              string `json:"code"`
 	BillingURL        string `json:"billing_url"`

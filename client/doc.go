@@ -10,20 +10,41 @@
 // # Fail modes are for unavailability only
 //
 // When Tollgate cannot give a decision for now (it cannot be reached, it
-// does not answer in time, it answers 5xx or 408, or its own ceilings or
-// billing refuse the tenant with 429 or 402), the decision-making calls
-// (Check, Peek, Acquire) answer with the client's FailMode (FailOpen
-// allows, FailClosed refuses, both marked Degraded) together with an error
-// that says why: one wrapping ErrUnavailable, a *RateLimitedError or a
-// *PaymentRequiredError. Any other refusal of the call is a fault to fix,
-// not an outage to ride out: a key Tollgate does not know or has revoked
-// (401), a policy that does not exist (400 or 404), any other 4xx, a
-// redirect (the client follows none: it would carry the API key elsewhere).
-// Those return an *APIError with a Decision or Lease that allows nothing,
+// does not answer in time, it answers 5xx or 408, what answers is not
+// Tollgate, or its own ceilings or billing refuse the tenant with 429 or
+// 402), the decision-making calls (Check, Peek, Acquire) answer with the
+// client's FailMode (FailOpen allows, FailClosed refuses, both marked
+// Degraded) together with an error that says why: one wrapping
+// ErrUnavailable, a *RateLimitedError or a *PaymentRequiredError. Any
+// other refusal of the call is a fault to fix, not an outage to ride out:
+// a key Tollgate does not know or has revoked (401), a policy that does
+// not exist (400 or 404), any other 4xx problem of Tollgate's. Those
+// return an *APIError with a Decision or Lease that allows nothing,
 // whatever the FailMode, so that a mistyped policy never turns limiting
 // off in silence. Verify asks Tollgate about the key and policies when an
 // app starts; Middleware does so when it is built, and answers 500 to
 // every request while such a fault lasts.
+//
+// # Answers that are not Tollgate's
+//
+// Every answer is checked before it is believed, in one place for every
+// call, /v1/check and its batches alike: its status (200 with a body, 204
+// without, a 4xx problem), its Content-Type (application/json, or
+// application/problem+json for a problem) and the members Tollgate always
+// writes (a decision's allowed, degraded and items, one item for each item
+// asked, each with its policy, allowed, limit, remaining, reset_at,
+// retry_after_ms and shadow). Anything else at Tollgate's URL, such as
+// another service's JSON, a captive portal's page, a truncated body, a
+// web server's HTML 404 at a wrong base URL, is Tollgate unavailable: an
+// error wrapping ErrUnavailable that says how the answer was not
+// Tollgate's, and the FailMode's decision, never a zero Decision (which
+// would refuse as if a policy had, and not be marked Degraded).
+//
+// The client follows no redirect: it would carry the API key to wherever
+// it points. A 3xx (a load balancer's 301 from http:// to https://, a 307
+// to another host) is Tollgate unavailable too, with an error that says
+// "redirected to <Location>, set the URL to where it points", and the base
+// URL to give New instead.
 //
 // # Subjects
 //

@@ -10,8 +10,14 @@ import (
 // ErrUnavailable is wrapped by the error of every call that had no answer
 // from Tollgate: it could not be reached, it did not answer within the
 // per-call timeout or the caller's context, it answered 5xx or 408, or
-// what answered was not Tollgate. The error also wraps the cause
-// (context.DeadlineExceeded for a timeout, the network error, …).
+// what answered was not Tollgate. An answer is not Tollgate's unless its
+// status, Content-Type and members are those Tollgate writes: a 200 of
+// another service's JSON, a captive portal's HTML page, a truncated body,
+// a decision without its members or with an item too few, a web server's
+// 404 page at a wrong base URL, a redirect (the error names where it
+// points: the URL to set). The error also wraps the cause
+// (context.DeadlineExceeded for a timeout, the network error, …) or says
+// how the answer was not Tollgate's.
 var ErrUnavailable = errors.New("tollgate unavailable")
 
 // RateLimitedError is a refusal by one of Tollgate's own ceilings (HTTP
@@ -59,11 +65,13 @@ func (e *PaymentRequiredError) Error() string {
 	return "Tollgate requires payment: update the payment method at " + e.BillingURL
 }
 
-// APIError is any other refusal of a call by Tollgate, a 4xx problem: 400
-// for an invalid call (Field names the member at fault), 401 for an API key
-// Tollgate does not know, 403 for a change made with a test key, 404 for a
-// policy or lease that does not exist; or a 3xx, a redirect the client did
-// not follow. It is a fault to fix, never answered by the FailMode.
+// APIError is any other refusal of a call by Tollgate, a 4xx problem of
+// its own (application/problem+json): 400 for an invalid call (Field names
+// the member at fault), 401 for an API key Tollgate does not know, 403 for
+// a change made with a test key, 404 for a policy or lease that does not
+// exist. It is a fault to fix, never answered by the FailMode. A 4xx that
+// is not Tollgate's problem, such as a web server's 404 page, is
+// ErrUnavailable, as a redirect is.
 type APIError struct {
 	// Status is the HTTP status.
 	Status int

@@ -51,6 +51,21 @@ type leaseOut struct {
 	Degraded     bool      `json:"degraded"`
 }
 
+// readAnswer reads the answer to POST /v1/leases, with the members
+// LeaseResponse requires: a zero Lease is a refusal, not an outage.
+func (out *leaseOut) readAnswer(b []byte) error {
+	return readJSON(b, out, "allowed", "in_flight", "limit", "retry_after_ms", "degraded")
+}
+
+// renewOut is the answer to POST /v1/leases/{id}/renew.
+type renewOut struct {
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+func (out *renewOut) readAnswer(b []byte) error {
+	return readJSON(b, out, "lease_id", "expires_at")
+}
+
 // Acquire asks for a lease of a concurrency policy for subject, held for
 // ttl (Tollgate's default when 0; whole seconds) unless released or renewed
 // first. A subject at its limit is a Lease with Allowed false and a nil
@@ -105,7 +120,7 @@ func (c *Client) Renew(ctx context.Context, l Lease, ttl time.Duration) (Lease, 
 	if l.ID == "" {
 		return l, nil
 	}
-	var out leaseOut
+	var out renewOut
 	err := c.do(ctx, "POST", "/v1/leases/"+url.PathEscape(l.ID)+"/renew", leaseIn{TTL: ttlString(ttl)}, &out)
 	var ae *APIError
 	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {

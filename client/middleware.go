@@ -68,15 +68,17 @@ type MiddlewareConfig struct {
 //     until the check would be allowed, and Retry-After the same, and a
 //     problem+json body;
 //   - no decision because Tollgate is unavailable (unreachable, too slow,
-//     5xx or 408) or its own ceilings or billing refuse the tenant for now (429,
-//     402): the client's FailMode decides. FailOpen lets the request on
-//     without rate-limit headers, its Decision marked Degraded in the
-//     context; FailClosed answers 503;
+//     5xx or 408, an answer that is not Tollgate's, a redirect) or its own
+//     ceilings or billing refuse the tenant for now (429, 402): the
+//     client's FailMode decides. FailOpen lets the request on without
+//     rate-limit headers, its Decision marked Degraded in the context;
+//     FailClosed answers 503; OnError hears why (a redirect's error names
+//     the URL to set);
 //   - Tollgate refuses the check itself as wrong (a key it does not know
-//     or has revoked, a policy deleted since, any other 4xx, a redirect):
-//     the app answers 500, whatever the FailMode, for every request until
-//     the fault is fixed. A limit that is silently off would be found
-//     only when it was needed.
+//     or has revoked, a policy deleted since, any other 4xx problem of
+//     Tollgate's): the app answers 500, whatever the FailMode, for every
+//     request until the fault is fixed. A limit that is silently off
+//     would be found only when it was needed.
 //
 // Nothing of Tollgate (its address, API key, errors, ceilings) reaches the
 // app's clients; a shadow policy, and an answer Tollgate marks degraded,

@@ -72,10 +72,12 @@ func TestSubjectSentByEveryCall(t *testing.T) {
 		switch {
 		case r.URL.Path == "/v1/check":
 			sent = append(sent, body.Items[0].Subject)
-			io.WriteString(w, `{"allowed":true,"items":[{"allowed":true}]}`)
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, strings.Replace(okDecision, `"policy":"api"`, `"policy":"p"`, 1))
 		case r.URL.Path == "/v1/leases":
 			sent = append(sent, body.Subject)
-			io.WriteString(w, `{"allowed":true,"lease_id":"l"}`)
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"allowed":true,"lease_id":"ls_0123","expires_at":"2026-12-05T23:01:00Z","in_flight":1,"limit":3,"retry_after_ms":0,"degraded":false}`)
 		case r.Method == "DELETE":
 			sent = append(sent, strings.TrimPrefix(r.URL.Path, "/v1/policies/p/subjects/"))
 			w.WriteHeader(http.StatusNoContent)

@@ -67,6 +67,10 @@ type usageOut struct {
 	Alerts           []Alert          `json:"alerts"`
 }
 
+func (out *usageOut) readAnswer(b []byte) error {
+	return readJSON(b, out, "tenant_id", "plan", "effective_plan", "period_start", "period_end", "checks_used")
+}
+
 // Usage returns the tenant's plan and usage. Usage is flushed by Tollgate
 // about once a second, so a check shows up shortly after it is answered.
 // Its errors are the caller's to handle (no FailMode).

@@ -13,6 +13,18 @@ type policyOut struct {
 	Algorithm string `json:"algorithm"`
 }
 
+func (out *policyOut) readAnswer(b []byte) error {
+	return readJSON(b, out, "name", "algorithm")
+}
+
+// policiesOut is the answer to GET /v1/policies, which Verify reads only
+// to know it is Tollgate's.
+type policiesOut struct{}
+
+func (out *policiesOut) readAnswer(b []byte) error {
+	return readJSON(b, out, "policies")
+}
+
 // Verify asks Tollgate whether it knows the client's API key and, for each
 // name in policies, whether the key's tenant has that policy: one call per
 // policy (GET /v1/policies/{name}), or one listing the policies when none
@@ -27,7 +39,7 @@ type policyOut struct {
 // failing every check; Middleware does.
 func (c *Client) Verify(ctx context.Context, policies ...string) error {
 	if len(policies) == 0 {
-		return c.do(ctx, "GET", "/v1/policies", nil, nil)
+		return c.do(ctx, "GET", "/v1/policies", nil, &policiesOut{})
 	}
 	for _, name := range policies {
 		if _, err := c.policy(ctx, name); err != nil {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -68,6 +69,23 @@ type answerReader interface {
 	readAnswer([]byte) error
 }
 
+// readJSON reads b, a JSON object, into v with encoding/json, and returns
+// an error naming the first of the members required that b lacks or holds
+// as null: the answers that are not read by hand check their members with
+// it.
+func readJSON(b []byte, v any, required ...string) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	for _, name := range required {
+		if r, ok := m[name]; !ok || string(r) == "null" {
+			return fmt.Errorf("no %q", name)
+		}
+	}
+	return json.Unmarshal(b, v)
+}
+
 // checkBatchIn is the body of POST /v1/check/batch for the waiters' checks.
 type checkBatchIn []*waiter
 
@@ -96,7 +114,7 @@ func (out *checkBatchOut) readAnswer(b []byte) error {
 	var v struct {
 		Results []json.RawMessage `json:"results"`
 	}
-	if err := json.Unmarshal(b, &v); err != nil {
+	if err := readJSON(b, &v, "results"); err != nil {
 		return err
 	}
 	out.results = make([][]byte, len(v.Results))
@@ -106,32 +124,90 @@ func (out *checkBatchOut) readAnswer(b []byte) error {
 	return nil
 }
 
-// decisionOut is the answer of POST /v1/check.
+// decisionOut is the answer of POST /v1/check to a check of asked.
 type decisionOut struct {
-	d Decision
+	asked []checkItemIn
+	d     Decision
 }
 
 func (out *decisionOut) readAnswer(b []byte) (err error) {
-	out.d, err = decodeDecision(b)
+	out.d, err = readCheckAnswer(b, out.asked)
 	return err
 }
 
-// decodeDecision reads a check's answer by hand, or with encoding/json
-// when it is not of the shape readDecision knows.
-func decodeDecision(b []byte) (Decision, error) {
-	if d, ok := readDecision(b); ok {
-		return d, nil
+// readCheckAnswer reads Tollgate's answer to a check of the items asked:
+// a decision with every member a decision has and one item for each item
+// asked, or an error that says what the answer lacks. It is the one reader
+// of decisions, for /v1/check and for each result of a batch: an answer
+// that is not Tollgate's must not pass for a decision (a zero Decision
+// refuses, as if the tenant's policy had, and is not Degraded).
+func readCheckAnswer(b []byte, asked []checkItemIn) (Decision, error) {
+	d, m, ok := readDecisionOf(b, asked)
+	if !ok {
+		var err error
+		if d, m, err = jsonDecision(b); err != nil {
+			return Decision{}, err
+		}
 	}
-	return jsonDecision(b)
+	if err := m.check(); err != nil {
+		return Decision{}, err
+	}
+	if len(d.Items) != len(asked) {
+		return Decision{}, fmt.Errorf("%d items for %d asked", len(d.Items), len(asked))
+	}
+	return d, nil
+}
+
+// members records which of the members a decision must have an answer
+// had: those CheckResponse requires in the OpenAPI document, and those its
+// items require but window_seconds, which a Tollgate of before 2026-12-04
+// does not write (an item's degraded is written only when true).
+type members struct {
+	// answer holds the answer's bits; items the bits every item had.
+	answer, items uint16
+}
+
+// The bits of members.
+const (
+	hasAllowed uint16 = 1 << iota
+	hasDegraded
+	hasItems
+	hasPolicy
+	hasLimit
+	hasRemaining
+	hasResetAt
+	hasRetryAfter
+	hasShadow
+
+	answerMembers = hasAllowed | hasDegraded | hasItems
+	itemMembers   = hasPolicy | hasAllowed | hasLimit | hasRemaining | hasResetAt | hasRetryAfter | hasShadow
+)
+
+// memberNames are the members' JSON names, by bit.
+var memberNames = []string{"allowed", "degraded", "items", "policy", "limit", "remaining", "reset_at", "retry_after_ms", "shadow"}
+
+// check returns an error naming the first member missing, or nil.
+func (m members) check() error {
+	for i, name := range memberNames {
+		bit := uint16(1) << i
+		switch {
+		case answerMembers&bit != 0 && m.answer&bit == 0:
+			return fmt.Errorf("no %q", name)
+		case itemMembers&bit != 0 && m.items&bit == 0:
+			return fmt.Errorf("an item without %q", name)
+		}
+	}
+	return nil
 }
 
 // jsonDecision reads a check's answer with encoding/json.
-func jsonDecision(b []byte) (Decision, error) {
+func jsonDecision(b []byte) (Decision, members, error) {
 	var v checkOut
 	if err := json.Unmarshal(b, &v); err != nil {
-		return Decision{}, err
+		return Decision{}, members{}, err
 	}
-	return v.decision(), nil
+	d, m := v.decision()
+	return d, m, nil
 }
 
 // reader reads one JSON text of the shapes Tollgate writes. Its methods
@@ -142,6 +218,8 @@ type reader struct {
 	bad bool
 	// asked are the items of the check whose answer is read (items).
 	asked []checkItemIn
+	// seen holds the members every item read so far had (items).
+	seen uint16
 }
 
 func (r *reader) space() {
@@ -249,41 +327,41 @@ func (r *reader) end() bool {
 	return !r.bad && r.i == len(r.b)
 }
 
-// readDecision reads a check's answer, {"allowed":…,"degraded":…,"items":
-// […]}, and reports whether it could.
-func readDecision(b []byte) (Decision, bool) {
-	return readDecisionOf(b, nil)
-}
-
-// readDecisionOf is readDecision for the answer to a check of items: an
-// item's policy is the check's string when it names the same, rather than
-// a copy of the answer's bytes.
-func readDecisionOf(b []byte, items []checkItemIn) (Decision, bool) {
-	r := reader{b: b, asked: items}
+// readDecisionOf reads the answer to a check of items, {"allowed":…,
+// "degraded":…,"items":[…]}, noting the members it had, and reports
+// whether it could. An item's policy is the check's string when it names
+// the same, rather than a copy of the answer's bytes.
+func readDecisionOf(b []byte, items []checkItemIn) (Decision, members, bool) {
+	r := reader{b: b, asked: items, seen: ^uint16(0)}
 	var d Decision
+	var m members
 	r.object(func(k []byte) {
 		switch string(k) {
 		case "allowed":
 			d.Allowed = r.boolean()
+			m.answer |= hasAllowed
 		case "degraded":
 			d.Degraded = r.boolean()
+			m.answer |= hasDegraded
 		case "items":
 			if d.Items != nil {
 				r.bad = true
 				return
 			}
 			d.Items = r.items()
+			m.answer |= hasItems
 		default:
 			r.bad = true
 		}
 	})
 	if !r.end() {
-		return Decision{}, false
+		return Decision{}, members{}, false
 	}
 	if d.Items == nil {
 		d.Items = []ItemDecision{}
 	}
-	return d, true
+	m.items = r.seen
+	return d, m, true
 }
 
 // policy reads the policy of the n-th item of an answer: the asked item's
@@ -301,32 +379,41 @@ func (r *reader) items() []ItemDecision {
 	items := make([]ItemDecision, 0, 1)
 	r.array(func() {
 		var it ItemDecision
+		var seen uint16
 		r.object(func(k []byte) {
 			switch string(k) {
 			case "policy":
 				it.Policy = r.policy(len(items))
+				seen |= hasPolicy
 			case "allowed":
 				it.Allowed = r.boolean()
+				seen |= hasAllowed
 			case "limit":
 				it.Limit = r.integer()
+				seen |= hasLimit
 			case "remaining":
 				it.Remaining = r.integer()
+				seen |= hasRemaining
 			case "window_seconds":
 				it.Window = time.Duration(r.integer()) * time.Second
 			case "reset_at":
 				if err := it.ResetAt.UnmarshalText(r.plain()); err != nil {
 					r.bad = true
 				}
+				seen |= hasResetAt
 			case "retry_after_ms":
 				it.RetryAfter = time.Duration(r.integer()) * time.Millisecond
+				seen |= hasRetryAfter
 			case "shadow":
 				it.Shadow = r.boolean()
+				seen |= hasShadow
 			case "degraded":
 				it.Degraded = r.boolean()
 			default:
 				r.bad = true
 			}
 		})
+		r.seen &= seen
 		items = append(items, it)
 	})
 	return items

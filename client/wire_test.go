@@ -21,21 +21,27 @@ var (
 func TestReadDecisionReadsTollgatesAnswers(t *testing.T) {
 	t.Parallel()
 	for _, a := range []string{answerAllowed, answerTwoItems, `{"allowed":true,"degraded":false,"items":[]}`} {
-		got, ok := readDecision([]byte(a))
+		got, m, ok := readDecisionOf([]byte(a), nil)
 		if !ok {
-			t.Fatalf("readDecision gave up on %s", a)
+			t.Fatalf("readDecisionOf gave up on %s", a)
+		}
+		if err := m.check(); err != nil {
+			t.Errorf("readDecisionOf(%s): %v", a, err)
 		}
 		var out checkOut
 		if err := json.Unmarshal([]byte(a), &out); err != nil {
 			t.Fatal(err)
 		}
-		if want := out.decision(); !reflect.DeepEqual(got, want) {
-			t.Errorf("readDecision(%s)\n got %+v\nwant %+v", a, got, want)
+		if want, wantM := out.decision(); !reflect.DeepEqual(got, want) || m != wantM {
+			t.Errorf("readDecisionOf(%s)\n got %+v %+v\nwant %+v %+v", a, got, m, want, wantM)
 		}
 	}
 	// A problem is left to encoding/json (and the status switch).
-	if _, ok := readDecision([]byte(answerProblem)); ok {
-		t.Error("readDecision read a problem as a decision")
+	if _, _, ok := readDecisionOf([]byte(answerProblem), nil); ok {
+		t.Error("readDecisionOf read a problem as a decision")
+	}
+	if _, err := readCheckAnswer([]byte(answerProblem), nil); err == nil {
+		t.Error("readCheckAnswer read a problem as a decision")
 	}
 	rs, ok := splitResults([]byte(`{"results":[` + answerAllowed + `,` + answerProblem + `, ` + answerTwoItems + "]}\n"))
 	if !ok || len(rs) != 3 {
@@ -46,29 +52,31 @@ func TestReadDecisionReadsTollgatesAnswers(t *testing.T) {
 	}
 }
 
-// FuzzReadDecision: whatever readDecision reads, encoding/json reads alike.
+// FuzzReadDecision: whatever readDecisionOf reads, encoding/json reads
+// alike, members and all.
 func FuzzReadDecision(f *testing.F) {
 	for _, s := range []string{answerAllowed, answerTwoItems, answerProblem, `{}`, `{"allowed":true}`,
 		`{"items":[{"limit":01}]}`, `{"items":[{"limit":1e3}]}`, `{"Allowed":true}`, `{"allowed":null}`,
-		`{"items":[{"reset_at":"2026-12-05T24:00:00Z"}]}`, `{"items":[{"policy":"\u0061"}]}`, `{"items":[],"items":[]}`} {
+		`{"items":[{"reset_at":"2026-12-05T24:00:00Z"}]}`, `{"items":[{"policy":"\u0061"}]}`, `{"items":[],"items":[]}`,
+		`{"allowed":true,"degraded":false,"items":[{"policy":"a"},{"allowed":true}]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, ok := readDecision(b)
+		got, m, ok := readDecisionOf(b, nil)
 		if !ok {
 			return
 		}
 		var out checkOut
 		if err := json.Unmarshal(b, &out); err != nil {
-			t.Fatalf("readDecision read %q, encoding/json refuses it: %v", b, err)
+			t.Fatalf("readDecisionOf read %q, encoding/json refuses it: %v", b, err)
 		}
-		if want := out.decision(); !reflect.DeepEqual(got, want) {
-			t.Fatalf("readDecision(%q)\n got %+v\nwant %+v", b, got, want)
+		if want, wantM := out.decision(); !reflect.DeepEqual(got, want) || m != wantM {
+			t.Fatalf("readDecisionOf(%q)\n got %+v %+v\nwant %+v %+v", b, got, m, want, wantM)
 		}
 		// Read as the answer to a check, whose policies it may name.
 		asked := []checkItemIn{{Policy: "sign-in-ip"}, {Policy: "a"}}
-		if of, ok := readDecisionOf(b, asked); !ok || !reflect.DeepEqual(of, got) {
-			t.Fatalf("readDecisionOf(%q) = %+v, %v; readDecision %+v", b, of, ok, got)
+		if of, ofM, ok := readDecisionOf(b, asked); !ok || !reflect.DeepEqual(of, got) || ofM != m {
+			t.Fatalf("readDecisionOf(%q, asked) = %+v %+v, %v; without %+v", b, of, ofM, ok, got)
 		}
 	})
 }
@@ -131,6 +139,7 @@ func TestAppendCheckIn(t *testing.T) {
 // callers do, by hand and with encoding/json.
 func BenchmarkReadAnswer(b *testing.B) {
 	body := []byte(`{"results":[` + strings.Repeat(answerAllowed+",", 15) + answerAllowed + "]}\n")
+	asked := []checkItemIn{{Policy: "sign-in-ip", Subject: "s"}}
 	b.Run("by-hand", func(b *testing.B) {
 		for b.Loop() {
 			var out checkBatchOut
@@ -138,8 +147,8 @@ func BenchmarkReadAnswer(b *testing.B) {
 				b.Fatal(err)
 			}
 			for _, r := range out.results {
-				if _, ok := readDecision(r); !ok {
-					b.Fatal("not read")
+				if _, err := readCheckAnswer(r, asked); err != nil {
+					b.Fatal(err)
 				}
 			}
 		}
@@ -157,7 +166,7 @@ func BenchmarkReadAnswer(b *testing.B) {
 				if err := json.Unmarshal(r, &out); err != nil {
 					b.Fatal(err)
 				}
-				_ = out.decision()
+				_, _ = out.decision()
 			}
 		}
 	})

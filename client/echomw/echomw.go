@@ -13,8 +13,9 @@ import (
 // Middleware returns Echo middleware that checks every request against
 // cfg.Policy with c, as client.Middleware does: allowed requests go on
 // with RateLimit-Policy and RateLimit headers, refused ones are answered
-// 429 with Retry-After, when Tollgate is unavailable the client's
-// FailMode decides (FailClosed answers 503), and when Tollgate refuses the
+// 429 with Retry-After, when Tollgate is unavailable (an answer that is
+// not Tollgate's and a redirect included) the client's FailMode decides
+// (FailClosed answers 503), and when Tollgate refuses the
 // check as wrong (an unknown or revoked key, a deleted policy) the request
 // is answered 500. Key requests by client address with client.ByIP, given
 // the same trusted proxies as the Echo app's IPExtractor. It fails as
