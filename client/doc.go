@@ -61,5 +61,7 @@
 //
 // The package is public: it imports the standard library only (the
 // import rule is a test in internal/archtest), so that an app that uses
-// net/http pulls in nothing else.
+// net/http pulls in nothing else. Like the rest of Tollgate, it is
+// released under the Apache License 2.0 (the LICENSE file at the
+// repository's root).
 package client

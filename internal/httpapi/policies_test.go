@@ -331,6 +331,35 @@ func TestOpenAPIDocumentIsServed(t *testing.T) {
 	}
 }
 
+// TestOpenAPIDocumentNamesItsLicense: the document served says what the
+// repository's LICENSE is, the Apache License 2.0 (an OpenAPI 3.0 license
+// object: a name and the licence's URL).
+func TestOpenAPIDocumentNamesItsLicense(t *testing.T) {
+	t.Parallel()
+	e, _ := newTestEcho(failingService{})
+	r := serveChecked(t, e, "", http.MethodGet, "/v1/openapi.json", "")
+	wantStatus(t, r, http.StatusOK)
+	var doc struct {
+		OpenAPI string `json:"openapi"`
+		Info    struct {
+			License *struct {
+				Name, URL, Identifier string
+			} `json:"license"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	want := struct{ Name, URL, Identifier string }{"Apache 2.0", "https://www.apache.org/licenses/LICENSE-2.0.html", ""}
+	if !strings.HasPrefix(doc.OpenAPI, "3.0.") {
+		// 3.1 names the licence by its SPDX identifier.
+		want.URL, want.Identifier = "", "Apache-2.0"
+	}
+	if l := doc.Info.License; l == nil || *l != want {
+		t.Errorf("info.license %+v, want %+v", l, want)
+	}
+}
+
 // TestOpenAPIDocumentsEveryRoute fails when a /v1 route registered here is
 // missing from the document.
 func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
