@@ -7,6 +7,7 @@ RUN CGO_ENABLED=0 go build -trimpath -o /tollgate ./cmd/tollgate
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /tollgate /tollgate
+COPY --from=build /src/LICENSE /LICENSE
 EXPOSE 8080
 # The image has no shell: the binary checks its own health, and operator
 # commands run in place of serve (docker compose run tollgate tenants create …).
