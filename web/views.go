@@ -182,7 +182,9 @@ type LimitsForm struct {
 	PlanIPPerMinute    string
 	PlanQuotaPerMinute string
 	PlanQuotaPerHour   string
-	Error              string
+	// Error says why the form was not saved; ErrorField names the field
+	// at fault.
+	Error, ErrorField string
 	// LastChange says who changed the limits last and when.
 	LastChange string
 }
@@ -315,7 +317,9 @@ type LinkCustomerForm struct {
 	// TenantID is what was typed, shown again with Error when the link was
 	// refused.
 	TenantID string
-	Error    string
+	// Error says why the link was refused; ErrorField is "tenant_id" when
+	// the tenant ID is at fault.
+	Error, ErrorField string
 }
 
 // Option is a choice of a select (the webhook outcome filter, the audit kind filter).
@@ -343,7 +347,9 @@ type PlanRow struct {
 	MonthlyChecks                             string
 	Unlimited, Purchasable                    bool
 	StripePriceID                             string
-	Error                                     string
+	// Error says why the row was not saved; ErrorField names the field at
+	// fault.
+	Error, ErrorField string
 }
 
 // PlansView is the plan table.
@@ -387,10 +393,22 @@ type AuditView struct {
 }
 
 // fieldAttrs marks the input of field as invalid and described by its
-// form's error when the error is about that field.
+// form's error when the error is about that field. (Not autofocus: a
+// browser that lands on a fragment, as a form that was not saved does
+// (formAction), skips autofocus by the HTML standard.)
 func fieldAttrs(errField, field, formID string) templ.Attributes {
 	if errField == "" || errField != field {
 		return templ.Attributes{}
 	}
 	return templ.Attributes{"aria-invalid": "true", "aria-describedby": formID + "-error"}
+}
+
+// formAction is where a form posts: action, with the id of the element to
+// land on as the fragment. A form that was not saved is answered with its
+// page again, and the browser, keeping the fragment of the address it
+// posted to, scrolls to the form and its error instead of the page's top
+// (no script needed). A saved form's redirect names a fragment of its own:
+// without one the browser would keep this one.
+func formAction(action, landOn string) templ.SafeURL {
+	return templ.SafeURL(action + "#" + landOn)
 }

@@ -346,6 +346,26 @@ func (b *browser) screenshotWith(name string, shot chromedp.Action[[]byte]) {
 	}
 }
 
+// inView says where the element with data-testid id is against the
+// window: "" when the whole of it shows without scrolling, else what is
+// wrong, with the page's fragment and scroll position.
+func (b *browser) inView(id string) string {
+	b.t.Helper()
+	js := fmt.Sprintf(`(() => {
+		const e = document.querySelector('[data-testid="%s"]');
+		if (!e) return "not on the page";
+		const r = e.getBoundingClientRect();
+		if (r.top >= 0 && r.bottom <= window.innerHeight) return "";
+		return "at " + Math.round(r.top) + " to " + Math.round(r.bottom) + " px in a window " + window.innerHeight +
+			" px tall, scrolled to " + Math.round(window.scrollY) + ", fragment '" + location.hash + "'";
+	})()`, id)
+	where, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](js))
+	if err != nil {
+		b.t.Fatalf("where %s is: %v", id, err)
+	}
+	return where
+}
+
 // signIn fills and sends the sign-in form.
 func (b *browser) signIn(email, pw string) {
 	b.t.Helper()
@@ -538,6 +558,10 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	b.do("type rate_limit_per_minute", chromedp.SetValue(chromedp.ID("rate_limit_per_minute"), "5"))
 	b.click("save-limits", "flash")
+	// Saved, the page is at its top, where the confirmation is.
+	if where := b.inView("flash"); where != "" {
+		t.Errorf("after saving the limits the confirmation is out of view: %s", where)
+	}
 	if got := b.text("limits-last-change"); !strings.Contains(got, "ops@example.com") {
 		t.Errorf("last change %q does not name the admin", got)
 	}
@@ -564,6 +588,13 @@ func TestDashboardInChromium(t *testing.T) {
 	if got := b.text("policy-error"); !strings.HasPrefix(got, `Not saved: window must be a duration from "1s"`) {
 		t.Errorf("inline error %q", got)
 	}
+	// The page comes back where the form is, thousands of pixels below
+	// its top, with the error in view.
+	if where := b.inView("policy-error"); where != "" {
+		t.Errorf("after a failed save the error is out of view: %s", where)
+	}
+	// What the window shows, not the whole page.
+	b.screenshotWith("05-tenant-policy-error-window", chromedp.CaptureScreenshot())
 	b.screenshot("05-tenant-policy-error")
 	for _, v := range b.axe() {
 		t.Errorf("the policy form with its error: axe-core %s (%s): %s, at %s", v.ID, v.Impact, v.Help, strings.Join(v.Targets, "; "))
