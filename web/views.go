@@ -150,9 +150,11 @@ type KeyRow struct {
 	Revoked           string
 	// Expires is when the key stops working, empty for never; Expired
 	// says it has.
-	Expires      string
-	Expired      bool
-	Active       bool
+	Expires string
+	Expired bool
+	Active  bool
+	// RevokeAction is the page that asks before revoking the key (GET),
+	// whose button posts to the same address.
 	RevokeAction string
 }
 
@@ -195,7 +197,9 @@ type PolicyRow struct {
 	Shadow                                          bool
 	AlertAfter                                      string
 	Overrides                                       []OverrideRow
-	// Edit replaces the policy; DeleteAction deletes it and its overrides.
+	// Edit replaces the policy. DeleteAction is the page that asks before
+	// deleting it and its overrides (GET), whose button posts to the same
+	// address.
 	Edit         PolicyForm
 	DeleteAction string
 	// NewOverride adds or replaces an override; nil for a policy of scope
@@ -411,4 +415,21 @@ func fieldAttrs(errField, field, formID string) templ.Attributes {
 // without one the browser would keep this one.
 func formAction(action, landOn string) templ.SafeURL {
 	return templ.SafeURL(action + "#" + landOn)
+}
+
+// ConfirmView asks before a change that cannot be undone (revoking a key,
+// deleting a policy): what it is about, what the change does, a button
+// that posts it, and the way back. Opening it changes nothing.
+type ConfirmView struct {
+	Chrome
+	// Crumbs lead back to the page the question came from.
+	TenantName, TenantHref string
+	// Facts say what the change is about, one pair a line.
+	Facts []KV
+	// Consequence says what the change does, in a sentence or two.
+	Consequence string
+	// Action is where the button posts; Button is its label.
+	Action, Button string
+	// CancelHref is the way back, changing nothing.
+	CancelHref string
 }

@@ -1,6 +1,8 @@
 package dashboard
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"net/http"
 
@@ -44,20 +46,62 @@ func (d *Dashboard) createKey(c echo.Context, s *signedIn) error {
 	return render(c, http.StatusOK, web.Tenant(v))
 }
 
-// revokeKey revokes one of the tenant's keys.
+// tenantKey returns the tenant's key keyID: a page error when the tenant
+// has no such key.
+func (d *Dashboard) tenantKey(ctx context.Context, id, keyID string) (tenant.Key, error) {
+	keys, err := d.cfg.Tenants.Keys(ctx, id)
+	if err != nil {
+		return tenant.Key{}, fmt.Errorf("keys of tenant %s: %w", id, err)
+	}
+	for _, k := range keys {
+		if k.ID == keyID {
+			return k, nil
+		}
+	}
+	return tenant.Key{}, notFound("This tenant has no key " + keyID + ".")
+}
+
+// confirmRevokeKey asks before revoking one of the tenant's keys: revoking
+// cannot be undone. The page's button posts to revokeKey.
+func (d *Dashboard) confirmRevokeKey(c echo.Context, s *signedIn) error {
+	ctx := c.Request().Context()
+	id, keyID := c.Param("id"), c.Param("key")
+	t, err := d.cfg.Tenants.Tenant(ctx, id)
+	if err != nil {
+		return fmt.Errorf("tenant %s: %w", id, err)
+	}
+	k, err := d.tenantKey(ctx, id, keyID)
+	if err != nil {
+		return err
+	}
+	if k.RevokedAt != nil {
+		return &pageError{http.StatusConflict, "Already revoked", "Key " + k.ID + " was already revoked at " + when(*k.RevokedAt) + ": there is nothing to do."}
+	}
+	row := keyRows(id, []tenant.Key{k}, d.now())[0]
+	v := web.ConfirmView{
+		Chrome:     d.chrome(s, "Revoke key "+k.ID+" of "+t.Name+"?", "tenants"),
+		TenantName: t.Name, TenantHref: "/admin/tenants/" + id,
+		Facts: []web.KV{
+			{Key: "Key", Value: row.Display}, {Key: "Key ID", Value: k.ID}, {Key: "Name", Value: cmp.Or(k.Name, "unnamed")},
+			{Key: "Mode", Value: row.Mode}, {Key: "Created", Value: row.Created}, {Key: "Last used", Value: row.LastUsed},
+		},
+		Consequence: "From now on the API refuses this key with 401, on every instance within a second. This cannot be undone: the tenant's servers that use it need another key.",
+		Action:      row.RevokeAction, Button: "Revoke key " + k.ID,
+		CancelHref: "/admin/tenants/" + id + "#keys-h",
+	}
+	if row.Expires != "" {
+		v.Facts = append(v.Facts, web.KV{Key: "Expires", Value: row.Expires})
+	}
+	return render(c, http.StatusOK, web.Confirm(v))
+}
+
+// revokeKey revokes one of the tenant's keys (asked first by
+// confirmRevokeKey).
 func (d *Dashboard) revokeKey(c echo.Context, s *signedIn) error {
 	ctx := c.Request().Context()
 	id, keyID := c.Param("id"), c.Param("key")
-	keys, err := d.cfg.Tenants.Keys(ctx, id)
-	if err != nil {
-		return fmt.Errorf("keys of tenant %s: %w", id, err)
-	}
-	found := false
-	for _, k := range keys {
-		found = found || k.ID == keyID
-	}
-	if !found {
-		return notFound("This tenant has no key " + keyID + ".")
+	if _, err := d.tenantKey(ctx, id, keyID); err != nil {
+		return err
 	}
 	k, err := d.cfg.Tenants.RevokeKey(ctx, keyID)
 	if err != nil {
@@ -66,5 +110,5 @@ func (d *Dashboard) revokeKey(c echo.Context, s *signedIn) error {
 	d.changed("key", k.Prefix)
 	d.record(ctx, s, id, KindKeyRevoked, map[string]any{"key_id": k.ID})
 	d.log.InfoContext(ctx, "key revoked", "tenant_id", id, "key_id", k.ID, "admin_id", s.admin.ID)
-	return seeOther(c, "/admin/tenants/"+id+"?done=revoked")
+	return seeOther(c, "/admin/tenants/"+id+"?done=revoked#top")
 }

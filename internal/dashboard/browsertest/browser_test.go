@@ -616,6 +616,23 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	}
 
+	// Deleting the policy asks first too; confirmed, the API no longer
+	// knows it.
+	b.open("/admin/tenants/"+acme.TenantID, "policies")
+	b.do("open the policy's changes", chromedp.Click(`[data-policy="export"] summary`, chromedp.NodeVisible))
+	b.click("delete-policy", "confirm")
+	if got := b.text("confirm-facts"); !strings.Contains(got, "1 override, deleted with it") {
+		t.Errorf("the delete page says %q, want the override that goes with the policy", got)
+	}
+	b.screenshot("05-tenant-delete-policy-confirm")
+	if r := check(t, base, acme.LiveKey, "198.51.100.200", "export", "acct-9"); r.StatusCode != http.StatusOK {
+		t.Fatalf("export check while the delete page asks: %d, want 200", r.StatusCode)
+	}
+	b.click("confirm", "flash")
+	if r := check(t, base, acme.LiveKey, "198.51.100.201", "export", "acct-9"); r.StatusCode != http.StatusBadRequest {
+		t.Fatalf("export check after the delete: %d, want 400 (unknown policy)", r.StatusCode)
+	}
+
 	// A key created on the page is shown once and works; revoked, the API
 	// refuses it.
 	b.open("/admin/tenants/"+globex.TenantID, "create-key-form")
@@ -629,8 +646,20 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatalf("check with the new key: %d, want 200", r.StatusCode)
 	}
 	prefix := strings.Split(key, "_")[2]
-	revoke := fmt.Sprintf(`//tr[@data-testid="key-row"][.//span[contains(text(), "%s")]]//button[@data-testid="revoke-key"]`, prefix)
-	b.submit("revoke the key", chromedp.Click(chromedp.Search(revoke), chromedp.NodeVisible), chromedp.WaitVisible(tid("flash")))
+	// Revoking asks first, on a page of its own; asking changes nothing.
+	revoke := fmt.Sprintf(`//tr[@data-testid="key-row"][.//span[contains(text(), "%s")]]//a[@data-testid="revoke-key"]`, prefix)
+	b.submit("ask to revoke the key", chromedp.Click(chromedp.Search(revoke), chromedp.NodeVisible), chromedp.WaitVisible(tid("confirm")))
+	if got := b.text("confirm-facts"); !strings.Contains(got, prefix) {
+		t.Errorf("the revoke page does not name the key: %q", got)
+	}
+	b.screenshot("06-tenant-revoke-confirm")
+	for _, v := range b.axe() {
+		t.Errorf("the revoke page: axe-core %s (%s): %s, at %s", v.ID, v.Impact, v.Help, strings.Join(v.Targets, "; "))
+	}
+	if r := check(t, base, key, apiIP, "sign-in-ip", "new-key-user"); r.StatusCode != http.StatusOK {
+		t.Fatalf("check with the key while the revoke page asks: %d, want 200", r.StatusCode)
+	}
+	b.click("confirm", "flash")
 	if r := check(t, base, key, apiIP, "sign-in-ip", "new-key-user"); r.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("check with the revoked key: %d, want 401", r.StatusCode)
 	}
