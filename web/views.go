@@ -33,7 +33,9 @@ type NavItem struct {
 var Nav = []NavItem{
 	{"overview", "Overview", "/admin"},
 	{"tenants", "Tenants", "/admin/tenants"},
-	{"webhooks", "Webhooks", "/admin/webhooks"},
+	// The events Stripe sends Tollgate; the tenants' own webhook endpoints,
+	// which Tollgate calls, are on each tenant's page.
+	{"webhooks", "Stripe events", "/admin/webhooks"},
 	{"plans", "Plans", "/admin/plans"},
 	{"audit", "Audit log", "/admin/audit"},
 }

@@ -76,7 +76,7 @@ func (d *Dashboard) webhooks(c echo.Context, s *signedIn) error {
 // selected when there is one.
 func (d *Dashboard) webhooksView(c echo.Context, s *signedIn) (web.WebhooksView, error) {
 	ctx := c.Request().Context()
-	v := web.WebhooksView{Chrome: d.chrome(s, "Webhooks", "webhooks")}
+	v := web.WebhooksView{Chrome: d.chrome(s, "Stripe events", "webhooks")}
 	if d.cfg.Webhooks == nil {
 		v.Unavailable = webhooksUnavailable
 		return v, nil
