@@ -172,6 +172,20 @@ type EndpointRow struct {
 // NewKey is a key just created: shown on this page once, never again.
 type NewKey struct {
 	ID, Raw, Mode string
+	// Name is the key's name, empty when it has none; Expires when it
+	// stops working, "never" when it does not.
+	Name, Expires string
+}
+
+// KeyForm creates a key of the tenant: its mode, name and expiry (as
+// `tollgate keys create` takes --expires) as typed, and what was wrong with
+// them.
+type KeyForm struct {
+	Action                string
+	Mode, Name, ExpiresAt string
+	// Error says why no key was created; ErrorField names the field at
+	// fault ("name" or "expires_at").
+	Error, ErrorField string
 }
 
 // LimitsForm is the form of a tenant's own limits: empty fields mean the
@@ -290,9 +304,10 @@ type TenantView struct {
 	MonthUsage        UsageBar
 	Refusals          HBars
 	Keys              []KeyRow
-	CreateKeyAction   string
-	Limits            LimitsForm
-	Policies          []PolicyRow
+	// KeyForm creates a key; NewKey, above it, is the key it just made.
+	KeyForm  KeyForm
+	Limits   LimitsForm
+	Policies []PolicyRow
 	// NewPolicy creates a policy.
 	NewPolicy PolicyForm
 	Alerts    []AlertRow

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -12,37 +14,59 @@ import (
 	"github.com/tollgate/tollgate/web"
 )
 
-// createKey makes a key for the tenant and shows it, this once.
+// createKey makes a key for the tenant, named and expiring when the form
+// says so (by tenant.ParseKeyExpiry's rules, as `tollgate keys create
+// --expires` reads them), and shows it, this once. A mistake is shown on
+// the form, as typed.
 func (d *Dashboard) createKey(c echo.Context, s *signedIn) error {
 	ctx := c.Request().Context()
 	id := c.Param("id")
+	f := web.KeyForm{Mode: c.FormValue("mode"), Name: c.FormValue("name"), ExpiresAt: strings.TrimSpace(c.FormValue("expires_at"))}
 	var test bool
-	switch c.FormValue("mode") {
+	switch f.Mode {
 	case "live", "":
+		f.Mode = "live"
 	case "test":
 		test = true
 	default:
 		return badRequest("A key's mode is live or test.")
 	}
+	if _, err := d.cfg.Tenants.Tenant(ctx, id); err != nil {
+		return fmt.Errorf("keys of tenant %s: %w", id, err)
+	}
+	err := tenant.ValidateKeyName(f.Name)
+	var expiresAt *time.Time
+	if err == nil {
+		expiresAt, err = tenant.ParseKeyExpiry(f.ExpiresAt, d.now())
+	}
+	if field, reason, ok := clientFault(err); ok {
+		v, err := d.tenantView(ctx, s, id)
+		if err != nil {
+			return err
+		}
+		f.Action, f.Error, f.ErrorField = v.KeyForm.Action, "Not created: "+field+" "+reason+".", field
+		v.KeyForm = f
+		return render(c, http.StatusBadRequest, web.Tenant(v))
+	}
 	raw, k, err := tenant.NewKey(test)
 	if err != nil {
 		return fmt.Errorf("new key of tenant %s: %w", id, err)
 	}
-	k.TenantID = id
+	k.TenantID, k.Name, k.ExpiresAt = id, f.Name, expiresAt
 	if k, err = d.cfg.Tenants.CreateKey(ctx, k); err != nil {
 		return fmt.Errorf("store new key of tenant %s: %w", id, err)
 	}
-	d.record(ctx, s, id, KindKeyCreated, map[string]any{"key_id": k.ID, "test": k.Test})
+	var expires any
+	if k.ExpiresAt != nil {
+		expires = k.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	d.record(ctx, s, id, KindKeyCreated, map[string]any{"key_id": k.ID, "test": k.Test, "name": k.Name, "expires_at": expires})
 	d.log.InfoContext(ctx, "key created", "tenant_id", id, "key_id", k.ID, "admin_id", s.admin.ID)
 	v, err := d.tenantView(ctx, s, id)
 	if err != nil {
 		return err
 	}
-	mode := "live"
-	if test {
-		mode = "test"
-	}
-	v.NewKey = &web.NewKey{ID: k.ID, Raw: raw, Mode: mode}
+	v.NewKey = &web.NewKey{ID: k.ID, Raw: raw, Mode: f.Mode, Name: k.Name, Expires: whenPtr(k.ExpiresAt)}
 	return render(c, http.StatusOK, web.Tenant(v))
 }
 

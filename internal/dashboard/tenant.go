@@ -150,9 +150,9 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 			Held: tenant.HeldToStarter(t), CustomerID: t.StripeCustomerID, SubscriptionID: cmp.Or(t.StripeSubscriptionID, "none"),
 			UpdatedAt: whenPtr(t.BillingUpdatedAt),
 		},
-		MonthUsage:      usageBar(td.report.ChecksUsed, eff.MonthlyChecks),
-		CreateKeyAction: "/admin/tenants/" + t.ID + "/keys",
-		AuditHref:       "/admin/audit?tenant=" + url.QueryEscape(t.ID),
+		MonthUsage: usageBar(td.report.ChecksUsed, eff.MonthlyChecks),
+		KeyForm:    web.KeyForm{Action: "/admin/tenants/" + t.ID + "/keys", Mode: "live"},
+		AuditHref:  "/admin/audit?tenant=" + url.QueryEscape(t.ID),
 	}
 	if t.StripeCustomerID != "" {
 		v.Billing.CustomerURL = d.cfg.StripeDashboardURL + "/customers/" + url.PathEscape(t.StripeCustomerID)

@@ -635,11 +635,29 @@ func TestDashboardInChromium(t *testing.T) {
 
 	// A key created on the page is shown once and works; revoked, the API
 	// refuses it.
+	// It has a name and an expiry, typed as `tollgate keys create` takes
+	// them, and the page lands where the key is shown.
 	b.open("/admin/tenants/"+globex.TenantID, "create-key-form")
+	b.do("name the key and its expiry",
+		chromedp.SetValue(chromedp.ID("key-name"), "checkout service"),
+		chromedp.SetValue(chromedp.ID("key-expires"), "90d"))
 	b.click("create-key", "new-key")
 	key := b.text("new-key-value")
 	if !liveKey.MatchString(key) {
 		t.Fatalf("new key %q", key)
+	}
+	expires := time.Now().UTC().AddDate(0, 0, 90).Format("2006-01-02")
+	if got := b.text("new-key"); !strings.Contains(got, "checkout service") || !strings.Contains(got, "expires "+expires) {
+		t.Errorf("the new key says %q, want its name and an expiry on %s", got, expires)
+	}
+	if where := b.inView("new-key"); where != "" {
+		t.Errorf("the new key is out of view: %s", where)
+	}
+	b.screenshotWith("06-tenant-new-key-window", chromedp.CaptureScreenshot())
+	named := fmt.Sprintf(`//tr[@data-testid="key-row"][.//span[contains(text(), "%s")]]`, strings.Split(key, "_")[2])
+	row, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.Search(named), chromedp.NodeVisible))
+	if err != nil || !strings.Contains(row, "checkout service") || !strings.Contains(row, "expires "+expires) {
+		t.Errorf("the new key's row says %q (%v), want its name and expiry", row, err)
 	}
 	b.screenshot("06-tenant-new-key")
 	if r := check(t, base, key, apiIP, "sign-in-ip", "new-key-user"); r.StatusCode != http.StatusOK {
