@@ -141,6 +141,27 @@ type TenantsView struct {
 	PrevHref, NextHref string
 	// Empty says what to do when no tenant matches.
 	Empty string
+	// NewTenant creates a tenant.
+	NewTenant TenantForm
+}
+
+// TenantForm creates a tenant with its first keys, as `tollgate tenants
+// create` does: the name and plan as typed, the plans to choose from, and
+// what was wrong with them.
+type TenantForm struct {
+	Action string
+	Name   string
+	Plans  []Option
+	// Error says why no tenant was created; ErrorField names the field at
+	// fault ("name" or "plan"). Open shows the form unfolded.
+	Error, ErrorField string
+	Open              bool
+}
+
+// CreatedKeys are a new tenant's first keys, shown on its page once, never
+// again.
+type CreatedKeys struct {
+	Live, Test string
 }
 
 // KeyRow is an API key of a tenant.
@@ -296,14 +317,17 @@ type WebhookRow struct {
 // TenantView is a tenant's page.
 type TenantView struct {
 	Chrome
-	ID, Name, Created string
-	Billing           BillingView
-	NewKey            *NewKey
-	Minutes           Chart
-	Month             Chart
-	MonthUsage        UsageBar
-	Refusals          HBars
-	Keys              []KeyRow
+	ID, Name, CreatedAt string
+	Billing             BillingView
+	// Created, set on the page answered to the tenant's creation, shows its
+	// first keys.
+	Created    *CreatedKeys
+	NewKey     *NewKey
+	Minutes    Chart
+	Month      Chart
+	MonthUsage UsageBar
+	Refusals   HBars
+	Keys       []KeyRow
 	// KeyForm creates a key; NewKey, above it, is the key it just made.
 	KeyForm  KeyForm
 	Limits   LimitsForm

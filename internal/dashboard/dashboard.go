@@ -37,6 +37,8 @@ import (
 // TenantStore is what the dashboard reads and changes of tenants, keys and
 // plans (tenant.Store).
 type TenantStore interface {
+	// CreateTenant is tenant.Create's call (tenant.Creator).
+	CreateTenant(ctx context.Context, name, plan string, keys ...tenant.Key) (tenant.Tenant, error)
 	Tenant(ctx context.Context, id string) (tenant.Tenant, error)
 	SetTenantLimits(ctx context.Context, id string, l tenant.TenantLimits) (tenant.Tenant, error)
 	CreateKey(ctx context.Context, k tenant.Key) (tenant.Key, error)
@@ -232,6 +234,7 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.GET("", d.page(d.overview))
 	g.GET("/", d.page(d.overview))
 	g.GET("/tenants", d.page(d.tenants))
+	g.POST("/tenants", d.page(d.createTenant))
 	g.GET("/tenants/:id", d.page(d.tenantPage))
 	g.POST("/tenants/:id/keys", d.page(d.createKey))
 	g.GET("/tenants/:id/keys/:key/revoke", d.page(d.confirmRevokeKey))

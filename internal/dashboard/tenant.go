@@ -144,7 +144,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 	t, eff := td.t, td.eff
 	v := web.TenantView{
 		Chrome: d.chrome(s, t.Name, "tenants"),
-		ID:     t.ID, Name: t.Name, Created: when(t.CreatedAt),
+		ID:     t.ID, Name: t.Name, CreatedAt: when(t.CreatedAt),
 		Billing: web.BillingView{
 			Plan: t.Plan, EffectivePlan: eff.Name, Status: t.BillingStatus, StatusClass: statusClass(t.BillingStatus),
 			Held: tenant.HeldToStarter(t), CustomerID: t.StripeCustomerID, SubscriptionID: cmp.Or(t.StripeSubscriptionID, "none"),

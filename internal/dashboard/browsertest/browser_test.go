@@ -544,6 +544,34 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatalf("search acme: %d rows, want 1", n)
 	}
 
+	// A tenant created on the list's form shows its keys once, and they
+	// work; a mistake is answered on the form.
+	b.open("/admin/tenants", "new-tenant")
+	b.do("open the new tenant form", chromedp.Click(`[data-testid="new-tenant"] summary`, chromedp.NodeVisible),
+		chromedp.SetValue(chromedp.ID("new-tenant-name"), "   "))
+	b.click("create-tenant", "new-tenant-error")
+	if got := b.text("new-tenant-error"); got != "Not created: name must not be blank." {
+		t.Errorf("new tenant error %q", got)
+	}
+	b.do("name the tenant and choose its plan", chromedp.SetValue(chromedp.ID("new-tenant-name"), "Initech"),
+		chromedp.SetValue(chromedp.ID("new-tenant-plan"), "pro"))
+	b.click("create-tenant", "tenant-created")
+	if got := b.text("tenant-name"); got != "Initech" {
+		t.Fatalf("after creating a tenant: the page of %q", got)
+	}
+	if got := b.text("plan"); got != "pro" {
+		t.Errorf("the new tenant's plan is %q, want pro", got)
+	}
+	initech := b.text("new-live-key")
+	if !liveKey.MatchString(initech) {
+		t.Fatalf("the new tenant's live key %q", initech)
+	}
+	b.screenshotWith("04-tenant-created-window", chromedp.CaptureScreenshot())
+	if r := api(t, http.MethodPut, base+"/v1/policies/sign-in-ip", initech, apiIP, `{"limit":10,"window":"1m"}`); r.StatusCode/100 != 2 {
+		t.Fatalf("the new tenant's live key puts a policy: %d, want 2xx", r.StatusCode)
+	}
+	b.open("/admin/tenants?q=acme", "tenant-table")
+
 	// A tenant's page; its per-IP limit changed through the form applies to
 	// the API at once.
 	b.click("tenant-link", "limits-form")
