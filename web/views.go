@@ -11,7 +11,7 @@ import "github.com/a-h/templ"
 type Chrome struct {
 	Title string
 	// Section is the navigation entry to mark current: overview, tenants,
-	// webhooks, plans or audit.
+	// webhooks (Stripe events), plans, admins or audit.
 	Section    string
 	AdminEmail string
 	// CSRF is the session's form token, put in every form that posts.
@@ -37,6 +37,7 @@ var Nav = []NavItem{
 	// which Tollgate calls, are on each tenant's page.
 	{"webhooks", "Stripe events", "/admin/webhooks"},
 	{"plans", "Plans", "/admin/plans"},
+	{"admins", "Admins", "/admin/admins"},
 	{"audit", "Audit log", "/admin/audit"},
 }
 
@@ -473,4 +474,28 @@ type ConfirmView struct {
 	Action, Button string
 	// CancelHref is the way back, changing nothing.
 	CancelHref string
+}
+
+// AdminRow is one admin who may sign in.
+type AdminRow struct {
+	Email, Created string
+	// You marks the signed-in admin.
+	You bool
+}
+
+// AdminForm adds an admin, as `tollgate admins create` does: the email as
+// typed (the passwords are never shown back), and what was wrong.
+type AdminForm struct {
+	Action string
+	Email  string
+	// Error says why no admin was added; ErrorField names the field at
+	// fault ("email", "password" or "password_again").
+	Error, ErrorField string
+}
+
+// AdminsView is the list of admins and the form that adds one.
+type AdminsView struct {
+	Chrome
+	Rows     []AdminRow
+	NewAdmin AdminForm
 }

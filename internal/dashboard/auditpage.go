@@ -46,7 +46,7 @@ var changeKinds = []string{
 	policy.KindPolicyPut, policy.KindPolicyDeleted, policy.KindOverridePut, policy.KindOverrideDeleted,
 	billing.AuditKind, billing.AuditKindCustomerLinked,
 	audit.KindCounterReset, audit.KindCounterReset + audit.FloodSuffix,
-	KindSignedIn, KindSignInFailed,
+	KindSignedIn, KindSignInFailed, KindAdminCreated,
 }
 
 // auditFilter reads the audit page's query: the view, tenant, kind and page

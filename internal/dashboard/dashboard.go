@@ -252,6 +252,8 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.POST("/webhooks/:id/link", d.page(d.linkCustomer))
 	g.GET("/plans", d.page(d.plans))
 	g.POST("/plans/:name", d.page(d.setPlan))
+	g.GET("/admins", d.page(d.admins))
+	g.POST("/admins", d.page(d.createAdmin))
 	g.GET("/audit", d.page(d.auditPage))
 	g.Any("/*", d.page(func(c echo.Context, s *signedIn) error {
 		return notFound("There is no dashboard page at this address.")

@@ -44,6 +44,7 @@ var flashes = map[string]string{
 	"policy-deleted":    "Policy deleted, with its overrides.",
 	"override":          "Override saved. Every instance applies it within a second.",
 	"override-deleted":  "Override deleted.",
+	"admin-created":     "Admin added. They sign in with that email and the password you chose: tell them it yourself.",
 }
 
 // tenantData is what a tenant's page shows, fetched in one place

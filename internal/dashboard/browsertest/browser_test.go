@@ -726,6 +726,20 @@ func TestDashboardInChromium(t *testing.T) {
 	if n := b.count(`[data-testid="plan-row"]`); n != 5 {
 		t.Errorf("plan table: %d rows, want 5", n)
 	}
+	// An admin added on the Admins page is listed; the audit log names
+	// who added it.
+	b.click("nav-admins", "new-admin-form")
+	b.do("fill the new admin's form", chromedp.SetValue(chromedp.ID("new-admin-email"), "auditor@example.com"),
+		chromedp.SetValue(chromedp.ID("new-admin-password"), password),
+		chromedp.SetValue(chromedp.ID("new-admin-password-again"), password))
+	b.click("add-admin", "flash")
+	if got := b.text("admins"); !strings.Contains(got, "auditor@example.com") {
+		t.Errorf("admins after adding one: %q", got)
+	}
+	b.open("/admin/audit?kind=admin_created", "audit")
+	if got := b.text("audit-actor"); got != "ops@example.com" {
+		t.Errorf("the new admin was added by %q", got)
+	}
 	b.open("/admin/audit?tenant="+url.QueryEscape(acme.TenantID)+"&kind=tenant_limits_changed", "audit")
 	if got := b.text("audit-actor"); got != "ops@example.com" {
 		t.Errorf("audit entry of the limit change by %q", got)
@@ -739,6 +753,7 @@ func TestDashboardInChromium(t *testing.T) {
 		{"05-tenant", "/admin/tenants/" + acme.TenantID, "limits-form"},
 		{"07-webhooks", "/admin/webhooks/evt_1QdemoStranger", "webhook-payload"},
 		{"08-plans", "/admin/plans", "plans"},
+		{"08-admins", "/admin/admins", "admins"},
 		{"09-audit", "/admin/audit", "audit"},
 	})
 
