@@ -335,8 +335,10 @@ type TenantView struct {
 	Policies []PolicyRow
 	// NewPolicy creates a policy.
 	NewPolicy PolicyForm
-	Alerts    []AlertRow
-	Events    []WebhookRow
+	// Unlock resets one subject's counter of a policy.
+	Unlock UnlockForm
+	Alerts []AlertRow
+	Events []WebhookRow
 	// Endpoints are the tenant's outbound webhook endpoints.
 	Endpoints []EndpointRow
 	// EventsNote explains an empty or unavailable event list.
@@ -498,4 +500,20 @@ type AdminsView struct {
 	Chrome
 	Rows     []AdminRow
 	NewAdmin AdminForm
+}
+
+// UnlockForm resets one subject's counter of one of the tenant's policies
+// (its leases, for a concurrency policy), live or the sandbox's: what
+// DELETE /v1/policies/{name}/subjects/{subject} does.
+type UnlockForm struct {
+	Action string
+	// Policies are the tenant's policies that count subjects (scope
+	// subject), the one typed selected.
+	Policies      []Option
+	Subject, Mode string
+	// Error says why nothing was reset; ErrorField names the field at
+	// fault ("policy" or "subject").
+	Error, ErrorField string
+	// Unavailable, when set, says why there is no form.
+	Unavailable string
 }

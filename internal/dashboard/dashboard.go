@@ -79,6 +79,17 @@ type LeaseCounter interface {
 	InFlight(ctx context.Context, tenantID string, policies []string) ([]int64, error)
 }
 
+// CounterResetter clears one subject's counter of a tenant's policy (for a
+// concurrency policy, its leases), live or the sandbox's, as DELETE
+// /v1/policies/{name}/subjects/{subject} does (*gate.Gate). It returns the
+// counter's key, a digest that names the subject without holding it.
+// Errors: *policy.NotFoundError and *policy.FieldError for what the
+// operator typed; gate.ErrStoreUnavailable, gate.ErrBusy and
+// gate.ErrUnavailable when it could not be done now.
+type CounterResetter interface {
+	Reset(ctx context.Context, tenantID string, test bool, policy, subject string) (string, error)
+}
+
 // AuditLog records and lists audit entries (*audit.Log).
 type AuditLog interface {
 	Record(ctx context.Context, e audit.Entry) error
@@ -110,6 +121,10 @@ type Config struct {
 	// Leases counts a tenant's leases in flight per concurrency policy
 	// (*gate.Gate); nil shows them as unavailable.
 	Leases LeaseCounter
+	// Counters unlocks subjects: the tenant page's form resets one
+	// subject's counter of a policy through it (*gate.Gate, on the counter
+	// store the API counts in); nil offers no form.
+	Counters CounterResetter
 	// SignInLimiter counts sign-ins against their limits: in the shared
 	// counter store, so that they hold across instances, else in this
 	// instance's memory (gate.NewLimiter).
@@ -242,6 +257,7 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.POST("/tenants/:id/endpoints/:endpoint/disable", d.page(d.disableEndpoint))
 	g.POST("/tenants/:id/endpoints/:endpoint/enable", d.page(d.enableEndpoint))
 	g.POST("/tenants/:id/limits", d.page(d.setLimits))
+	g.POST("/tenants/:id/subjects/reset", d.page(d.unlockSubject))
 	g.POST("/tenants/:id/policies", d.page(d.putPolicy))
 	g.GET("/tenants/:id/policies/:name/delete", d.page(d.confirmDeletePolicy))
 	g.POST("/tenants/:id/policies/:name/delete", d.page(d.deletePolicy))

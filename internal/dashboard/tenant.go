@@ -44,6 +44,7 @@ var flashes = map[string]string{
 	"policy-deleted":    "Policy deleted, with its overrides.",
 	"override":          "Override saved. Every instance applies it within a second.",
 	"override-deleted":  "Override deleted.",
+	"unlocked":          "Subject unlocked: its counter of the policy is cleared (a concurrency policy's leases dropped) on every instance, and its next check counts from nothing.",
 	"admin-created":     "Admin added. They sign in with that email and the password you chose: tell them it yourself.",
 }
 
@@ -180,6 +181,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 	}
 	v.Policies = policyRows(td)
 	v.NewPolicy = newPolicyForm(t.ID)
+	v.Unlock = d.unlockForm(t.ID, td.policies)
 	v.Alerts = alertRows(td.report.Alerts)
 	v.Endpoints = endpointRows(t.ID, td.endpoints)
 

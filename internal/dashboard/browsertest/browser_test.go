@@ -644,6 +644,35 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	}
 
+	// A subject locked out by a policy is unlocked on the page: its next
+	// check is allowed. A token bucket refills one a month here, so the
+	// subject stays locked however long the steps take.
+	if r := api(t, http.MethodPut, base+"/v1/policies/exports-monthly", acme.LiveKey, "198.51.100.210", `{"limit":1,"window":"30d","algorithm":"token_bucket"}`); r.StatusCode/100 != 2 {
+		t.Fatalf("put policy exports-monthly: %d", r.StatusCode)
+	}
+	for i, want := range []bool{true, false} {
+		if got := allowed(t, base, acme.LiveKey, fmt.Sprintf("198.51.100.%d", 211+i), "exports-monthly", "acct-42"); got != want {
+			t.Fatalf("exports-monthly check %d of acct-42: allowed %t, want %t", i+1, got, want)
+		}
+	}
+	b.open("/admin/tenants/"+acme.TenantID, "unlock-form")
+	b.do("choose the policy and the subject", chromedp.SetValue(chromedp.ID("unlock-policy"), "exports-monthly"),
+		chromedp.SetValue(chromedp.ID("unlock-subject"), "acct-42"))
+	b.click("unlock", "flash")
+	if got := b.text("flash"); !strings.Contains(got, "Subject unlocked") {
+		t.Errorf("after unlocking: flash %q", got)
+	}
+	if !allowed(t, base, acme.LiveKey, "198.51.100.213", "exports-monthly", "acct-42") {
+		t.Fatal("after unlocking, acct-42's next check is refused")
+	}
+	if allowed(t, base, acme.LiveKey, "198.51.100.214", "exports-monthly", "acct-42") {
+		t.Fatal("after unlocking, acct-42 got more than one check of its limit of one")
+	}
+	b.open("/admin/audit?tenant="+url.QueryEscape(acme.TenantID)+"&kind=counter_reset", "audit")
+	if got := b.text("audit-actor"); got != "ops@example.com" {
+		t.Errorf("the unlock is audited with %q", got)
+	}
+
 	// Deleting the policy asks first too; confirmed, the API no longer
 	// knows it.
 	b.open("/admin/tenants/"+acme.TenantID, "policies")
