@@ -2,8 +2,10 @@
 // with argon2id passwords and server-side sessions, CSRF tokens on every
 // form that posts, the sign-in limiter (Tollgate's own counters), and the
 // handlers that build web's view models from the domain packages: overview,
-// tenants, a tenant's page (keys, limits, policies, alerts, billing),
-// webhooks, plans and the audit log.
+// tenants (and creating one), a tenant's page (keys, limits, policies,
+// unlocking a subject, alerts, billing) with the pages that ask before
+// revoking a key or deleting a policy, Stripe events, plans, admins and the
+// audit log.
 //
 // dashboard imports domain packages and web; never pgstore, a driver or
 // httpapi. cmd/tollgate wires the stores and mounts it on httpapi's Echo

@@ -681,7 +681,6 @@ func TestDashboardInChromium(t *testing.T) {
 	if got := b.text("confirm-facts"); !strings.Contains(got, "1 override, deleted with it") {
 		t.Errorf("the delete page says %q, want the override that goes with the policy", got)
 	}
-	b.screenshot("05-tenant-delete-policy-confirm")
 	if r := check(t, base, acme.LiveKey, "198.51.100.200", "export", "acct-9"); r.StatusCode != http.StatusOK {
 		t.Fatalf("export check while the delete page asks: %d, want 200", r.StatusCode)
 	}
@@ -727,7 +726,6 @@ func TestDashboardInChromium(t *testing.T) {
 	if got := b.text("confirm-facts"); !strings.Contains(got, prefix) {
 		t.Errorf("the revoke page does not name the key: %q", got)
 	}
-	b.screenshot("06-tenant-revoke-confirm")
 	for _, v := range b.axe() {
 		t.Errorf("the revoke page: axe-core %s (%s): %s, at %s", v.ID, v.Impact, v.Help, strings.Join(v.Targets, "; "))
 	}
@@ -775,7 +773,13 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	b.click("nav-audit", "audit")
 
-	// Every page, at a phone's width and a laptop's.
+	// Every page, at a phone's width and a laptop's: the questions before
+	// revoking a key and deleting a policy too.
+	b.open("/admin/tenants/"+acme.TenantID, "revoke-key")
+	revokePage, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="revoke-key"]').getAttribute("href")`))
+	if err != nil {
+		t.Fatalf("the revoke link: %v", err)
+	}
 	b.survey([]surveyPage{
 		{"03-overview", "/admin", "chart-hour"},
 		{"04-tenants", "/admin/tenants", "tenant-table"},
@@ -784,6 +788,8 @@ func TestDashboardInChromium(t *testing.T) {
 		{"08-plans", "/admin/plans", "plans"},
 		{"08-admins", "/admin/admins", "admins"},
 		{"09-audit", "/admin/audit", "audit"},
+		{"06-revoke-confirm", revokePage, "confirm"},
+		{"05-delete-policy-confirm", "/admin/tenants/" + acme.TenantID + "/policies/sign-in-ip/delete", "confirm"},
 	})
 
 	// Sign out: the session is gone.
