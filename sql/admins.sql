@@ -6,6 +6,10 @@ RETURNING id, email, password_hash, created_at, updated_at;
 -- name: AdminByEmail :one
 SELECT id, email, password_hash, created_at, updated_at FROM admins WHERE email = @email;
 
+-- name: ListAdmins :many
+-- ListAdmins lists every admin by email, without password hashes.
+SELECT id, email, created_at FROM admins ORDER BY email;
+
 -- name: SetAdminPassword :one
 -- SetAdminPassword replaces an admin's password hash.
 UPDATE admins SET password_hash = @password_hash, updated_at = now()

@@ -39,7 +39,7 @@ func Audit(v AuditView) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<h1>Audit log</h1><p class=\"lede\">Who changed what, newest first. <strong>Changes and sign-ins</strong>: limits, keys, policies, plans and billing, by whom, and operators' sign-ins, failed ones included. <strong>Refusals</strong>: the first refusal of each counter in each window (a tenant's first refusals past its budget of a minute are counted in one <em>flood</em> entry).</p><nav aria-label=\"Audit log views\"><ul class=\"tabs\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<h1>Audit log</h1><p class=\"lede\">Who changed what, newest first. <strong>Changes and sign-ins</strong>: tenants, limits, keys, policies, counter resets, plans, admins and billing, by whom, and operators' sign-ins, failed ones included. <strong>Refusals</strong>: the first refusal of each counter in each window (a tenant's first refusals past its budget of a minute are counted in one <em>flood</em> entry).</p><nav aria-label=\"Audit log views\"><ul class=\"tabs\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -11,7 +11,7 @@ import "github.com/a-h/templ"
 type Chrome struct {
 	Title string
 	// Section is the navigation entry to mark current: overview, tenants,
-	// webhooks, plans or audit.
+	// webhooks (Stripe events), plans, admins or audit.
 	Section    string
 	AdminEmail string
 	// CSRF is the session's form token, put in every form that posts.
@@ -33,8 +33,11 @@ type NavItem struct {
 var Nav = []NavItem{
 	{"overview", "Overview", "/admin"},
 	{"tenants", "Tenants", "/admin/tenants"},
-	{"webhooks", "Webhooks", "/admin/webhooks"},
+	// The events Stripe sends Tollgate; the tenants' own webhook endpoints,
+	// which Tollgate calls, are on each tenant's page.
+	{"webhooks", "Stripe events", "/admin/webhooks"},
 	{"plans", "Plans", "/admin/plans"},
+	{"admins", "Admins", "/admin/admins"},
 	{"audit", "Audit log", "/admin/audit"},
 }
 
@@ -139,6 +142,27 @@ type TenantsView struct {
 	PrevHref, NextHref string
 	// Empty says what to do when no tenant matches.
 	Empty string
+	// NewTenant creates a tenant.
+	NewTenant TenantForm
+}
+
+// TenantForm creates a tenant with its first keys, as `tollgate tenants
+// create` does: the name and plan as typed, the plans to choose from, and
+// what was wrong with them.
+type TenantForm struct {
+	Action string
+	Name   string
+	Plans  []Option
+	// Error says why no tenant was created; ErrorField names the field at
+	// fault ("name" or "plan"). Open shows the form unfolded.
+	Error, ErrorField string
+	Open              bool
+}
+
+// CreatedKeys are a new tenant's first keys, shown on its page once, never
+// again.
+type CreatedKeys struct {
+	Live, Test string
 }
 
 // KeyRow is an API key of a tenant.
@@ -150,9 +174,11 @@ type KeyRow struct {
 	Revoked           string
 	// Expires is when the key stops working, empty for never; Expired
 	// says it has.
-	Expires      string
-	Expired      bool
-	Active       bool
+	Expires string
+	Expired bool
+	Active  bool
+	// RevokeAction is the page that asks before revoking the key (GET),
+	// whose button posts to the same address.
 	RevokeAction string
 }
 
@@ -168,6 +194,20 @@ type EndpointRow struct {
 // NewKey is a key just created: shown on this page once, never again.
 type NewKey struct {
 	ID, Raw, Mode string
+	// Name is the key's name, empty when it has none; Expires when it
+	// stops working, "never" when it does not.
+	Name, Expires string
+}
+
+// KeyForm creates a key of the tenant: its mode, name and expiry (as
+// `tollgate keys create` takes --expires) as typed, and what was wrong with
+// them.
+type KeyForm struct {
+	Action                string
+	Mode, Name, ExpiresAt string
+	// Error says why no key was created; ErrorField names the field at
+	// fault ("name" or "expires_at").
+	Error, ErrorField string
 }
 
 // LimitsForm is the form of a tenant's own limits: empty fields mean the
@@ -182,7 +222,9 @@ type LimitsForm struct {
 	PlanIPPerMinute    string
 	PlanQuotaPerMinute string
 	PlanQuotaPerHour   string
-	Error              string
+	// Error says why the form was not saved; ErrorField names the field
+	// at fault.
+	Error, ErrorField string
 	// LastChange says who changed the limits last and when.
 	LastChange string
 }
@@ -193,7 +235,9 @@ type PolicyRow struct {
 	Shadow                                          bool
 	AlertAfter                                      string
 	Overrides                                       []OverrideRow
-	// Edit replaces the policy; DeleteAction deletes it and its overrides.
+	// Edit replaces the policy. DeleteAction is the page that asks before
+	// deleting it and its overrides (GET), whose button posts to the same
+	// address.
 	Edit         PolicyForm
 	DeleteAction string
 	// NewOverride adds or replaces an override; nil for a policy of scope
@@ -274,21 +318,27 @@ type WebhookRow struct {
 // TenantView is a tenant's page.
 type TenantView struct {
 	Chrome
-	ID, Name, Created string
-	Billing           BillingView
-	NewKey            *NewKey
-	Minutes           Chart
-	Month             Chart
-	MonthUsage        UsageBar
-	Refusals          HBars
-	Keys              []KeyRow
-	CreateKeyAction   string
-	Limits            LimitsForm
-	Policies          []PolicyRow
+	ID, Name, CreatedAt string
+	Billing             BillingView
+	// Created, set on the page answered to the tenant's creation, shows its
+	// first keys.
+	Created    *CreatedKeys
+	NewKey     *NewKey
+	Minutes    Chart
+	Month      Chart
+	MonthUsage UsageBar
+	Refusals   HBars
+	Keys       []KeyRow
+	// KeyForm creates a key; NewKey, above it, is the key it just made.
+	KeyForm  KeyForm
+	Limits   LimitsForm
+	Policies []PolicyRow
 	// NewPolicy creates a policy.
 	NewPolicy PolicyForm
-	Alerts    []AlertRow
-	Events    []WebhookRow
+	// Unlock resets one subject's counter of a policy.
+	Unlock UnlockForm
+	Alerts []AlertRow
+	Events []WebhookRow
 	// Endpoints are the tenant's outbound webhook endpoints.
 	Endpoints []EndpointRow
 	// EventsNote explains an empty or unavailable event list.
@@ -315,7 +365,9 @@ type LinkCustomerForm struct {
 	// TenantID is what was typed, shown again with Error when the link was
 	// refused.
 	TenantID string
-	Error    string
+	// Error says why the link was refused; ErrorField is "tenant_id" when
+	// the tenant ID is at fault.
+	Error, ErrorField string
 }
 
 // Option is a choice of a select (the webhook outcome filter, the audit kind filter).
@@ -343,7 +395,9 @@ type PlanRow struct {
 	MonthlyChecks                             string
 	Unlimited, Purchasable                    bool
 	StripePriceID                             string
-	Error                                     string
+	// Error says why the row was not saved; ErrorField names the field at
+	// fault.
+	Error, ErrorField string
 }
 
 // PlansView is the plan table.
@@ -387,10 +441,79 @@ type AuditView struct {
 }
 
 // fieldAttrs marks the input of field as invalid and described by its
-// form's error when the error is about that field.
+// form's error when the error is about that field. (Not autofocus: a
+// browser that lands on a fragment, as a form that was not saved does
+// (formAction), skips autofocus by the HTML standard.)
 func fieldAttrs(errField, field, formID string) templ.Attributes {
 	if errField == "" || errField != field {
 		return templ.Attributes{}
 	}
 	return templ.Attributes{"aria-invalid": "true", "aria-describedby": formID + "-error"}
+}
+
+// formAction is where a form posts: action, with the id of the element to
+// land on as the fragment. A form that was not saved is answered with its
+// page again, and the browser, keeping the fragment of the address it
+// posted to, scrolls to the form and its error instead of the page's top
+// (no script needed). A saved form's redirect names a fragment of its own:
+// without one the browser would keep this one.
+func formAction(action, landOn string) templ.SafeURL {
+	return templ.SafeURL(action + "#" + landOn)
+}
+
+// ConfirmView asks before a change that cannot be undone (revoking a key,
+// deleting a policy): what it is about, what the change does, a button
+// that posts it, and the way back. Opening it changes nothing.
+type ConfirmView struct {
+	Chrome
+	// Crumbs lead back to the page the question came from.
+	TenantName, TenantHref string
+	// Facts say what the change is about, one pair a line.
+	Facts []KV
+	// Consequence says what the change does, in a sentence or two.
+	Consequence string
+	// Action is where the button posts; Button is its label.
+	Action, Button string
+	// CancelHref is the way back, changing nothing.
+	CancelHref string
+}
+
+// AdminRow is one admin who may sign in.
+type AdminRow struct {
+	Email, Created string
+	// You marks the signed-in admin.
+	You bool
+}
+
+// AdminForm adds an admin, as `tollgate admins create` does: the email as
+// typed (the passwords are never shown back), and what was wrong.
+type AdminForm struct {
+	Action string
+	Email  string
+	// Error says why no admin was added; ErrorField names the field at
+	// fault ("email", "password" or "password_again").
+	Error, ErrorField string
+}
+
+// AdminsView is the list of admins and the form that adds one.
+type AdminsView struct {
+	Chrome
+	Rows     []AdminRow
+	NewAdmin AdminForm
+}
+
+// UnlockForm resets one subject's counter of one of the tenant's policies
+// (its leases, for a concurrency policy), live or the sandbox's: what
+// DELETE /v1/policies/{name}/subjects/{subject} does.
+type UnlockForm struct {
+	Action string
+	// Policies are the tenant's policies that count subjects (scope
+	// subject), the one typed selected.
+	Policies      []Option
+	Subject, Mode string
+	// Error says why nothing was reset; ErrorField names the field at
+	// fault ("policy" or "subject").
+	Error, ErrorField string
+	// Unavailable, when set, says why there is no form.
+	Unavailable string
 }

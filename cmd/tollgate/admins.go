@@ -50,8 +50,7 @@ func adminsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string,
 	if err != nil {
 		return err
 	}
-	hash, err := admin.HashPassword(password, admin.DefaultArgon2)
-	if err != nil {
+	if err := admin.ValidatePassword(password); err != nil {
 		return fmt.Errorf("admins %s: %s", sub, strings.TrimSuffix(err.Error(), ": "+admin.ErrInvalid.Error()))
 	}
 	store, done, err := openStore(ctx, cfg, log, pgstore.NewAdmins)
@@ -61,11 +60,15 @@ func adminsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string,
 	defer done()
 	var a admin.Admin
 	if sub == "create" {
-		a, err = store.CreateAdmin(ctx, norm, hash)
+		a, err = admin.Create(ctx, store, nil, norm, password, admin.DefaultArgon2)
 		if errors.Is(err, admin.ErrConflict) {
 			return fmt.Errorf("admins create: %s already has an account; change its password with `tollgate admins set-password --email %s`", norm, norm)
 		}
 	} else {
+		var hash string
+		if hash, err = admin.HashPassword(password, admin.DefaultArgon2); err != nil {
+			return fmt.Errorf("admins set-password: %w", err)
+		}
 		a, err = store.SetPassword(ctx, norm, hash)
 		if errors.Is(err, admin.ErrNotFound) {
 			return fmt.Errorf("admins set-password: no admin %s; create one with `tollgate admins create --email %s`", norm, norm)

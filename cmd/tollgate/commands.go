@@ -108,6 +108,14 @@ var commands = []command{
 		run:     overridesCmd,
 	},
 	{
+		name:     "subjects",
+		synopses: []string{subjectsSynopsis},
+		summary:  "clear a subject's counter of a policy (a concurrency policy's leases), live or with --test the sandbox's, as DELETE /v1/policies/NAME/subjects/SUBJECT does: on the PostgreSQL or Redis counter store the servers use, never the memory store's, which lives in the serving process; audited as cli:<os user>",
+		env:      "DATABASE_URL (unset: the embedded PostgreSQL in TOLLGATE_DATA_DIR), TOLLGATE_COUNTER_STORE and REDIS_URL as the servers have them, TOLLGATE_PEPPER (the servers': it keys the subject's counter) or TOLLGATE_DEV=1 (the development pepper), TOLLGATE_LOG_FORMAT, TOLLGATE_LOG_LEVEL",
+		config:   loadCounterConfig,
+		run:      subjectsCmd,
+	},
+	{
 		name: "admins",
 		synopses: []string{
 			"admins create --email EMAIL",

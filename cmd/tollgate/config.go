@@ -175,6 +175,53 @@ func loadStoreConfig(getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
+// loadCounterConfig reads what a command that reaches the counter store
+// needs (subjects reset): loadStoreConfig's part, then where the counters
+// are and the pepper that keys them, by serve's rules (loadCounters). An
+// error names the variable at fault.
+func loadCounterConfig(getenv func(string) string) (Config, error) {
+	c, err := loadStoreConfig(getenv)
+	if err != nil {
+		return c, err
+	}
+	return c, loadCounters(&c, getenv)
+}
+
+// loadCounters reads where the counters are and the pepper that keys
+// them: TOLLGATE_COUNTER_STORE (postgres, redis or memory), REDIS_URL (the
+// counter store's own parse, so that a URL that can never connect stops
+// start-up; required for redis) and TOLLGATE_PEPPER (required unless
+// TOLLGATE_DEV=1, which gives the development pepper).
+func loadCounters(c *Config, getenv func(string) string) error {
+	c.RedisURL = getenv("REDIS_URL")
+	c.CounterStore = cmp.Or(getenv("TOLLGATE_COUNTER_STORE"), "postgres")
+	if c.RedisURL != "" {
+		if err := rediscounter.CheckURL(c.RedisURL); err != nil {
+			return fmt.Errorf("REDIS_URL: %v; want %s", err, urlRules["REDIS_URL"].want)
+		}
+	}
+	switch c.CounterStore {
+	case "postgres", "memory":
+	case "redis":
+		if c.RedisURL == "" {
+			return fmt.Errorf("TOLLGATE_COUNTER_STORE=redis needs REDIS_URL")
+		}
+	default:
+		return fmt.Errorf("TOLLGATE_COUNTER_STORE %q: want postgres, redis or memory", c.CounterStore)
+	}
+	switch p := getenv("TOLLGATE_PEPPER"); {
+	case p == "" && c.Dev:
+		c.Pepper = []byte(devPepper)
+	case p == "":
+		return fmt.Errorf("TOLLGATE_PEPPER is required (at least %d bytes, e.g. `openssl rand -hex 32`); set TOLLGATE_DEV=1 to run with a development pepper", minPepper)
+	case len(p) < minPepper:
+		return fmt.Errorf("TOLLGATE_PEPPER: %d bytes, want at least %d", len(p), minPepper)
+	default:
+		c.Pepper = []byte(p)
+	}
+	return nil
+}
+
 // loadConfig reads and validates the whole environment, for serve:
 // loadStoreConfig's part, then the rest. An error names the variable at
 // fault; nothing falls back silently.
@@ -183,9 +230,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if err != nil {
 		return c, err
 	}
-	c.RedisURL = getenv("REDIS_URL")
 	c.Addr = cmp.Or(getenv("TOLLGATE_ADDR"), ":8080")
-	c.CounterStore = cmp.Or(getenv("TOLLGATE_COUNTER_STORE"), "postgres")
 	c.CounterTimeout = 50 * time.Millisecond
 	c.ShutdownTimeout = 15 * time.Second
 	c.ReadTimeout = 30 * time.Second
@@ -198,24 +243,14 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if c.SecureCookies, err = parseBool("TOLLGATE_SECURE_COOKIES", getenv("TOLLGATE_SECURE_COOKIES")); err != nil {
 		return c, err
 	}
-	if c.RedisURL != "" {
-		// The counter store's own parse, so that a URL that can never
-		// connect (one that would only ever fail open) stops start-up.
-		if err := rediscounter.CheckURL(c.RedisURL); err != nil {
-			return c, fmt.Errorf("REDIS_URL: %v; want %s", err, urlRules["REDIS_URL"].want)
-		}
+	// The counter store and the pepper, as every command that counts
+	// reads them; a Redis URL that can never connect (one that would only
+	// ever fail open) stops start-up.
+	if err := loadCounters(&c, getenv); err != nil {
+		return c, err
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return c, fmt.Errorf("TOLLGATE_ADDR %q: want host:port or :port", c.Addr)
-	}
-	switch c.CounterStore {
-	case "postgres", "memory":
-	case "redis":
-		if c.RedisURL == "" {
-			return c, fmt.Errorf("TOLLGATE_COUNTER_STORE=redis needs REDIS_URL")
-		}
-	default:
-		return c, fmt.Errorf("TOLLGATE_COUNTER_STORE %q: want postgres, redis or memory", c.CounterStore)
 	}
 	if v := getenv("TOLLGATE_COUNTER_TIMEOUT"); v != "" {
 		if c.CounterTimeout, err = time.ParseDuration(v); err != nil || c.CounterTimeout < time.Millisecond || c.CounterTimeout > 10*time.Second {
@@ -256,16 +291,6 @@ func loadConfig(getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("TOLLGATE_AUDIT_RETENTION_DAYS %q: want whole days, 1 to 36500", v)
 		}
 		c.AuditRetention = time.Duration(days) * 24 * time.Hour
-	}
-	switch p := getenv("TOLLGATE_PEPPER"); {
-	case p == "" && c.Dev:
-		c.Pepper = []byte(devPepper)
-	case p == "":
-		return c, fmt.Errorf("TOLLGATE_PEPPER is required (at least %d bytes, e.g. `openssl rand -hex 32`); set TOLLGATE_DEV=1 to run with a development pepper", minPepper)
-	case len(p) < minPepper:
-		return c, fmt.Errorf("TOLLGATE_PEPPER: %d bytes, want at least %d", len(p), minPepper)
-	default:
-		c.Pepper = []byte(p)
 	}
 	for _, entry := range strings.Split(getenv("TOLLGATE_TRUSTED_PROXIES"), ",") {
 		s := strings.TrimSpace(entry)

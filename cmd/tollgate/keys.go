@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -71,11 +69,7 @@ func keysCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, c
 		if err := tenant.ValidateKeyName(*name); err != nil {
 			return usagef(synopsis, "keys create: --%v", err)
 		}
-		now := time.Now()
-		expiresAt, err := parseExpiry(*expires, now)
-		if err == nil {
-			err = tenant.ValidateKeyExpiry(expiresAt, now)
-		}
+		expiresAt, err := tenant.ParseKeyExpiry(*expires, time.Now())
 		if err != nil {
 			return usagef(synopsis, "keys create: --expires: %v", err)
 		}
@@ -155,31 +149,3 @@ func printKeys(w io.Writer, keys []tenant.Key) error {
 	}
 	return nil
 }
-
-// parseExpiry reads --expires: empty for none; a duration from now, in days
-// (90d) or as Go writes durations (12h, 90m); or a time, a date (midnight
-// UTC) or RFC 3339.
-func parseExpiry(s string, now time.Time) (*time.Time, error) {
-	if s == "" {
-		return nil, nil
-	}
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n > 0 && n <= maxExpiryDays {
-			t := now.AddDate(0, 0, n)
-			return &t, nil
-		}
-	}
-	if d, err := time.ParseDuration(s); err == nil {
-		t := now.Add(d)
-		return &t, nil
-	}
-	for _, layout := range []string{time.DateOnly, time.RFC3339} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return &t, nil
-		}
-	}
-	return nil, fmt.Errorf("%q is neither a duration (90d, 12h) nor a time (2027-01-31, 2027-01-31T12:00:00Z)", s)
-}
-
-// maxExpiryDays bounds --expires in days, a hundred years.
-const maxExpiryDays = 36500

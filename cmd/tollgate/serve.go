@@ -161,7 +161,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 	dash, err := dashboard.New(dashboard.Config{
 		Logger: log, Accounts: pgstore.NewAdmins(pool), Tenants: pgstore.NewTenants(pool), Policies: policies,
 		Usage: usageRec, Audit: audit.NewLog(auditStore), Traffic: trafficStore,
-		Webhooks: bill, Billing: bill, SignInLimiter: gate.NewLimiter("sign-in limiter", store, signIns, log), Leases: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
+		Webhooks: bill, Billing: bill, SignInLimiter: gate.NewLimiter("sign-in limiter", store, signIns, log), Leases: g, Counters: g, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
 		Changed:   invalidate,
 		Endpoints: hooks,
 	})

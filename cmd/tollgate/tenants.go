@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -50,28 +49,24 @@ func tenantsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string
 		return err
 	}
 	defer done()
-	if err := checkPlan(ctx, store, *plan); err != nil {
-		return fmt.Errorf("tenants create: --plan %w", err)
-	}
-	liveRaw, live, err := tenant.NewKey(false)
-	if err != nil {
-		return err
-	}
-	testRaw, test, err := tenant.NewKey(true)
-	if err != nil {
-		return err
-	}
-	live.Name, test.Name = "first live key", "first test key"
-	t, err := store.CreateTenant(ctx, *name, *plan, live, test)
+	plans, err := store.Plans(ctx)
 	if err != nil {
 		return fmt.Errorf("tenants create: %w", err)
 	}
-	log.InfoContext(ctx, "tenant created", "tenant_id", t.ID, "plan", t.Plan, "live_key_id", live.ID, "test_key_id", test.ID)
+	var fe *tenant.FieldError
+	if err := tenant.ValidatePlan(plans, *plan); errors.As(err, &fe) {
+		return fmt.Errorf("tenants create: --plan %s", fe.Reason)
+	}
+	c, err := tenant.Create(ctx, store, *name, *plan)
+	if err != nil {
+		return fmt.Errorf("tenants create: %w", err)
+	}
+	log.InfoContext(ctx, "tenant created", "tenant_id", c.Tenant.ID, "plan", c.Tenant.Plan, "live_key_id", c.LiveKey.ID, "test_key_id", c.TestKey.ID)
 	return printJSON(stdout, struct {
 		TenantID string `json:"tenant_id"`
 		LiveKey  string `json:"live_key"`
 		TestKey  string `json:"test_key"`
-	}{t.ID, liveRaw, testRaw})
+	}{c.Tenant.ID, c.Live, c.Test})
 }
 
 // tenantsList prints every tenant as a table: id, name, plan, the plan that
@@ -103,22 +98,6 @@ func tenantsList(ctx context.Context, cfg Config, log *slog.Logger, args []strin
 		return fmt.Errorf("write output: %w", err)
 	}
 	return nil
-}
-
-// checkPlan returns an error naming the plans there are unless name is one.
-func checkPlan(ctx context.Context, store *pgstore.Tenants, name string) error {
-	plans, err := store.Plans(ctx)
-	if err != nil {
-		return err
-	}
-	names := make([]string, len(plans))
-	for i, p := range plans {
-		if p.Name == name {
-			return nil
-		}
-		names[i] = p.Name
-	}
-	return fmt.Errorf("%q: no such plan; want one of %s", name, strings.Join(names, ", "))
 }
 
 // openStore opens a store (made by newStore: pgstore.NewTenants,

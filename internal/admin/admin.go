@@ -59,6 +59,8 @@ type Store interface {
 	// AdminByEmail returns the admin with email, PasswordHash included;
 	// ErrNotFound when there is none.
 	AdminByEmail(ctx context.Context, email string) (Admin, error)
+	// Admins returns every admin, by email, without PasswordHash.
+	Admins(ctx context.Context) ([]Admin, error)
 	// SetPassword replaces an admin's password hash and ends every session
 	// of the admin, in one transaction; ErrNotFound for an unknown email.
 	SetPassword(ctx context.Context, email, passwordHash string) (Admin, error)
@@ -77,6 +79,42 @@ type Store interface {
 	DeleteSession(ctx context.Context, tokenHash []byte) error
 	// PruneSessions deletes sessions that expired before before.
 	PruneSessions(ctx context.Context, before time.Time) error
+}
+
+// Creator stores a new admin (Store does).
+type Creator interface {
+	CreateAdmin(ctx context.Context, email, passwordHash string) (Admin, error)
+}
+
+// Create adds an admin who signs in with email (normalised by
+// NormalizeEmail) and password (hashed under p, within h's bound on
+// hashes at once when h is not nil). It is how `tollgate admins create`
+// and the dashboard add admins. Errors: ErrInvalid for an email or a
+// password refused, in words for the operator who typed them; ErrConflict
+// for an email another admin has; ErrBusy from h; anything else is the
+// store failing.
+func Create(ctx context.Context, s Creator, h *Hasher, email, password string, p Argon2Params) (Admin, error) {
+	norm, err := NormalizeEmail(email)
+	if err != nil {
+		return Admin{}, err
+	}
+	if err := ValidatePassword(password); err != nil {
+		return Admin{}, err
+	}
+	var hash string
+	if h == nil {
+		hash, err = HashPassword(password, p)
+	} else {
+		hash, err = h.Hash(ctx, password, p)
+	}
+	if err != nil {
+		return Admin{}, err
+	}
+	a, err := s.CreateAdmin(ctx, norm, hash)
+	if err != nil {
+		return Admin{}, fmt.Errorf("admin %s: %w", norm, err)
+	}
+	return a, nil
 }
 
 // MaxEmailLen is the longest email address accepted (RFC 5321's path limit).

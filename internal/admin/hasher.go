@@ -60,6 +60,17 @@ func (h *Hasher) Check(ctx context.Context, encoded, password string) (bool, err
 	return ok, err
 }
 
+// Hash is HashPassword within the bound: a new admin's password costs what
+// a sign-in's check does. It returns ErrBusy as Check does.
+func (h *Hasher) Hash(ctx context.Context, password string, p Argon2Params) (string, error) {
+	var hash string
+	err := h.run(ctx, func() (err error) {
+		hash, err = HashPassword(password, p)
+		return err
+	})
+	return hash, err
+}
+
 // Decoy is CheckDecoy within the bound: the time of a check, for an
 // unknown account. It returns ErrBusy as Check does.
 func (h *Hasher) Decoy(ctx context.Context, password string) error {

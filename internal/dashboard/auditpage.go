@@ -42,11 +42,11 @@ var refusalKinds = []string{audit.KindRefusal, audit.KindRefusalFlood}
 // the dashboard, the CLI and the tenant API's policy routes, billing, and
 // the tenant API's counter resets.
 var changeKinds = []string{
-	KindLimitsChanged, KindKeyCreated, KindKeyRevoked, KindPlanChanged, KindEndpointDisabled, KindEndpointEnabled,
+	KindTenantCreated, KindLimitsChanged, KindKeyCreated, KindKeyRevoked, KindPlanChanged, KindEndpointDisabled, KindEndpointEnabled,
 	policy.KindPolicyPut, policy.KindPolicyDeleted, policy.KindOverridePut, policy.KindOverrideDeleted,
 	billing.AuditKind, billing.AuditKindCustomerLinked,
 	audit.KindCounterReset, audit.KindCounterReset + audit.FloodSuffix,
-	KindSignedIn, KindSignInFailed,
+	KindSignedIn, KindSignInFailed, KindAdminCreated,
 }
 
 // auditFilter reads the audit page's query: the view, tenant, kind and page

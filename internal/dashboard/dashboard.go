@@ -2,8 +2,10 @@
 // with argon2id passwords and server-side sessions, CSRF tokens on every
 // form that posts, the sign-in limiter (Tollgate's own counters), and the
 // handlers that build web's view models from the domain packages: overview,
-// tenants, a tenant's page (keys, limits, policies, alerts, billing),
-// webhooks, plans and the audit log.
+// tenants (and creating one), a tenant's page (keys, limits, policies,
+// unlocking a subject, alerts, billing) with the pages that ask before
+// revoking a key or deleting a policy, Stripe events, plans, admins and the
+// audit log.
 //
 // dashboard imports domain packages and web; never pgstore, a driver or
 // httpapi. cmd/tollgate wires the stores and mounts it on httpapi's Echo
@@ -37,6 +39,8 @@ import (
 // TenantStore is what the dashboard reads and changes of tenants, keys and
 // plans (tenant.Store).
 type TenantStore interface {
+	// CreateTenant is tenant.Create's call (tenant.Creator).
+	CreateTenant(ctx context.Context, name, plan string, keys ...tenant.Key) (tenant.Tenant, error)
 	Tenant(ctx context.Context, id string) (tenant.Tenant, error)
 	SetTenantLimits(ctx context.Context, id string, l tenant.TenantLimits) (tenant.Tenant, error)
 	CreateKey(ctx context.Context, k tenant.Key) (tenant.Key, error)
@@ -77,6 +81,17 @@ type LeaseCounter interface {
 	InFlight(ctx context.Context, tenantID string, policies []string) ([]int64, error)
 }
 
+// CounterResetter clears one subject's counter of a tenant's policy (for a
+// concurrency policy, its leases), live or the sandbox's, as DELETE
+// /v1/policies/{name}/subjects/{subject} does (*gate.Gate). It returns the
+// counter's key, a digest that names the subject without holding it.
+// Errors: *policy.NotFoundError and *policy.FieldError for what the
+// operator typed; gate.ErrStoreUnavailable, gate.ErrBusy and
+// gate.ErrUnavailable when it could not be done now.
+type CounterResetter interface {
+	Reset(ctx context.Context, tenantID string, test bool, policy, subject string) (string, error)
+}
+
 // AuditLog records and lists audit entries (*audit.Log).
 type AuditLog interface {
 	Record(ctx context.Context, e audit.Entry) error
@@ -108,6 +123,10 @@ type Config struct {
 	// Leases counts a tenant's leases in flight per concurrency policy
 	// (*gate.Gate); nil shows them as unavailable.
 	Leases LeaseCounter
+	// Counters unlocks subjects: the tenant page's form resets one
+	// subject's counter of a policy through it (*gate.Gate, on the counter
+	// store the API counts in); nil offers no form.
+	Counters CounterResetter
 	// SignInLimiter counts sign-ins against their limits: in the shared
 	// counter store, so that they hold across instances, else in this
 	// instance's memory (gate.NewLimiter).
@@ -232,13 +251,17 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.GET("", d.page(d.overview))
 	g.GET("/", d.page(d.overview))
 	g.GET("/tenants", d.page(d.tenants))
+	g.POST("/tenants", d.page(d.createTenant))
 	g.GET("/tenants/:id", d.page(d.tenantPage))
 	g.POST("/tenants/:id/keys", d.page(d.createKey))
+	g.GET("/tenants/:id/keys/:key/revoke", d.page(d.confirmRevokeKey))
 	g.POST("/tenants/:id/keys/:key/revoke", d.page(d.revokeKey))
 	g.POST("/tenants/:id/endpoints/:endpoint/disable", d.page(d.disableEndpoint))
 	g.POST("/tenants/:id/endpoints/:endpoint/enable", d.page(d.enableEndpoint))
 	g.POST("/tenants/:id/limits", d.page(d.setLimits))
+	g.POST("/tenants/:id/subjects/reset", d.page(d.unlockSubject))
 	g.POST("/tenants/:id/policies", d.page(d.putPolicy))
+	g.GET("/tenants/:id/policies/:name/delete", d.page(d.confirmDeletePolicy))
 	g.POST("/tenants/:id/policies/:name/delete", d.page(d.deletePolicy))
 	g.POST("/tenants/:id/policies/:name/overrides", d.page(d.putOverride))
 	g.POST("/tenants/:id/policies/:name/overrides/delete", d.page(d.deleteOverride))
@@ -247,6 +270,8 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.POST("/webhooks/:id/link", d.page(d.linkCustomer))
 	g.GET("/plans", d.page(d.plans))
 	g.POST("/plans/:name", d.page(d.setPlan))
+	g.GET("/admins", d.page(d.admins))
+	g.POST("/admins", d.page(d.createAdmin))
 	g.GET("/audit", d.page(d.auditPage))
 	g.Any("/*", d.page(func(c echo.Context, s *signedIn) error {
 		return notFound("There is no dashboard page at this address.")

@@ -27,7 +27,12 @@ var hostile = []string{
 // never an internal error.
 func TestHostileInputIsNeverA500(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dashboard.Config) { c.Webhooks = c.Billing.(dashboard.WebhookLog) })
+	late := &lateGate{}
+	e := newEnv(t, func(c *dashboard.Config) {
+		c.Webhooks = c.Billing.(dashboard.WebhookLog)
+		c.Counters = late
+	})
+	late.g = e.gate()
 	e.admin("ops@example.com")
 	tn, keys := e.tenantWith("Acme", "pro")
 	e.stripeEvent("evt_hostile", "invoice.paid", "unknown_customer", "", 1, `{}`)
@@ -36,8 +41,9 @@ func TestHostileInputIsNeverA500(t *testing.T) {
 	csrf := b.get("/admin/plans").mustStatus(http.StatusOK).inputValue("csrf")
 
 	queryParams := []string{"q", "page", "tenant", "kind", "before", "outcome", "offset", "done", "next", "signed_out"}
-	formFields := []string{"email", "password", "next", "mode", "rate_limit_per_minute", "quota_per_minute", "quota_per_hour",
-		"ip_per_minute", "monthly_checks", "unlimited", "stripe_price_id", "tenant_id"}
+	formFields := []string{"email", "password", "password_again", "next", "mode", "rate_limit_per_minute", "quota_per_minute", "quota_per_hour",
+		"ip_per_minute", "monthly_checks", "unlimited", "stripe_price_id", "tenant_id", "name", "plan", "expires_at", "policy", "subject",
+		"limit", "window", "pattern"}
 	good := map[string]string{"id": tn.ID, "webhook": "evt_hostile", "key": keys[0].ID, "name": "pro"}
 
 	var routes []string

@@ -117,6 +117,10 @@ func (l *lateGate) InFlight(ctx context.Context, tenantID string, policies []str
 	return l.g.InFlight(ctx, tenantID, policies)
 }
 
+func (l *lateGate) Reset(ctx context.Context, tenantID string, test bool, policy, subject string) (string, error) {
+	return l.g.Reset(ctx, tenantID, test, policy, subject)
+}
+
 // TestOverviewReloadsOnlyWhenAsked: the overview does not reload by itself
 // (a page that changes under its reader fails WCAG 2.2.1); a link, which
 // works without JavaScript, turns reloading on every 30 s and another

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -32,6 +33,23 @@ func limitsForm(t tenant.Tenant, eff tenant.Plan) web.LimitsForm {
 	return f
 }
 
+// fieldError is a form value refused: the field's name, and why in words
+// for the operator.
+type fieldError struct{ field, msg string }
+
+func (e *fieldError) Error() string { return e.msg }
+
+// faultyField names the form field err is about: a *fieldError's, a
+// client fault's (tenant.FieldError, policy.FieldError), or "".
+func faultyField(err error) string {
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		return fe.field
+	}
+	field, _, _ := clientFault(err)
+	return field
+}
+
 // optionalInt reads a form number: empty is nil.
 func optionalInt(c echo.Context, name, label string) (*int64, error) {
 	s := strings.TrimSpace(strings.ReplaceAll(c.FormValue(name), ",", ""))
@@ -40,7 +58,7 @@ func optionalInt(c echo.Context, name, label string) (*int64, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n <= 0 {
-		return nil, fmt.Errorf("%s must be a whole number above zero, or empty for the plan's", label)
+		return nil, &fieldError{name, label + " must be a whole number above zero, or empty for the plan's"}
 	}
 	return &n, nil
 }
@@ -95,7 +113,7 @@ func (d *Dashboard) setLimits(c echo.Context, s *signedIn) error {
 		v.Limits.RateLimitPerMinute = c.FormValue("rate_limit_per_minute")
 		v.Limits.QuotaPerMinute = c.FormValue("quota_per_minute")
 		v.Limits.QuotaPerHour = c.FormValue("quota_per_hour")
-		v.Limits.Error = "Not saved: " + formErr.Error() + "."
+		v.Limits.Error, v.Limits.ErrorField = "Not saved: "+formErr.Error()+".", faultyField(formErr)
 		return render(c, http.StatusBadRequest, web.Tenant(v))
 	}
 	after, err := d.cfg.Tenants.SetTenantLimits(ctx, id, l)
@@ -105,5 +123,5 @@ func (d *Dashboard) setLimits(c echo.Context, s *signedIn) error {
 	d.changed("tenant", id)
 	d.record(ctx, s, id, KindLimitsChanged, map[string]any{"before": limitsDetail(before), "after": limitsDetail(after)})
 	d.log.InfoContext(ctx, "tenant limits changed", "tenant_id", id, "admin_id", s.admin.ID)
-	return seeOther(c, "/admin/tenants/"+id+"?done=limits")
+	return seeOther(c, "/admin/tenants/"+id+"?done=limits#top")
 }

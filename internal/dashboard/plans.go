@@ -3,7 +3,6 @@ package dashboard
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -65,11 +64,8 @@ func planDetail(p tenant.Plan) map[string]any {
 // requiredInt reads a positive form number.
 func requiredInt(c echo.Context, name, label string) (*int64, error) {
 	n, err := optionalInt(c, name, label)
-	if err == nil && n == nil {
-		err = fmt.Errorf("%s is required", label)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s must be a whole number above zero", label)
+	if err != nil || n == nil {
+		return nil, &fieldError{name, label + " must be a whole number above zero"}
 	}
 	return n, nil
 }
@@ -99,7 +95,7 @@ func (d *Dashboard) setPlan(c echo.Context, s *signedIn) error {
 	if c.FormValue("unlimited") != "" {
 		l.Unlimited = true
 	} else if l.MonthlyChecks, err = requiredInt(c, "monthly_checks", "Live checks per month"); err != nil && formErr == nil {
-		formErr = fmt.Errorf("%w (or tick unlimited)", err)
+		formErr = &fieldError{"monthly_checks", err.Error() + " (or tick unlimited)"}
 	}
 	price := strings.TrimSpace(c.FormValue("stripe_price_id"))
 	if formErr == nil {
@@ -107,7 +103,7 @@ func (d *Dashboard) setPlan(c echo.Context, s *signedIn) error {
 	}
 	if formErr == nil && price != before.StripePriceID {
 		if price == "" {
-			formErr = fmt.Errorf("a plan's Stripe price can be replaced but not removed")
+			formErr = &fieldError{"stripe_price_id", "a plan's Stripe price can be replaced but not removed"}
 		} else {
 			formErr = tenant.ValidatePriceID(price)
 		}
@@ -119,7 +115,7 @@ func (d *Dashboard) setPlan(c echo.Context, s *signedIn) error {
 	// before anything has changed.
 	if price != before.StripePriceID {
 		if _, err := d.cfg.Tenants.SetPlanPrice(ctx, name, price); errors.Is(err, tenant.ErrConflict) {
-			return d.planFormError(c, s, name, errors.New("this Stripe price already sells another plan"))
+			return d.planFormError(c, s, name, &fieldError{"stripe_price_id", "this Stripe price already sells another plan"})
 		} else if err != nil {
 			return err
 		}
@@ -131,7 +127,7 @@ func (d *Dashboard) setPlan(c echo.Context, s *signedIn) error {
 	d.changed("plan", name)
 	d.record(ctx, s, "", KindPlanChanged, map[string]any{"plan": name, "before": planDetail(before), "after": planDetail(after)})
 	d.log.InfoContext(ctx, "plan changed", "plan", name, "admin_id", s.admin.ID)
-	return seeOther(c, "/admin/plans?done=plan")
+	return seeOther(c, "/admin/plans?done=plan#top")
 }
 
 // planFormError shows the plan table again with the submitted row and why
@@ -149,7 +145,7 @@ func (d *Dashboard) planFormError(c echo.Context, s *signedIn, name string, form
 		r.IPPerMinute, r.QuotaPerMinute, r.QuotaPerHour = c.FormValue("ip_per_minute"), c.FormValue("quota_per_minute"), c.FormValue("quota_per_hour")
 		r.MonthlyChecks, r.Unlimited = c.FormValue("monthly_checks"), c.FormValue("unlimited") != ""
 		r.StripePriceID = c.FormValue("stripe_price_id")
-		r.Error = "Not saved: " + formErr.Error() + "."
+		r.Error, r.ErrorField = "Not saved: "+formErr.Error()+".", faultyField(formErr)
 	}
 	return render(c, http.StatusBadRequest, web.Plans(v))
 }

@@ -147,7 +147,58 @@ func (d *Dashboard) policyFormFailed(c echo.Context, s *signedIn, id, name, fiel
 	return render(c, http.StatusBadRequest, web.Tenant(v))
 }
 
-// deletePolicy deletes a policy of the tenant with its overrides.
+// confirmDeletePolicy asks before deleting a policy of the tenant with its
+// overrides: deleting cannot be undone. The page's button posts to
+// deletePolicy.
+func (d *Dashboard) confirmDeletePolicy(c echo.Context, s *signedIn) error {
+	ctx := c.Request().Context()
+	id, name := c.Param("id"), c.Param("name")
+	t, err := d.cfg.Tenants.Tenant(ctx, id)
+	if err != nil {
+		return fmt.Errorf("policies of tenant %s: %w", id, err)
+	}
+	p, err := d.cfg.Policies.GetPolicy(ctx, id, name)
+	if errors.Is(err, policy.ErrNotFound) {
+		return notFound("This tenant has no policy " + name + ": it may have been deleted already.")
+	}
+	if err != nil {
+		return fmt.Errorf("policy %s of tenant %s: %w", name, id, err)
+	}
+	overrides := "none"
+	if p.Scope == policy.ScopeSubject {
+		os, err := d.cfg.Policies.ListOverrides(ctx, id, name)
+		if err != nil {
+			return fmt.Errorf("overrides of policy %s of tenant %s: %w", name, id, err)
+		}
+		switch len(os) {
+		case 0:
+		case 1:
+			overrides = "1 override, deleted with it"
+		default:
+			overrides = count(int64(len(os))) + " overrides, deleted with it"
+		}
+	}
+	window := "none (concurrency)"
+	if !p.Concurrent() {
+		window = policy.FormatWindow(p.Window)
+	}
+	base := "/admin/tenants/" + id
+	v := web.ConfirmView{
+		Chrome:     d.chrome(s, "Delete policy "+p.Name+" of "+t.Name+"?", "tenants"),
+		TenantName: t.Name, TenantHref: base,
+		Facts: []web.KV{
+			{Key: "Policy", Value: p.Name}, {Key: "Limit", Value: count(p.Limit)}, {Key: "Window", Value: window},
+			{Key: "Algorithm", Value: p.Algorithm.String()}, {Key: "Scope", Value: string(p.Scope)}, {Key: "Overrides", Value: overrides},
+		},
+		Consequence: "The tenant's checks that name this policy are answered 400, naming the policy as unknown, on every instance within a second, until someone creates it again. This cannot be undone: its overrides go with it.",
+		Action:      base + "/policies/" + url.PathEscape(p.Name) + "/delete", Button: "Delete policy " + p.Name,
+		CancelHref: base + "#policies-h",
+	}
+	return render(c, http.StatusOK, web.Confirm(v))
+}
+
+// deletePolicy deletes a policy of the tenant with its overrides (asked
+// first by confirmDeletePolicy).
 func (d *Dashboard) deletePolicy(c echo.Context, s *signedIn) error {
 	ctx := c.Request().Context()
 	id, name := c.Param("id"), c.Param("name")

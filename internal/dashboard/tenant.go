@@ -44,6 +44,8 @@ var flashes = map[string]string{
 	"policy-deleted":    "Policy deleted, with its overrides.",
 	"override":          "Override saved. Every instance applies it within a second.",
 	"override-deleted":  "Override deleted.",
+	"unlocked":          "Subject unlocked: its counter of the policy is cleared (a concurrency policy's leases dropped) on every instance, and its next check counts from nothing.",
+	"admin-created":     "Admin added. They sign in with that email and the password you chose: tell them it yourself.",
 }
 
 // tenantData is what a tenant's page shows, fetched in one place
@@ -144,15 +146,15 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 	t, eff := td.t, td.eff
 	v := web.TenantView{
 		Chrome: d.chrome(s, t.Name, "tenants"),
-		ID:     t.ID, Name: t.Name, Created: when(t.CreatedAt),
+		ID:     t.ID, Name: t.Name, CreatedAt: when(t.CreatedAt),
 		Billing: web.BillingView{
 			Plan: t.Plan, EffectivePlan: eff.Name, Status: t.BillingStatus, StatusClass: statusClass(t.BillingStatus),
 			Held: tenant.HeldToStarter(t), CustomerID: t.StripeCustomerID, SubscriptionID: cmp.Or(t.StripeSubscriptionID, "none"),
 			UpdatedAt: whenPtr(t.BillingUpdatedAt),
 		},
-		MonthUsage:      usageBar(td.report.ChecksUsed, eff.MonthlyChecks),
-		CreateKeyAction: "/admin/tenants/" + t.ID + "/keys",
-		AuditHref:       "/admin/audit?tenant=" + url.QueryEscape(t.ID),
+		MonthUsage: usageBar(td.report.ChecksUsed, eff.MonthlyChecks),
+		KeyForm:    web.KeyForm{Action: "/admin/tenants/" + t.ID + "/keys", Mode: "live"},
+		AuditHref:  "/admin/audit?tenant=" + url.QueryEscape(t.ID),
 	}
 	if t.StripeCustomerID != "" {
 		v.Billing.CustomerURL = d.cfg.StripeDashboardURL + "/customers/" + url.PathEscape(t.StripeCustomerID)
@@ -179,6 +181,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 	}
 	v.Policies = policyRows(td)
 	v.NewPolicy = newPolicyForm(t.ID)
+	v.Unlock = d.unlockForm(t.ID, td.policies)
 	v.Alerts = alertRows(td.report.Alerts)
 	v.Endpoints = endpointRows(t.ID, td.endpoints)
 

@@ -76,7 +76,7 @@ func (d *Dashboard) webhooks(c echo.Context, s *signedIn) error {
 // selected when there is one.
 func (d *Dashboard) webhooksView(c echo.Context, s *signedIn) (web.WebhooksView, error) {
 	ctx := c.Request().Context()
-	v := web.WebhooksView{Chrome: d.chrome(s, "Webhooks", "webhooks")}
+	v := web.WebhooksView{Chrome: d.chrome(s, "Stripe events", "webhooks")}
 	if d.cfg.Webhooks == nil {
 		v.Unavailable = webhooksUnavailable
 		return v, nil
@@ -150,10 +150,10 @@ func (d *Dashboard) linkCustomer(c echo.Context, s *signedIn) error {
 		return err
 	}
 	tenantID := strings.TrimSpace(c.FormValue("tenant_id"))
-	status, msg := http.StatusBadRequest, ""
+	status, msg, field := http.StatusBadRequest, "", "tenant_id"
 	switch {
 	case !d.linkable(e):
-		status, msg = http.StatusConflict, "This event is not waiting for its customer any more: there is nothing to link."
+		status, msg, field = http.StatusConflict, "This event is not waiting for its customer any more: there is nothing to link.", ""
 	case tenantID == "" || len(tenantID) > 100:
 		msg = "Enter the ID of the tenant this Stripe customer belongs to."
 	default:
@@ -162,13 +162,13 @@ func (d *Dashboard) linkCustomer(c echo.Context, s *signedIn) error {
 		case err == nil:
 			d.changed("tenant", tenantID)
 			d.log.InfoContext(ctx, "stripe customer linked", "tenant_id", tenantID, "event_id", e.ID, "admin_id", s.admin.ID)
-			return seeOther(c, "/admin/webhooks/"+url.PathEscape(e.ID)+"?done=linked")
+			return seeOther(c, "/admin/webhooks/"+url.PathEscape(e.ID)+"?done=linked#top")
 		case errors.Is(err, billing.ErrNotFound):
 			msg = "No tenant has the ID " + strconv.Quote(tenantID) + ". Copy it from the tenant's page."
 		case errors.Is(err, billing.ErrConflict):
-			status, msg = http.StatusConflict, "Customer "+e.CustomerID+" is already linked to another tenant. Only one tenant can have it."
+			status, msg, field = http.StatusConflict, "Customer "+e.CustomerID+" is already linked to another tenant. Only one tenant can have it.", ""
 		case errors.Is(err, tenant.ErrInvalid):
-			msg = "This event names no customer that can be linked."
+			msg, field = "This event names no customer that can be linked.", ""
 		default:
 			return err
 		}
@@ -180,7 +180,7 @@ func (d *Dashboard) linkCustomer(c echo.Context, s *signedIn) error {
 	if v.Selected.Link == nil {
 		v.Selected.Link = &web.LinkCustomerForm{Action: "/admin/webhooks/" + url.PathEscape(e.ID) + "/link", Customer: e.CustomerID}
 	}
-	v.Selected.Link.TenantID, v.Selected.Link.Error = tenantID, "Not linked: "+msg
+	v.Selected.Link.TenantID, v.Selected.Link.Error, v.Selected.Link.ErrorField = tenantID, "Not linked: "+msg, field
 	return render(c, status, web.Webhooks(v))
 }
 

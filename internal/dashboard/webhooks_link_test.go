@@ -71,7 +71,7 @@ func TestLinkUnknownCustomer(t *testing.T) {
 
 	p := link(acme.ID).mustStatus(http.StatusSeeOther)
 	loc := p.header.Get("Location")
-	if loc != "/admin/webhooks/evt_held?done=linked" {
+	if loc != "/admin/webhooks/evt_held?done=linked#top" {
 		t.Fatalf("redirect to %q", loc)
 	}
 	after := b.get(loc).mustStatus(http.StatusOK)

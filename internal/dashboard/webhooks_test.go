@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/net/html"
+
 	"github.com/tollgate/tollgate/internal/dashboard"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
@@ -83,5 +85,37 @@ func TestWebhookLogNotWired(t *testing.T) {
 	b.signIn("ops@example.com")
 	if b.get("/admin/webhooks").mustStatus(http.StatusOK).text("webhooks-unavailable") == "" {
 		t.Error("no explanation without a webhook log")
+	}
+}
+
+// TestStripeEventsAreNamedApart: the menu entry and the page of the events
+// Stripe sends Tollgate say "Stripe events", not "Webhooks", and the page
+// says where the tenants' own webhook endpoints (which Tollgate calls) are,
+// with a link; the tenant page's endpoints say they are the tenant's.
+func TestStripeEventsAreNamedApart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dashboard.Config) { c.Webhooks = c.Billing.(dashboard.WebhookLog) })
+	e.admin("ops@example.com")
+	acme, _ := e.tenantWith("Acme Rockets", tenant.PlanStarter)
+	b := e.browser()
+	b.signIn("ops@example.com")
+	p := b.get("/admin/webhooks").mustStatus(http.StatusOK)
+	if got := p.text("nav-webhooks"); got != "Stripe events" {
+		t.Errorf("menu entry %q, want Stripe events", got)
+	}
+	title := find(p.root, func(n *html.Node) bool { return n.Data == "title" })
+	if len(title) != 1 || !strings.HasPrefix(textOf(title[0]), "Stripe events") {
+		t.Errorf("page title %q, want Stripe events", textOf(p.root.FirstChild))
+	}
+	if got := textOf(find(p.root, func(n *html.Node) bool { return n.Data == "h1" })[0]); got != "Stripe events" {
+		t.Errorf("heading %q, want Stripe events", got)
+	}
+	link := p.one("tenant-endpoints-link")
+	if attr(link, "href") != "/admin/tenants" || !strings.Contains(textOf(link.Parent), "webhook endpoints") {
+		t.Errorf("the link to the tenants' endpoints: %q to %q", textOf(link.Parent), attr(link, "href"))
+	}
+	tp := b.get("/admin/tenants/" + acme.ID).mustStatus(http.StatusOK)
+	if got := tp.text("endpoints-note"); !strings.Contains(got, "Tollgate sends this tenant's events") || !strings.Contains(got, "Stripe") {
+		t.Errorf("the tenant's endpoints say %q", got)
 	}
 }

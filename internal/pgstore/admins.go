@@ -44,6 +44,19 @@ func (s *Admins) AdminByEmail(ctx context.Context, email string) (admin.Admin, e
 	return adminOf(row), nil
 }
 
+// Admins implements admin.Store.
+func (s *Admins) Admins(ctx context.Context) ([]admin.Admin, error) {
+	rows, err := s.q.ListAdmins(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list admins: %w", dbErr(err, adminErrors))
+	}
+	out := make([]admin.Admin, len(rows))
+	for i, r := range rows {
+		out[i] = admin.Admin{ID: r.ID.String(), Email: r.Email, CreatedAt: timeOf(r.CreatedAt)}
+	}
+	return out, nil
+}
+
 // SetPassword implements admin.Store: the new hash and the end of the
 // admin's sessions commit together, so that no session opened with the old
 // password survives the change.

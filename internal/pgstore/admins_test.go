@@ -49,6 +49,14 @@ func TestAdmins(t *testing.T) {
 	if _, err := s.SetPassword(ctx, "nobody@example.com", hashA); !errors.Is(err, admin.ErrNotFound) {
 		t.Fatalf("set password of nobody: %v", err)
 	}
+	b, err := s.CreateAdmin(ctx, "cfo@example.com", hashA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Admins(ctx)
+	if err != nil || len(all) != 2 || all[0].ID != b.ID || all[1].ID != a.ID || all[0].PasswordHash != "" || all[0].CreatedAt.IsZero() {
+		t.Fatalf("admins %+v, %v; want cfo then ops, by email, without their hashes", all, err)
+	}
 }
 
 func TestSessions(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -76,6 +78,44 @@ func ValidateKeyExpiry(expiresAt *time.Time, now time.Time) error {
 	}
 	return nil
 }
+
+// ParseKeyExpiry reads a key's expiry as operators type it (the command
+// line's --expires, the dashboard's key form): empty for none; a duration
+// from now, in days (90d) or as Go writes durations (12h, 90m); or a time, a
+// date (midnight UTC) or RFC 3339. It returns a *FieldError (field
+// expires_at) for anything else, for a duration of more than MaxKeyExpiryDays
+// days, and for an expiry that is not later than now (ValidateKeyExpiry).
+func ParseKeyExpiry(s string, now time.Time) (*time.Time, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var at *time.Time
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n > 0 && n <= MaxKeyExpiryDays {
+			t := now.AddDate(0, 0, n)
+			at = &t
+		}
+	}
+	if d, err := time.ParseDuration(s); at == nil && err == nil {
+		t := now.Add(d)
+		at = &t
+	}
+	for _, layout := range []string{time.DateOnly, time.RFC3339} {
+		if t, err := time.Parse(layout, s); at == nil && err == nil {
+			at = &t
+		}
+	}
+	if at == nil {
+		return nil, &FieldError{"expires_at", fmt.Sprintf("%q is neither a duration (90d, 12h) nor a time (2027-01-31, 2027-01-31T12:00:00Z)", s)}
+	}
+	if err := ValidateKeyExpiry(at, now); err != nil {
+		return nil, err
+	}
+	return at, nil
+}
+
+// MaxKeyExpiryDays bounds an expiry typed in days: a hundred years.
+const MaxKeyExpiryDays = 36500
 
 // ExpiredKeyError is a key presented after its expiry. It unwraps to
 // ErrUnauthorized, so it is refused as a revoked key is; unlike other

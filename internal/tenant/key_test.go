@@ -2,9 +2,11 @@ package tenant
 
 import (
 	"bytes"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 var keyShape = regexp.MustCompile(`^tg_(live|test)_([0-9A-Za-z]{12})_[0-9A-Za-z]{32}$`)
@@ -130,6 +132,45 @@ func TestKeyMatches(t *testing.T) {
 			t.Parallel()
 			if got := k.matches(c.raw); got != c.want {
 				t.Errorf("matches: got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestParseKeyExpiry(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 6, 10, 30, 0, 0, time.UTC)
+	at := func(t time.Time) *time.Time { return &t }
+	for _, tc := range []struct {
+		name, in string
+		want     *time.Time
+		err      string
+	}{
+		{"empty is never", "", nil, ""},
+		{"days", "90d", at(now.AddDate(0, 0, 90)), ""},
+		{"hours", "12h", at(now.Add(12 * time.Hour)), ""},
+		{"a date is midnight UTC", "2027-01-31", at(time.Date(2027, 1, 31, 0, 0, 0, 0, time.UTC)), ""},
+		{"RFC 3339", "2027-01-31T12:00:00+01:00", at(time.Date(2027, 1, 31, 11, 0, 0, 0, time.UTC)), ""},
+		{"in the past", "-1h", nil, "expires_at: must be in the future"},
+		{"now is not the future", "0s", nil, "expires_at: must be in the future"},
+		{"a past date", "2001-01-01", nil, "expires_at: must be in the future"},
+		{"words", "soon", nil, `expires_at: "soon" is neither a duration`},
+		{"too many days", "99999999d", nil, "is neither a duration"},
+		{"zero days", "0d", nil, "is neither a duration"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseKeyExpiry(tc.in, now)
+			switch {
+			case tc.err != "":
+				var fe *FieldError
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.As(err, &fe) || fe.Field != "expires_at" {
+					t.Errorf("ParseKeyExpiry(%q) = %v, %v; want a field error of expires_at saying %q", tc.in, got, err, tc.err)
+				}
+			case err != nil:
+				t.Errorf("ParseKeyExpiry(%q): %v", tc.in, err)
+			case (got == nil) != (tc.want == nil) || got != nil && !got.Equal(*tc.want):
+				t.Errorf("ParseKeyExpiry(%q) = %v, want %v", tc.in, got, tc.want)
 			}
 		})
 	}

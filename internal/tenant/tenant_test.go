@@ -2,6 +2,7 @@ package tenant
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -122,6 +123,24 @@ func TestValidation(t *testing.T) {
 			}
 			if fe.Field != c.wantField || fe.Reason == "" {
 				t.Errorf("got field %q reason %q, want field %q and a reason", fe.Field, fe.Reason, c.wantField)
+			}
+		})
+	}
+}
+
+func TestValidatePlan(t *testing.T) {
+	t.Parallel()
+	plans := []Plan{{Name: PlanStarter}, {Name: PlanPro}}
+	for _, tc := range []struct{ name, plan, err string }{
+		{"a plan", PlanPro, ""},
+		{"no plan", "gold", `plan: "gold": no such plan; want one of starter, pro`},
+		{"empty", "", `plan: "": no such plan; want one of starter, pro`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := ValidatePlan(plans, tc.plan)
+			if got := fmt.Sprint(err); tc.err == "" && err != nil || tc.err != "" && (got != tc.err || !errors.Is(err, ErrInvalid)) {
+				t.Errorf("ValidatePlan(%q) = %v, want %q", tc.plan, err, tc.err)
 			}
 		})
 	}

@@ -346,6 +346,26 @@ func (b *browser) screenshotWith(name string, shot chromedp.Action[[]byte]) {
 	}
 }
 
+// inView says where the element with data-testid id is against the
+// window: "" when the whole of it shows without scrolling, else what is
+// wrong, with the page's fragment and scroll position.
+func (b *browser) inView(id string) string {
+	b.t.Helper()
+	js := fmt.Sprintf(`(() => {
+		const e = document.querySelector('[data-testid="%s"]');
+		if (!e) return "not on the page";
+		const r = e.getBoundingClientRect();
+		if (r.top >= 0 && r.bottom <= window.innerHeight) return "";
+		return "at " + Math.round(r.top) + " to " + Math.round(r.bottom) + " px in a window " + window.innerHeight +
+			" px tall, scrolled to " + Math.round(window.scrollY) + ", fragment '" + location.hash + "'";
+	})()`, id)
+	where, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](js))
+	if err != nil {
+		b.t.Fatalf("where %s is: %v", id, err)
+	}
+	return where
+}
+
 // signIn fills and sends the sign-in form.
 func (b *browser) signIn(email, pw string) {
 	b.t.Helper()
@@ -524,6 +544,34 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatalf("search acme: %d rows, want 1", n)
 	}
 
+	// A tenant created on the list's form shows its keys once, and they
+	// work; a mistake is answered on the form.
+	b.open("/admin/tenants", "new-tenant")
+	b.do("open the new tenant form", chromedp.Click(`[data-testid="new-tenant"] summary`, chromedp.NodeVisible),
+		chromedp.SetValue(chromedp.ID("new-tenant-name"), "   "))
+	b.click("create-tenant", "new-tenant-error")
+	if got := b.text("new-tenant-error"); got != "Not created: name must not be blank." {
+		t.Errorf("new tenant error %q", got)
+	}
+	b.do("name the tenant and choose its plan", chromedp.SetValue(chromedp.ID("new-tenant-name"), "Initech"),
+		chromedp.SetValue(chromedp.ID("new-tenant-plan"), "pro"))
+	b.click("create-tenant", "tenant-created")
+	if got := b.text("tenant-name"); got != "Initech" {
+		t.Fatalf("after creating a tenant: the page of %q", got)
+	}
+	if got := b.text("plan"); got != "pro" {
+		t.Errorf("the new tenant's plan is %q, want pro", got)
+	}
+	initech := b.text("new-live-key")
+	if !liveKey.MatchString(initech) {
+		t.Fatalf("the new tenant's live key %q", initech)
+	}
+	b.screenshotWith("04-tenant-created-window", chromedp.CaptureScreenshot())
+	if r := api(t, http.MethodPut, base+"/v1/policies/sign-in-ip", initech, apiIP, `{"limit":10,"window":"1m"}`); r.StatusCode/100 != 2 {
+		t.Fatalf("the new tenant's live key puts a policy: %d, want 2xx", r.StatusCode)
+	}
+	b.open("/admin/tenants?q=acme", "tenant-table")
+
 	// A tenant's page; its per-IP limit changed through the form applies to
 	// the API at once.
 	b.click("tenant-link", "limits-form")
@@ -538,6 +586,10 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	b.do("type rate_limit_per_minute", chromedp.SetValue(chromedp.ID("rate_limit_per_minute"), "5"))
 	b.click("save-limits", "flash")
+	// Saved, the page is at its top, where the confirmation is.
+	if where := b.inView("flash"); where != "" {
+		t.Errorf("after saving the limits the confirmation is out of view: %s", where)
+	}
 	if got := b.text("limits-last-change"); !strings.Contains(got, "ops@example.com") {
 		t.Errorf("last change %q does not name the admin", got)
 	}
@@ -564,6 +616,13 @@ func TestDashboardInChromium(t *testing.T) {
 	if got := b.text("policy-error"); !strings.HasPrefix(got, `Not saved: window must be a duration from "1s"`) {
 		t.Errorf("inline error %q", got)
 	}
+	// The page comes back where the form is, thousands of pixels below
+	// its top, with the error in view.
+	if where := b.inView("policy-error"); where != "" {
+		t.Errorf("after a failed save the error is out of view: %s", where)
+	}
+	// What the window shows, not the whole page.
+	b.screenshotWith("05-tenant-policy-error-window", chromedp.CaptureScreenshot())
 	b.screenshot("05-tenant-policy-error")
 	for _, v := range b.axe() {
 		t.Errorf("the policy form with its error: axe-core %s (%s): %s, at %s", v.ID, v.Impact, v.Help, strings.Join(v.Targets, "; "))
@@ -585,21 +644,95 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	}
 
+	// A subject locked out by a policy is unlocked on the page: its next
+	// check is allowed. A token bucket refills one a month here, so the
+	// subject stays locked however long the steps take.
+	if r := api(t, http.MethodPut, base+"/v1/policies/exports-monthly", acme.LiveKey, "198.51.100.210", `{"limit":1,"window":"30d","algorithm":"token_bucket"}`); r.StatusCode/100 != 2 {
+		t.Fatalf("put policy exports-monthly: %d", r.StatusCode)
+	}
+	for i, want := range []bool{true, false} {
+		if got := allowed(t, base, acme.LiveKey, fmt.Sprintf("198.51.100.%d", 211+i), "exports-monthly", "acct-42"); got != want {
+			t.Fatalf("exports-monthly check %d of acct-42: allowed %t, want %t", i+1, got, want)
+		}
+	}
+	b.open("/admin/tenants/"+acme.TenantID, "unlock-form")
+	b.do("choose the policy and the subject", chromedp.SetValue(chromedp.ID("unlock-policy"), "exports-monthly"),
+		chromedp.SetValue(chromedp.ID("unlock-subject"), "acct-42"))
+	b.click("unlock", "flash")
+	if got := b.text("flash"); !strings.Contains(got, "Subject unlocked") {
+		t.Errorf("after unlocking: flash %q", got)
+	}
+	if !allowed(t, base, acme.LiveKey, "198.51.100.213", "exports-monthly", "acct-42") {
+		t.Fatal("after unlocking, acct-42's next check is refused")
+	}
+	if allowed(t, base, acme.LiveKey, "198.51.100.214", "exports-monthly", "acct-42") {
+		t.Fatal("after unlocking, acct-42 got more than one check of its limit of one")
+	}
+	b.open("/admin/audit?tenant="+url.QueryEscape(acme.TenantID)+"&kind=counter_reset", "audit")
+	if got := b.text("audit-actor"); got != "ops@example.com" {
+		t.Errorf("the unlock is audited with %q", got)
+	}
+
+	// Deleting the policy asks first too; confirmed, the API no longer
+	// knows it.
+	b.open("/admin/tenants/"+acme.TenantID, "policies")
+	b.do("open the policy's changes", chromedp.Click(`[data-policy="export"] summary`, chromedp.NodeVisible))
+	b.click("delete-policy", "confirm")
+	if got := b.text("confirm-facts"); !strings.Contains(got, "1 override, deleted with it") {
+		t.Errorf("the delete page says %q, want the override that goes with the policy", got)
+	}
+	if r := check(t, base, acme.LiveKey, "198.51.100.200", "export", "acct-9"); r.StatusCode != http.StatusOK {
+		t.Fatalf("export check while the delete page asks: %d, want 200", r.StatusCode)
+	}
+	b.click("confirm", "flash")
+	if r := check(t, base, acme.LiveKey, "198.51.100.201", "export", "acct-9"); r.StatusCode != http.StatusBadRequest {
+		t.Fatalf("export check after the delete: %d, want 400 (unknown policy)", r.StatusCode)
+	}
+
 	// A key created on the page is shown once and works; revoked, the API
 	// refuses it.
+	// It has a name and an expiry, typed as `tollgate keys create` takes
+	// them, and the page lands where the key is shown.
 	b.open("/admin/tenants/"+globex.TenantID, "create-key-form")
+	b.do("name the key and its expiry",
+		chromedp.SetValue(chromedp.ID("key-name"), "checkout service"),
+		chromedp.SetValue(chromedp.ID("key-expires"), "90d"))
 	b.click("create-key", "new-key")
 	key := b.text("new-key-value")
 	if !liveKey.MatchString(key) {
 		t.Fatalf("new key %q", key)
+	}
+	expires := time.Now().UTC().AddDate(0, 0, 90).Format("2006-01-02")
+	if got := b.text("new-key"); !strings.Contains(got, "checkout service") || !strings.Contains(got, "expires "+expires) {
+		t.Errorf("the new key says %q, want its name and an expiry on %s", got, expires)
+	}
+	if where := b.inView("new-key"); where != "" {
+		t.Errorf("the new key is out of view: %s", where)
+	}
+	b.screenshotWith("06-tenant-new-key-window", chromedp.CaptureScreenshot())
+	named := fmt.Sprintf(`//tr[@data-testid="key-row"][.//span[contains(text(), "%s")]]`, strings.Split(key, "_")[2])
+	row, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.Search(named), chromedp.NodeVisible))
+	if err != nil || !strings.Contains(row, "checkout service") || !strings.Contains(row, "expires "+expires) {
+		t.Errorf("the new key's row says %q (%v), want its name and expiry", row, err)
 	}
 	b.screenshot("06-tenant-new-key")
 	if r := check(t, base, key, apiIP, "sign-in-ip", "new-key-user"); r.StatusCode != http.StatusOK {
 		t.Fatalf("check with the new key: %d, want 200", r.StatusCode)
 	}
 	prefix := strings.Split(key, "_")[2]
-	revoke := fmt.Sprintf(`//tr[@data-testid="key-row"][.//span[contains(text(), "%s")]]//button[@data-testid="revoke-key"]`, prefix)
-	b.submit("revoke the key", chromedp.Click(chromedp.Search(revoke), chromedp.NodeVisible), chromedp.WaitVisible(tid("flash")))
+	// Revoking asks first, on a page of its own; asking changes nothing.
+	revoke := fmt.Sprintf(`//tr[@data-testid="key-row"][.//span[contains(text(), "%s")]]//a[@data-testid="revoke-key"]`, prefix)
+	b.submit("ask to revoke the key", chromedp.Click(chromedp.Search(revoke), chromedp.NodeVisible), chromedp.WaitVisible(tid("confirm")))
+	if got := b.text("confirm-facts"); !strings.Contains(got, prefix) {
+		t.Errorf("the revoke page does not name the key: %q", got)
+	}
+	for _, v := range b.axe() {
+		t.Errorf("the revoke page: axe-core %s (%s): %s, at %s", v.ID, v.Impact, v.Help, strings.Join(v.Targets, "; "))
+	}
+	if r := check(t, base, key, apiIP, "sign-in-ip", "new-key-user"); r.StatusCode != http.StatusOK {
+		t.Fatalf("check with the key while the revoke page asks: %d, want 200", r.StatusCode)
+	}
+	b.click("confirm", "flash")
 	if r := check(t, base, key, apiIP, "sign-in-ip", "new-key-user"); r.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("check with the revoked key: %d, want 401", r.StatusCode)
 	}
@@ -620,20 +753,43 @@ func TestDashboardInChromium(t *testing.T) {
 	if n := b.count(`[data-testid="plan-row"]`); n != 5 {
 		t.Errorf("plan table: %d rows, want 5", n)
 	}
+	// An admin added on the Admins page is listed; the audit log names
+	// who added it.
+	b.click("nav-admins", "new-admin-form")
+	b.do("fill the new admin's form", chromedp.SetValue(chromedp.ID("new-admin-email"), "auditor@example.com"),
+		chromedp.SetValue(chromedp.ID("new-admin-password"), password),
+		chromedp.SetValue(chromedp.ID("new-admin-password-again"), password))
+	b.click("add-admin", "flash")
+	if got := b.text("admins"); !strings.Contains(got, "auditor@example.com") {
+		t.Errorf("admins after adding one: %q", got)
+	}
+	b.open("/admin/audit?kind=admin_created", "audit")
+	if got := b.text("audit-actor"); got != "ops@example.com" {
+		t.Errorf("the new admin was added by %q", got)
+	}
 	b.open("/admin/audit?tenant="+url.QueryEscape(acme.TenantID)+"&kind=tenant_limits_changed", "audit")
 	if got := b.text("audit-actor"); got != "ops@example.com" {
 		t.Errorf("audit entry of the limit change by %q", got)
 	}
 	b.click("nav-audit", "audit")
 
-	// Every page, at a phone's width and a laptop's.
+	// Every page, at a phone's width and a laptop's: the questions before
+	// revoking a key and deleting a policy too.
+	b.open("/admin/tenants/"+acme.TenantID, "revoke-key")
+	revokePage, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="revoke-key"]').getAttribute("href")`))
+	if err != nil {
+		t.Fatalf("the revoke link: %v", err)
+	}
 	b.survey([]surveyPage{
 		{"03-overview", "/admin", "chart-hour"},
 		{"04-tenants", "/admin/tenants", "tenant-table"},
 		{"05-tenant", "/admin/tenants/" + acme.TenantID, "limits-form"},
 		{"07-webhooks", "/admin/webhooks/evt_1QdemoStranger", "webhook-payload"},
 		{"08-plans", "/admin/plans", "plans"},
+		{"08-admins", "/admin/admins", "admins"},
 		{"09-audit", "/admin/audit", "audit"},
+		{"06-revoke-confirm", revokePage, "confirm"},
+		{"05-delete-policy-confirm", "/admin/tenants/" + acme.TenantID + "/policies/sign-in-ip/delete", "confirm"},
 	})
 
 	// Sign out: the session is gone.

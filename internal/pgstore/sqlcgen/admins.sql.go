@@ -97,6 +97,37 @@ func (q *Queries) DeleteSession(ctx context.Context, tokenHash []byte) error {
 	return err
 }
 
+const listAdmins = `-- name: ListAdmins :many
+SELECT id, email, created_at FROM admins ORDER BY email
+`
+
+type ListAdminsRow struct {
+	ID        pgtype.UUID
+	Email     string
+	CreatedAt pgtype.Timestamptz
+}
+
+// ListAdmins lists every admin by email, without password hashes.
+func (q *Queries) ListAdmins(ctx context.Context) ([]ListAdminsRow, error) {
+	rows, err := q.db.Query(ctx, listAdmins)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListAdminsRow
+	for rows.Next() {
+		var i ListAdminsRow
+		if err := rows.Scan(&i.ID, &i.Email, &i.CreatedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const pruneSessions = `-- name: PruneSessions :execrows
 DELETE FROM admin_sessions AS s
 USING (
