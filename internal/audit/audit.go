@@ -14,8 +14,8 @@
 // alert (AggregateSubject) counts the rest; each tenant has its own share
 // of the Recorder's queue; and entries older than the retention are pruned.
 //
-// audit imports gate (the Event it observes) and no driver: pgstore
-// implements its Store and LogStore.
+// audit imports admission (the Event it observes) and alert (what its
+// alerts say), and no driver: pgstore implements its Store and LogStore.
 package audit
 
 import (
