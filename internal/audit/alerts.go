@@ -122,7 +122,7 @@ func (w *watching) learn(ws []Watch, max int) {
 // aggregates reports whether a refusal of key by policy on tenantID's day
 // of at is counted in the aggregate: the day is full and key not watched.
 func (w *watching) aggregates(tenantID, policy, key string, at time.Time) bool {
-	d := w.days[dayKey{tenantID: tenantID, day: utcDay(at).Unix()}]
+	d := w.days[dayKey{tenantID: tenantID, day: DayOf(at).Unix()}]
 	if d == nil || !d.full || d.partial {
 		return false
 	}
@@ -133,19 +133,13 @@ func (w *watching) aggregates(tenantID, policy, key string, at time.Time) bool {
 // forget drops the days before yesterday: refusals observed now are of
 // today, or late ones of yesterday.
 func (w *watching) forget(now time.Time) {
-	yesterday := utcDay(now).AddDate(0, 0, -1).Unix()
+	yesterday := DayOf(now).AddDate(0, 0, -1).Unix()
 	for k, d := range w.days {
 		if k.day < yesterday {
 			w.size -= len(d.watched)
 			delete(w.days, k)
 		}
 	}
-}
-
-// utcDay is the UTC midnight of t's day.
-func utcDay(t time.Time) time.Time {
-	t = t.UTC()
-	return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
 }
 
 // countLocked counts a refusal toward its subject's alert, or toward its
