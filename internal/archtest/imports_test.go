@@ -117,12 +117,14 @@ const (
 	ruleAdmission      = "admission imports the standard library only"
 	ruleWebCounters    = "the HTTP layers count through the gate, never with counter or limit"
 	ruleObservers      = "the observers and the database adapter learn what the gate decided from admission, never from gate"
+	ruleAlert          = "alert imports the standard library only"
+	ruleUsageAudit     = "usage reports the alerts audit raises as alert's, never by importing audit"
 )
 
 var rules = []string{
 	ruleLimit, ruleCounter, ruleWeb, ruleSqlc, ruleAdapters, ruleTestOnly,
 	ruleAdapterWeb, ruleDrivers, ruleCmd, ruleClientInternal, ruleClientStd, ruleClientDeps,
-	ruleAdmission, ruleObservers, ruleWebCounters,
+	ruleAdmission, ruleObservers, ruleWebCounters, ruleAlert, ruleUsageAudit,
 }
 
 // TestRulesAreDocumented fails when docs/architecture.md does not name a
@@ -157,6 +159,10 @@ func TestImportArrows(t *testing.T) {
 				t.Errorf("%s imports %s: %s", rel, imp, ruleLimit)
 			case rel == "internal/admission" && !isStd(imp):
 				t.Errorf("%s imports %s: %s", rel, imp, ruleAdmission)
+			case rel == "internal/alert" && !isStd(imp):
+				t.Errorf("%s imports %s: %s", rel, imp, ruleAlert)
+			case rel == "internal/usage" && imp == mod+"internal/audit":
+				t.Errorf("%s imports %s: %s", rel, imp, ruleUsageAudit)
 			case rel == "internal/counter" && !isStd(imp) && imp != mod+"internal/limit":
 				t.Errorf("%s imports %s: %s", rel, imp, ruleCounter)
 			case rel == "web" && ours:

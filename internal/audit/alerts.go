@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
+	"github.com/tollgate/tollgate/internal/alert"
 )
 
 // RefusalCount counts refusals of one subject by one policy in one UTC hour.
@@ -34,12 +35,10 @@ type AlertCheck struct {
 	Shadow bool
 }
 
-// AggregateSubject is the SubjectKey of an aggregate alert: the subjects
-// that reached a policy's alert_after in a day once their tenant's alert
-// budget of the day was spent, and the refusals of subjects past the day's
-// watch budget. It is also the Key of a RefusalCount that counts the
-// latter.
-const AggregateSubject = "*"
+// AggregateSubject is the SubjectKey of an aggregate alert (see
+// alert.AggregateSubject), and the Key of a RefusalCount that counts the
+// refusals of subjects past the day's watch budget.
+const AggregateSubject = alert.AggregateSubject
 
 // Watch says whether the Store counts a subject's refusals one by one on a
 // UTC day (see Store.CountRefusals).
@@ -50,35 +49,9 @@ type Watch struct {
 	Watched bool
 }
 
-// Alert says that one subject of a policy was refused at least AlertAfter
-// times within 24 hours. There is one alert per tenant, policy, subject and
-// UTC day, up to the tenant's alert budget of the day; past it, one
-// aggregate alert per policy and day (SubjectKey AggregateSubject) counts
-// the other subjects, and the refusals of subjects past the day's watch
-// budget, which raise no alert of their own.
-type Alert struct {
-	Policy string `json:"policy"`
-	// SubjectKey is the subject's counter key, an HMAC digest: the raw
-	// subject is never stored. It is AggregateSubject for an aggregate.
-	SubjectKey string `json:"subject_key"`
-	// Subjects is 1, or for an aggregate the number of subjects past the
-	// alert budget it counts (maybe none).
-	Subjects int64 `json:"subjects"`
-	// Count is the refusals in the 24 hours up to LastAt; for an aggregate,
-	// the sum of its subjects' counts when each was counted.
-	Count int64 `json:"count"`
-	// Unwatched, for an aggregate, is the refusals that day of subjects past
-	// the tenant's watch budget of the day, counted without their subject.
-	Unwatched  int64 `json:"unwatched_refusals"`
-	AlertAfter int64 `json:"alert_after"`
-	// FirstAt is when the threshold was reached that day; LastAt is the
-	// latest refusal counted.
-	FirstAt time.Time `json:"first_at"`
-	LastAt  time.Time `json:"last_at"`
-	// Shadow says the policy was in shadow mode: nothing was refused, this
-	// is what it would have done.
-	Shadow bool `json:"shadow"`
-}
+// Alert is an alert the Recorder raised. It lives in package alert, so
+// that those who only read alerts (usage's report) need not import audit.
+type Alert = alert.Alert
 
 type hourKey struct {
 	tenantID, policy, key string
@@ -149,7 +122,7 @@ func (w *watching) learn(ws []Watch, max int) {
 // aggregates reports whether a refusal of key by policy on tenantID's day
 // of at is counted in the aggregate: the day is full and key not watched.
 func (w *watching) aggregates(tenantID, policy, key string, at time.Time) bool {
-	d := w.days[dayKey{tenantID: tenantID, day: utcDay(at).Unix()}]
+	d := w.days[dayKey{tenantID: tenantID, day: DayOf(at).Unix()}]
 	if d == nil || !d.full || d.partial {
 		return false
 	}
@@ -160,19 +133,13 @@ func (w *watching) aggregates(tenantID, policy, key string, at time.Time) bool {
 // forget drops the days before yesterday: refusals observed now are of
 // today, or late ones of yesterday.
 func (w *watching) forget(now time.Time) {
-	yesterday := utcDay(now).AddDate(0, 0, -1).Unix()
+	yesterday := DayOf(now).AddDate(0, 0, -1).Unix()
 	for k, d := range w.days {
 		if k.day < yesterday {
 			w.size -= len(d.watched)
 			delete(w.days, k)
 		}
 	}
-}
-
-// utcDay is the UTC midnight of t's day.
-func utcDay(t time.Time) time.Time {
-	t = t.UTC()
-	return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
 }
 
 // countLocked counts a refusal toward its subject's alert, or toward its

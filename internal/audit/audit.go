@@ -13,9 +13,12 @@
 // by every instance, past which one aggregate entry (KindRefusalFlood) or
 // alert (AggregateSubject) counts the rest; each tenant has its own share
 // of the Recorder's queue; and entries older than the retention are pruned.
+// The budgets' arithmetic lives here, as pure plans (minutes.go, days.go):
+// given a batch and the rows a Store read under lock, they return the rows
+// to write, and the Store holds the transaction and the SQL.
 //
-// audit imports gate (the Event it observes) and no driver: pgstore
-// implements its Store and LogStore.
+// audit imports admission (the Event it observes) and alert (what its
+// alerts say), and no driver: pgstore implements its Store and LogStore.
 package audit
 
 import (

@@ -2,11 +2,9 @@ package pgstore
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -81,80 +79,26 @@ func (s *Audit) ListAudit(ctx context.Context, f audit.Filter) ([]audit.Entry, e
 	return out, nil
 }
 
-// minuteKey names a tenant's UTC minute.
-type minuteKey struct {
-	tenant pgtype.UUID
-	minute int64 // Unix seconds
-}
-
-// minuteOf is the UTC minute of a refusal, which its budget counts in.
-func minuteOf(t time.Time) time.Time { return t.UTC().Truncate(time.Minute) }
-
-// RecordFirstRefusals implements audit.Store in one transaction: claim the
-// batch id (a batch applied before does nothing), lock the (tenant, minute)
-// rows that hold the budgets, write the first refusals that fit (see
-// sql/audit.sql), then add the rest and b.Overflow to each minute's flood
-// entry, making it when the minute has none.
+// RecordFirstRefusals implements audit.Store in one transaction, applying
+// audit.PlanFirstRefusals: claim the batch id (a batch applied before does
+// nothing), lock the (tenant, minute) rows that hold the budgets, write the
+// first refusals that fit (see sql/audit.sql), then write the flood entries
+// and budgets the plan settles.
 func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBatch) (int64, error) {
 	batchID, ok := uuidOf(b.ID)
 	if !ok {
 		return 0, fmt.Errorf("record first refusals: batch id %q is not a UUID", b.ID)
 	}
-	p := sqlcgen.RecordFirstRefusalsParams{
-		TenantIds:   make([]pgtype.UUID, 0, len(b.Refusals)),
-		CounterKeys: make([]string, 0, len(b.Refusals)),
-		WindowEnds:  make([]pgtype.Timestamptz, 0, len(b.Refusals)),
-		Ats:         make([]pgtype.Timestamptz, 0, len(b.Refusals)),
-		Minutes:     make([]pgtype.Timestamptz, 0, len(b.Refusals)),
-		Details:     make([]string, 0, len(b.Refusals)),
-	}
-	// What each minute gets beyond its budget: the overflow counted by the
-	// Recorder, then the first refusals the budget left out.
-	type past struct {
-		at    time.Time
-		count int64
-	}
-	pasts := map[minuteKey]past{}
-	minutes := map[minuteKey]time.Time{}
-	for _, r := range b.Refusals {
-		id, ok := uuidOf(r.TenantID)
-		if !ok {
-			continue
-		}
-		detail, err := auditDetail(r.Detail)
-		if err != nil {
-			return 0, err
-		}
-		m := minuteOf(r.At)
-		minutes[minuteKey{id, m.Unix()}] = m
-		p.TenantIds = append(p.TenantIds, id)
-		p.CounterKeys = append(p.CounterKeys, r.Key)
-		p.WindowEnds = append(p.WindowEnds, pgtype.Timestamptz{Time: r.WindowEnd, Valid: true})
-		p.Ats = append(p.Ats, pgtype.Timestamptz{Time: r.At, Valid: true})
-		p.Minutes = append(p.Minutes, pgtype.Timestamptz{Time: m, Valid: true})
-		p.Details = append(p.Details, detail)
-	}
-	for _, o := range b.Overflow {
-		id, ok := uuidOf(o.TenantID)
-		if !ok || o.Count <= 0 {
-			continue
-		}
-		m := minuteOf(o.Minute)
-		k := minuteKey{id, m.Unix()}
-		minutes[k] = m
-		old, seen := pasts[k]
-		if !seen || o.At.Before(old.at) {
-			old.at = o.At
-		}
-		old.count += o.Count
-		pasts[k] = old
-	}
-	if len(minutes) == 0 {
+	b.Refusals = ofTenants(b.Refusals, func(r *audit.FirstRefusal) *string { return &r.TenantID })
+	b.Overflow = ofTenants(b.Overflow, func(o *audit.RefusalOverflow) *string { return &o.TenantID })
+	plan := audit.PlanFirstRefusals(b)
+	if len(plan.Minutes) == 0 {
 		return 0, nil
 	}
-	keys := slices.SortedFunc(maps.Keys(minutes), func(a, b minuteKey) int {
-		return cmp.Or(bytes.Compare(a.tenant.Bytes[:], b.tenant.Bytes[:]), cmp.Compare(a.minute, b.minute))
-	})
+	p, err := firstRefusalsParams(b.Refusals)
+	if err != nil {
+		return 0, err
+	}
 
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -167,97 +111,120 @@ func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBat
 	} else if n == 0 {
 		return 0, nil // applied before
 	}
-	lock := sqlcgen.LockRefusalMinutesParams{TenantIds: make([]pgtype.UUID, len(keys)), Minutes: make([]pgtype.Timestamptz, len(keys))}
-	for i, k := range keys {
-		lock.TenantIds[i], lock.Minutes[i] = k.tenant, pgtype.Timestamptz{Time: minutes[k], Valid: true}
+	lock := sqlcgen.LockRefusalMinutesParams{}
+	for _, m := range plan.Minutes {
+		lock.TenantIds = append(lock.TenantIds, uuidOrNull(m.TenantID))
+		lock.Minutes = append(lock.Minutes, ts(m.Start))
 	}
-	locked, err := q.LockRefusalMinutes(ctx, lock)
+	rows, err := q.LockRefusalMinutes(ctx, lock)
 	if err != nil {
 		return 0, dbErr(err, auditErrors)
 	}
-	type budget struct {
-		entries int32
-		floodID int64
-		written int64
+	locked := make([]audit.LockedMinute, len(rows))
+	for i, r := range rows {
+		locked[i] = refusalMinuteOf(r)
+		p.RoomTenantIds = append(p.RoomTenantIds, r.TenantID)
+		p.RoomMinutes = append(p.RoomMinutes, r.Minute)
+		p.Rooms = append(p.Rooms, plan.Room(locked[i]))
 	}
-	budgets := make(map[minuteKey]*budget, len(locked))
-	for _, l := range locked {
-		k := minuteKey{l.TenantID, l.Minute.Time.Unix()}
-		budgets[k] = &budget{entries: l.Entries, floodID: l.FloodID}
-		p.RoomTenantIds = append(p.RoomTenantIds, l.TenantID)
-		p.RoomMinutes = append(p.RoomMinutes, l.Minute)
-		p.Rooms = append(p.Rooms, max(int64(b.Budget)-int64(l.Entries), 0))
-	}
-	var written int64
+	var done []audit.RefusalsWritten
 	if len(p.TenantIds) > 0 {
 		rows, err := q.RecordFirstRefusals(ctx, p)
 		if err != nil {
 			return 0, dbErr(err, auditErrors)
 		}
 		for _, r := range rows {
-			k := minuteKey{r.TenantID, r.Minute.Time.Unix()}
-			if bu := budgets[k]; bu != nil {
-				bu.written = r.Written
-			}
-			written += r.Written
-			if r.PastBudget > 0 {
-				old, seen := pasts[k]
-				if at := timeOf(r.FirstPastAt); !seen || at.Before(old.at) {
-					old.at = at
-				}
-				old.count += r.PastBudget
-				pasts[k] = old
-			}
+			done = append(done, audit.RefusalsWritten{
+				Minute:  audit.Minute{TenantID: r.TenantID.String(), Start: r.Minute.Time},
+				Written: r.Written, Past: r.PastBudget, FirstPastAt: timeOf(r.FirstPastAt),
+			})
 		}
 	}
-	settle := sqlcgen.SettleRefusalMinutesParams{}
-	for _, k := range keys {
-		bu := budgets[k]
-		if bu == nil {
-			continue // a tenant that no longer exists
+	written, err := settleRefusalMinutes(ctx, q, plan.Settle(locked, done))
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, dbErr(err, auditErrors)
+	}
+	return written, nil
+}
+
+// refusalMinuteOf turns a locked refusal_minutes row into an
+// audit.LockedMinute.
+func refusalMinuteOf(r sqlcgen.LockRefusalMinutesRow) audit.LockedMinute {
+	return audit.LockedMinute{
+		Minute:  audit.Minute{TenantID: r.TenantID.String(), Start: r.Minute.Time},
+		Entries: int64(r.Entries), FloodID: r.FloodID,
+	}
+}
+
+// firstRefusalsParams lists refusals for the RecordFirstRefusals statement,
+// without their rooms.
+func firstRefusalsParams(refusals []audit.FirstRefusal) (sqlcgen.RecordFirstRefusalsParams, error) {
+	p := sqlcgen.RecordFirstRefusalsParams{
+		TenantIds:   make([]pgtype.UUID, 0, len(refusals)),
+		CounterKeys: make([]string, 0, len(refusals)),
+		WindowEnds:  make([]pgtype.Timestamptz, 0, len(refusals)),
+		Ats:         make([]pgtype.Timestamptz, 0, len(refusals)),
+		Minutes:     make([]pgtype.Timestamptz, 0, len(refusals)),
+		Details:     make([]string, 0, len(refusals)),
+	}
+	for _, r := range refusals {
+		detail, err := auditDetail(r.Detail)
+		if err != nil {
+			return p, err
 		}
+		p.TenantIds = append(p.TenantIds, uuidOrNull(r.TenantID))
+		p.CounterKeys = append(p.CounterKeys, r.Key)
+		p.WindowEnds = append(p.WindowEnds, ts(r.WindowEnd))
+		p.Ats = append(p.Ats, ts(r.At))
+		p.Minutes = append(p.Minutes, ts(audit.MinuteOf(r.At)))
+		p.Details = append(p.Details, detail)
+	}
+	return p, nil
+}
+
+// settleRefusalMinutes writes what audit.RefusalPlan.Settle returned: each
+// minute's flood entry, grown or made, then the budgets in one statement.
+// It returns the entries written one by one.
+func settleRefusalMinutes(ctx context.Context, q *sqlcgen.Queries, ws []audit.MinuteWrite) (int64, error) {
+	var written int64
+	settle := sqlcgen.SettleRefusalMinutesParams{}
+	for _, w := range ws {
+		written += w.Written
 		floodID := int64(0)
-		if ps := pasts[k]; ps.count > 0 {
-			if bu.floodID != 0 {
-				if err := q.AddToRefusalFlood(ctx, sqlcgen.AddToRefusalFloodParams{ID: bu.floodID, Refusals: ps.count}); err != nil {
-					return 0, dbErr(err, auditErrors)
-				}
-			} else {
-				m := minutes[k]
-				detail, err := auditDetail(map[string]any{
-					"window_start": m.Format(time.RFC3339),
-					"window_end":   m.Add(time.Minute).Format(time.RFC3339),
-					"refusals":     ps.count,
-					"budget":       b.Budget,
-				})
-				if err != nil {
-					return 0, err
-				}
-				row, err := q.InsertAudit(ctx, sqlcgen.InsertAuditParams{
-					At: pgtype.Timestamptz{Time: ps.at, Valid: true}, TenantID: k.tenant,
-					Actor: audit.ActorTollgate, Kind: audit.KindRefusalFlood, Detail: []byte(detail),
-				})
-				if err != nil {
-					return 0, dbErr(err, auditErrors)
-				}
-				floodID = row.ID
+		switch {
+		case w.NewFlood != nil:
+			detail, err := auditDetail(w.NewFlood.Detail)
+			if err != nil {
+				return 0, err
+			}
+			row, err := q.InsertAudit(ctx, sqlcgen.InsertAuditParams{
+				At: ts(w.NewFlood.At), TenantID: uuidOrNull(w.TenantID),
+				Actor: w.NewFlood.Actor, Kind: w.NewFlood.Kind, Detail: []byte(detail),
+			})
+			if err != nil {
+				return 0, dbErr(err, auditErrors)
+			}
+			floodID = row.ID
+		case w.Past > 0:
+			if err := q.AddToRefusalFlood(ctx, sqlcgen.AddToRefusalFloodParams{ID: w.FloodID, Refusals: w.Past}); err != nil {
+				return 0, dbErr(err, auditErrors)
 			}
 		}
-		if bu.written == 0 && floodID == 0 {
+		if w.Written == 0 && floodID == 0 {
 			continue
 		}
-		settle.TenantIds = append(settle.TenantIds, k.tenant)
-		settle.Minutes = append(settle.Minutes, pgtype.Timestamptz{Time: minutes[k], Valid: true})
-		settle.Entries = append(settle.Entries, int32(bu.written))
+		settle.TenantIds = append(settle.TenantIds, uuidOrNull(w.TenantID))
+		settle.Minutes = append(settle.Minutes, ts(w.Start))
+		settle.Entries = append(settle.Entries, int32(w.Written))
 		settle.FloodIds = append(settle.FloodIds, floodID)
 	}
 	if len(settle.TenantIds) > 0 {
 		if err := q.SettleRefusalMinutes(ctx, settle); err != nil {
 			return 0, dbErr(err, auditErrors)
 		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, dbErr(err, auditErrors)
 	}
 	return written, nil
 }

@@ -19,6 +19,32 @@ func uuidOf(s string) (pgtype.UUID, bool) {
 	return u, true
 }
 
+// uuidOrNull reads an id that ofTenants kept; anything that is not a UUID
+// is NULL, which names no tenant.
+func uuidOrNull(s string) pgtype.UUID {
+	u, _ := uuidOf(s)
+	return u
+}
+
+// ofTenants returns the items of xs whose tenant id (the string id points
+// to) is a UUID, that id spelled as PostgreSQL spells it, so that the audit
+// planners group each tenant's items under one id. An id that is not a
+// UUID names no tenant: its items are dropped, as those of a tenant that
+// does not exist are. xs is left as it was.
+func ofTenants[T any](xs []T, id func(*T) *string) []T {
+	out := make([]T, 0, len(xs))
+	for _, x := range xs {
+		p := id(&x)
+		u, ok := uuidOf(*p)
+		if !ok {
+			continue
+		}
+		*p = u.String()
+		out = append(out, x)
+	}
+	return out
+}
+
 // ts is t as a timestamptz.
 func ts(t time.Time) pgtype.Timestamptz {
 	return pgtype.Timestamptz{Time: t, Valid: true}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/admission"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/webhooks"
@@ -340,7 +341,7 @@ func (s *Webhooks) Sweep(ctx context.Context, now, pruneBefore time.Time) (int64
 	if err != nil {
 		return 0, fmt.Errorf("sweep allotment thresholds: %w", dbErr(err, webhookErrors))
 	}
-	today := utcDay(now)
+	today := audit.DayOf(now)
 	n2, err := s.q.EmitAlertResolutions(ctx, sqlcgen.EmitAlertResolutionsParams{
 		FirstDay:  pgtype.Date{Time: today.AddDate(0, 0, -7), Valid: true},
 		Yesterday: pgtype.Date{Time: today.AddDate(0, 0, -1), Valid: true},

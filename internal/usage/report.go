@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
-	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/alert"
 )
 
 // Report is a tenant's usage at an instant.
@@ -30,7 +30,7 @@ type Report struct {
 	Refusals map[string]int64 `json:"refusals"`
 	// Alerts lists the alerts raised in the last AlertWindow, latest first.
 	// Never nil.
-	Alerts []audit.Alert `json:"alerts"`
+	Alerts []alert.Alert `json:"alerts"`
 }
 
 // Usage returns tenantID's report at now: the Store's counts plus this
@@ -44,7 +44,7 @@ func (r *Recorder) Usage(ctx context.Context, tenantID string, now time.Time) (R
 		PeriodEnd:    p.monthEnd,
 		SandboxSince: p.rollStart,
 		Refusals:     map[string]int64{},
-		Alerts:       []audit.Alert{},
+		Alerts:       []alert.Alert{},
 	}
 	if r.alerts != nil {
 		alerts, err := r.alerts.Alerts(ctx, tenantID, now.Add(-r.alertWindow), maxAlerts)

@@ -19,8 +19,9 @@
 // other routes), so that refusals by layer cover every route, but they never
 // count toward an allotment.
 //
-// usage imports gate (the Event it observes) and audit (the alerts it
-// reports); it imports no driver: pgstore implements its Store.
+// usage imports admission (the Event it observes) and alert (the alerts it
+// reports), never audit, which raises them; it imports no driver: pgstore
+// implements its Store.
 package usage
 
 import (
@@ -29,7 +30,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
-	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/alert"
 )
 
 // Defaults of Config.
@@ -99,7 +100,7 @@ type Store interface {
 // AlertLister lists a tenant's alerts whose last refusal is at or after
 // since, latest first, at most limit of them. *audit.Recorder satisfies it.
 type AlertLister interface {
-	Alerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]audit.Alert, error)
+	Alerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]alert.Alert, error)
 }
 
 // Config configures a Recorder.
