@@ -32,7 +32,7 @@ export interface LimitOptions extends IPOptions {
   /** For the client made from url and key: each check's timeout (default 100 ms). */
   timeoutMs?: number;
   /** For the client made from url and key: what its first call may spend
-   * opening the connection before the check's timeout starts (default 1,000 ms). */
+   * opening the connection before the check's timeout starts (default 2,000 ms). */
   connectTimeoutMs?: number;
   /** For the client made from url and key: default "open". */
   failMode?: FailMode;
