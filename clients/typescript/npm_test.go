@@ -73,8 +73,9 @@ const pepper = "tsclient-pepper-0123456789abcdef0123456789"
 // TestNodeSuite runs the package's tests (test/*.test.js), each file with
 // node --test, against a real Tollgate: the client in Node.js, the Hono
 // middleware in a Hono app, the guard inside workerd, the Next.js helper in
-// a built Next.js app, the package on Bun and Deno, the packed tarball in an
-// app outside the tree. Before them: npm ci when the lock changed, the
+// two built Next.js apps (proxy.ts and middleware.ts), the package on Bun
+// and Deno, the packed tarball in an app outside the tree, the client
+// against servers that answer the wrong way. Before them: npm ci when the lock changed, the
 // OpenAPI types checked against the document, the package built and every
 // test file type-checked with tsc --strict.
 //
@@ -147,7 +148,7 @@ func TestNodeSuite(t *testing.T) {
 		return command{name: file, args: []string{"node", "--test", "--test-reporter=spec", file}, env: env, test: true}
 	}
 	// On the built package, three at a time, the longest first: the
-	// Next.js app (next build loads both cores for a while), the type check
+	// Next.js apps (next build loads both cores for a while), the type check
 	// of the tests, npm pack, then the files that mostly wait for Tollgate.
 	// Three, not two: those waits leave a core idle.
 	first := map[string]int{"next.test.js": 1, "tsc tests": 2, "pack.test.js": 3, "workers.test.js": 4}

@@ -1,7 +1,8 @@
 // Batching of a Client's checks (ClientOptions.batching), as the Go
 // client's WithBatching does it.
 
-import { APIError, PaymentRequiredError, type Problem, UnavailableError, rateLimited } from "./errors.js";
+import { type Shape, batch as batchShape, decision } from "./answer.js";
+import { APIError, PaymentRequiredError, type Problem, UnavailableError, rateLimited, str } from "./errors.js";
 import type { components } from "./openapi.js";
 
 type Schemas = components["schemas"];
@@ -25,8 +26,9 @@ export interface BatchingOptions {
   maxChecks?: number;
 }
 
-/** Sends one request of the client's (its timeout, retries and errors). */
-export type Send = (path: string, body: unknown, signal?: AbortSignal) => Promise<unknown>;
+/** Sends one request of the client's (its timeout, retries and errors),
+ * whose answer must have shape. */
+export type Send = (path: string, body: unknown, shape: Shape, signal?: AbortSignal) => Promise<unknown>;
 
 /** One call waiting for its batch. */
 interface Waiter {
@@ -67,7 +69,7 @@ export class Batcher {
       // Alone: no reason to wait.
       this.#inflight++;
       try {
-        return (await this.#send("/v1/check", req, signal)) as CheckResponse;
+        return (await this.#send("/v1/check", req, decision(req.items.length), signal)) as CheckResponse;
       } finally {
         this.#returned();
       }
@@ -129,12 +131,16 @@ export class Batcher {
     while (batch.length > 0) {
       if (batch.length === 1) {
         const w = batch[0] as Waiter;
-        w.settle(await this.#send("/v1/check", w.req).then((r) => r as CheckResponse, asError));
+        w.settle(await this.#send("/v1/check", w.req, decision(w.req.items.length)).then((r) => r as CheckResponse, asError));
         return;
       }
-      let out: unknown;
+      let out: Schemas["CheckBatchResponse"];
       try {
-        out = await this.#send("/v1/check/batch", { checks: batch.map((w) => w.req) });
+        out = (await this.#send(
+          "/v1/check/batch",
+          { checks: batch.map((w) => w.req) },
+          batchShape(batch.map((w) => w.req.items.length)),
+        )) as Schemas["CheckBatchResponse"];
       } catch (err) {
         const i = faultyCheck(err, batch.length);
         if (i >= 0) {
@@ -146,13 +152,8 @@ export class Batcher {
         for (const w of batch) w.settle(asError(err));
         return;
       }
-      const results = (out as { results?: unknown } | undefined)?.results;
-      if (!Array.isArray(results) || results.length !== batch.length) {
-        const err = new UnavailableError(`POST /v1/check/batch: not one result for each of ${batch.length} checks`);
-        for (const w of batch) w.settle(err);
-        return;
-      }
-      batch.forEach((w, i) => w.settle(resultOf(results[i] as BatchResult)));
+      // One result a check, each of its shape: the answer was checked so.
+      batch.forEach((w, i) => w.settle(resultOf(out.results[i] as BatchResult)));
       return;
     }
   }
@@ -166,25 +167,16 @@ function faultyCheck(err: unknown, n: number): number {
   return i < n ? i : -1;
 }
 
-/** One result of a batch: the answer /v1/check would have given, or the
- * refusal of Tollgate's own ceilings or billing as the error it is. */
+/** One result of a batch, of the shape answer.ts checked: the answer
+ * /v1/check would have given, or the refusal of Tollgate's own ceilings or
+ * billing as the error it is. */
 function resultOf(r: BatchResult): CheckResponse | Error {
-  const where = "POST /v1/check/batch";
-  if (!r || typeof r !== "object") return new UnavailableError(`${where}: a result is not Tollgate's JSON`);
   const status = (r as Problem).status;
-  if (status === undefined) {
-    const d = r as CheckResponse;
-    if (typeof d.allowed !== "boolean" || !Array.isArray(d.items)) {
-      return new UnavailableError(`${where}: a result is not Tollgate's JSON`);
-    }
-    return d;
-  }
+  if (status === undefined) return r as CheckResponse;
   const p = r as Problem;
   if (status === 429) return rateLimited(new Headers(), p);
-  if (status === 402) {
-    return new PaymentRequiredError(typeof p.billing_url === "string" ? p.billing_url : "", p.detail ?? "");
-  }
-  return new UnavailableError(`${where}: a result of status ${status}`);
+  if (status === 402) return new PaymentRequiredError(str(p.billing_url), str(p.detail));
+  return new UnavailableError(`POST /v1/check/batch: a result of status ${status}`);
 }
 
 function asError(err: unknown): Error {

@@ -1,15 +1,5 @@
-import {
-  APIError,
-  LeaseGoneError,
-  PaymentRequiredError,
-  type Problem,
-  RateLimitedError,
-  type TollgateError,
-  UnavailableError,
-  failModeDecides,
-  rateLimited,
-  str,
-} from "./errors.js";
+import { APIError, LeaseGoneError, RateLimitedError, type TollgateError, UnavailableError, failModeDecides } from "./errors.js";
+import * as shapes from "./answer.js";
 import { Batcher, type BatchingOptions } from "./batch.js";
 import type { components } from "./openapi.js";
 import { subjectOf } from "./subject.js";
@@ -24,10 +14,22 @@ export type CheckResponse = Schemas["CheckResponse"];
 export type CheckResponseItem = Schemas["CheckResponseItem"];
 export type LeaseResponse = Schemas["LeaseResponse"];
 
-/** How long one call to Tollgate may take unless `timeoutMs` says otherwise:
- * a check sits in the path of a request of the app's own, so an outage
- * should cost the app milliseconds, not seconds. */
+/** How long one check, peek or lease call to Tollgate may take unless
+ * `timeoutMs` says otherwise: it sits in the path of a request of the app's
+ * own, so an outage should cost the app milliseconds, not seconds. */
 export const DEFAULT_TIMEOUT_MS = 100;
+
+/** How long any other call (configuration, verify, usage, reset) may take
+ * unless `configTimeoutMs` says otherwise: it is made at start-up or by an
+ * operator, where a busy machine's second is better than an error. */
+export const DEFAULT_CONFIG_TIMEOUT_MS = 5000;
+
+/** How long a client's first call may spend opening its connection to
+ * Tollgate before the call's own timeout starts, unless `connectTimeoutMs`
+ * says otherwise: a cold process's first fetch (on Node.js, loading fetch
+ * itself; DNS, TCP, TLS) took 0.3–1.3 s on 2 cores at a load average of 17,
+ * against Tollgate on the same machine. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 2000;
 
 /** The most bytes read of one answer of Tollgate's: the largest, a check of
  * 32 items, is a few kilobytes. */
@@ -46,8 +48,17 @@ export interface ClientOptions {
   url: string;
   /** An API key, tg_live_… or tg_test_…. */
   key: string;
-  /** Bounds each call (each attempt, when retrying); default 100 ms. */
+  /** Bounds each check, peek, acquire, renew and release (each attempt,
+   * when retrying); default 100 ms. */
   timeoutMs?: number;
+  /** Bounds each other call (policies, overrides, verify, usage, reset);
+   * default 5,000 ms, or timeoutMs when that is longer. */
+  configTimeoutMs?: number;
+  /** What a client's first call may spend opening its connection before its
+   * own timeout starts; default 2,000 ms. The client opens it with a GET of
+   * Tollgate's /healthz, which carries no key; concurrent first calls wait
+   * for the same one, and each call's signal still ends its wait. */
+  connectTimeoutMs?: number;
   /** Default "open": an outage of Tollgate does not become an outage of the app. */
   failMode?: FailMode;
   /** Retry a call that Tollgate's own ceilings refuse (429) after its
@@ -120,12 +131,17 @@ export function retryAfterMs(d: CheckResponse): number {
 export class Client {
   readonly failMode: FailMode;
   readonly timeoutMs: number;
+  readonly configTimeoutMs: number;
+  readonly connectTimeoutMs: number;
   readonly #base: string;
   readonly #key: string;
   readonly #fetch: typeof fetch;
   readonly #attempts: number;
   readonly #maxWaitMs: number;
   readonly #batcher: Batcher | undefined;
+  /** The opening of the connection, while it runs; undefined before and once done. */
+  #warming: Promise<void> | undefined;
+  #warm = false;
 
   constructor(opts: ClientOptions) {
     let u: URL;
@@ -143,13 +159,21 @@ export class Client {
     this.#base = u.href.replace(/\/+$/, "");
     this.#key = opts.key;
     this.timeoutMs = opts.timeoutMs && opts.timeoutMs > 0 ? opts.timeoutMs : DEFAULT_TIMEOUT_MS;
+    this.configTimeoutMs =
+      opts.configTimeoutMs && opts.configTimeoutMs > 0
+        ? opts.configTimeoutMs
+        : Math.max(DEFAULT_CONFIG_TIMEOUT_MS, this.timeoutMs);
+    this.connectTimeoutMs =
+      opts.connectTimeoutMs !== undefined && opts.connectTimeoutMs >= 0 ? opts.connectTimeoutMs : DEFAULT_CONNECT_TIMEOUT_MS;
     this.failMode = opts.failMode ?? "open";
     this.#attempts = Math.max(1, opts.retry?.attempts ?? 1);
     this.#maxWaitMs = Math.max(0, opts.retry?.maxWaitMs ?? 0);
     // Bound late: a platform may replace globalThis.fetch after import.
     this.#fetch = opts.fetch ?? ((input, init) => globalThis.fetch(input, init));
     if (opts.batching) {
-      this.#batcher = new Batcher(opts.batching, (path, body, signal) => this.#call("POST", path, body, { signal }));
+      this.#batcher = new Batcher(opts.batching, (path, body, shape, signal) =>
+        this.#call("POST", path, body, shape, this.timeoutMs, { signal }),
+      );
     }
   }
 
@@ -184,7 +208,7 @@ export class Client {
     };
     try {
       if (this.#batcher) return await this.#batcher.check(body, opts?.signal);
-      return await this.#call<CheckResponse>("POST", "/v1/check", body, opts);
+      return await this.#call<CheckResponse>("POST", "/v1/check", body, shapes.decision(list.length), this.timeoutMs, opts);
     } catch (err) {
       if (!failModeDecides(err)) throw err;
       return { allowed: this.failMode === "open", degraded: true, items: [], error: err as TollgateError };
@@ -199,7 +223,7 @@ export class Client {
     if (subject !== "") body.subject = await subjectOf(subject);
     if (opts?.ttlSeconds && opts.ttlSeconds > 0) body.ttl = `${Math.ceil(opts.ttlSeconds)}s`;
     try {
-      return await this.#call<LeaseResponse>("POST", "/v1/leases", body, opts);
+      return await this.#call<LeaseResponse>("POST", "/v1/leases", body, shapes.lease, this.timeoutMs, opts);
     } catch (err) {
       if (!failModeDecides(err)) throw err;
       return {
@@ -226,6 +250,8 @@ export class Client {
         "POST",
         `/v1/leases/${encodeURIComponent(lease.lease_id)}/renew`,
         body,
+        shapes.renewal,
+        this.timeoutMs,
         opts,
       );
       return { ...lease, expires_at: out.expires_at };
@@ -242,7 +268,7 @@ export class Client {
   async release(lease: Lease, opts?: CallOptions): Promise<void> {
     if (!lease.lease_id) return;
     try {
-      await this.#call("DELETE", `/v1/leases/${encodeURIComponent(lease.lease_id)}`, undefined, opts);
+      await this.#call("DELETE", `/v1/leases/${encodeURIComponent(lease.lease_id)}`, undefined, shapes.none, this.timeoutMs, opts);
     } catch (err) {
       if (err instanceof APIError && err.status === 404) return;
       throw err;
@@ -254,12 +280,12 @@ export class Client {
    * Never answered by the fail mode. */
   async reset(policy: string, subject: string, opts?: CallOptions): Promise<void> {
     const s = await subjectOf(subject);
-    await this.#call("DELETE", `${policyPath(policy)}/subjects/${encodeURIComponent(s)}`, undefined, opts);
+    await this.#config("DELETE", `${policyPath(policy)}/subjects/${encodeURIComponent(s)}`, undefined, shapes.none, opts);
   }
 
   /** The tenant's plan and what it has used this period. */
   usage(opts?: CallOptions): Promise<Usage> {
-    return this.#call<Usage>("GET", "/v1/usage", undefined, opts);
+    return this.#config<Usage>("GET", "/v1/usage", undefined, shapes.usage, opts);
   }
 
   /** Throws unless Tollgate knows the key and, for each name, the tenant has
@@ -274,46 +300,60 @@ export class Client {
   }
 
   async listPolicies(opts?: CallOptions): Promise<Policy[]> {
-    return (await this.#call<Schemas["PolicyList"]>("GET", "/v1/policies", undefined, opts)).policies;
+    return (await this.#config<Schemas["PolicyList"]>("GET", "/v1/policies", undefined, shapes.policyList, opts)).policies;
   }
 
   getPolicy(name: string, opts?: CallOptions): Promise<Policy> {
-    return this.#call<Policy>("GET", policyPath(name), undefined, opts);
+    return this.#config<Policy>("GET", policyPath(name), undefined, shapes.policy, opts);
   }
 
   /** Creates or replaces the policy called name. */
   putPolicy(name: string, policy: PolicyInput, opts?: CallOptions): Promise<Policy> {
-    return this.#call<Policy>("PUT", policyPath(name), policy, opts);
+    return this.#config<Policy>("PUT", policyPath(name), policy, shapes.policy, opts);
   }
 
   async deletePolicy(name: string, opts?: CallOptions): Promise<void> {
-    await this.#call("DELETE", policyPath(name), undefined, opts);
+    await this.#config("DELETE", policyPath(name), undefined, shapes.none, opts);
   }
 
   async listOverrides(policy: string, opts?: CallOptions): Promise<Override[]> {
-    return (await this.#call<Schemas["OverrideList"]>("GET", `${policyPath(policy)}/overrides`, undefined, opts))
-      .overrides;
+    return (
+      await this.#config<Schemas["OverrideList"]>("GET", `${policyPath(policy)}/overrides`, undefined, shapes.overrideList, opts)
+    ).overrides;
   }
 
   getOverride(policy: string, pattern: string, opts?: CallOptions): Promise<Override> {
-    return this.#call<Override>("GET", overridePath(policy, pattern), undefined, opts);
+    return this.#config<Override>("GET", overridePath(policy, pattern), undefined, shapes.override, opts);
   }
 
   /** Creates or replaces the override of pattern in policy. */
   putOverride(policy: string, pattern: string, override: OverrideInput, opts?: CallOptions): Promise<Override> {
-    return this.#call<Override>("PUT", overridePath(policy, pattern), override, opts);
+    return this.#config<Override>("PUT", overridePath(policy, pattern), override, shapes.override, opts);
   }
 
   async deleteOverride(policy: string, pattern: string, opts?: CallOptions): Promise<void> {
-    await this.#call("DELETE", overridePath(policy, pattern), undefined, opts);
+    await this.#config("DELETE", overridePath(policy, pattern), undefined, shapes.none, opts);
   }
 
-  /** One call, retried as `retry` allows when Tollgate's own ceilings refuse. */
-  async #call<T>(method: string, path: string, body: unknown, opts?: CallOptions): Promise<T> {
+  /** A call that is not a decision's, under configTimeoutMs. */
+  #config<T>(method: string, path: string, body: unknown, shape: shapes.Shape, opts?: CallOptions): Promise<T> {
+    return this.#call<T>(method, path, body, shape, this.configTimeoutMs, opts);
+  }
+
+  /** One call, retried as `retry` allows when Tollgate's own ceilings
+   * refuse; each attempt is bounded by ms and its answer must have shape. */
+  async #call<T>(
+    method: string,
+    path: string,
+    body: unknown,
+    shape: shapes.Shape,
+    ms: number,
+    opts?: CallOptions,
+  ): Promise<T> {
     const payload = body === undefined ? undefined : JSON.stringify(body);
     for (let attempt = 1; ; attempt++) {
       try {
-        return (await this.#once(method, path, payload, opts?.signal)) as T;
+        return (await this.#once(method, path, payload, shape, ms, opts?.signal)) as T;
       } catch (err) {
         if (
           attempt >= this.#attempts ||
@@ -327,11 +367,21 @@ export class Client {
     }
   }
 
-  /** One attempt of #call, bounded by the per-call timeout and signal. */
-  async #once(method: string, path: string, body: string | undefined, signal?: AbortSignal): Promise<unknown> {
+  /** One attempt of #call, bounded by ms and signal, once the connection
+   * is open. */
+  async #once(
+    method: string,
+    path: string,
+    body: string | undefined,
+    shape: shapes.Shape,
+    ms: number,
+    signal?: AbortSignal,
+  ): Promise<unknown> {
     const where = `${method} ${path}`;
+    if (!this.#warm) await this.#open(signal);
     if (signal?.aborted) throw new UnavailableError(`${where}: aborted by the caller`, { cause: signal.reason });
-    const { signal: bounded, done } = bound(this.timeoutMs, signal);
+    const url = this.#base + path;
+    const { signal: bounded, done } = bound(ms, signal);
     try {
       const headers: Record<string, string> = {
         authorization: `Bearer ${this.#key}`,
@@ -342,51 +392,60 @@ export class Client {
       let text: string;
       try {
         // redirect "manual": a redirect would carry the API key to wherever it points.
-        resp = await this.#fetch(this.#base + path, { method, headers, body, signal: bounded, redirect: "manual" });
+        resp = await this.#fetch(url, { method, headers, body, signal: bounded, redirect: "manual" });
         text = await readCapped(resp);
       } catch (err) {
         throw new UnavailableError(`${where}: ${describe(err, bounded, signal)}`, { cause: err });
       }
-      return answer(where, resp, text);
+      return shapes.answer(where, url, this.#base, resp, text, shape);
     } finally {
       done();
     }
   }
-}
 
-/** The result of a call from its answer, or the error it is. */
-function answer(where: string, resp: Response, text: string): unknown {
-  const s = resp.status;
-  if (s >= 200 && s < 300) {
-    if (s === 204 || text === "") return undefined;
-    try {
-      return JSON.parse(text);
-    } catch (err) {
-      // Something answered that is not Tollgate (a captive proxy, a load balancer's page).
-      throw new UnavailableError(`${where}: answer ${s} is not Tollgate's JSON`, { cause: err });
+  /**
+   * Opens the connection to Tollgate before the client's first call, so that
+   * what a cold process spends on it (loading fetch, DNS, TCP, TLS) is not
+   * charged to that call's timeout: a GET of /healthz, with no key, under
+   * connectTimeoutMs. Whatever it answers, or if it fails, the calls then go
+   * on; concurrent first calls wait for the same one, each until its own
+   * signal aborts.
+   */
+  async #open(signal?: AbortSignal): Promise<void> {
+    if (this.connectTimeoutMs === 0) {
+      this.#warm = true;
+      return;
     }
+    this.#warming ??= (async () => {
+      const { signal: bounded, done } = bound(this.connectTimeoutMs, signal);
+      try {
+        const resp = await this.#fetch(`${this.#base}/healthz`, { method: "GET", signal: bounded, redirect: "manual" });
+        // Read to the end: a connection is kept for the next call only then,
+        // and (Node.js) given back to the pool a turn of the event loop later.
+        await readCapped(resp);
+        await new Promise((resolve) => setTimeout(resolve, 0));
+        this.#warm = true;
+      } catch {
+        // A caller that gave up leaves the next call to open it; an answer
+        // that never came, or a refusal, leaves the calls to find out.
+        if (!signal?.aborted) this.#warm = true;
+      } finally {
+        done();
+        this.#warming = undefined;
+      }
+    })();
+    const warming = this.#warming;
+    if (!signal) return warming;
+    // This caller's signal ends its own wait.
+    await new Promise<void>((resolve) => {
+      const onAbort = () => resolve();
+      signal.addEventListener("abort", onAbort, { once: true });
+      void warming.finally(() => {
+        signal.removeEventListener("abort", onAbort);
+        resolve();
+      });
+    });
   }
-  const p = problemOf(text);
-  if (s === 429) return rethrow(rateLimited(resp.headers, p));
-  if (s === 402) return rethrow(new PaymentRequiredError(str(p.billing_url), str(p.detail)));
-  // A 408 is a proxy's or server's timeout, as unavailable as a 504.
-  if (s >= 500 || s === 408) throw new UnavailableError(`${where}: Tollgate answered ${s}`);
-  // Status 0: a browser's opaque redirect.
-  throw new APIError(s || 302, p);
-}
-
-function rethrow(err: Error): never {
-  throw err;
-}
-
-function problemOf(text: string): Problem {
-  try {
-    const v: unknown = JSON.parse(text);
-    if (v && typeof v === "object" && !Array.isArray(v)) return v as Problem;
-  } catch {
-    // Not a problem document: the status says it all.
-  }
-  return {};
 }
 
 /** Reads an answer's body, at most maxAnswerBytes of it. */

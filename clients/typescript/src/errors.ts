@@ -3,7 +3,7 @@
  * these, so that a caller can tell the three kinds apart:
  *
  * - {@link UnavailableError}: no answer from Tollgate (unreachable, past the
- *   timeout, a 5xx or 408, an answer that is not Tollgate's);
+ *   timeout, a 5xx or 408, a redirect, an answer that is not Tollgate's);
  * - {@link RateLimitedError} and {@link PaymentRequiredError}: Tollgate's own
  *   ceilings or billing refuse the tenant for now;
  * - {@link APIError}: Tollgate refused the call as wrong (a key it does not
@@ -18,7 +18,12 @@ export class TollgateError extends Error {
 
 /** No answer from Tollgate: it could not be reached, did not answer within
  * the per-call timeout or the caller's signal, answered 5xx or 408, or what
- * answered was not Tollgate. `cause` holds the underlying error. */
+ * answered was not Tollgate: a redirect (the message says where to: set the
+ * client's URL to it; the client follows none, as it would carry the API
+ * key), an answer of another status, content type or shape than Tollgate's
+ * (the message says which field), such as a captive portal's page, a web
+ * server's HTML 404 at a wrong base URL, or JSON cut short. `cause` holds
+ * the underlying error, when there is one. */
 export class UnavailableError extends TollgateError {
   override name = "UnavailableError";
 }
@@ -72,11 +77,11 @@ export interface Problem {
   [member: string]: unknown;
 }
 
-/** Any other refusal of a call by Tollgate: 400 for an invalid call
- * (`problem.field` names the member at fault), 401 for an API key Tollgate
- * does not know, 403 for a change made with a test key, 404 for a policy or
- * lease that does not exist; or a 3xx, a redirect the client did not
- * follow (it would carry the API key elsewhere). */
+/** Any other refusal of a call by Tollgate, as its problem document
+ * (application/problem+json) says: 400 for an invalid call (`problem.field`
+ * names the member at fault), 401 for an API key Tollgate does not know,
+ * 403 for a change made with a test key, 404 for a policy or lease that
+ * does not exist. */
 export class APIError extends TollgateError {
   override name = "APIError";
   constructor(

@@ -3,9 +3,27 @@ import type { Decision } from "./client.js";
 import { type LimitOptions, Limiter, type TollgateEnv, withHeaders } from "./limit.js";
 
 export { type LimitOptions, UNKEYED } from "./limit.js";
+export type { Decision } from "./client.js";
 
 /** The variable of the Hono context that holds Tollgate's decision. */
 export const DECISION = "tollgate";
+
+/** The context variables rateLimit sets: `c.get("tollgate")` is the decision. */
+export interface RateLimitVariables {
+  tollgate: Decision;
+}
+
+/** The Hono env of an app or route behind rateLimit, for code that names its
+ * env: `new Hono<RateLimitEnv>()`, `Context<RateLimitEnv>`. */
+export interface RateLimitEnv {
+  Variables: RateLimitVariables;
+}
+
+// As Hono's own middleware do: importing this module types
+// c.get("tollgate") in every app, no generic written by hand.
+declare module "hono" {
+  interface ContextVariableMap extends RateLimitVariables {}
+}
 
 /**
  * rateLimit is Hono middleware that checks every request against
@@ -19,7 +37,7 @@ export const DECISION = "tollgate";
  * The client's address is the TCP peer's where the runtime tells it
  * (Node.js, Bun, Deno), or, with `platform: "cloudflare"`, cf-connecting-ip.
  */
-export function rateLimit(opts: LimitOptions): MiddlewareHandler<{ Variables: { tollgate: Decision } }> {
+export function rateLimit(opts: LimitOptions): MiddlewareHandler<RateLimitEnv> {
   const l = new Limiter(opts);
   return async (c, next) => {
     const o = await l.decide(c.req.raw, peerOf(c), c.env as TollgateEnv | undefined);

@@ -1,5 +1,7 @@
 export {
   Client,
+  DEFAULT_CONFIG_TIMEOUT_MS,
+  DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_TIMEOUT_MS,
   retryAfterMs,
   type CallOptions,

@@ -1,5 +1,5 @@
 import { Client, type Decision, type FailMode, retryAfterMs } from "./client.js";
-import { type TollgateError, failModeDecides } from "./errors.js";
+import { RateLimitedError, type TollgateError, failModeDecides } from "./errors.js";
 import { type IPOptions, clientAddress } from "./ip.js";
 
 /** The subject of the one counter every request without a key is counted
@@ -29,8 +29,11 @@ export interface LimitOptions extends IPOptions {
   url?: string;
   /** The API key; default the environment's TOLLGATE_KEY. */
   key?: string;
-  /** For the client made from url and key: per-call timeout (default 100 ms). */
+  /** For the client made from url and key: each check's timeout (default 100 ms). */
   timeoutMs?: number;
+  /** For the client made from url and key: what its first call may spend
+   * opening the connection before the check's timeout starts (default 2,000 ms). */
+  connectTimeoutMs?: number;
   /** For the client made from url and key: default "open". */
   failMode?: FailMode;
   /** What a request is counted as; default "ip". */
@@ -50,8 +53,8 @@ export interface LimitOptions extends IPOptions {
 /** The limiter's verdict on one request. */
 export interface Outcome {
   /** The answer to send instead of the app's, when the request may not go
-   * on: 429 (refused by the policy), 503 (fail mode "closed" with no
-   * decision) or 500 (Tollgate refused the check as wrong). */
+   * on: 429 (refused by the policy), 503 with Retry-After (fail mode
+   * "closed" with no decision) or 500 (Tollgate refused the check as wrong). */
   response?: Response;
   /** The RateLimit-Policy and RateLimit fields for the app's answer. */
   headers: Headers;
@@ -98,7 +101,13 @@ export class Limiter {
     const url = this.#opts.url ?? env?.TOLLGATE_URL ?? processEnv("TOLLGATE_URL");
     const key = this.#opts.key ?? env?.TOLLGATE_KEY ?? processEnv("TOLLGATE_KEY");
     if (!url || !key) throw new TypeError("tollgate: no url and key given, and no TOLLGATE_URL and TOLLGATE_KEY in the environment");
-    const c = new Client({ url, key, timeoutMs: this.#opts.timeoutMs, failMode: this.#opts.failMode });
+    const c = new Client({
+      url,
+      key,
+      timeoutMs: this.#opts.timeoutMs,
+      connectTimeoutMs: this.#opts.connectTimeoutMs,
+      failMode: this.#opts.failMode,
+    });
     this.#client = c;
     return c;
   }
@@ -125,9 +134,12 @@ export class Limiter {
     }
     if (decision.error) {
       this.#hear(decision.error, req, !failModeDecides(decision.error));
-      const response = decision.allowed
-        ? undefined
-        : problem(503, "The request cannot be admitted now; try again shortly.");
+      if (decision.allowed) return { headers, decision };
+      // When to ask again: Tollgate's own ceiling says; an outage, soon.
+      const e = decision.error;
+      const retry = e instanceof RateLimitedError ? Math.max(1, e.retryAfterSeconds) : 1;
+      const response = problem(503, `The request cannot be admitted now; try again in ${retry} s.`);
+      response.headers.set("Retry-After", String(retry));
       return { response, headers, decision };
     }
     // The one item is the quota the fields name; when it refuses,
@@ -157,17 +169,27 @@ export class Limiter {
 }
 
 /** A guard: undefined when the request may go on, else the answer to send. */
-export type Guard = (req: Request, peer?: string, env?: TollgateEnv) => Promise<Response | undefined>;
+export interface Guard {
+  (req: Request, peer?: string, env?: TollgateEnv): Promise<Response | undefined>;
+  /** The same check, with what an allowed request's answer should carry:
+   * send `response` when there is one, else the app's answer with
+   * `headers` (the RateLimit-Policy and RateLimit fields) added, as
+   * `withHeaders(res, outcome.headers)` does. */
+  decide(req: Request, peer?: string, env?: TollgateEnv): Promise<Outcome>;
+}
 
 /** guard checks every request it is given against opts.policy, for any
  * runtime that speaks the Fetch API: it resolves to undefined when the
  * request may go on, or the answer to send instead (429 with Retry-After,
- * 503 or 500, each a problem+json body that says nothing of Tollgate). Pass
- * the TCP peer's address when the runtime gives one, and the platform's env
- * when TOLLGATE_URL and TOLLGATE_KEY live there. */
+ * 503 with Retry-After or 500, each a problem+json body that says nothing of
+ * Tollgate). Pass the TCP peer's address when the runtime gives one, and
+ * the platform's env when TOLLGATE_URL and TOLLGATE_KEY live there. Its
+ * `decide` also gives the RateLimit fields of an allowed request. */
 export function guard(opts: LimitOptions): Guard {
   const l = new Limiter(opts);
-  return async (req, peer, env) => (await l.decide(req, peer, env)).response;
+  const decide = (req: Request, peer?: string, env?: TollgateEnv) => l.decide(req, peer, env);
+  const g = async (req: Request, peer?: string, env?: TollgateEnv) => (await decide(req, peer, env)).response;
+  return Object.assign(g, { decide });
 }
 
 /** A fetch handler of Workers, Deno or Bun: (request, env or info, ctx). */

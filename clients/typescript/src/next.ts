@@ -5,11 +5,14 @@ import { type LimitOptions, Limiter, type Outcome } from "./limit.js";
 export { type LimitOptions, UNKEYED } from "./limit.js";
 
 /**
- * rateLimit returns a Next.js middleware (middleware.ts, Edge or Node.js
- * runtime) that checks every request it matches against opts.policy:
- * refused requests get 429 with Retry-After and a problem body; allowed
- * ones go on, their answer carrying RateLimit-Policy and RateLimit.
- * TOLLGATE_URL and TOLLGATE_KEY are read from process.env unless given.
+ * rateLimit returns a Next.js proxy or middleware that checks every request
+ * it matches against opts.policy: refused requests get 429 with Retry-After
+ * and a problem body; allowed ones go on, their answer carrying
+ * RateLimit-Policy and RateLimit. Next.js 16 calls it from proxy.ts
+ * (`export const proxy = rateLimit(…)`, the Node.js runtime); Next.js 14 and
+ * 15, or 16 on the Edge runtime, from middleware.ts (`export const
+ * middleware = rateLimit(…)`). TOLLGATE_URL and TOLLGATE_KEY are read from
+ * process.env unless given.
  *
  * A Next.js middleware sees no TCP peer, and `next start` passes on the
  * X-Forwarded-For a client sent, so keying by address needs one of: on
@@ -26,8 +29,9 @@ export function rateLimit(opts: LimitOptions): (req: Request) => Promise<Respons
   };
 }
 
-/** nextLimiter is rateLimit's decision alone, for a middleware that does more
- * than limit: send `response` when there is one, else go on with `headers`. */
+/** nextLimiter is rateLimit's decision alone, for a proxy or middleware
+ * that does more than limit: send `response` when there is one, else go on
+ * with `headers`. */
 export function nextLimiter(opts: LimitOptions): (req: Request) => Promise<Outcome> {
   let o = opts;
   if ((opts.by ?? "ip") === "ip" && !opts.platform) {

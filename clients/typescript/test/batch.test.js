@@ -82,7 +82,11 @@ describe("batching", () => {
     const answers = [];
     for (let i = 0; i < 3; i++) answers.push((await c.check({ policy, subject: "s" })).allowed);
     assert.deepEqual(answers, [true, true, false]);
-    assert.deepEqual([...counted.paths], [["/v1/check", 3]]);
+    // The first call opened the connection (GET /healthz) before it.
+    assert.deepEqual([...counted.paths], [
+      ["/healthz", 1],
+      ["/v1/check", 3],
+    ]);
   });
 
   test("each caller's signal ends its own call; a check aborted before its batch left is not sent", async () => {
@@ -90,11 +94,14 @@ describe("batching", () => {
     const timers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
     const timersBefore = timers();
     // Tollgate behind a proxy that never answers; a timeout and a delay
-    // far longer than the test, so that only the signals end the calls.
+    // far longer than the test, so that only the signals end the calls;
+    // no opening of the connection first, so that the first check is in
+    // flight when the second waits.
     const c = new Client({
       url: env.hungURL,
       key: env.key,
       timeoutMs: 60_000,
+      connectTimeoutMs: 0,
       failMode: "closed",
       fetch: counted.fetch,
       batching: { maxDelayMs: 60_000 },

@@ -3,7 +3,7 @@
 // Node.js against a real Tollgate.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { Client, guard, protect } from "../dist/index.js";
+import { Client, RateLimitedError, guard, protect, withHeaders } from "../dist/index.js";
 import { env, leaks, newPolicy } from "./support.js";
 
 const req = (/** @type {Record<string, string>} */ headers = {}) => new Request("http://app.test/api", { headers });
@@ -78,6 +78,10 @@ describe("guard", () => {
     assert.equal(await guard({ policy, url: env.slowURL, key: env.key })(req(), "192.0.2.1"), undefined);
     const closed = await guard({ policy, url: env.slowURL, key: env.key, failMode: "closed" })(req(), "192.0.2.1");
     assert.equal(closed?.status, 503);
+    assert.equal(closed?.headers.get("retry-after"), "1", "an outage: ask again soon");
+    const down = await guard({ policy, url: env.downURL, key: env.key, failMode: "closed" })(req(), "192.0.2.1");
+    assert.equal(down?.status, 503);
+    assert.equal(down?.headers.get("retry-after"), "1");
     /** @type {unknown[]} */
     const heard = [];
     const wrong = await guard({
@@ -90,6 +94,36 @@ describe("guard", () => {
     assert.equal(wrong?.status, 500);
     assert.equal(heard.length, 1);
     for (const r of [closed, wrong]) assert.deepEqual(leaks(await (r?.text() ?? "")), []);
+  });
+
+  test("fail closed on Tollgate's own ceiling: 503 with the ceiling's Retry-After", async () => {
+    const c = new Client({ url: env.url, key: env.tinyKey, timeoutMs: 5000, failMode: "closed" });
+    /** @type {unknown[]} */
+    const heard = [];
+    const g = guard({ policy: env.tinyPolicy, client: c, onError: (e) => heard.push(e) });
+    // Each check spends the tiny tenant's quota of 3 calls a minute, until its ceiling refuses.
+    let res;
+    for (let i = 0; i < 10 && res?.status !== 503; i++) res = await g(req(), "192.0.2.1");
+    assert.equal(res?.status, 503);
+    assert.ok(heard.at(-1) instanceof RateLimitedError, String(heard.at(-1)));
+    const retry = Number(res?.headers.get("retry-after"));
+    assert.ok(retry >= 1 && retry <= 3600, `Retry-After ${retry}`);
+  });
+
+  test("decide gives an allowed request's RateLimit fields, and a refused one's answer", async () => {
+    const policy = await newPolicy("decide", { limit: 2, window: "1m" });
+    const g = guard({ policy, url: env.url, key: env.key, timeoutMs: 5000 });
+    const a = await g.decide(req(), "192.0.2.60");
+    assert.equal(a.response, undefined);
+    assert.equal(a.decision.allowed, true);
+    assert.equal(a.headers.get("ratelimit-policy"), `"${policy}";q=2;w=60`);
+    assert.match(a.headers.get("ratelimit") ?? "", new RegExp(`^"${policy}";r=1;t=\\d+$`));
+    const res = withHeaders(new Response("hi"), a.headers);
+    assert.equal(res.headers.get("ratelimit-policy"), `"${policy}";q=2;w=60`);
+    assert.equal(await g(req(), "192.0.2.60"), undefined, "the guard and its decide count alike");
+    const refused = await g.decide(req(), "192.0.2.60");
+    assert.equal(refused.response?.status, 429);
+    assert.equal(refused.headers.get("ratelimit"), `"${policy}";r=0;t=${refused.response?.headers.get("retry-after")}`);
   });
 
   test("protect adds the RateLimit fields to the handler's answer", async () => {
