@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# sqlc's stamp: one SHA-256 over everything sqlc's output depends on (its
-# version in go.mod, sqlc.yaml, the migrations it reads as the schema, the
-# queries of every output sqlc.yaml names) and over the outputs themselves. `make generate` writes it;
-# `make check-generated` runs `go tool sqlc diff` only when the stamp no
+# sqlc's stamp: one SHA-256 over everything sqlc's outputs depend on (its
+# version in go.mod, sqlc.yaml, the migrations it reads as the schema, each
+# output's queries) and over the outputs themselves. `make generate` writes
+# it; `make check-generated` runs `go tool sqlc diff` only when the stamp no
 # longer matches, because that compiles sqlc with its C parser (libpg_query):
 # about three minutes on a 2-core machine with an empty Go build cache.
 #
