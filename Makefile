@@ -75,7 +75,7 @@ generate:
 # runs the diff whatever the stamp says.
 check-generated:
 	@if [ "$(SQLC_DIFF)" != always ] && scripts/sqlc-sum.sh check; then \
-		echo "sqlc output is what sqlc generated from sql/ and migrations/ (internal/pgstore/sqlc.sum)"; \
+		echo "sqlc output is what sqlc generated from the migrations and queries sqlc.yaml names (sqlc.sum)"; \
 	else \
 		$(GO) tool sqlc diff && { scripts/sqlc-sum.sh check || \
 			echo "sqlc output is current, but its stamp is stale: run make generate so the next check need not compile sqlc"; }; \

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
-	"github.com/tollgate/tollgate/internal/counter/countertest"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/testkit/countertest"
 )
 
 func TestConformance(t *testing.T) {

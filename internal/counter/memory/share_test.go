@@ -9,8 +9,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tollgate/tollgate/internal/counter"
-	"github.com/tollgate/tollgate/internal/counter/countertest"
 	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/testkit/countertest"
 )
 
 // TestTenantWithinItsShareKeepsItsCounters pushes random streams of several

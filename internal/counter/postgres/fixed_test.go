@@ -18,9 +18,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tollgate/tollgate/internal/counter"
-	"github.com/tollgate/tollgate/internal/counter/countertest"
 	"github.com/tollgate/tollgate/internal/counter/postgres"
 	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/testkit/countertest"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
-	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
+	"github.com/tollgate/tollgate/internal/counter/postgres/sqlcgen"
 )
 
 // Leases live in the leases table, one row per lease (migrations/

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/counter/countertest"
 	"github.com/tollgate/tollgate/internal/counter/postgres"
+	"github.com/tollgate/tollgate/internal/testkit/countertest"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/postgres/sqlcgen"
 	"github.com/tollgate/tollgate/internal/limit"
-	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
 )
 
 // Lease operations are coalesced as Checks are, on a lane of their own:

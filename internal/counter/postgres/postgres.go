@@ -22,9 +22,9 @@
 // of at most Config.MaxBatch items, on connections the pool opens for them
 // alone. Reset, Held and pruning take the connections left.
 //
-// postgres imports internal/counter, internal/limit, the sqlc output in
-// internal/pgstore/sqlcgen and pgx; only cmd/tollgate imports it, and no pgx
-// type crosses its API.
+// postgres imports internal/counter, internal/limit, pgx and its own sqlc
+// output in sqlcgen, generated from the queries in sql/ beside it; only
+// cmd/tollgate imports it, and no pgx type crosses its API.
 package postgres
 
 import (
@@ -47,8 +47,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/postgres/sqlcgen"
 	"github.com/tollgate/tollgate/internal/limit"
-	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
 )
 
 // Defaults of Config.

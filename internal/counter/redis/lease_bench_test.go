@@ -3,7 +3,7 @@ package redis_test
 import (
 	"testing"
 
-	"github.com/tollgate/tollgate/internal/counter/countertest"
+	"github.com/tollgate/tollgate/internal/testkit/countertest"
 )
 
 // BenchmarkLeases: countertest.BenchLeases on a store that waits up to 5 s.
