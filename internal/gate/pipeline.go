@@ -92,7 +92,7 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		var matching time.Duration
 		pols, matching, err = g.policyItems(pols, p.v.Tenant.ID, p.set, p.v.Key.Test, c, p.now)
 		if p.matchEstimate > 0 {
-			// What admitWork reserved, settled with what matching took.
+			// What pass reserved, settled with what matching took.
 			g.matching.settle(p.v.Tenant.ID, g.cfg.Now(), matching, p.matchEstimate)
 		}
 		if err != nil {
@@ -178,7 +178,17 @@ func (g *Gate) pass(ctx context.Context, p *passage, out []layerItem) (ceilings 
 	if stop, err := g.identify(ctx, p); stop {
 		return nil, held{}, true, err
 	}
-	if work, stop, err = g.admitWork(ctx, p); stop {
+	// The tenant's work in progress on this instance is bounded before any
+	// of it is done: a check weighs its items (checkWeight, its tenant's
+	// policies read for it), any other request 1.
+	weight, items := int64(1), int64(1)
+	if c := p.req.Check; c != nil {
+		if p.set, err = g.cfg.Policies.For(ctx, p.v.Tenant.ID); err != nil {
+			return nil, held{}, true, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, p.v.Tenant.ID, err)
+		}
+		weight, items = checkWeight(p.set, c), int64(len(c.Items))
+	}
+	if work, stop, err = g.reserveWork(ctx, p, weight, items); stop {
 		return nil, held{}, true, err
 	}
 	if ceilings, stop, err = g.ceilings(ctx, p, out); stop {
@@ -258,26 +268,11 @@ func (g *Gate) authenticate(ctx context.Context, p *passage) error {
 	return nil
 }
 
-// admitWork bounds the tenant's work in progress on this instance before
-// any of it is done: a check weighs its items, and one that may try
-// wildcards first reserves its matching time from the tenant's budget
-// (matchBudget), waiting its turn while the budget is spent; past
-// matchWait it is refused. stop reports that p.v (a refusal) or err is the
-// answer; otherwise the caller releases work.
-func (g *Gate) admitWork(ctx context.Context, p *passage) (work held, stop bool, err error) {
-	c := p.req.Check
-	if c == nil {
-		return g.reserveWork(ctx, p, 1, 1)
-	}
-	if p.set, err = g.cfg.Policies.For(ctx, p.v.Tenant.ID); err != nil {
-		return held{}, true, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, p.v.Tenant.ID, err)
-	}
-	return g.reserveWork(ctx, p, checkWeight(p.set, c), int64(len(c.Items)))
-}
-
 // reserveWork takes weight units of the tenant's work in progress for
 // items; a weight beyond the items is wildcard tries, whose matching time
-// is reserved first (p.matchEstimate). stop reports that p.v (a refusal)
+// is reserved first (p.matchEstimate) from the tenant's budget
+// (matchBudget), waiting its turn while the budget is spent; past
+// matchWait it is refused. stop reports that p.v (a refusal)
 // or err is the answer; otherwise the caller releases work.
 func (g *Gate) reserveWork(ctx context.Context, p *passage, weight, items int64) (work held, stop bool, err error) {
 	t := p.v.Tenant
