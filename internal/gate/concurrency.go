@@ -6,12 +6,12 @@ package gate
 // Config.TenantMaxLeases of them at once, across policies and subjects. A policy of algorithm "concurrency"
 // admits at most its limit of holders in flight per subject (or in all,
 // scope global). Acquiring a lease is admitted like a check: Acquire runs the
-// pipeline's first steps with the Request's Lease, the ceilings count it (the allotment
+// pipeline's first steps with its Lease, the ceilings count it (the allotment
 // included), spending this instance's advances as a check's do, and the
 // lease is taken in the same round trip as the ceilings whose advance ran
-// out (counter.Leaser.Acquire). Releasing and renewing take no new slot: their routes
-// pass Admit without a Lease, as the policy routes do, and then call
-// Release and Renew.
+// out (counter.Store's Acquire). Releasing and renewing take no new slot:
+// their routes pass Admit, as the policy routes do, and then call Release
+// and Renew.
 
 import (
 	"context"

@@ -65,10 +65,6 @@ type passage struct {
 	at time.Time
 }
 
-// counted reports whether p takes a new slot, a check or a lease: the
-// allotments count it, and its observers are told it was checked.
-func (p *passage) counted() bool { return p.req.Check != nil || p.lease != nil }
-
 // Admit runs the pipeline for a check, or for any other /v1 request that
 // takes no new slot (the policy routes, releasing and renewing a lease, a
 // reset, a body too malformed to be a check, a batch or a lease). A batch
@@ -309,7 +305,7 @@ func (g *Gate) ceilings(ctx context.Context, p *passage, out []layerItem) (_ []l
 		return nil, true, nil
 	}
 	// A /v1/leases acquire counts toward the allotments as a check does.
-	counted := p.counted()
+	counted := p.req.Check != nil || p.lease != nil
 	return sharedCeilings(out, t, p.v.Key, effective, ipKey, ipLimit, counted), false, nil
 }
 
@@ -534,7 +530,7 @@ func (g *Gate) observe(ctx context.Context, p *passage, v Verdict, outcome strin
 	}
 	g.cfg.Observer.Observe(ctx, admission.Event{
 		At: at, TenantID: v.Tenant.ID, KeyID: v.Key.ID, Live: !v.Key.Test, Route: p.req.Route,
-		Checked: p.counted(), Outcome: outcome, Degraded: degraded, Refusals: refusals,
+		Checked: p.req.Check != nil || p.lease != nil, Outcome: outcome, Degraded: degraded, Refusals: refusals,
 	})
 }
 
