@@ -5,7 +5,7 @@
 // the arithmetic of internal/limit.
 //
 // counter imports only internal/limit; the backends live in its
-// subpackages, and countertest holds the conformance suite they all pass.
+// subpackages, and internal/testkit/countertest holds the conformance suite they all pass.
 package counter
 
 import (
@@ -152,28 +152,38 @@ type Result struct {
 	Now time.Time
 }
 
-// Store checks batches of counters. Implementations are safe for concurrent
-// use and make one round trip to their server per Check (several concurrent
-// Checks may share one). Errors wrap ErrUnavailable or ErrInvalid.
+// Store is everything every counter backend does: it checks counters, one
+// request or a batch of them, holds leases (Leaser), and forgets a counter.
+// Implementations are safe for concurrent use and make one round trip to
+// their server per call (several concurrent calls may share one); each
+// asserts the interface at compile time beside its type, and countertest.Run
+// holds it to the contract. Errors wrap ErrUnavailable or ErrInvalid (and
+// ErrNoLease, for Leaser's).
 type Store interface {
 	Check(ctx context.Context, req Request) (Result, error)
-	// Reset forgets the counter named key in group, and, in a store that
-	// also holds leases (Leaser), every lease held under key: what follows
-	// counts as on a counter never used. A key that holds nothing is no
-	// error. Errors wrap ErrUnavailable or ErrInvalid (a group or key that
-	// Validate would refuse).
+	// CheckInto is Check with the Result's decisions written into into when
+	// it has room for them (AnswerInto), valid until the caller reuses it:
+	// the gate asks the in-process store two or three times a request, and
+	// a Result's own slice would be the call's only allocation.
+	CheckInto(ctx context.Context, req Request, into []limit.Decision) (Result, error)
+	// CheckBatch decides reqs, each all or nothing on its own, as if each
+	// were Checked alone, one after the other in some order: no request
+	// sees part of another. The checks of a batch (POST /v1/check/batch)
+	// travel together, so their HTTP request and their store call are paid
+	// once. results[i] and errs[i] answer reqs[i]; errs[i] is nil when
+	// results[i] holds the answer, and wraps ErrInvalid (that request is
+	// malformed: the others are still decided) or ErrUnavailable (the store
+	// did not answer it: perhaps none of them). More than MaxBatch requests
+	// are all ErrInvalid (TooLarge).
+	CheckBatch(ctx context.Context, reqs []Request) (results []Result, errs []error)
+	Leaser
+	// Reset forgets the counter named key in group, and every lease held
+	// under key: what follows counts as on a counter never used. A key that
+	// holds nothing is no error. Errors wrap ErrUnavailable or ErrInvalid (a
+	// group or key that Validate would refuse).
 	Reset(ctx context.Context, group, key string) error
 	// Close releases the store's connections and background work.
 	Close() error
-}
-
-// IntoStore is a Store that can write a Check's decisions into a buffer of
-// the caller's (AnswerInto), valid until the caller reuses it: the
-// in-process store, which the gate asks two or three times a request and
-// for which a Result's own slice would be the call's only allocation.
-type IntoStore interface {
-	Store
-	CheckInto(ctx context.Context, req Request, into []limit.Decision) (Result, error)
 }
 
 // Validate checks a request's shape before it is sent anywhere. Its errors

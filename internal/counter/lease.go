@@ -100,8 +100,9 @@ type LeaseRef struct {
 	Now time.Time
 }
 
-// Leaser holds leases. Implementations are safe for concurrent use, and
-// exact across every instance that shares their server: however many
+// Leaser is the lease half of the Store contract: every Store holds
+// leases. It is safe for concurrent use, and exact across every instance
+// that shares its server: however many
 // Acquires race on one key, no more than Limit leases of it are ever live at
 // one instant of the store's clock. Every call is one round trip. Errors
 // wrap ErrUnavailable, ErrInvalid or ErrNoLease.

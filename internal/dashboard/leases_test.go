@@ -63,7 +63,7 @@ func TestTenantPageShowsLeasesInFlight(t *testing.T) {
 	late.g = g
 	take := func(bearer, pol, subject string) {
 		t.Helper()
-		v, err := g.Admit(ctx, gate.Request{Route: "leases", Bearer: bearer, Lease: &gate.Lease{Policy: pol, Subject: subject, TTL: time.Minute}})
+		v, err := g.Acquire(ctx, gate.Request{Route: "leases", Bearer: bearer}, gate.Lease{Policy: pol, Subject: subject, TTL: time.Minute})
 		if err != nil || !v.Allowed {
 			t.Fatalf("lease of %s: %+v, %v", pol, v.Lease, err)
 		}

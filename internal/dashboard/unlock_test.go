@@ -70,7 +70,7 @@ func TestOperatorUnlocksASubject(t *testing.T) {
 	}
 	lease := func(subject string) bool {
 		t.Helper()
-		v, err := g.Admit(ctx, gate.Request{Route: "leases", Bearer: raw, Lease: &gate.Lease{Policy: "jobs", Subject: subject, TTL: time.Minute}})
+		v, err := g.Acquire(ctx, gate.Request{Route: "leases", Bearer: raw}, gate.Lease{Policy: "jobs", Subject: subject, TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -80,7 +80,7 @@ func (b *batchBufs) release() {
 // check's items) once; then each check passes the per-IP layer, the quotas
 // and the allotment or sandbox as one check, as Admit passes it, and the
 // counter requests of all of them go to the store in one round trip
-// (counter.CheckBatch). Errors are Admit's; a malformed check is a
+// (counter.Store.CheckBatch). Errors are Admit's; a malformed check is a
 // policy.FieldError whose Field names it ("checks[3].items[0].policy").
 func (g *Gate) AdmitBatch(ctx context.Context, req Request, checks []Check) (BatchVerdict, error) {
 	var bv BatchVerdict
@@ -212,7 +212,7 @@ func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, 
 		items, spent = items[:ni+len(its)], spent[:ns+len(sp)]
 		if len(its) == 0 {
 			bc.p.v.Allowed = true
-			bc.p.v = g.answer(ctx, bc.p.req, bc.p.v, false, nil)
+			bc.p.v = g.answer(ctx, &bc.p, bc.p.v, false, nil)
 			bc.done = true
 			continue
 		}
@@ -294,11 +294,11 @@ func (g *Gate) batchSettle(ctx context.Context, p *passage, bv BatchVerdict, bcs
 	for i := range bcs {
 		bc := &bcs[i]
 		if !bc.done {
-			bc.p.req.at = at
+			bc.p.at = at
 			n := len(ivs)
 			out := ivs[n : n : n+len(bc.pols)]
 			if err := errs[bc.slot]; err != nil {
-				bc.p.v = g.degraded(ctx, bc.p.req, bc.p.v, bc.ceilings, bc.pols, err, out)
+				bc.p.v = g.degraded(ctx, &bc.p, bc.ceilings, bc.pols, err, out)
 			} else {
 				bc.p.v = g.settle(ctx, &bc.p, bc.ceilings, bc.pols, bc.spent, bc.creq, results[bc.slot], out)
 			}
@@ -341,7 +341,7 @@ type batchResult struct {
 // (a bug), or the breaker's refusal, in which case every errs[i] is it.
 func (g *Gate) storeBatch(ctx context.Context, tenantID string, reqs []counter.Request) ([]counter.Result, []error, error) {
 	br, err := throughBreaker(ctx, g, opCheck, tenantID, func() (batchResult, error) {
-		res, errs := counter.CheckBatch(ctx, g.cfg.Store, reqs)
+		res, errs := g.cfg.Store.CheckBatch(ctx, reqs)
 		var first error
 		for _, e := range errs {
 			if e != nil && (first == nil || errors.Is(e, counter.ErrInvalid)) {

@@ -15,14 +15,13 @@ import (
 	"github.com/tollgate/tollgate/internal/tenant"
 )
 
-// CheckBatch makes the recorder a counter.Batcher over a store that is one:
-// one call, every request recorded.
+// CheckBatch records the batch's requests and counts it as one call.
 func (r *recorder) CheckBatch(ctx context.Context, reqs []counter.Request) ([]counter.Result, []error) {
 	r.calls.Add(1)
 	r.mu.Lock()
 	r.reqs = append(r.reqs, reqs...)
 	r.mu.Unlock()
-	return counter.CheckBatch(ctx, r.Store, reqs)
+	return r.Store.CheckBatch(ctx, reqs)
 }
 
 // batchSetup is a tenant on the starter plan with a quota of 6 checks a

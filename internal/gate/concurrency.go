@@ -6,12 +6,12 @@ package gate
 // Config.TenantMaxLeases of them at once, across policies and subjects. A policy of algorithm "concurrency"
 // admits at most its limit of holders in flight per subject (or in all,
 // scope global). Acquiring a lease is admitted like a check: Acquire runs the
-// pipeline's first steps with the Request's Lease, the ceilings count it (the allotment
+// pipeline's first steps with its Lease, the ceilings count it (the allotment
 // included), spending this instance's advances as a check's do, and the
 // lease is taken in the same round trip as the ceilings whose advance ran
-// out (counter.Leaser.Acquire). Releasing and renewing take no new slot: their routes
-// pass Admit without a Lease, as the policy routes do, and then call
-// Release and Renew.
+// out (counter.Store's Acquire). Releasing and renewing take no new slot:
+// their routes pass Admit, as the policy routes do, and then call Release
+// and Renew.
 
 import (
 	"context"
@@ -114,10 +114,6 @@ func leaseTally(name string, test bool) string {
 	return "p:" + name
 }
 
-// errNoLeaser is a Gate configured without a lease store: a bug of the
-// wiring, which the client sees as an internal error.
-var errNoLeaser = errors.New("gate: no lease store configured")
-
 // leasePolicy resolves a lease request's policy: one of the tenant's, of
 // algorithm concurrency. Errors are *policy.FieldError.
 func leasePolicy(set policy.Set, name string) (policy.Policy, error) {
@@ -140,11 +136,8 @@ func leasePolicy(set policy.Set, name string) (policy.Policy, error) {
 // ceilings spend this instance's advances as a check's do (ceilingItems):
 // only those whose advance has run out go to the store, with the lease.
 func (g *Gate) acquire(ctx context.Context, p *passage, ceilings []layerItem) (Verdict, error) {
-	req, v, now := p.req, p.v, p.now
-	t, test, l := v.Tenant, v.Key.Test, req.Lease
-	if g.cfg.Leases == nil {
-		return v, errNoLeaser
-	}
+	v, now := p.v, p.now
+	t, test, l := v.Tenant, v.Key.Test, p.lease
 	set, err := g.cfg.Policies.For(ctx, t.ID)
 	if err != nil {
 		return v, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, t.ID, err)
@@ -183,7 +176,7 @@ func (g *Gate) acquire(ctx context.Context, p *passage, ceilings []layerItem) (V
 		return p.v, fmt.Errorf("lease request of tenant %s: %w", t.ID, err)
 	}
 	if err != nil {
-		return g.leaseDegraded(ctx, req, p.v, ceilings, pol, id, lim, err), nil
+		return g.leaseDegraded(ctx, p, ceilings, pol, id, lim, err), nil
 	}
 	if g.ceilingRefused(ctx, p, ceilings, spent, res.Ceilings) {
 		return p.v, nil
@@ -205,20 +198,21 @@ func (g *Gate) acquire(ctx context.Context, p *passage, ceilings []layerItem) (V
 		lv.RetryAfter = max(0, res.ExpiresAt.Sub(res.Now))
 		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: pol.Name, Limit: lim, RetryAfter: lv.RetryAfter, ResetAt: res.ExpiresAt, Key: key, AlertAfter: pol.AlertAfter}}
 	}
-	return g.answer(ctx, req, v, false, refusals), nil
+	return g.answer(ctx, p, v, false, refusals), nil
 }
 
 // storeAcquire makes the acquire's one round trip, through the tenant's
 // circuit breaker, as storeCheck does for a check.
 func (g *Gate) storeAcquire(ctx context.Context, tenantID string, a counter.Acquire) (counter.Acquired, error) {
-	return throughBreaker(ctx, g, opAcquire, tenantID, func() (counter.Acquired, error) { return g.cfg.Leases.Acquire(ctx, a) })
+	return throughBreaker(ctx, g, opAcquire, tenantID, func() (counter.Acquired, error) { return g.cfg.Store.Acquire(ctx, a) })
 }
 
 // leaseDegraded answers without the shared store: the ceilings have passed
 // L1 and allow; the policy's fail mode decides. An open policy hands out a
 // lease that holds no slot, under an id no store knows (releasing it
 // answers that it is gone); a closed one refuses for a second.
-func (g *Gate) leaseDegraded(ctx context.Context, req Request, v Verdict, ceilings []layerItem, p policy.Policy, id string, lim int64, cause error) Verdict {
+func (g *Gate) leaseDegraded(ctx context.Context, pass *passage, ceilings []layerItem, p policy.Policy, id string, lim int64, cause error) Verdict {
+	v := pass.v
 	g.logDegraded(ctx, v.Tenant.ID, cause)
 	now := g.cfg.Now()
 	v.Degraded = true
@@ -228,20 +222,17 @@ func (g *Gate) leaseDegraded(ctx context.Context, req Request, v Verdict, ceilin
 	g.met.degraded[admission.LayerPolicy].Inc()
 	lv := &LeaseVerdict{Policy: p.Name, Limit: lim, Degraded: true}
 	if p.FailMode == policy.FailOpen {
-		lv.Allowed, lv.ID, lv.ExpiresAt = true, id, now.Add(req.Lease.TTL)
+		lv.Allowed, lv.ID, lv.ExpiresAt = true, id, now.Add(pass.lease.TTL)
 	} else {
 		lv.RetryAfter = time.Second
 	}
 	v.Lease, v.Allowed = lv, lv.Allowed
-	return g.answer(ctx, req, v, true, nil)
+	return g.answer(ctx, pass, v, true, nil)
 }
 
 // leaseRef returns the store's reference to the tenant's lease id, or a
 // *policy.FieldError for an id of the wrong form.
 func (g *Gate) leaseRef(tenantID string, test bool, id string, ttl time.Duration) (counter.LeaseRef, error) {
-	if g.cfg.Leases == nil {
-		return counter.LeaseRef{}, errNoLeaser
-	}
 	if !ValidLeaseID(id) {
 		return counter.LeaseRef{}, &policy.FieldError{Field: "id", Reason: `not a lease id: "ls_" and 32 hex digits, as POST /v1/leases answered`}
 	}
@@ -263,7 +254,7 @@ func (g *Gate) Release(ctx context.Context, tenantID string, test bool, id strin
 		return err
 	}
 	defer work.release()
-	if err := g.storeCall(ctx, opRelease, func() error { return g.cfg.Leases.Release(ctx, ref) }); err != nil {
+	if err := g.storeCall(ctx, opRelease, func() error { return g.cfg.Store.Release(ctx, ref) }); err != nil {
 		return fmt.Errorf("release lease of tenant %s: %w", tenantID, err)
 	}
 	return nil
@@ -285,7 +276,7 @@ func (g *Gate) Renew(ctx context.Context, tenantID string, test bool, id string,
 	}
 	defer work.release()
 	var exp time.Time
-	err = g.storeCall(ctx, opRenew, func() (err error) { exp, err = g.cfg.Leases.Renew(ctx, ref); return err })
+	err = g.storeCall(ctx, opRenew, func() (err error) { exp, err = g.cfg.Store.Renew(ctx, ref); return err })
 	if err != nil {
 		return time.Time{}, fmt.Errorf("renew lease of tenant %s: %w", tenantID, err)
 	}
@@ -297,9 +288,6 @@ func (g *Gate) Renew(ctx context.Context, tenantID string, test bool, id string,
 // that holds none. It asks the store once per counter.MaxItems names.
 // Errors wrap counter.ErrUnavailable.
 func (g *Gate) InFlight(ctx context.Context, tenantID string, policies []string) ([]int64, error) {
-	if g.cfg.Leases == nil {
-		return nil, errNoLeaser
-	}
 	out := make([]int64, 0, len(policies))
 	for len(policies) > 0 {
 		chunk := policies[:min(len(policies), counter.MaxItems)]
@@ -309,7 +297,7 @@ func (g *Gate) InFlight(ctx context.Context, tenantID string, policies []string)
 			tallies[i] = leaseTally(name, false)
 		}
 		var n []int64
-		err := g.storeCall(ctx, opHeld, func() (err error) { n, err = g.cfg.Leases.Held(ctx, tenantID, tallies, time.Time{}); return err })
+		err := g.storeCall(ctx, opHeld, func() (err error) { n, err = g.cfg.Store.Held(ctx, tenantID, tallies, time.Time{}); return err })
 		if err != nil {
 			return nil, fmt.Errorf("leases in flight of tenant %s: %w", tenantID, err)
 		}

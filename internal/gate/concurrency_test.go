@@ -20,9 +20,9 @@ import (
 	"github.com/tollgate/tollgate/internal/testkit/logbuf"
 )
 
-// leaser counts the lease store's calls and can fail them.
+// leaser is a store that counts its lease calls and can fail them.
 type leaser struct {
-	counter.Leaser
+	counter.Store
 	// ceilings counts the ceiling items the acquires carried.
 	acquires, others, ceilings atomic.Int64
 	down                       atomic.Bool
@@ -34,7 +34,7 @@ func (l *leaser) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquir
 	if l.down.Load() {
 		return counter.Acquired{}, fmt.Errorf("injected: %w", counter.ErrUnavailable)
 	}
-	return l.Leaser.Acquire(ctx, a)
+	return l.Store.Acquire(ctx, a)
 }
 
 func (l *leaser) Release(ctx context.Context, ref counter.LeaseRef) error {
@@ -42,26 +42,35 @@ func (l *leaser) Release(ctx context.Context, ref counter.LeaseRef) error {
 	if l.down.Load() {
 		return fmt.Errorf("injected: %w", counter.ErrUnavailable)
 	}
-	return l.Leaser.Release(ctx, ref)
+	return l.Store.Release(ctx, ref)
 }
 
 func (l *leaser) Renew(ctx context.Context, ref counter.LeaseRef) (time.Time, error) {
 	l.others.Add(1)
-	return l.Leaser.Renew(ctx, ref)
+	return l.Store.Renew(ctx, ref)
 }
 
 // leaseGate is a gate over one memory store for its counters and leases,
 // with the tenants of dir and the policies of pols.
 func leaseGate(t *testing.T, dir directory, pols catalog) (*gate.Gate, *recorder, *leaser, *events) {
 	t.Helper()
-	store := memory.New(memory.Config{})
-	ls := &leaser{Leaser: store}
-	g, rec, obs := newTestGate(t, store, dir, pols, gate.Config{Leases: ls})
+	ls := &leaser{Store: memory.New(memory.Config{})}
+	g, rec, obs := newTestGate(t, ls, dir, pols, gate.Config{})
 	return g, rec, ls, obs
 }
 
-func leaseReq(bearer, pol, subject string) gate.Request {
-	return gate.Request{Route: "leases", ClientIP: client, Bearer: bearer, Lease: &gate.Lease{Policy: pol, Subject: subject, TTL: time.Minute}}
+func leaseReq(bearer string) gate.Request {
+	return gate.Request{Route: "leases", ClientIP: client, Bearer: bearer}
+}
+
+// mustAcquire asks g for a lease of pol for subject, for a minute.
+func mustAcquire(t *testing.T, g *gate.Gate, bearer, pol, subject string) gate.Verdict {
+	t.Helper()
+	v, err := g.Acquire(context.Background(), leaseReq(bearer), gate.Lease{Policy: pol, Subject: subject, TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	return v
 }
 
 func mustAdmit(t *testing.T, g *gate.Gate, req gate.Request) gate.Verdict {
@@ -85,7 +94,7 @@ func TestLeasesUpToTheLimit(t *testing.T) {
 
 	var ids []string
 	for i := range 2 {
-		v := mustAdmit(t, g, leaseReq("t1", "jobs", "alice"))
+		v := mustAcquire(t, g, "t1", "jobs", "alice")
 		l := v.Lease
 		if v.Refusal != nil || l == nil || !v.Allowed || !l.Allowed || l.InFlight != int64(i+1) || l.Limit != 2 || !gate.ValidLeaseID(l.ID) {
 			t.Fatalf("lease %d: %+v %+v", i+1, v, l)
@@ -99,10 +108,10 @@ func TestLeasesUpToTheLimit(t *testing.T) {
 		t.Fatalf("two leases with one id %s", ids[0])
 	}
 	// Another subject has slots of its own.
-	if v := mustAdmit(t, g, leaseReq("t1", "jobs", "bob")); !v.Allowed {
+	if v := mustAcquire(t, g, "t1", "jobs", "bob"); !v.Allowed {
 		t.Fatalf("another subject: %+v", v.Lease)
 	}
-	v := mustAdmit(t, g, leaseReq("t1", "jobs", "alice"))
+	v := mustAcquire(t, g, "t1", "jobs", "alice")
 	if l := v.Lease; v.Allowed || l.Allowed || l.ID != "" || l.InFlight != 2 || l.RetryAfter < 50*time.Second {
 		t.Fatalf("third of 2: %+v %+v, want refused, a retry of about a minute", v, l)
 	}
@@ -122,7 +131,7 @@ func TestLeasesUpToTheLimit(t *testing.T) {
 	if err := g.Release(context.Background(), "t1", false, ids[0]); !errors.Is(err, counter.ErrNoLease) {
 		t.Errorf("second release: %v, want ErrNoLease", err)
 	}
-	if v := mustAdmit(t, g, leaseReq("t1", "jobs", "alice")); !v.Allowed || v.Lease.InFlight != 2 {
+	if v := mustAcquire(t, g, "t1", "jobs", "alice"); !v.Allowed || v.Lease.InFlight != 2 {
 		t.Fatalf("after a release: %+v", v.Lease)
 	}
 	exp, err := g.Renew(context.Background(), "t1", false, ids[1], time.Hour)
@@ -144,11 +153,11 @@ func TestLeasesCountTowardTheAllotment(t *testing.T) {
 	pols := catalog{"t1": policy.NewSet([]policy.Policy{mustPolicy(t, "jobs", `{"limit":10,"algorithm":"concurrency","scope":"global"}`)}, nil)}
 	g, _, _, _ := leaseGate(t, dir, pols)
 	for i := range 2 {
-		if v := mustAdmit(t, g, leaseReq("t1", "jobs", "")); !v.Allowed {
+		if v := mustAcquire(t, g, "t1", "jobs", ""); !v.Allowed {
 			t.Fatalf("lease %d of an allotment of 2: %+v %+v", i+1, v.Refusal, v.Lease)
 		}
 	}
-	v := mustAdmit(t, g, leaseReq("t1", "jobs", ""))
+	v := mustAcquire(t, g, "t1", "jobs", "")
 	if v.Refusal == nil || v.Refusal.Layer != admission.LayerAllotment || v.Lease != nil {
 		t.Fatalf("third lease: %+v, want the allotment's refusal", v)
 	}
@@ -177,15 +186,15 @@ func TestLeaseCeilingsAreTakenInAdvance(t *testing.T) {
 			mustPolicy(t, "jobs", `{"limit":1000000,"algorithm":"concurrency","scope":"global"}`),
 			mustPolicy(t, "open", `{"limit":1000000000,"window":"1h"}`),
 		}, nil)}
-		ls = &leaser{Leaser: store}
-		g, _, _ := newTestGate(t, store, dir, pols, gate.Config{Leases: ls, Now: clk.read})
+		ls = &leaser{Store: store}
+		g, _, _ := newTestGate(t, ls, dir, pols, gate.Config{Now: clk.read})
 		ctx := context.Background()
 		for i := range n {
 			var v gate.Verdict
 			if check(i) {
 				v = mustAdmit(t, g, checkReq("t1", client, gate.Item{Policy: "open", Subject: "s"}))
 			} else {
-				v = mustAdmit(t, g, leaseReq("t1", "jobs", ""))
+				v = mustAcquire(t, g, "t1", "jobs", "")
 				if v.Allowed {
 					if err := g.Release(ctx, "t1", false, v.Lease.ID); err != nil {
 						t.Fatal(err)
@@ -227,8 +236,8 @@ func TestTestKeysLeaseInTheSandbox(t *testing.T) {
 	dir := directory{tenants: map[string]tenant.Tenant{"t1": {ID: "t1", Plan: tenant.PlanPro}}}
 	pols := catalog{"t1": policy.NewSet([]policy.Policy{mustPolicy(t, "jobs", `{"limit":1,"algorithm":"concurrency"}`)}, nil)}
 	g, _, _, _ := leaseGate(t, dir, pols)
-	live := mustAdmit(t, g, leaseReq("t1", "jobs", "s"))
-	test := mustAdmit(t, g, leaseReq("test:t1", "jobs", "s"))
+	live := mustAcquire(t, g, "t1", "jobs", "s")
+	test := mustAcquire(t, g, "test:t1", "jobs", "s")
 	if !live.Allowed || !test.Allowed {
 		t.Fatalf("live %+v, test %+v: want both allowed", live.Lease, test.Lease)
 	}
@@ -272,9 +281,7 @@ func TestLeaseRequestsTheClientGotWrong(t *testing.T) {
 		{"ttl too short", gate.Lease{Policy: "jobs", Subject: "s", TTL: 999 * time.Millisecond}, "ttl"},
 		{"ttl too long", gate.Lease{Policy: "jobs", Subject: "s", TTL: time.Hour + time.Millisecond}, "ttl"},
 	} {
-		req := leaseReq("t1", "", "")
-		req.Lease = &tc.lease
-		_, err := g.Admit(ctx, req)
+		_, err := g.Acquire(ctx, leaseReq("t1"), tc.lease)
 		var fe *policy.FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%s: got %v, want a field error on %q", tc.name, err, tc.field)
@@ -294,7 +301,7 @@ func TestLeaseRequestsTheClientGotWrong(t *testing.T) {
 			t.Errorf("release %q: got %v, want a field error on id", id, err)
 		}
 	}
-	v := mustAdmit(t, g, leaseReq("t1", "jobs", "s"))
+	v := mustAcquire(t, g, "t1", "jobs", "s")
 	if _, err := g.Renew(ctx, "t1", false, v.Lease.ID, 0); !errors.As(err, &fe) || fe.Field != "ttl" {
 		t.Errorf("renew with no ttl: got %v, want a field error on ttl", err)
 	}
@@ -312,11 +319,11 @@ func TestLeasesWhenTheStoreIsDown(t *testing.T) {
 	}, nil)}
 	g, _, ls, _ := leaseGate(t, dir, pols)
 	ls.down.Store(true)
-	v := mustAdmit(t, g, leaseReq("t1", "open", "s"))
+	v := mustAcquire(t, g, "t1", "open", "s")
 	if l := v.Lease; !v.Degraded || !v.Allowed || !l.Allowed || !l.Degraded || !gate.ValidLeaseID(l.ID) {
 		t.Fatalf("fail open: %+v %+v", v, l)
 	}
-	v = mustAdmit(t, g, leaseReq("t1", "closed", "s"))
+	v = mustAcquire(t, g, "t1", "closed", "s")
 	if l := v.Lease; !v.Degraded || v.Allowed || l.Allowed || !l.Degraded || l.RetryAfter != time.Second {
 		t.Fatalf("fail closed: %+v %+v", v, l)
 	}
@@ -357,14 +364,14 @@ func TestReset(t *testing.T) {
 		t.Errorf("test check after a live reset: allowed, the sandbox was reset too")
 	}
 
-	l := mustAdmit(t, g, leaseReq("t1", "jobs", "bob")).Lease
+	l := mustAcquire(t, g, "t1", "jobs", "bob").Lease
 	if _, err := g.Reset(ctx, "t1", false, "jobs", "bob"); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.Release(ctx, "t1", false, l.ID); !errors.Is(err, counter.ErrNoLease) {
 		t.Errorf("release of a lease a reset dropped: %v, want ErrNoLease", err)
 	}
-	if v := mustAdmit(t, g, leaseReq("t1", "jobs", "bob")); !v.Allowed {
+	if v := mustAcquire(t, g, "t1", "jobs", "bob"); !v.Allowed {
 		t.Errorf("lease after a reset: refused")
 	}
 
@@ -385,13 +392,12 @@ func TestFailedStoreCallsAreLogged(t *testing.T) {
 	t.Parallel()
 	dir := directory{tenants: map[string]tenant.Tenant{"t1": {ID: "t1", Plan: tenant.PlanPro}}}
 	pols := catalog{"t1": policy.NewSet([]policy.Policy{mustPolicy(t, "jobs", `{"limit":5,"algorithm":"concurrency"}`)}, nil)}
-	store := memory.New(memory.Config{})
-	ls := &leaser{Leaser: store}
+	ls := &leaser{Store: memory.New(memory.Config{})}
 	logs := &logbuf.Buffer{}
-	g, _, _ := newTestGate(t, store, dir, pols, gate.Config{Leases: ls, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	g, _, _ := newTestGate(t, ls, dir, pols, gate.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	var ids []string
 	for range 3 {
-		ids = append(ids, mustAdmit(t, g, leaseReq("t1", "jobs", "alice")).Lease.ID)
+		ids = append(ids, mustAcquire(t, g, "t1", "jobs", "alice").Lease.ID)
 	}
 	ls.down.Store(true)
 	for _, id := range ids {

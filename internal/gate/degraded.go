@@ -8,10 +8,11 @@ import (
 	"github.com/tollgate/tollgate/internal/limit"
 )
 
-// degraded answers without the shared store: the ceilings have passed L1 and
-// allow; each policy follows its fail mode, its item verdict appended to
+// degraded answers p without the shared store: the ceilings have passed L1
+// and allow; each policy follows its fail mode, its item verdict appended to
 // items[:0] (nil: a slice of its own).
-func (g *Gate) degraded(ctx context.Context, req Request, v Verdict, ceilings []layerItem, pols []policyItem, cause error, items []ItemVerdict) Verdict {
+func (g *Gate) degraded(ctx context.Context, p *passage, ceilings []layerItem, pols []policyItem, cause error, items []ItemVerdict) Verdict {
+	v := p.v
 	g.logDegraded(ctx, v.Tenant.ID, cause)
 	now := g.cfg.Now()
 	v.Degraded = true
@@ -20,19 +21,19 @@ func (g *Gate) degraded(ctx context.Context, req Request, v Verdict, ceilings []
 	for _, c := range ceilings {
 		g.met.degraded[c.layer].Inc()
 	}
-	for _, p := range pols {
-		d := limit.Decision{Allowed: p.failOpen, Limit: p.Limit, ResetAt: now.Add(time.Second)}
-		if !p.failOpen {
+	for _, pol := range pols {
+		d := limit.Decision{Allowed: pol.failOpen, Limit: pol.Limit, ResetAt: now.Add(time.Second)}
+		if !pol.failOpen {
 			// Closed: refuse, and suggest a retry once the store may be back.
 			d.RetryAfter = time.Second
-			if !p.shadow {
+			if !pol.shadow {
 				v.Allowed = false
 			}
 		}
 		g.met.degraded[admission.LayerPolicy].Inc()
-		v.Items = append(v.Items, ItemVerdict{Policy: p.name, Decision: d, Window: windowLength(p.Window, now), Shadow: p.shadow, Degraded: true})
+		v.Items = append(v.Items, ItemVerdict{Policy: pol.name, Decision: d, Window: windowLength(pol.Window, now), Shadow: pol.shadow, Degraded: true})
 	}
-	return g.answer(ctx, req, v, true, nil)
+	return g.answer(ctx, p, v, true, nil)
 }
 
 // logDegraded writes the L2_DEGRADED line at most once a second.

@@ -22,22 +22,31 @@
 // (Leases are something else: the slots of concurrency policies that
 // tenants take with /v1/leases, concurrency.go.)
 //
+// Each kind of request has one door, and the HTTP layer calls each by its
+// name (httpapi.Gate): Identify (the headers, before a body is read),
+// Admit (a check, or any other /v1 request that takes no new slot),
+// AdmitBatch (POST /v1/check/batch), Acquire (POST /v1/leases, with its
+// Lease), Release, Renew and Reset. No door hands a request to another.
+//
 // The path of one request (pipeline.go), a step a function, each reading
 // and writing the request's passage (its Verdict so far, its client keys,
-// its tenant's policies) and stopping it with a refusal or an error:
+// its tenant's policies, its lease) and stopping it with a refusal or an
+// error:
 //
 //	Admit (a check, or any other /v1 route)
 //	  pass              the steps Acquire takes too:
-//	    enter             the instance ceiling, in memory
-//	    preAuthenticate   the client's pre-authentication bucket and its
-//	                      keys that failed, in memory
-//	    authenticate      the key and its tenant
-//	    admitWork         the tenant's work in progress and matching time
+//	    identify          unless Identify took them:
+//	      enter             the instance ceiling, in memory
+//	      preAuthenticate   the client's pre-authentication bucket and its
+//	                        keys that failed, in memory
+//	      authenticate      the key and its tenant
+//	    reserveWork       the tenant's work in progress and matching time
+//	                      (a check weighs its items)
 //	    ceilings          the per-IP L1, then the shared ceilings to ask for
-//	  checkItems        the check's policy items
+//	  policyItems       the check's policy items (validate.go)
 //	  storeRequest      the ceilings' advances and the one counter.Request,
 //	                    each item in its named slot
-//	  storeCheck        the round trip, through the tenant's breaker
+//	  Store.Check       the round trip, through the tenant's breaker
 //	                    (degraded.go when it fails)
 //	  settle            a ceiling's refusal, or renewAdvances then
 //	                    policyVerdict; answer
@@ -46,21 +55,19 @@
 //	  pass              as above
 //	  acquire           the ceilings' advances (ceilingItems, as
 //	                    storeRequest's), then the ceilings whose advance ran
-//	                    out and the lease in one counter.Leaser call
+//	                    out and the lease in one counter.Store.Acquire
 //	                    (concurrency.go); ceilingRefused, renewAdvances
 //
 //	AdmitBatch (POST /v1/check/batch, batch.go)
-//	  Admit's pass up to authenticate, for the request as a whole
+//	  identify          for the request as a whole
 //	  reserveWork       the work of every check at once
 //	  batchItems        each check's policy items
 //	  batchRequests     per check: ipL1, sharedCeilings, storeRequest
-//	  batchSettle       one counter.CheckBatch; each check degraded or
-//	                    settled as Admit's
+//	  batchSettle       one counter.Store.CheckBatch; each check degraded
+//	                    or settled as Admit's
 //
 // The steps live in pipeline.go, each small enough to read on its own
-// (admitWork is reserveWork for one check; ceilings is ipL1 then
-// sharedCeilings). Admit hands a Request with a Lease to Acquire, and Acquire one without
-// (a malformed body) to Admit. Everything a step needs that is not in the
+// (ceilings is ipL1 then sharedCeilings). Everything a step needs that is not in the
 // passage is on the Gate; the buffers of the common check (ceilings,
 // policy items, counter items) live on Admit's stack, so that a check
 // allocates no more for being split into steps (TestCheckAllocations in

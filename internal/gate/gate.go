@@ -33,17 +33,15 @@ type PolicySource interface {
 // Policies too, unless the Gate only serves PublicGate.
 type Config struct {
 	// Store is the shared counter store: the per-IP L2, the quotas, the
-	// allotments and the tenants' policies, exact across instances.
+	// allotments, the tenants' policies and the leases of concurrency
+	// policies (concurrency.go), exact across instances.
 	Store counter.Store
 	// Local is this instance's in-memory counter store (counter/memory,
 	// bounded: DESIGN §3's L1 of 50,000 keys): the instance ceiling, the
 	// pre-authentication bucket, the per-IP L1 damper and the counts of
 	// keys that failed to authenticate, none of which leave the process.
 	// Its clock should be Now. The caller closes it.
-	Local counter.Store
-	// Leases holds the leases of concurrency policies (concurrency.go); nil means
-	// Store, which every counter store is.
-	Leases   counter.Leaser
+	Local    counter.Store
 	Tenants  TenantSource
 	Policies PolicySource
 	Observer admission.Observer // may be nil
@@ -117,8 +115,6 @@ type Gate struct {
 	// digest is HMAC-SHA-256 under the pepper, domain-separated by kind
 	// ("subject", "ip").
 	digest   *digest.Digester
-	l1       counter.Store
-	l1Into   counter.IntoStore // l1, when it can answer into a buffer
 	breakers *breakers
 	inflight *inflight
 	matching *matchBudget
@@ -137,9 +133,6 @@ func New(cfg Config) (*Gate, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
-	}
-	if cfg.Leases == nil {
-		cfg.Leases, _ = cfg.Store.(counter.Leaser)
 	}
 	if cfg.BreakerFailures == 0 {
 		cfg.BreakerFailures = 5
@@ -172,15 +165,12 @@ func New(cfg Config) (*Gate, error) {
 	if cfg.StoreName == "" {
 		cfg.StoreName = "unknown"
 	}
-	l1Into, _ := cfg.Local.(counter.IntoStore)
 	return &Gate{
 		cfg:      cfg,
 		met:      newInstruments(cfg.Metrics, cfg.StoreName),
 		advances: newAdvances(),
 		clients:  newClientKeyCache(),
 		digest:   digest.New(cfg.Pepper),
-		l1:       cfg.Local,
-		l1Into:   l1Into,
 		breakers: newBreakers(cfg.BreakerFailures, cfg.BreakerOpenFor, maxBreakers, cfg.Metrics.BreakerOpen.WithLabelValues(cfg.StoreName)),
 		inflight: newInflight(cfg.TenantInflight, cfg.InflightWait),
 		matching: newMatchBudget(matchShare, matchBurst),
@@ -201,18 +191,14 @@ type Request struct {
 	ClientIP netip.Addr
 	// Bearer is the API key from the Authorization header, without "Bearer ".
 	Bearer string
-	// Check is the /v1/check body; nil for other routes.
+	// Check is the /v1/check body; nil for other routes (a batch's checks
+	// and a lease are AdmitBatch's and Acquire's arguments).
 	Check *Check
-	// Lease is the POST /v1/leases body; nil for other routes (concurrency.go).
-	Lease *Lease
 	// Identity is who Identify found the request to be from its headers,
 	// before its body was read: the steps Identify took (the instance
 	// ceiling, the pre-authentication bucket, the key) are not taken
 	// again. The zero Identity means the request has not been identified.
 	Identity Identity
-	// at is when a batch's check was answered, the batch's one reading of
-	// the clock for all its checks (zero: read it).
-	at time.Time
 }
 
 // Identity is a request's tenant and key as Identify found them from its
@@ -278,7 +264,7 @@ type Verdict struct {
 	// share of its limit left, then the fewest left), for the RateLimit
 	// headers of an allowed answer.
 	Tightest Quota
-	// Lease answers a Request's Lease when no ceiling refused.
+	// Lease answers Acquire's lease when no ceiling refused.
 	Lease *LeaseVerdict
 }
 

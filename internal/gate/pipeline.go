@@ -58,16 +58,20 @@ type passage struct {
 	// weighed; matchEstimate the matching time the check reserved.
 	set           policy.Set
 	matchEstimate time.Duration
+	// lease is Acquire's body; nil for every other request.
+	lease *Lease
+	// at is when the request was answered for its observers: a batch's
+	// checks share one reading of the clock (zero: read it).
+	at time.Time
 }
 
-// Admit runs the pipeline for a check or any other /v1 route but
-// /v1/leases (Acquire; a Request with a Lease is handed to it). Errors:
+// Admit runs the pipeline for a check, or for any other /v1 request that
+// takes no new slot (the policy routes, releasing and renewing a lease, a
+// reset, a body too malformed to be a check, a batch or a lease). A batch
+// of checks enters by AdmitBatch and a lease by Acquire. Errors:
 // tenant.ErrUnauthorized for a bad key, ErrInvalid for a malformed check; a
 // refusal is a Verdict, not an error.
 func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
-	if req.Lease != nil {
-		return g.Acquire(ctx, req)
-	}
 	p := passage{req: req, now: g.cfg.Now()}
 	var ceilBuf [4]layerItem
 	ceilings, work, stop, err := g.pass(ctx, &p, ceilBuf[:0])
@@ -79,9 +83,17 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	// common checks; the items go to the store in a slice of their exact
 	// size: with the ceilings advanced, most checks send one item.
 	var polBuf [4]policyItem
-	pols, err := g.checkItems(&p, polBuf[:0])
-	if err != nil {
-		return p.v, err
+	pols := polBuf[:0]
+	if c := req.Check; c != nil {
+		var matching time.Duration
+		pols, matching, err = g.policyItems(pols, p.v.Tenant.ID, p.set, p.v.Key.Test, c, p.now)
+		if p.matchEstimate > 0 {
+			// What pass reserved, settled with what matching took.
+			g.matching.settle(p.v.Tenant.ID, g.cfg.Now(), matching, p.matchEstimate)
+		}
+		if err != nil {
+			return p.v, err
+		}
 	}
 	var itemBuf [16]counter.Item
 	var spentBuf [4]*units
@@ -90,28 +102,26 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		// Every ceiling was served from its advance and there is no policy:
 		// nothing for the store to decide.
 		p.v.Allowed = true
-		return g.answer(ctx, req, p.v, false, nil), nil
+		return g.answer(ctx, &p, p.v, false, nil), nil
 	}
 	creq.Items = slices.Clone(items)
-	res, err := g.storeCheck(ctx, p.v.Tenant.ID, creq)
+	// The one round trip, through the tenant's circuit breaker.
+	res, err := throughBreaker(ctx, g, opCheck, p.v.Tenant.ID, func() (counter.Result, error) { return g.cfg.Store.Check(ctx, creq) })
 	if errors.Is(err, counter.ErrInvalid) {
 		return p.v, fmt.Errorf("counter request of tenant %s: %w", p.v.Tenant.ID, err)
 	}
 	if err != nil {
-		return g.degraded(ctx, req, p.v, ceilings, pols, err, nil), nil
+		return g.degraded(ctx, &p, ceilings, pols, err, nil), nil
 	}
 	return g.settle(ctx, &p, ceilings, pols, spent, creq, res, nil), nil
 }
 
-// Acquire admits POST /v1/leases: the steps Admit takes before the store,
-// then the shared ceilings and the lease in one round trip (concurrency.go).
-// A Request without a Lease (its body was malformed) passes the ceilings
-// as any other route does, through Admit.
-func (g *Gate) Acquire(ctx context.Context, req Request) (Verdict, error) {
-	if req.Lease == nil {
-		return g.Admit(ctx, req)
-	}
-	p := passage{req: req, now: g.cfg.Now()}
+// Acquire admits POST /v1/leases with its body l: the steps Admit takes
+// before the store, then the shared ceilings and the lease in one round
+// trip (concurrency.go). Errors are Admit's, and a *policy.FieldError for
+// a lease the tenant's policies cannot hold.
+func (g *Gate) Acquire(ctx context.Context, req Request, l Lease) (Verdict, error) {
+	p := passage{req: req, now: g.cfg.Now(), lease: &l}
 	var ceilBuf [4]layerItem
 	ceilings, work, stop, err := g.pass(ctx, &p, ceilBuf[:0])
 	if stop {
@@ -164,7 +174,17 @@ func (g *Gate) pass(ctx context.Context, p *passage, out []layerItem) (ceilings 
 	if stop, err := g.identify(ctx, p); stop {
 		return nil, held{}, true, err
 	}
-	if work, stop, err = g.admitWork(ctx, p); stop {
+	// The tenant's work in progress on this instance is bounded before any
+	// of it is done: a check weighs its items (checkWeight, its tenant's
+	// policies read for it), any other request 1.
+	weight, items := int64(1), int64(1)
+	if c := p.req.Check; c != nil {
+		if p.set, err = g.cfg.Policies.For(ctx, p.v.Tenant.ID); err != nil {
+			return nil, held{}, true, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, p.v.Tenant.ID, err)
+		}
+		weight, items = checkWeight(p.set, c), int64(len(c.Items))
+	}
+	if work, stop, err = g.reserveWork(ctx, p, weight, items); stop {
 		return nil, held{}, true, err
 	}
 	if ceilings, stop, err = g.ceilings(ctx, p, out); stop {
@@ -185,7 +205,7 @@ func (g *Gate) enter(ctx context.Context, p *passage) bool {
 	if d.Allowed {
 		return false
 	}
-	p.v = g.refuse(ctx, p.req, p.v, admission.Refusal{Layer: admission.LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt})
+	g.refuse(ctx, p, admission.Refusal{Layer: admission.LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt})
 	return true
 }
 
@@ -216,7 +236,7 @@ func (g *Gate) preAuthenticate(ctx context.Context, p *passage) bool {
 	default:
 		return false
 	}
-	p.v = g.refuse(ctx, p.req, p.v, refusal)
+	g.refuse(ctx, p, refusal)
 	return true
 }
 
@@ -244,26 +264,11 @@ func (g *Gate) authenticate(ctx context.Context, p *passage) error {
 	return nil
 }
 
-// admitWork bounds the tenant's work in progress on this instance before
-// any of it is done: a check weighs its items, and one that may try
-// wildcards first reserves its matching time from the tenant's budget
-// (matchBudget), waiting its turn while the budget is spent; past
-// matchWait it is refused. stop reports that p.v (a refusal) or err is the
-// answer; otherwise the caller releases work.
-func (g *Gate) admitWork(ctx context.Context, p *passage) (work held, stop bool, err error) {
-	c := p.req.Check
-	if c == nil {
-		return g.reserveWork(ctx, p, 1, 1)
-	}
-	if p.set, err = g.cfg.Policies.For(ctx, p.v.Tenant.ID); err != nil {
-		return held{}, true, fmt.Errorf("%w: policies of tenant %s: %w", ErrUnavailable, p.v.Tenant.ID, err)
-	}
-	return g.reserveWork(ctx, p, checkWeight(p.set, c), int64(len(c.Items)))
-}
-
 // reserveWork takes weight units of the tenant's work in progress for
 // items; a weight beyond the items is wildcard tries, whose matching time
-// is reserved first (p.matchEstimate). stop reports that p.v (a refusal)
+// is reserved first (p.matchEstimate) from the tenant's budget
+// (matchBudget), waiting its turn while the budget is spent; past
+// matchWait it is refused. stop reports that p.v (a refusal)
 // or err is the answer; otherwise the caller releases work.
 func (g *Gate) reserveWork(ctx context.Context, p *passage, weight, items int64) (work held, stop bool, err error) {
 	t := p.v.Tenant
@@ -274,13 +279,13 @@ func (g *Gate) reserveWork(ctx context.Context, p *passage, weight, items int64)
 			return held{}, true, err
 		}
 		if !ok {
-			p.v = g.refuse(ctx, p.req, p.v, admission.Refusal{Layer: admission.LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: retry, ResetAt: p.now.Add(retry), Key: admission.LayerInflight})
+			g.refuse(ctx, p, admission.Refusal{Layer: admission.LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: retry, ResetAt: p.now.Add(retry), Key: admission.LayerInflight})
 			return held{}, true, nil
 		}
 	}
 	work, ok := g.inflight.acquire(ctx, t.ID, weight)
 	if !ok {
-		p.v = g.refuse(ctx, p.req, p.v, admission.Refusal{Layer: admission.LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: time.Second, ResetAt: p.now.Add(time.Second), Key: admission.LayerInflight})
+		g.refuse(ctx, p, admission.Refusal{Layer: admission.LayerInflight, Limit: g.cfg.TenantInflight, Window: time.Second, RetryAfter: time.Second, ResetAt: p.now.Add(time.Second), Key: admission.LayerInflight})
 		return held{}, true, nil
 	}
 	return work, false, nil
@@ -300,7 +305,7 @@ func (g *Gate) ceilings(ctx context.Context, p *passage, out []layerItem) (_ []l
 		return nil, true, nil
 	}
 	// A /v1/leases acquire counts toward the allotments as a check does.
-	counted := p.req.Check != nil || p.req.Lease != nil
+	counted := p.req.Check != nil || p.lease != nil
 	return sharedCeilings(out, t, p.v.Key, effective, ipKey, ipLimit, counted), false, nil
 }
 
@@ -311,7 +316,7 @@ func (g *Gate) ipL1(ctx context.Context, p *passage, ipKey string, ipLimit int64
 	if d.Allowed {
 		return false
 	}
-	p.v = g.refuse(ctx, p.req, p.v, admission.Refusal{Layer: admission.LayerIP, Limit: ipLimit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: ipKey})
+	g.refuse(ctx, p, admission.Refusal{Layer: admission.LayerIP, Limit: ipLimit, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: ipKey})
 	return true
 }
 
@@ -357,20 +362,6 @@ func ipPerMinute(t tenant.Tenant, effective tenant.Plan) int64 {
 		ipLimit = tenant.DefaultIPPerMinute
 	}
 	return ipLimit
-}
-
-// checkItems resolves a check's items into policy items appended to out
-// (none for other routes), and settles the matching time admitWork
-// reserved with the time matching took.
-func (g *Gate) checkItems(p *passage, out []policyItem) ([]policyItem, error) {
-	if p.req.Check == nil {
-		return out, nil
-	}
-	pols, matching, err := g.policyItems(out, p.v.Tenant.ID, p.set, p.v.Key.Test, p.req.Check, p.now)
-	if p.matchEstimate > 0 {
-		g.matching.settle(p.v.Tenant.ID, g.cfg.Now(), matching, p.matchEstimate)
-	}
-	return pols, err
 }
 
 // storeRequest builds the one counter request, its items appended to items:
@@ -447,7 +438,7 @@ func (g *Gate) ceilingRefused(ctx context.Context, p *passage, ceilings []layerI
 			for _, u := range spent {
 				g.advances.giveBack(u)
 			}
-			p.v = g.refuse(ctx, p.req, p.v, admission.Refusal{
+			g.refuse(ctx, p, admission.Refusal{
 				Layer: c.layer, Scope: c.scope, Limit: c.Limit, Window: windowLength(c.Window, res.Now),
 				RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, PaymentRequired: c.payment, Plan: c.plan, Key: c.Key,
 			})
@@ -502,48 +493,44 @@ func (g *Gate) policyVerdict(ctx context.Context, p *passage, pols []policyItem,
 			v.Tightest = tighter(v.Tightest, Quota{Name: pol.name, Limit: pol.Limit, Remaining: d.Remaining, Window: windowLength(pol.Window, res.Now), ResetIn: d.ResetAt.Sub(res.Now)})
 		}
 	}
-	return g.answer(ctx, p.req, v, false, refusals)
+	return g.answer(ctx, p, v, false, refusals)
 }
 
-// answer counts and reports v, which no ceiling refused, as the pipeline's
-// answer: allowed, or refused by the tenant's policies.
-func (g *Gate) answer(ctx context.Context, req Request, v Verdict, degraded bool, refusals []admission.Refusal) Verdict {
+// answer counts and reports v, which no ceiling refused, as p's answer:
+// allowed, or refused by the tenant's policies.
+func (g *Gate) answer(ctx context.Context, p *passage, v Verdict, degraded bool, refusals []admission.Refusal) Verdict {
 	outcome := admission.OutcomeAllowed
 	if !v.Allowed {
 		outcome = admission.LayerPolicy
 	}
 	g.met.answered(v.Allowed, degraded)
-	g.observe(ctx, req, v, outcome, degraded, refusals)
+	g.observe(ctx, p, v, outcome, degraded, refusals)
 	return v
 }
 
-// storeCheck makes the one round trip, through the tenant's circuit breaker.
-func (g *Gate) storeCheck(ctx context.Context, tenantID string, req counter.Request) (counter.Result, error) {
-	return throughBreaker(ctx, g, opCheck, tenantID, func() (counter.Result, error) { return g.cfg.Store.Check(ctx, req) })
-}
-
-// refuse records a ceiling's refusal and returns the verdict carrying it.
-func (g *Gate) refuse(ctx context.Context, req Request, v Verdict, r admission.Refusal) Verdict {
-	v.Refusal = &r
-	v.Allowed = false
+// refuse records a ceiling's refusal r of p, and makes p.v the verdict
+// carrying it.
+func (g *Gate) refuse(ctx context.Context, p *passage, r admission.Refusal) {
+	p.v.Refusal = &r
+	p.v.Allowed = false
 	g.met.refused[r.Layer].Inc()
-	if v.Tenant.ID != "" {
-		g.observe(ctx, req, v, r.Layer, r.Degraded, []admission.Refusal{r})
+	if p.v.Tenant.ID != "" {
+		g.observe(ctx, p, p.v, r.Layer, r.Degraded, []admission.Refusal{r})
 	}
-	return v
 }
 
-func (g *Gate) observe(ctx context.Context, req Request, v Verdict, outcome string, degraded bool, refusals []admission.Refusal) {
+// observe tells the observers what became of p: v, its outcome.
+func (g *Gate) observe(ctx context.Context, p *passage, v Verdict, outcome string, degraded bool, refusals []admission.Refusal) {
 	if g.cfg.Observer == nil {
 		return
 	}
-	at := req.at
+	at := p.at
 	if at.IsZero() {
 		at = g.cfg.Now()
 	}
 	g.cfg.Observer.Observe(ctx, admission.Event{
-		At: at, TenantID: v.Tenant.ID, KeyID: v.Key.ID, Live: !v.Key.Test, Route: req.Route,
-		Checked: req.Check != nil || req.Lease != nil, Outcome: outcome, Degraded: degraded, Refusals: refusals,
+		At: at, TenantID: v.Tenant.ID, KeyID: v.Key.ID, Live: !v.Key.Test, Route: p.req.Route,
+		Checked: p.req.Check != nil || p.lease != nil, Outcome: outcome, Degraded: degraded, Refusals: refusals,
 	})
 }
 
@@ -572,13 +559,7 @@ var localBufs = sync.Pool{New: func() any { return new(localBuf) }}
 func (g *Gate) localCheck(ctx context.Context, req counter.Request, items ...counter.Item) ([2]limit.Decision, error) {
 	buf := localBufs.Get().(*localBuf)
 	req.Items = buf.items[:copy(buf.items[:], items)]
-	var res counter.Result
-	var err error
-	if g.l1Into != nil {
-		res, err = g.l1Into.CheckInto(ctx, req, buf.decisions[:0])
-	} else {
-		res, err = g.l1.Check(ctx, req)
-	}
+	res, err := g.cfg.Local.CheckInto(ctx, req, buf.decisions[:0])
 	var d [2]limit.Decision
 	copy(d[:], res.Decisions)
 	*buf = localBuf{}

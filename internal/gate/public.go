@@ -21,16 +21,18 @@ import (
 // every tenant shares. Unresolvable clients (the zero ip) share one bucket,
 // as in Admit. It is safe for concurrent use.
 func (g *Gate) Public(ctx context.Context, route string, ip netip.Addr, perMinute int64) Verdict {
-	var v Verdict
+	p := passage{req: Request{Route: route, ClientIP: ip}}
 	key := "public:" + route + ":" + g.ipDigest(ip)
 	if d := g.l1Check(ctx, g.cfg.Now(), "", key, limit.SlidingWindow, perMinute, limit.Every(time.Minute), 1); !d.Allowed {
-		return g.refuse(ctx, Request{Route: route, ClientIP: ip}, v, admission.Refusal{Layer: admission.LayerIP, Limit: perMinute, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: key})
+		g.refuse(ctx, &p, admission.Refusal{Layer: admission.LayerIP, Limit: perMinute, Window: time.Minute, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: key})
+		return p.v
 	}
 	if n := g.cfg.InstanceCeiling; n > 0 {
 		if d := g.l1Check(ctx, g.cfg.Now(), "", "instance", limit.TokenBucket, n, limit.Every(time.Second), 1); !d.Allowed {
-			return g.refuse(ctx, Request{Route: route, ClientIP: ip}, v, admission.Refusal{Layer: admission.LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt})
+			g.refuse(ctx, &p, admission.Refusal{Layer: admission.LayerInstance, Limit: n, Window: time.Second, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt})
+			return p.v
 		}
 	}
-	v.Allowed = true
-	return v
+	p.v.Allowed = true
+	return p.v
 }

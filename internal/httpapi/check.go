@@ -23,10 +23,24 @@ import (
 )
 
 // Gate is the admission pipeline (gate.Gate): Identify from a request's
-// headers, then Admit with its body.
+// headers, then one door for each kind of request with its body. Errors:
+// tenant.ErrUnauthorized for a bad key, *policy.FieldError and
+// *policy.NotFoundError for the client's mistakes, gate.ErrNoLease for a
+// lease that is gone, gate.ErrStoreUnavailable, gate.ErrBusy.
 type Gate interface {
 	Identify(ctx context.Context, req gate.Request) (gate.Identity, gate.Verdict, error)
+	// Admit admits a check (req.Check), or any other /v1 request that
+	// takes no new slot.
 	Admit(ctx context.Context, req gate.Request) (gate.Verdict, error)
+	// AdmitBatch admits POST /v1/check/batch.
+	AdmitBatch(ctx context.Context, req gate.Request, checks []gate.Check) (gate.BatchVerdict, error)
+	// Acquire admits POST /v1/leases as Admit does a check.
+	Acquire(ctx context.Context, req gate.Request, l gate.Lease) (gate.Verdict, error)
+	// Release, Renew and Reset serve the routes of those names, which
+	// Admit has admitted.
+	Release(ctx context.Context, tenantID string, test bool, id string) error
+	Renew(ctx context.Context, tenantID string, test bool, id string, ttl time.Duration) (time.Time, error)
+	Reset(ctx context.Context, tenantID string, test bool, policy, subject string) (string, error)
 }
 
 // maxCheckBody bounds a /v1/check body: 32 items of 512-byte subjects fit.

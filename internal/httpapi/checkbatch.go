@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,11 +13,6 @@ import (
 	"github.com/tollgate/tollgate/internal/policy"
 )
 
-// BatchGate is a Gate that decides batches of checks (gate.Gate).
-type BatchGate interface {
-	AdmitBatch(ctx context.Context, req gate.Request, checks []gate.Check) (gate.BatchVerdict, error)
-}
-
 // maxBatchBody bounds a /v1/check/batch body: 1,000 checks of a few items
 // with subjects of tens of bytes fit, and 4,000 items of 200 bytes.
 const maxBatchBody = 1 << 20
@@ -30,10 +24,6 @@ const maxBatchBody = 1 << 20
 // the check and its field; a refusal of the request as a whole (before
 // any check was decided) is a 429 as /v1/check's.
 func (a *api) checkBatch(c echo.Context) error {
-	bg, ok := a.gate.(BatchGate)
-	if !ok {
-		return echo.ErrNotFound
-	}
 	req, held, done, err := a.open(c, "check", maxBatchBody+1)
 	if done {
 		return err
@@ -51,7 +41,7 @@ func (a *api) checkBatch(c echo.Context) error {
 		}
 		return err
 	}
-	bv, err := bg.AdmitBatch(c.Request().Context(), req, checks)
+	bv, err := a.gate.AdmitBatch(c.Request().Context(), req, checks)
 	if err != nil {
 		return err
 	}

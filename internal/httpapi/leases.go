@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -13,32 +12,16 @@ import (
 	"github.com/tollgate/tollgate/internal/gate"
 )
 
-// LeaseGate is what the lease and reset routes call besides Admit: a
-// *gate.Gate. Acquire admits POST /v1/leases as Admit does a check. Errors: *policy.FieldError and *policy.NotFoundError for the
-// client's mistakes, gate.ErrNoLease for a lease that is gone,
-// gate.ErrStoreUnavailable.
-type LeaseGate interface {
-	Acquire(ctx context.Context, req gate.Request) (gate.Verdict, error)
-	Release(ctx context.Context, tenantID string, test bool, id string) error
-	Renew(ctx context.Context, tenantID string, test bool, id string, ttl time.Duration) (time.Time, error)
-	Reset(ctx context.Context, tenantID string, test bool, policy, subject string) (string, error)
-}
-
 // maxLeaseBody bounds a lease request's body: a policy name, a 512-byte
 // subject and a ttl fit many times over.
 const maxLeaseBody = 4 << 10
 
-// registerLeases adds the lease routes and the reset route to v1 when the
-// gate holds leases (a *gate.Gate does). Acquiring is admitted like a
+// registerLeases adds the lease routes and the reset route to v1. Acquiring is admitted like a
 // check (the allotment counts it); releasing, renewing and resetting pass
 // the ceilings without the allotment, as the policy routes do, and test
 // keys may use them: a test key's leases and counters are its sandbox's.
 func registerLeases(v1 *echo.Group, a *api) {
-	lg, ok := a.gate.(LeaseGate)
-	if !ok {
-		return
-	}
-	h := leaseHandlers{api: a, lg: lg}
+	h := leaseHandlers{api: a}
 	v1.POST("/leases", h.acquire)
 	v1.DELETE("/leases/:id", h.release, a.admit("leases"))
 	v1.POST("/leases/:id/renew", h.renew, a.admit("leases"))
@@ -47,7 +30,6 @@ func registerLeases(v1 *echo.Group, a *api) {
 
 type leaseHandlers struct {
 	*api
-	lg LeaseGate
 }
 
 // leaseBody is the body of POST /v1/leases; ttl is also the body of a
@@ -127,18 +109,23 @@ func (h leaseHandlers) acquire(c echo.Context) error {
 	}
 	defer held.give()
 	l, perr := parseLease(c)
-	if perr == nil {
-		req.Lease = l
+	if perr != nil {
+		// As /v1/check: a malformed body costs the caller a request too.
+		v, err := h.gate.Admit(c.Request().Context(), req)
+		if err != nil {
+			return err
+		}
+		if v.Refusal != nil {
+			return h.writeRefusal(c, v)
+		}
+		return perr
 	}
-	v, err := h.lg.Acquire(c.Request().Context(), req)
+	v, err := h.gate.Acquire(c.Request().Context(), req, *l)
 	if err != nil {
 		return err
 	}
 	if v.Refusal != nil {
 		return h.writeRefusal(c, v)
-	}
-	if perr != nil {
-		return perr
 	}
 	setRateLimit(c, v.Tightest)
 	if v.Degraded {
@@ -163,7 +150,7 @@ func (h leaseHandlers) release(c echo.Context) error {
 		return err
 	}
 	k := apiKey(c)
-	if err := h.lg.Release(c.Request().Context(), tenantID(c), k.Test, id); err != nil {
+	if err := h.gate.Release(c.Request().Context(), tenantID(c), k.Test, id); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -195,7 +182,7 @@ func (h leaseHandlers) renew(c echo.Context) error {
 		return err
 	}
 	k := apiKey(c)
-	exp, err := h.lg.Renew(c.Request().Context(), tenantID(c), k.Test, id, ttl)
+	exp, err := h.gate.Renew(c.Request().Context(), tenantID(c), k.Test, id, ttl)
 	if err != nil {
 		return err
 	}
@@ -225,7 +212,7 @@ func (h leaseHandlers) reset(c echo.Context) error {
 	}
 	k := apiKey(c)
 	ctx := c.Request().Context()
-	key, err := h.lg.Reset(ctx, tenantID(c), k.Test, name, subject)
+	key, err := h.gate.Reset(ctx, tenantID(c), k.Test, name, subject)
 	if err != nil {
 		return err
 	}

@@ -12,8 +12,6 @@ import (
 // zero.
 const DefaultMaxLeases = 100_000
 
-var _ counter.Leaser = (*Store)(nil)
-
 // lease is one lease; its key and tally are joined to its group.
 type lease struct {
 	id, key, tally string // group + "\x00" + …
@@ -114,7 +112,7 @@ func (s *Store) clock(now time.Time) time.Time {
 	return now.Truncate(time.Microsecond)
 }
 
-// Acquire implements counter.Leaser: the ceilings as a Check of them, then
+// Acquire implements counter.Store: the ceilings as a Check of them, then
 // the lease under the store's lease lock. It fails with counter.ErrInvalid
 // for a malformed request or an id in use, and with counter.ErrUnavailable
 // when the store holds MaxLeases live leases already.
@@ -187,7 +185,7 @@ func (s *Store) find(ref counter.LeaseRef, now int64) (*lease, error) {
 	return l, nil
 }
 
-// Renew implements counter.Leaser.
+// Renew implements counter.Store.
 func (s *Store) Renew(_ context.Context, ref counter.LeaseRef) (time.Time, error) {
 	if err := counter.ValidateRef(ref, true); err != nil {
 		return time.Time{}, err
@@ -203,7 +201,7 @@ func (s *Store) Renew(_ context.Context, ref counter.LeaseRef) (time.Time, error
 	return time.UnixMicro(l.exp).UTC(), nil
 }
 
-// Release implements counter.Leaser.
+// Release implements counter.Store.
 func (s *Store) Release(_ context.Context, ref counter.LeaseRef) error {
 	if err := counter.ValidateRef(ref, false); err != nil {
 		return err
@@ -219,7 +217,7 @@ func (s *Store) Release(_ context.Context, ref counter.LeaseRef) error {
 	return nil
 }
 
-// Held implements counter.Leaser.
+// Held implements counter.Store.
 func (s *Store) Held(_ context.Context, group string, tallies []string, now time.Time) ([]int64, error) {
 	if err := counter.ValidateHeld(group, tallies, now); err != nil {
 		return nil, err

@@ -164,14 +164,12 @@ func (s *Store) Len() int {
 	return n
 }
 
-var _ counter.IntoStore = (*Store)(nil)
-
 // Check implements counter.Store. It fails only with counter.ErrInvalid.
 func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result, error) {
 	return s.CheckInto(ctx, req, nil)
 }
 
-// CheckInto implements counter.IntoStore: Check, its decisions written into
+// CheckInto implements counter.Store: Check, its decisions written into
 // into when it has room.
 func (s *Store) CheckInto(_ context.Context, req counter.Request, into []limit.Decision) (counter.Result, error) {
 	if err := counter.Validate(req); err != nil {
@@ -305,9 +303,7 @@ func (s *Store) state(work []pending, sh int, k digest) limit.State {
 	return s.shards[sh].get(k)
 }
 
-var _ counter.Batcher = (*Store)(nil)
-
-// CheckBatch implements counter.Batcher: each request is checked in turn,
+// CheckBatch implements counter.Store: each request is checked in turn,
 // in memory there being no round trip to share.
 func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]counter.Result, []error) {
 	res, errs := make([]counter.Result, len(reqs)), make([]error, len(reqs))

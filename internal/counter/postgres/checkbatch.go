@@ -8,9 +8,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 )
 
-var _ counter.Batcher = (*Store)(nil)
-
-// CheckBatch implements counter.Batcher: the requests go through the
+// CheckBatch implements counter.Store: the requests go through the
 // batches' lane (fairlane.go), in their order, in one statement when they
 // hold at most Config.MaxBatch items, else in statements of at most that
 // many, one after the other; a batch's place in the lane is its first
@@ -32,7 +30,7 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 			continue
 		}
 		if len(calls) > 0 && !req.Now.Equal(calls[0].req.Now) {
-			return counter.CheckBatch(ctx, oneByOne{s}, reqs)
+			return counter.CheckEach(ctx, s, reqs)
 		}
 		c := &call{req: req, done: make(chan struct{}, 1)}
 		calls = append(calls, c)
@@ -101,6 +99,3 @@ func (s *Store) closeBatches() {
 		c.done <- struct{}{}
 	}
 }
-
-// oneByOne hides a Store's CheckBatch, for counter.CheckBatch's fallback.
-type oneByOne struct{ counter.Store }

@@ -15,8 +15,6 @@ import (
 // transaction-scoped advisory lock per key, so that acquires and renewals
 // of one key are applied one at a time, by any number of instances.
 
-var _ counter.Leaser = (*Store)(nil)
-
 // sqlstateLeaseInUse is what tollgate_acquire raises for an id in use.
 const sqlstateLeaseInUse = "22023"
 
@@ -29,7 +27,7 @@ func micros(now time.Time) *int64 {
 	return &us
 }
 
-// Held implements counter.Leaser.
+// Held implements counter.Store.
 func (s *Store) Held(ctx context.Context, group string, tallies []string, now time.Time) ([]int64, error) {
 	if err := counter.ValidateHeld(group, tallies, now); err != nil {
 		return nil, fmt.Errorf("held leases: %w", err)

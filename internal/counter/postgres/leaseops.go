@@ -222,7 +222,7 @@ func leaseOpsParams(ops []*leaseOp) sqlcgen.LeaseOpsParams {
 	return p
 }
 
-// Acquire implements counter.Leaser: coalesced with the other lease
+// Acquire implements counter.Store: coalesced with the other lease
 // operations of this store into one round trip a batch. It returns within
 // about cfg.Timeout (or ctx's deadline); errors wrap counter.ErrUnavailable,
 // or counter.ErrInvalid for a malformed request or an id in use.
@@ -262,7 +262,7 @@ func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquire
 	return res, nil
 }
 
-// Renew implements counter.Leaser, coalesced as Acquire is.
+// Renew implements counter.Store, coalesced as Acquire is.
 func (s *Store) Renew(ctx context.Context, ref counter.LeaseRef) (time.Time, error) {
 	if err := counter.ValidateRef(ref, true); err != nil {
 		return time.Time{}, fmt.Errorf("renew lease: %w", err)
@@ -277,7 +277,7 @@ func (s *Store) Renew(ctx context.Context, ref counter.LeaseRef) (time.Time, err
 	return time.UnixMicro(op.row.ExpiresUs).UTC(), nil
 }
 
-// Release implements counter.Leaser, coalesced as Acquire is.
+// Release implements counter.Store, coalesced as Acquire is.
 func (s *Store) Release(ctx context.Context, ref counter.LeaseRef) error {
 	if err := counter.ValidateRef(ref, false); err != nil {
 		return fmt.Errorf("release lease: %w", err)

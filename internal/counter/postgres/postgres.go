@@ -326,6 +326,12 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 // counter.ErrInvalid. Requests without a Now are coalesced; one with a Now
 // is sent on its own.
 func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result, error) {
+	return s.CheckInto(ctx, req, nil)
+}
+
+// CheckInto implements counter.Store: Check, its decisions written into
+// into when it has room.
+func (s *Store) CheckInto(ctx context.Context, req counter.Request, into []limit.Decision) (counter.Result, error) {
 	if err := counter.Validate(req); err != nil {
 		return counter.Result{}, fmt.Errorf("check counters: %w", err)
 	}
@@ -343,7 +349,7 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 	}
 	res, err := counter.Result{}, c.err
 	if err == nil {
-		res = counter.Answer(req, c.seen, c.now)
+		res = counter.AnswerInto(req, c.seen, c.now, into)
 	}
 	c.req, c.seen, c.now, c.err = counter.Request{}, nil, time.Time{}, nil
 	callPool.Put(c)

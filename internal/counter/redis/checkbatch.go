@@ -10,9 +10,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limit"
 )
 
-var _ counter.Batcher = (*Store)(nil)
-
-// CheckBatch implements counter.Batcher: the requests go in one pipeline
+// CheckBatch implements counter.Store: the requests go in one pipeline
 // (flush), sent from the caller's goroutine as a lone Check is. On a
 // single server one script decides them all, in order (up to
 // maxScriptItems items a script); on a cluster one script per tenant, and

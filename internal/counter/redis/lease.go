@@ -19,8 +19,6 @@ import (
 // ceilings with the checks' own arithmetic (checklib.lua) inside its own
 // script (acquire.lua).
 
-var _ counter.Leaser = (*Store)(nil)
-
 var (
 	//go:embed leaselib.lua
 	leaseLibLua string
@@ -90,7 +88,7 @@ func (s *Store) queued(ctx context.Context, body, sha string, group string, keys
 	return j.lua.reply, nil
 }
 
-// Acquire implements counter.Leaser in one script. Errors wrap
+// Acquire implements counter.Store in one script. Errors wrap
 // counter.ErrInvalid (a malformed request, an id in use) or
 // counter.ErrUnavailable.
 func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquired, error) {
@@ -142,7 +140,7 @@ func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquire
 	return res, nil
 }
 
-// Renew implements counter.Leaser.
+// Renew implements counter.Store.
 func (s *Store) Renew(ctx context.Context, ref counter.LeaseRef) (time.Time, error) {
 	if err := counter.ValidateRef(ref, true); err != nil {
 		return time.Time{}, err
@@ -161,7 +159,7 @@ func (s *Store) Renew(ctx context.Context, ref counter.LeaseRef) (time.Time, err
 	return time.UnixMicro(exp).UTC(), nil
 }
 
-// Release implements counter.Leaser.
+// Release implements counter.Store.
 func (s *Store) Release(ctx context.Context, ref counter.LeaseRef) error {
 	if err := counter.ValidateRef(ref, false); err != nil {
 		return err
@@ -178,7 +176,7 @@ func (s *Store) Release(ctx context.Context, ref counter.LeaseRef) error {
 	return nil
 }
 
-// Held implements counter.Leaser.
+// Held implements counter.Store.
 func (s *Store) Held(ctx context.Context, group string, tallies []string, now time.Time) ([]int64, error) {
 	if err := counter.ValidateHeld(group, tallies, now); err != nil {
 		return nil, err

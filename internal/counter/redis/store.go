@@ -239,6 +239,12 @@ func (s *Store) Close() error {
 // the server or the network did, including the deadline, with the context's
 // error when it expired.
 func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result, error) {
+	return s.CheckInto(ctx, req, nil)
+}
+
+// CheckInto implements counter.Store: Check, its decisions written into
+// into when it has room.
+func (s *Store) CheckInto(ctx context.Context, req counter.Request, into []limit.Decision) (counter.Result, error) {
 	if err := counter.Validate(req); err != nil {
 		return counter.Result{}, err
 	}
@@ -253,7 +259,7 @@ func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result,
 		}
 		return counter.Result{}, unavailable(ctx, err)
 	}
-	return s.result(ctx, req, j, nil)
+	return s.result(ctx, req, j, into)
 }
 
 // deadlines sets j's deadline (the store's timeout) and hard deadline (ten

@@ -27,12 +27,9 @@ func runBatches(t *testing.T, b Backend) {
 
 func checkBatch(t fataler, s counter.Store, reqs []counter.Request) ([]counter.Result, []error) {
 	t.Helper()
-	if _, ok := s.(counter.Batcher); !ok {
-		t.Fatalf("%T is no counter.Batcher", s)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, errs := counter.CheckBatch(ctx, s, reqs)
+	res, errs := s.CheckBatch(ctx, reqs)
 	if len(res) != len(reqs) || len(errs) != len(reqs) {
 		t.Fatalf("%d requests: %d results, %d errors", len(reqs), len(res), len(errs))
 	}

@@ -58,7 +58,7 @@ func unavailable(t *testing.T, b Backend) {
 	}
 
 	// Leases fail alike.
-	l := leaser(t, s)
+	l := counter.Leaser(s)
 	leaseDown := func(what string) {
 		t.Helper()
 		start := time.Now()
@@ -99,7 +99,7 @@ func lateIsNotDown(t *testing.T, b Backend) {
 		return p
 	})
 	t.Cleanup(func() { s.Close() })
-	l := leaser(t, s)
+	l := counter.Leaser(s)
 	it := item("late", limit.FixedWindow, 10, limit.Every(time.Hour))
 	req := counter.Request{Items: []counter.Item{it}}
 	check(t, s, req)

@@ -33,21 +33,10 @@ func runLeases(t *testing.T, b Backend) {
 	t.Run("ThreeInstancesLeaseChurn", func(t *testing.T) { t.Parallel(); leaseChurn(t, b) })
 }
 
-// leaser returns s as a counter.Leaser, or fails: every backend holds
-// leases.
-func leaser(t testing.TB, s counter.Store) counter.Leaser {
-	t.Helper()
-	l, ok := s.(counter.Leaser)
-	if !ok {
-		t.Fatalf("%T holds no leases: every counter store must implement counter.Leaser", s)
-	}
-	return l
-}
-
 func openLeaser(t *testing.T, b Backend) (counter.Store, counter.Leaser) {
 	t.Helper()
 	s := open(t, b)
-	return s, leaser(t, s)
+	return s, s
 }
 
 func acquire(t testing.TB, l counter.Leaser, a counter.Acquire) counter.Acquired {
@@ -478,7 +467,7 @@ func leasesThreeInstances(t *testing.T, b Backend) {
 	newStore := opener(t, b)
 	var ls []counter.Leaser
 	for range 3 {
-		ls = append(ls, leaser(t, newStore()))
+		ls = append(ls, newStore())
 	}
 	race := func(round int) []string {
 		var mu sync.Mutex
@@ -533,7 +522,7 @@ func leaseChurn(t *testing.T, b Backend) {
 	newStore := opener(t, b)
 	var ls []counter.Leaser
 	for range 3 {
-		ls = append(ls, leaser(t, newStore()))
+		ls = append(ls, newStore())
 	}
 	const lim = 5
 	var inFlight, most, turns atomic.Int64
