@@ -8,7 +8,7 @@ RACE_PKGS := ./internal/atomicmap/ ./internal/counter/... ./internal/limit/... .
 
 .PHONY: run test soak generate check-generated build bench bench-batch bench-pgcall deps vet lint-openapi
 
-## run: build and serve on :8080 (embedded PostgreSQL unless DATABASE_URL is set)
+## run: build and serve a demo on 127.0.0.1:8080 (TOLLGATE_ADDR=:9090 for another port; embedded PostgreSQL unless DATABASE_URL is set)
 run: build
 	@scripts/deps.sh postgres
 	TOLLGATE_DEV=$${TOLLGATE_DEV:-1} ./bin/tollgate serve --demo
