@@ -8,9 +8,13 @@ RACE_PKGS := ./internal/atomicmap/ ./internal/counter/... ./internal/limit/... .
 
 .PHONY: run test soak generate check-generated build bench bench-batch bench-pgcall deps vet lint-openapi
 
-## run: build and serve on :8080 (embedded PostgreSQL unless DATABASE_URL is set)
-run: build
-	@scripts/deps.sh postgres
+## run: build and serve a demo on 127.0.0.1:8080 (TOLLGATE_ADDR=:9090 for another port; embedded PostgreSQL unless DATABASE_URL is set)
+# PostgreSQL's packages, when missing, install while Go builds: on a fresh
+# machine both take a while, and apt-get mostly waits on the network and the
+# disk while the compiler keeps both cores busy.
+run:
+	@echo '$(BUILD)  # and scripts/deps.sh postgres beside it'
+	@scripts/deps.sh postgres & deps=$$!; $(BUILD); built=$$?; wait $$deps && exit $$built
 	TOLLGATE_DEV=$${TOLLGATE_DEV:-1} ./bin/tollgate serve --demo
 
 ## test: every test, against real PostgreSQL and Redis (found or started)
@@ -45,8 +49,13 @@ soak:
 		-timeout $$(( $$(echo '$(DURATION)' | sed -E 's/h/*3600+/; s/m/*60+/; s/s$$//; s/\+$$//') + 1800 ))s ./blackbox/ \
 		| grep -vE '^(=== (PAUSE|CONT)|\s*$$)'
 
+# BUILD builds bin/tollgate and nothing else: not sqlc or templ, whose output
+# is committed.
+BUILD = $(GO) build -o bin/tollgate ./cmd/tollgate
+
+## build: bin/tollgate
 build:
-	$(GO) build -o bin/tollgate ./cmd/tollgate
+	$(BUILD)
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }

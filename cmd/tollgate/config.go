@@ -56,7 +56,7 @@ func tooWideToTrust(n *net.IPNet) string {
 type Config struct {
 	DatabaseURL     string        // DATABASE_URL; empty: the embedded PostgreSQL
 	RedisURL        string        // REDIS_URL: redis:// (one server) or redis+cluster:// (a cluster; seeds in addr or after commas)
-	Addr            string        // TOLLGATE_ADDR
+	Addr            string        // TOLLGATE_ADDR; with Dev, no host means 127.0.0.1
 	CounterStore    string        // TOLLGATE_COUNTER_STORE: postgres, redis or memory
 	CounterTimeout  time.Duration // TOLLGATE_COUNTER_TIMEOUT
 	Pepper          []byte        // TOLLGATE_PEPPER
@@ -383,6 +383,13 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	if err := checkURL("TOLLGATE_PUBLIC_URL", c.PublicURL); err != nil {
 		return c, err
+	}
+	// The development pepper is public: a dev server listens on every
+	// interface only when TOLLGATE_ADDR names one (0.0.0.0:8080). Production
+	// keeps ":8080", every interface, where its load balancer or Docker's
+	// port mapping reaches it.
+	if host, port, _ := net.SplitHostPort(c.Addr); c.Dev && host == "" {
+		c.Addr = net.JoinHostPort("127.0.0.1", port)
 	}
 	if err := loadStripe(&c, getenv); err != nil {
 		return c, err

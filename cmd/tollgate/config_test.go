@@ -126,6 +126,36 @@ func TestConfigDefaultsAndValues(t *testing.T) {
 	}
 }
 
+// TestDevAddrDefault: TOLLGATE_DEV's server listens on the loopback unless
+// TOLLGATE_ADDR names a host; production's listens on every interface,
+// where its load balancer, or the Docker port mapping, reaches it. The
+// links it makes keep naming localhost.
+func TestDevAddrDefault(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name            string
+		env             map[string]string
+		addr, publicURL string
+	}{
+		{"dev", map[string]string{"TOLLGATE_DEV": "1"}, "127.0.0.1:8080", "http://localhost:8080"},
+		{"dev on another port", map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_ADDR": ":9090"}, "127.0.0.1:9090", "http://localhost:9090"},
+		{"dev on every interface, asked", map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_ADDR": "0.0.0.0:9090"}, "0.0.0.0:9090", "http://0.0.0.0:9090"},
+		{"production", map[string]string{"TOLLGATE_PEPPER": testPepper}, ":8080", "http://localhost:8080"},
+		{"production on another port", map[string]string{"TOLLGATE_PEPPER": testPepper, "TOLLGATE_ADDR": ":9090"}, ":9090", "http://localhost:9090"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := loadConfig(envOf(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Addr != tc.addr || c.PublicURL != tc.publicURL {
+				t.Errorf("addr, public URL: got %q, %q; want %q, %q", c.Addr, c.PublicURL, tc.addr, tc.publicURL)
+			}
+		})
+	}
+}
+
 func TestConfigLogMasksSecrets(t *testing.T) {
 	t.Parallel()
 	c, err := loadConfig(envOf(map[string]string{"TOLLGATE_PEPPER": testPepper, "DATABASE_URL": "postgres://app:s3cret@db:5432/tollgate", "REDIS_URL": "redis://:hunter2@cache:6379/0"}))

@@ -243,3 +243,42 @@ func TestMigrateDownToZeroAndUp(t *testing.T) {
 		t.Fatalf("after up: %s", out.String())
 	}
 }
+
+// TestDevServesOnLoopback: with TOLLGATE_DEV, whose pepper is public, an
+// address without a host listens on 127.0.0.1 only, not on every interface
+// (make run's `serve --demo`, issue 37 item 9). It serves on a free port,
+// named ":PORT" as the default ":8080" is; TestDevAddrDefault holds the
+// default itself.
+func TestDevServesOnLoopback(t *testing.T) {
+	dsn := pgtest.New(t)
+	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
+	out, logs := &logbuf.Buffer{}, &logbuf.Buffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--demo"}, envOf(map[string]string{"DATABASE_URL": dsn, "TOLLGATE_DEV": "1", "TOLLGATE_ADDR": ":" + port, "TOLLGATE_DATA_DIR": t.TempDir()}), out, logs)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually.True(t, 30*time.Second, "server up on 127.0.0.1:"+port, func() bool {
+		return status(t, "http://127.0.0.1:"+port+"/healthz") == http.StatusOK
+	})
+	// The listener's own address, as serve logs it: [::]:PORT when it
+	// listens on every interface.
+	if want := "addr=127.0.0.1:" + port + " "; !strings.Contains(logs.String(), want) {
+		t.Errorf("serve's log has no %q:\n%s", want, logs)
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok || ipn.IP.IsLoopback() || ipn.IP.IsLinkLocalUnicast() {
+			continue
+		}
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(ipn.IP.String(), port), 2*time.Second); err == nil {
+			c.Close()
+			t.Errorf("the demo answers on %s, not only on the loopback", net.JoinHostPort(ipn.IP.String(), port))
+		}
+	}
+}
