@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -43,16 +42,12 @@ type instance struct {
 	base string
 	logs *logbuf.Buffer
 	cmd  *exec.Cmd
+	srv  *bintest.Server
 }
 
 func freePort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return bintest.FreePort(t)
 }
 
 func environ(dsn string, extra ...string) []string {
@@ -69,81 +64,14 @@ func environ(dsn string, extra ...string) []string {
 // start runs an instance on dsn and waits until it is ready.
 func start(t testing.TB, dsn string, extra ...string) *instance {
 	t.Helper()
-	addr := freePort(t)
-	in := &instance{base: "http://" + addr, logs: &logbuf.Buffer{}}
-	in.cmd = exec.Command(binary, "serve")
-	in.cmd.Env = environ(dsn, append([]string{"TOLLGATE_ADDR=" + addr}, extra...)...)
-	in.cmd.Stdout, in.cmd.Stderr = in.logs, in.logs
-	if err := in.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Idle keep-alive connections would hold the graceful shutdown.
-		http.DefaultClient.CloseIdleConnections()
-		in.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { in.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			in.cmd.Process.Kill()
-			t.Errorf("instance %s did not stop on SIGINT", in.base)
-		}
-		if t.Failed() {
-			logs := in.logs.String()
-			// A long run's tail may have left behind the warning that says
-			// what went wrong.
-			if w := warnings(logs, 40); w != "" {
-				t.Logf("warnings and errors in the log of %s:\n%s", in.base, w)
-			}
-			t.Logf("log of %s:\n%s", in.base, tail(logs, 4000))
-		}
-	})
-	eventually.NoError(t, 30*time.Second, "instance "+in.base+" ready", func() error { return ready(in.base) })
-	return in
+	s := bintest.Start(t, binary, environ(dsn, extra...))
+	return &instance{base: s.URL, logs: s.Logs, cmd: s.Cmd, srv: s}
 }
 
 // ready is nil when the server at base answers /readyz with 200.
-func ready(base string) error {
-	resp, err := http.Get(base + "/readyz")
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/readyz answered %d", resp.StatusCode)
-	}
-	return nil
-}
+func ready(base string) error { return bintest.Ready(base) }
 
-// warnings is the first n lines of logs (text format) logged at WARN or
-// ERROR, and how many more there were.
-func warnings(logs string, n int) string {
-	var b strings.Builder
-	more := 0
-	for line := range strings.Lines(logs) {
-		if !strings.Contains(line, "level=WARN") && !strings.Contains(line, "level=ERROR") {
-			continue
-		}
-		if n == 0 {
-			more++
-			continue
-		}
-		n--
-		b.WriteString(line)
-	}
-	if more > 0 {
-		fmt.Fprintf(&b, "… and %d more\n", more)
-	}
-	return b.String()
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
+func tail(s string, n int) string { return bintest.Tail(s, n) }
 
 // cli runs a tollgate command and decodes its one JSON line into v.
 func cli(t testing.TB, dsn string, v any, args ...string) {

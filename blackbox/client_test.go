@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/client/echomw"
+	"github.com/tollgate/tollgate/internal/testkit/bintest"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/faultnet"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
@@ -54,17 +54,8 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // stop stops an instance and waits until it has exited.
 func stop(t *testing.T, in *instance) {
 	t.Helper()
-	http.DefaultClient.CloseIdleConnections()
-	if err := in.cmd.Process.Signal(os.Interrupt); err != nil {
+	if err := in.srv.Stop(); errors.Is(err, bintest.ErrKilled) {
 		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { in.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		in.cmd.Process.Kill()
-		t.Fatalf("instance %s did not stop on SIGINT", in.base)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -12,9 +11,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tollgate/tollgate/internal/testkit/bintest"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/faultnet"
-	"github.com/tollgate/tollgate/internal/testkit/logbuf"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 	"github.com/tollgate/tollgate/internal/testkit/redistest"
 )
@@ -230,23 +229,7 @@ func TestReadyzWaitsForRedisAtStart(t *testing.T) {
 	proxy := faultnet.New(t, u.Host)
 	proxy.Cut()
 	u.Host = proxy.Addr()
-	addr := freePort(t)
-	base := "http://" + addr
-	cmd := exec.Command(binary, "serve")
-	cmd.Env = environ(dsn, "TOLLGATE_ADDR="+addr, "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL="+u.String())
-	logs := &logbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		http.DefaultClient.CloseIdleConnections()
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("log:\n%s", tail(logs.String(), 4000))
-		}
-	})
+	base := bintest.Spawn(t, binary, environ(dsn, "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL="+u.String())).URL
 	status := func(path string) int {
 		resp, err := http.Get(base + path)
 		if err != nil {

@@ -11,10 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/tollgate/tollgate/internal/testkit/eventually"
-	"github.com/tollgate/tollgate/internal/testkit/logbuf"
+	"github.com/tollgate/tollgate/internal/testkit/bintest"
 )
 
 // embeddedEnv is the environment of a process using the embedded PostgreSQL
@@ -92,29 +90,8 @@ func noServerLeft(t *testing.T, data string) {
 // another process, uses that same server instead of failing on its lock.
 func TestOperatorCommandsBesideEmbeddedServer(t *testing.T) {
 	data := dataDir(t)
-	addr := freePort(t)
-	logs := &logbuf.Buffer{}
-	srv := exec.Command(binary, "serve")
-	srv.Env = embeddedEnv(data, "TOLLGATE_ADDR="+addr)
-	srv.Stdout, srv.Stderr = logs, logs
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- srv.Wait() }()
-	t.Cleanup(func() {
-		srv.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			srv.Process.Kill()
-		}
-		if t.Failed() {
-			t.Logf("server log:\n%s", tail(logs.String(), 4000))
-		}
-	})
-	base := "http://" + addr
-	eventually.NoError(t, 60*time.Second, "embedded server ready", func() error { return ready(base) })
+	srv := bintest.Start(t, binary, embeddedEnv(data))
+	base := srv.URL
 
 	out, err := embeddedCLI(data, "tenants", "create", "--name", "beside make run")
 	if err != nil {
@@ -139,11 +116,9 @@ func TestOperatorCommandsBesideEmbeddedServer(t *testing.T) {
 		t.Fatalf("after the commands left, the server's database: %v", err)
 	}
 
-	srv.Process.Signal(os.Interrupt)
-	if err := <-exited; err != nil {
+	if err := srv.Stop(); err != nil {
 		t.Fatalf("server exit: %v", err)
 	}
-	exited <- nil
 	noServerLeft(t, data)
 }
 

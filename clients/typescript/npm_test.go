@@ -18,9 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/testkit/eventually"
+	"github.com/tollgate/tollgate/internal/testkit/bintest"
 	"github.com/tollgate/tollgate/internal/testkit/faultnet"
-	"github.com/tollgate/tollgate/internal/testkit/logbuf"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
@@ -50,21 +49,9 @@ func TestMain(m *testing.M) {
 		install.step = npmCI()
 		close(install.done)
 	}()
-	dir, err := os.MkdirTemp("", "tollgate-tsclient-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "tollgate")
-	build := exec.Command("go", "build", "-o", binary, "github.com/tollgate/tollgate/cmd/tollgate")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tollgate:", err)
-		os.Exit(1)
-	}
-	code := pgtest.Run(m)
+	// The binary's folder goes also when its build fails.
+	code := bintest.Run(m, &binary)
 	<-install.done // npm is not left running after the tests
-	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
@@ -291,43 +278,10 @@ func countsOf(out []byte) counts {
 // startTollgate runs `tollgate serve` on dsn and returns its address once ready.
 func startTollgate(t *testing.T, dsn string) string {
 	t.Helper()
-	addr := closedPort(t)
-	logs := &logbuf.Buffer{}
-	cmd := exec.Command(binary, "serve")
 	// A patient counter store: the suite's own builds load both cores, and
 	// a check past the default 50 ms deadline would be decided by the fail
 	// mode (allowed, degraded) where a test expects Tollgate's count.
-	cmd.Env = environ(dsn, "TOLLGATE_ADDR="+addr, "TOLLGATE_COUNTER_TIMEOUT=2s")
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("tollgate at %s did not stop on SIGINT", addr)
-		}
-		if t.Failed() {
-			t.Logf("log of tollgate:\n%s", logs.String())
-		}
-	})
-	eventually.NoError(t, 30*time.Second, "tollgate ready", func() error {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz answered %d", resp.StatusCode)
-		}
-		return nil
-	})
-	return addr
+	return bintest.Start(t, binary, environ(dsn, "TOLLGATE_COUNTER_TIMEOUT=2s")).Addr
 }
 
 func environ(dsn string, extra ...string) []string {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/app"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/limit"
 )
@@ -215,7 +216,7 @@ func TestMemoryStoreKeepsEveryLiveCounter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := counterStore(context.Background(), cfg, "", slog.New(slog.DiscardHandler))
+	s, err := app.CounterStore(context.Background(), appConfig(cfg), "", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

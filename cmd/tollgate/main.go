@@ -1,6 +1,7 @@
 // Command tollgate runs Tollgate, the multi-tenant rate-limit and quota
 // service, and its operator commands. This package is wiring only: it reads
-// the environment into a Config, builds the services and serves them.
+// the environment into a Config; serve hands it to internal/app, which
+// builds the service and serves it.
 //
 // Help, usage and version need no environment at all; each command reads
 // only the configuration it uses (commands.go).

@@ -34,53 +34,14 @@ func plansCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, 
 			return usagef(synopsis, "plans list: unexpected %q", rest[0])
 		}
 	case "set-price":
-		rest, err := parseFlags(newFlags("plans set-price"), args[1:])
-		if err != nil {
-			return usagef(synopsis, "plans set-price: %v", err)
-		}
-		if len(rest) != 2 {
-			return usagef(synopsis, "plans set-price: want PLAN and STRIPE_PRICE_ID")
-		}
-		if err := tenant.ValidatePriceID(rest[1]); err != nil {
-			return usagef(synopsis, "plans set-price: %v", err)
-		}
-		set = func(store tenant.Store) (tenant.Plan, error) {
-			p, err := store.SetPlanPrice(ctx, rest[0], rest[1])
-			if err != nil {
-				return p, notFound(err, "plans set-price: no plan %q (see tollgate plans list)", rest[0])
-			}
-			return p, nil
+		var err error
+		if set, err = planPriceSetter(ctx, synopsis, args[1:]); err != nil {
+			return err
 		}
 	case "set":
-		fs := newFlags("plans set")
-		var l tenant.PlanLimits
-		fs.Func("ip-per-minute", "per-IP limit per minute", positiveFlag(&l.IPPerMinute))
-		fs.Func("quota-per-minute", "tenant quota per minute", positiveFlag(&l.QuotaPerMinute))
-		fs.Func("quota-per-hour", "tenant quota per hour", positiveFlag(&l.QuotaPerHour))
-		fs.Func("monthly-checks", "live checks per calendar month, or unlimited", func(s string) error {
-			if s == "unlimited" {
-				l.MonthlyChecks, l.Unlimited = nil, true
-				return nil
-			}
-			l.Unlimited = false
-			return positiveFlag(&l.MonthlyChecks)(s)
-		})
-		rest, err := parseFlags(fs, args[1:])
-		if err != nil {
-			return usagef(synopsis, "plans set: %v", err)
-		}
-		if len(rest) != 1 {
-			return usagef(synopsis, "plans set: want one PLAN")
-		}
-		if fs.NFlag() == 0 {
-			return usagef(synopsis, "plans set %s: nothing to change", rest[0])
-		}
-		set = func(store tenant.Store) (tenant.Plan, error) {
-			p, err := store.SetPlanLimits(ctx, rest[0], l)
-			if err != nil {
-				return p, notFound(err, "plans set: no plan %q (see tollgate plans list)", rest[0])
-			}
-			return p, nil
+		var err error
+		if set, err = planLimitsSetter(ctx, synopsis, args[1:]); err != nil {
+			return err
 		}
 	default:
 		return usagef(synopsis, "plans %s: want the subcommand list, set-price or set", cmd)
@@ -104,6 +65,63 @@ func plansCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, 
 	}
 	log.InfoContext(ctx, "plan changed", "plan", p.Name, "command", cmd)
 	return printJSON(stdout, planJSON(p))
+}
+
+// planPriceSetter parses `plans set-price`'s arguments into the change it
+// makes.
+func planPriceSetter(ctx context.Context, synopsis string, args []string) (func(tenant.Store) (tenant.Plan, error), error) {
+	rest, err := parseFlags(newFlags("plans set-price"), args)
+	if err != nil {
+		return nil, usagef(synopsis, "plans set-price: %v", err)
+	}
+	if len(rest) != 2 {
+		return nil, usagef(synopsis, "plans set-price: want PLAN and STRIPE_PRICE_ID")
+	}
+	if err := tenant.ValidatePriceID(rest[1]); err != nil {
+		return nil, usagef(synopsis, "plans set-price: %v", err)
+	}
+	return func(store tenant.Store) (tenant.Plan, error) {
+		p, err := store.SetPlanPrice(ctx, rest[0], rest[1])
+		if err != nil {
+			return p, notFound(err, "plans set-price: no plan %q (see tollgate plans list)", rest[0])
+		}
+		return p, nil
+	}, nil
+}
+
+// planLimitsSetter parses `plans set`'s flags and plan into the change it
+// makes.
+func planLimitsSetter(ctx context.Context, synopsis string, args []string) (func(tenant.Store) (tenant.Plan, error), error) {
+	fs := newFlags("plans set")
+	var l tenant.PlanLimits
+	fs.Func("ip-per-minute", "per-IP limit per minute", positiveFlag(&l.IPPerMinute))
+	fs.Func("quota-per-minute", "tenant quota per minute", positiveFlag(&l.QuotaPerMinute))
+	fs.Func("quota-per-hour", "tenant quota per hour", positiveFlag(&l.QuotaPerHour))
+	fs.Func("monthly-checks", "live checks per calendar month, or unlimited", func(s string) error {
+		if s == "unlimited" {
+			l.MonthlyChecks, l.Unlimited = nil, true
+			return nil
+		}
+		l.Unlimited = false
+		return positiveFlag(&l.MonthlyChecks)(s)
+	})
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return nil, usagef(synopsis, "plans set: %v", err)
+	}
+	if len(rest) != 1 {
+		return nil, usagef(synopsis, "plans set: want one PLAN")
+	}
+	if fs.NFlag() == 0 {
+		return nil, usagef(synopsis, "plans set %s: nothing to change", rest[0])
+	}
+	return func(store tenant.Store) (tenant.Plan, error) {
+		p, err := store.SetPlanLimits(ctx, rest[0], l)
+		if err != nil {
+			return p, notFound(err, "plans set: no plan %q (see tollgate plans list)", rest[0])
+		}
+		return p, nil
+	}, nil
 }
 
 // positiveFlag parses a flag's value, a positive integer, into *dst.

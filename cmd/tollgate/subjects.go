@@ -65,10 +65,7 @@ func subjectsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []strin
 	}
 	subject := rest[0]
 	if cfg.CounterStore == "memory" {
-		return fmt.Errorf("subjects reset: TOLLGATE_COUNTER_STORE=memory keeps the counters in the memory of the serving instance, "+
-			"which no other process reaches: nothing was reset. Unlock the subject on that instance's dashboard "+
-			"(the tenant's page, Unlock a subject), or call DELETE /v1/policies/%s/subjects/SUBJECT (SUBJECT path-escaped) with one of the tenant's keys (a live key for the live counter, a test key for the sandbox's)",
-			url.PathEscape(*name))
+		return errMemoryReset(*name)
 	}
 
 	dsn, stopDB, err := database(ctx, cfg, log)
@@ -84,34 +81,12 @@ func subjectsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []strin
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	defer pool.Close()
-	tenants := pgstore.NewTenants(pool)
-	if _, err := tenants.Tenant(ctx, *tenantID); err != nil {
+	if _, err := pgstore.NewTenants(pool).Tenant(ctx, *tenantID); err != nil {
 		return notFound(err, "subjects reset: no tenant %s", *tenantID)
 	}
-	store, err := cliCounters(ctx, cfg, dsn, log)
+	key, err := resetCounter(ctx, cfg, log, pool, dsn, *tenantID, *test, *name, subject)
 	if err != nil {
 		return err
-	}
-	defer store.Close()
-	local := memory.New(memory.Config{MaxKeys: 1000})
-	defer local.Close()
-	g, err := gate.New(gate.Config{
-		Store: store, Local: local, StoreName: cfg.CounterStore, Logger: log, Pepper: cfg.Pepper,
-		Tenants:  tenant.NewDirectory(tenant.DirectoryConfig{Store: tenants, Logger: log}),
-		Policies: policy.NewCatalog(pgstore.NewPolicies(pool), policy.CatalogConfig{}),
-	})
-	if err != nil {
-		return err
-	}
-	key, err := g.Reset(ctx, *tenantID, *test, *name, subject)
-	var fe *policy.FieldError
-	switch {
-	case errors.As(err, &fe) && fe.Field == "subject":
-		return fmt.Errorf("subjects reset: SUBJECT: %s", fe.Reason)
-	case errors.Is(err, gate.ErrStoreUnavailable), errors.Is(err, gate.ErrBusy), errors.Is(err, gate.ErrUnavailable):
-		return fmt.Errorf("subjects reset: the %s counter store did not answer within %s, and nothing was reset: %w", cfg.CounterStore, cliCounterTimeout, err)
-	case err != nil:
-		return policyFault("subjects reset", err)
 	}
 	auditLog := audit.NewLog(pgstore.NewAudit(pool))
 	err = auditLog.Record(ctx, audit.Entry{
@@ -148,6 +123,47 @@ func subjectsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []strin
 			key, audit.MaxListLimit)
 	}
 	return printJSON(cio.stdout, out)
+}
+
+// errMemoryReset is the refusal to reset a counter of the memory store,
+// which only the serving instance reaches, with the two ways that do.
+func errMemoryReset(policy string) error {
+	return fmt.Errorf("subjects reset: TOLLGATE_COUNTER_STORE=memory keeps the counters in the memory of the serving instance, "+
+		"which no other process reaches: nothing was reset. Unlock the subject on that instance's dashboard "+
+		"(the tenant's page, Unlock a subject), or call DELETE /v1/policies/%s/subjects/SUBJECT (SUBJECT path-escaped) with one of the tenant's keys (a live key for the live counter, a test key for the sandbox's)",
+		url.PathEscape(policy))
+}
+
+// resetCounter clears the counter of subject under the policy name of
+// tenantID (its sandbox's with test) in the configured counter store, as
+// the servers key it, and returns the counter's key.
+func resetCounter(ctx context.Context, cfg Config, log *slog.Logger, pool *pgxpool.Pool, dsn, tenantID string, test bool, name, subject string) (string, error) {
+	store, err := cliCounters(ctx, cfg, dsn, log)
+	if err != nil {
+		return "", err
+	}
+	defer store.Close()
+	local := memory.New(memory.Config{MaxKeys: 1000})
+	defer local.Close()
+	g, err := gate.New(gate.Config{
+		Store: store, Local: local, StoreName: cfg.CounterStore, Logger: log, Pepper: cfg.Pepper,
+		Tenants:  tenant.NewDirectory(tenant.DirectoryConfig{Store: pgstore.NewTenants(pool), Logger: log}),
+		Policies: policy.NewCatalog(pgstore.NewPolicies(pool), policy.CatalogConfig{}),
+	})
+	if err != nil {
+		return "", err
+	}
+	key, err := g.Reset(ctx, tenantID, test, name, subject)
+	var fe *policy.FieldError
+	switch {
+	case errors.As(err, &fe) && fe.Field == "subject":
+		return "", fmt.Errorf("subjects reset: SUBJECT: %s", fe.Reason)
+	case errors.Is(err, gate.ErrStoreUnavailable), errors.Is(err, gate.ErrBusy), errors.Is(err, gate.ErrUnavailable):
+		return "", fmt.Errorf("subjects reset: the %s counter store did not answer within %s, and nothing was reset: %w", cfg.CounterStore, cliCounterTimeout, err)
+	case err != nil:
+		return "", policyFault("subjects reset", err)
+	}
+	return key, nil
 }
 
 // lastRefusal returns when the servers last recorded a refusal of the

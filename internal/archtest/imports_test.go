@@ -44,12 +44,22 @@ func listPackages(t *testing.T) []pkg {
 	return pkgs
 }
 
+// root is the composition root: it builds the whole service, adapters and
+// drivers included, and only cmd imports it (tests do too; go list's
+// Imports leave them out).
+const root = mod + "internal/app"
+
+// isWiring reports whether rel (a path inside the module) is code that
+// wires adapters: cmd/... or the composition root.
+func isWiring(rel string) bool { return strings.HasPrefix(rel, "cmd/") || mod+rel == root }
+
 func isStd(path string) bool { return !strings.Contains(strings.Split(path, "/")[0], ".") }
 
-// adapters are the packages only cmd/tollgate (and test helpers) may import:
-// pgstore, stripeapi, and every backend of the counter contract, the
-// in-memory one included (isAdapter). cmd builds them and hands them to the
-// domain as a counter.Store or the domain's own interfaces.
+// adapters are the packages only the wiring (cmd/tollgate and the
+// composition root, internal/app) and test helpers may import: pgstore,
+// stripeapi, and every backend of the counter contract, the in-memory one
+// included (isAdapter). The wiring builds them and hands them to the domain
+// as a counter.Store or the domain's own interfaces.
 var adapters = []string{
 	mod + "internal/pgstore",
 	mod + "internal/billing/stripeapi",
@@ -106,7 +116,8 @@ const (
 	ruleCounter        = "counter imports only limit"
 	ruleWeb            = "web components take view models, not domain packages"
 	ruleSqlc           = "sqlc output stays inside the adapter that owns it"
-	ruleAdapters       = "only cmd/tollgate wires adapters"
+	ruleAdapters       = "only cmd/tollgate and the composition root wire adapters"
+	ruleRoot           = "only cmd imports the composition root"
 	ruleTestOnly       = "only tests import the test-only packages"
 	ruleAdapterWeb     = "an adapter serves the domain, never the HTTP layers"
 	ruleDrivers        = "drivers stay inside adapters"
@@ -124,7 +135,7 @@ const (
 var rules = []string{
 	ruleLimit, ruleCounter, ruleWeb, ruleSqlc, ruleAdapters, ruleTestOnly,
 	ruleAdapterWeb, ruleDrivers, ruleCmd, ruleClientInternal, ruleClientStd, ruleClientDeps,
-	ruleAdmission, ruleObservers, ruleWebCounters, ruleAlert, ruleUsageAudit,
+	ruleAdmission, ruleObservers, ruleWebCounters, ruleAlert, ruleUsageAudit, ruleRoot,
 }
 
 // TestRulesAreDocumented fails when docs/architecture.md does not name a
@@ -169,13 +180,15 @@ func TestImportArrows(t *testing.T) {
 				t.Errorf("%s imports %s: %s", rel, imp, ruleWeb)
 			case strings.HasSuffix(imp, "/sqlcgen") && p.ImportPath != strings.TrimSuffix(imp, "/sqlcgen"):
 				t.Errorf("%s imports %s: %s", rel, imp, ruleSqlc)
-			case isAdapter(imp) && !strings.HasPrefix(rel, "cmd/") && !isTestInfra && !adapter:
+			case imp == root && !strings.HasPrefix(rel, "cmd/"):
+				t.Errorf("%s imports %s: %s", rel, imp, ruleRoot)
+			case isAdapter(imp) && !isWiring(rel) && !isTestInfra && !adapter:
 				t.Errorf("%s imports the adapter %s: %s", rel, imp, ruleAdapters)
 			case hasPrefix(imp, testOnly) && !isTestInfra:
 				t.Errorf("%s imports %s: %s", rel, imp, ruleTestOnly)
 			case adapter && hasPrefix(imp, webLayers):
 				t.Errorf("%s imports %s: %s", rel, imp, ruleAdapterWeb)
-			case hasPrefix(imp, drivers) && !adapter && !isTestInfra && !strings.HasPrefix(rel, "cmd/"):
+			case hasPrefix(imp, drivers) && !adapter && !isTestInfra && !isWiring(rel):
 				t.Errorf("%s imports the driver %s: %s", rel, imp, ruleDrivers)
 			case strings.HasPrefix(rel, "internal/") && strings.HasPrefix(imp, mod+"cmd/"):
 				t.Errorf("%s imports %s: %s", rel, imp, ruleCmd)

@@ -7,26 +7,24 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"golang.org/x/net/html"
 
 	"github.com/tollgate/tollgate/internal/admin"
+	"github.com/tollgate/tollgate/internal/app"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/dashboard"
-	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/httpapi"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
-	"github.com/tollgate/tollgate/internal/usage"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -36,11 +34,13 @@ var cheap = admin.Argon2Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, Key
 
 const password = "correct horse battery staple"
 
-// env is the dashboard mounted on httpapi's real Echo over a database of the
-// test's own, served on a real listener.
+// env is the service as serve builds it (app.New: the dashboard mounted on
+// httpapi's real Echo, the gate, the recorders) over a database of the
+// test's own, served on its own real listener, with the memory counter
+// store.
 type env struct {
 	t       *testing.T
-	srv     *httptest.Server
+	srv     *server
 	echo    *echo.Echo
 	pool    *pgxpool.Pool
 	tenants *pgstore.Tenants
@@ -48,13 +48,21 @@ type env struct {
 	usage   *pgstore.Usage
 	traffic *pgstore.Traffic
 	audit   *audit.Log
-	// billing is a real billing service on the same database, wired as
-	// serve wires it (without Stripe's API).
+	// billing is the service's billing (without Stripe's API).
 	billing *billing.Service
 
 	mu      sync.Mutex
 	changed []string
 }
+
+// server is where env's app serves, and a client of its own.
+type server struct {
+	URL       string
+	transport *http.Transport
+}
+
+// Client is an HTTP client with a transport of this server's own.
+func (s *server) Client() *http.Client { return &http.Client{Transport: s.transport} }
 
 type option func(*dashboard.Config)
 
@@ -72,49 +80,47 @@ func newEnvBehindProxy(t *testing.T, opts ...option) *env {
 }
 
 // newEnvWith is newEnv with api changing the HTTP layer's configuration.
+// The dashboard's configuration starts as serve's, without the parts a
+// test opts into (webhook log, endpoints, leases, counters), with cheap
+// password hashes and the changes it reports recorded.
 func newEnvWith(t *testing.T, api func(*httpapi.Config), opts ...option) *env {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	e := &env{t: t, pool: pool, tenants: pgstore.NewTenants(pool), admins: pgstore.NewAdmins(pool),
-		usage: pgstore.NewUsage(pool), traffic: pgstore.NewTraffic(pool), audit: audit.NewLog(pgstore.NewAudit(pool))}
-	e.billing = billing.NewService(billing.Config{Store: pgstore.NewBilling(pool), Tenants: e.tenants, PublicURL: "https://tollgate.example"})
-	auditRec, err := audit.NewRecorder(audit.RecorderConfig{Store: pgstore.NewAudit(pool)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	usageRec, err := usage.NewRecorder(usage.Config{Store: e.usage, Alerts: auditRec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	counters := memory.New(memory.Config{})
-	t.Cleanup(func() { counters.Close() })
-	local := memory.New(memory.Config{MaxKeys: 100_000})
-	t.Cleanup(func() { local.Close() })
-	cfg := dashboard.Config{
-		Logger: slog.New(slog.DiscardHandler), Accounts: e.admins, Tenants: e.tenants, Policies: pgstore.NewPolicies(pool),
-		Usage: usageRec, Audit: e.audit, Traffic: e.traffic, SignInLimiter: gate.NewLimiter("sign-in limiter", counters, local, nil), Pepper: []byte("test pepper"),
-		Billing: e.billing,
-		Argon2:  cheap,
-		Changed: func(kind, id string) {
+	e := &env{t: t}
+	dash := func(c *dashboard.Config) {
+		c.Logger = slog.New(slog.DiscardHandler)
+		c.Webhooks, c.Endpoints, c.Leases, c.Counters = nil, nil, nil, nil
+		c.Argon2 = cheap
+		invalidate := c.Changed
+		c.Changed = func(kind, id string) {
 			e.mu.Lock()
 			e.changed = append(e.changed, kind+":"+id)
 			e.mu.Unlock()
-		},
+			invalidate(kind, id)
+		}
+		for _, o := range opts {
+			o(c)
+		}
 	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	d, err := dashboard.New(cfg)
+	cfg := app.Config{Addr: "127.0.0.1:0", CounterStore: "memory", Pepper: []byte("test pepper"),
+		PublicURL: "https://tollgate.example", ShutdownTimeout: 10 * time.Second}
+	a, err := app.New(t.Context(), cfg, app.Deps{DSN: pgtest.New(t), Dashboard: dash, API: api})
 	if err != nil {
 		t.Fatal(err)
 	}
-	acfg := httpapi.Config{Logger: cfg.Logger, Ready: pool.Ping, Dashboard: d.Register}
-	if api != nil {
-		api(&acfg)
-	}
-	e.echo = httpapi.New(acfg)
-	e.srv = httptest.NewServer(e.echo)
-	t.Cleanup(e.srv.Close)
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.Run(ctx) }()
+	e.srv = &server{URL: "http://" + a.Addr(), transport: &http.Transport{}}
+	t.Cleanup(func() {
+		e.srv.transport.CloseIdleConnections()
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("app: %v", err)
+		}
+	})
+	e.echo, e.pool, e.billing = a.Echo, a.Pool, a.Parts.Billing
+	e.tenants, e.admins = pgstore.NewTenants(a.Pool), pgstore.NewAdmins(a.Pool)
+	e.usage, e.traffic, e.audit = pgstore.NewUsage(a.Pool), a.Parts.Traffic, audit.NewLog(a.Parts.AuditStore)
 	return e
 }
 

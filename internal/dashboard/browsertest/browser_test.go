@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/tollgate/tollgate/internal/testkit/bintest"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
-	"github.com/tollgate/tollgate/internal/testkit/logbuf"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
@@ -81,47 +79,7 @@ func createTenant(t *testing.T, dsn, name, plan string) newTenant {
 // serve starts `tollgate serve` and waits until it is ready.
 func serve(t *testing.T, dsn string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	logs := &logbuf.Buffer{}
-	cmd := exec.Command(binary, "serve")
-	cmd.Env = environ(dsn, "TOLLGATE_ADDR="+addr, "TOLLGATE_TRUSTED_PROXIES=127.0.0.1")
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("tollgate serve did not stop on SIGINT")
-		}
-		if t.Failed() {
-			l := logs.String()
-			t.Logf("server log (tail):\n%s", l[max(0, len(l)-6000):])
-		}
-	})
-	base := "http://" + addr
-	eventually.NoError(t, 30*time.Second, "tollgate serve ready", func() error {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz answered %d", resp.StatusCode)
-		}
-		return nil
-	})
-	return base
+	return bintest.Start(t, binary, environ(dsn, "TOLLGATE_TRUSTED_PROXIES=127.0.0.1")).URL
 }
 
 // api calls the tenant API as a tenant's server at ip would.
