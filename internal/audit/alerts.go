@@ -35,11 +35,6 @@ type AlertCheck struct {
 	Shadow bool
 }
 
-// AggregateSubject is the SubjectKey of an aggregate alert (see
-// alert.AggregateSubject), and the Key of a RefusalCount that counts the
-// refusals of subjects past the day's watch budget.
-const AggregateSubject = alert.AggregateSubject
-
 // Watch says whether the Store counts a subject's refusals one by one on a
 // UTC day (see Store.CountRefusals).
 type Watch struct {
@@ -48,10 +43,6 @@ type Watch struct {
 	Day     time.Time
 	Watched bool
 }
-
-// Alert is an alert the Recorder raised. It lives in package alert, so
-// that those who only read alerts (usage's report) need not import audit.
-type Alert = alert.Alert
 
 type hourKey struct {
 	tenantID, policy, key string
@@ -146,7 +137,7 @@ func (w *watching) forget(now time.Time) {
 // policy's aggregate when the Store watches no more subjects that day.
 func (r *Recorder) countLocked(tenantID string, f admission.Refusal, at time.Time) {
 	if r.watch.aggregates(tenantID, f.Policy, f.Key, at) {
-		f.Key = AggregateSubject
+		f.Key = alert.AggregateSubject
 	}
 	h := r.heldLocked(tenantID)
 	hk := hourKey{tenantID: tenantID, policy: f.Policy, key: f.Key, hour: at.Truncate(time.Hour).Unix()}
@@ -228,7 +219,7 @@ func (r *Recorder) putBack(counts map[hourKey]int64, checks map[subjectKey]Alert
 
 // Alerts lists tenantID's alerts whose last refusal is at or after since,
 // latest first, at most limit of them (zero: DefaultAlertLimit).
-func (r *Recorder) Alerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]Alert, error) {
+func (r *Recorder) Alerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]alert.Alert, error) {
 	if limit <= 0 {
 		limit = DefaultAlertLimit
 	}

@@ -11,7 +11,7 @@
 // an audit budget per UTC minute, and an alert budget and a watch budget
 // (the subjects whose refusals are counted one by one) per UTC day, shared
 // by every instance, past which one aggregate entry (KindRefusalFlood) or
-// alert (AggregateSubject) counts the rest; each tenant has its own share
+// alert (alert.AggregateSubject) counts the rest; each tenant has its own share
 // of the Recorder's queue; and entries older than the retention are pruned.
 // The budgets' arithmetic lives here, as pure plans (minutes.go, days.go):
 // given a batch and the rows a Store read under lock, they return the rows

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/admission"
+	"github.com/tollgate/tollgate/internal/alert"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
@@ -107,17 +108,17 @@ func TestWatchedSubjectsKeepCounting(t *testing.T) {
 	}
 	want := map[hourRow]int64{
 		{tenant, "sign-in", "a", t0}: 3, {tenant, "sign-in", "b", t0}: 1, {tenant, "sign-in", "c", t0}: 1,
-		{tenant, "sign-in", audit.AggregateSubject, t0}: 2 + 1 + 4,
+		{tenant, "sign-in", alert.AggregateSubject, t0}: 2 + 1 + 4,
 	}
 	if got := hours(t, pool); !maps.Equal(got, want) {
 		t.Errorf("refusal_hours = %v, want %v", got, want)
 	}
 	as := alertsOf(t, pool, tenant)
-	if len(as) != 2 || as[0].SubjectKey+as[1].SubjectKey != "a"+audit.AggregateSubject && as[0].SubjectKey+as[1].SubjectKey != audit.AggregateSubject+"a" {
+	if len(as) != 2 || as[0].SubjectKey+as[1].SubjectKey != "a"+alert.AggregateSubject && as[0].SubjectKey+as[1].SubjectKey != alert.AggregateSubject+"a" {
 		t.Fatalf("alerts = %+v, want a's and an aggregate", as)
 	}
 	for _, a := range as {
-		if a.SubjectKey == audit.AggregateSubject && (a.Subjects != 0 || a.Count != 0 || a.Unwatched != 7) {
+		if a.SubjectKey == alert.AggregateSubject && (a.Subjects != 0 || a.Count != 0 || a.Unwatched != 7) {
 			t.Errorf("aggregate = %+v, want no subject past the alert budget and 7 unwatched refusals", a)
 		}
 	}

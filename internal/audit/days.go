@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/alert"
 )
 
 // The alert and watch budgets of a day, as pure planners: a Store locks
@@ -128,7 +130,7 @@ func PlanAlerts(budget int, cs []AlertCheck) AlertPlan {
 		} else {
 			u.FirstAt, u.LastAt = minTime(u.FirstAt, c.At), maxTime(u.LastAt, c.At)
 		}
-		if c.Key != AggregateSubject {
+		if c.Key != alert.AggregateSubject {
 			p.Checks = append(p.Checks, c)
 		}
 	}

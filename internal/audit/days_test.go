@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/alert"
 	"github.com/tollgate/tollgate/internal/audit"
 )
 
@@ -52,11 +53,11 @@ func TestPlanCounts(t *testing.T) {
 			name: "the days counted, by tenant then day",
 			cs: []audit.RefusalCount{
 				count(tenantB, "s1", "2026-03-02T10:00:00Z", 1), count(tenantA, "s2", "2026-03-02T23:00:00Z", 2),
-				count(tenantA, "s3", "2026-03-01T05:00:00Z", 3), count(tenantA, audit.AggregateSubject, "2026-03-02T01:00:00Z", 4),
+				count(tenantA, "s3", "2026-03-01T05:00:00Z", 3), count(tenantA, alert.AggregateSubject, "2026-03-02T01:00:00Z", 4),
 			},
 			wantCounts: []audit.RefusalCount{
 				count(tenantB, "s1", "2026-03-02T10:00:00Z", 1), count(tenantA, "s2", "2026-03-02T23:00:00Z", 2),
-				count(tenantA, "s3", "2026-03-01T05:00:00Z", 3), count(tenantA, audit.AggregateSubject, "2026-03-02T01:00:00Z", 4),
+				count(tenantA, "s3", "2026-03-01T05:00:00Z", 3), count(tenantA, alert.AggregateSubject, "2026-03-02T01:00:00Z", 4),
 			},
 			wantDays: []audit.Day{
 				day(t, tenantA, "2026-03-01T00:00:00Z"), day(t, tenantA, "2026-03-02T00:00:00Z"), day(t, tenantB, "2026-03-02T00:00:00Z"),
@@ -134,7 +135,7 @@ func TestPlanAlerts(t *testing.T) {
 		{
 			name: "the aggregate subject names its policy's day, and is not checked",
 			cs: []audit.AlertCheck{
-				check(tenantA, "sign-in", audit.AggregateSubject, "2026-03-02T10:00:00Z", 5, false),
+				check(tenantA, "sign-in", alert.AggregateSubject, "2026-03-02T10:00:00Z", 5, false),
 				check(tenantA, "sign-in", "s1", "2026-03-02T11:00:00Z", 5, false),
 			},
 			wantDays:   []audit.Day{day(t, tenantA, "2026-03-02T00:00:00Z")},

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/admission"
+	"github.com/tollgate/tollgate/internal/alert"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
@@ -47,14 +48,14 @@ func floodEntries(t *testing.T, pool *pgxpool.Pool, tenantID string) []audit.Ent
 
 // ownAlerts splits a tenant's alerts into its subjects' own and the
 // aggregates.
-func ownAlerts(t *testing.T, pool *pgxpool.Pool, tenantID string) (own []audit.Alert, aggregates []audit.Alert) {
+func ownAlerts(t *testing.T, pool *pgxpool.Pool, tenantID string) (own []alert.Alert, aggregates []alert.Alert) {
 	t.Helper()
 	as, err := pgstore.NewAudit(pool).ListAlerts(context.Background(), tenantID, time.Time{}, 1_000_000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range as {
-		if a.SubjectKey == audit.AggregateSubject {
+		if a.SubjectKey == alert.AggregateSubject {
 			aggregates = append(aggregates, a)
 		} else {
 			own = append(own, a)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/admission"
+	"github.com/tollgate/tollgate/internal/alert"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/testkit/bg"
@@ -110,7 +111,7 @@ func hours(t *testing.T, pool *pgxpool.Pool) map[hourRow]int64 {
 }
 
 // alertsOf reads a tenant's alerts, latest first.
-func alertsOf(t *testing.T, pool *pgxpool.Pool, tenant string) []audit.Alert {
+func alertsOf(t *testing.T, pool *pgxpool.Pool, tenant string) []alert.Alert {
 	t.Helper()
 	as, err := pgstore.NewAudit(pool).ListAlerts(context.Background(), tenant, time.Time{}, 100)
 	if err != nil {
@@ -265,7 +266,7 @@ func TestRecorderCountsOnlyPolicyRefusalsWithAlertAfter(t *testing.T) {
 				t.Errorf("refusal_hours = %v, want %v", got, wantHours)
 			}
 			// The check is the latest refusal's.
-			wantAlert := audit.Alert{Policy: "sign-in", Subjects: 1, SubjectKey: tt.ref.Key, Count: 3, AlertAfter: 3,
+			wantAlert := alert.Alert{Policy: "sign-in", Subjects: 1, SubjectKey: tt.ref.Key, Count: 3, AlertAfter: 3,
 				FirstAt: t0.Add(2 * time.Second), LastAt: t0.Add(2 * time.Second), Shadow: tt.ref.Shadow}
 			if got := alertsOf(t, pool, tenant); len(got) != 1 || got[0] != wantAlert {
 				t.Errorf("alerts = %+v, want [%+v]", got, wantAlert)
@@ -309,7 +310,7 @@ func TestRecorderFailedFlushKeepsEverything(t *testing.T) {
 		t.Errorf("refusal_hours = %v, want %v", got, wantHours)
 	}
 	// k0's check is at its latest refusal.
-	wantAlerts := []audit.Alert{
+	wantAlerts := []alert.Alert{
 		{Policy: "sign-in", Subjects: 1, SubjectKey: "k0", Count: 3, AlertAfter: 2, FirstAt: t0.Add(time.Second), LastAt: t0.Add(time.Second)},
 		{Policy: "sign-in", Subjects: 1, SubjectKey: "k1", Count: 2, AlertAfter: 2, FirstAt: t0, LastAt: t0},
 	}
@@ -360,7 +361,7 @@ func TestRecorderCountsLostAfterCommitCountOnce(t *testing.T) {
 	if _, _, checks, _ := st.sent(); checks != 2 {
 		t.Errorf("checks sent = %d, want two: the first flush's and the last's", checks)
 	}
-	wantAlert := audit.Alert{Policy: "sign-in", Subjects: 1, SubjectKey: "k", Count: 5, AlertAfter: 5, FirstAt: t0, LastAt: t0}
+	wantAlert := alert.Alert{Policy: "sign-in", Subjects: 1, SubjectKey: "k", Count: 5, AlertAfter: 5, FirstAt: t0, LastAt: t0}
 	if got := alertsOf(t, direct, tenant); len(got) != 1 || got[0] != wantAlert {
 		t.Errorf("alerts = %+v, want [%+v]", got, wantAlert)
 	}

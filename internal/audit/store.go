@@ -3,6 +3,8 @@ package audit
 import (
 	"context"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/alert"
 )
 
 // Store keeps first refusals, refusal counts and alerts. Implementations
@@ -45,7 +47,7 @@ type Store interface {
 	RaiseAlerts(ctx context.Context, budget int, cs []AlertCheck) (int64, error)
 	// ListAlerts lists a tenant's alerts whose LastAt is at or after since,
 	// latest first, at most limit of them.
-	ListAlerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]Alert, error)
+	ListAlerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]alert.Alert, error)
 	// RecordNotes applies b once per b.ID, all or nothing: the notes of
 	// each tenant, scope and minute are written, in order of time, while
 	// the minute's b.Budget lasts (over every batch of every instance); the

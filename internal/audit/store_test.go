@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgate/tollgate/internal/admission"
+	"github.com/tollgate/tollgate/internal/alert"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/testkit/bg"
@@ -172,7 +173,7 @@ func TestAlertsAfterNRefusalsIn24Hours(t *testing.T) {
 			}
 		}
 	}
-	alerts := func() []audit.Alert {
+	alerts := func() []alert.Alert {
 		t.Helper()
 		as, err := a.Alerts(ctx, tenant, t0.Add(-48*time.Hour), 0)
 		if err != nil {
@@ -204,7 +205,7 @@ func TestAlertsAfterNRefusalsIn24Hours(t *testing.T) {
 	refuse(b, t0, "subject-1")
 	flush(b)
 	as := alerts()
-	want := audit.Alert{Policy: "failed-sign-in", Subjects: 1, SubjectKey: "subject-1", Count: 5, AlertAfter: 5, FirstAt: t0, LastAt: t0}
+	want := alert.Alert{Policy: "failed-sign-in", Subjects: 1, SubjectKey: "subject-1", Count: 5, AlertAfter: 5, FirstAt: t0, LastAt: t0}
 	if len(as) != 1 || as[0] != want {
 		t.Fatalf("alerts after 5 refusals = %+v, want [%+v]", as, want)
 	}

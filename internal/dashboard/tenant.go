@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/alert"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/policy"
@@ -260,14 +261,14 @@ func policyRows(td tenantData) []web.PolicyRow {
 
 // alertRows shows a tenant's alerts; an aggregate alert counts the subjects
 // past the day's alert budget.
-func alertRows(alerts []audit.Alert) []web.AlertRow {
+func alertRows(alerts []alert.Alert) []web.AlertRow {
 	var rows []web.AlertRow
 	for _, a := range alerts {
 		row := web.AlertRow{
 			Policy: a.Policy, Subject: shortDigest(a.SubjectKey), Count: count(a.Count), AlertAfter: count(a.AlertAfter),
 			First: when(a.FirstAt), Last: when(a.LastAt), Shadow: a.Shadow,
 		}
-		if a.SubjectKey == audit.AggregateSubject {
+		if a.SubjectKey == alert.AggregateSubject {
 			row.Aggregate = true
 			row.Subject = count(a.Subjects) + " more subjects, past the day's alert budget"
 			if a.Unwatched > 0 {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/alert"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/usage"
 )
@@ -32,7 +32,7 @@ type usageAnswer struct {
 	SandboxUsed      int64            `json:"sandbox_used"`
 	SandboxAllotment int64            `json:"sandbox_allotment"`
 	RefusalsByLayer  map[string]int64 `json:"refusals_by_layer"`
-	Alerts           []audit.Alert    `json:"alerts"`
+	Alerts           []alert.Alert    `json:"alerts"`
 	// WebhooksDisabled lists the tenant's disabled webhook endpoints and
 	// why: a tenant that polls its usage learns that its receiver was
 	// given up on.
@@ -63,7 +63,7 @@ func (a *api) usage(c echo.Context) error {
 	}
 	alerts := r.Alerts
 	if alerts == nil {
-		alerts = []audit.Alert{}
+		alerts = []alert.Alert{}
 	}
 	disabled := []disabledHook{}
 	if a.cfg.Webhooks != nil {

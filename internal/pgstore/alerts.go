@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/tollgate/tollgate/internal/alert"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/pgstore/sqlcgen"
 )
@@ -158,7 +159,7 @@ func unwatchedParams(us []audit.Unwatched) sqlcgen.SetUnwatchedAlertsParams {
 
 // ListAlerts implements audit.Store. A tenant id that is not a UUID has no
 // alerts.
-func (s *Audit) ListAlerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]audit.Alert, error) {
+func (s *Audit) ListAlerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]alert.Alert, error) {
 	id, ok := uuidOf(tenantID)
 	if !ok {
 		return nil, nil
@@ -171,9 +172,9 @@ func (s *Audit) ListAlerts(ctx context.Context, tenantID string, since time.Time
 	if err != nil {
 		return nil, dbErr(err, auditErrors)
 	}
-	out := make([]audit.Alert, len(rows))
+	out := make([]alert.Alert, len(rows))
 	for i, r := range rows {
-		out[i] = audit.Alert{
+		out[i] = alert.Alert{
 			Policy:     r.Policy,
 			SubjectKey: r.SubjectKey,
 			Count:      r.Count,
