@@ -223,50 +223,54 @@ func loadCounters(c *Config, getenv func(string) string) error {
 }
 
 // loadConfig reads and validates the whole environment, for serve:
-// loadStoreConfig's part, then the rest. An error names the variable at
-// fault; nothing falls back silently.
+// loadStoreConfig's part, then the rest a group at a time: the counters,
+// the server, its clients, the limits, webhooks and billing. An error names
+// the variable at fault; nothing falls back silently.
 func loadConfig(getenv func(string) string) (Config, error) {
 	c, err := loadStoreConfig(getenv)
 	if err != nil {
 		return c, err
 	}
+	// The counter store and the pepper first, as every command that
+	// counts reads them; a Redis URL that can never connect (one that
+	// would only ever fail open) stops start-up.
+	for _, load := range []func(*Config, func(string) string) error{
+		loadCounters, loadServer, loadClients, loadLimits, loadWebhooks, loadStripe,
+	} {
+		if err := load(&c, getenv); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// loadServer reads how the server runs: TOLLGATE_ADDR, TOLLGATE_DEBUG_ADDR,
+// the shutdown, read, write and idle timeouts, TOLLGATE_AUDIT_RETENTION_DAYS,
+// TOLLGATE_SECURE_COOKIES and TOLLGATE_PUBLIC_URL (by default the address's).
+func loadServer(c *Config, getenv func(string) string) error {
+	var err error
 	c.Addr = cmp.Or(getenv("TOLLGATE_ADDR"), ":8080")
-	c.CounterTimeout = 50 * time.Millisecond
 	c.ShutdownTimeout = 15 * time.Second
 	c.ReadTimeout = 30 * time.Second
 	c.WriteTimeout = 60 * time.Second
 	c.IdleTimeout = 60 * time.Second
 	c.AuditRetention = 90 * 24 * time.Hour
-	if c.WebhookAllowPrivate, err = parseBool("TOLLGATE_WEBHOOK_ALLOW_PRIVATE", getenv("TOLLGATE_WEBHOOK_ALLOW_PRIVATE")); err != nil {
-		return c, err
-	}
 	if c.SecureCookies, err = parseBool("TOLLGATE_SECURE_COOKIES", getenv("TOLLGATE_SECURE_COOKIES")); err != nil {
-		return c, err
-	}
-	// The counter store and the pepper, as every command that counts
-	// reads them; a Redis URL that can never connect (one that would only
-	// ever fail open) stops start-up.
-	if err := loadCounters(&c, getenv); err != nil {
-		return c, err
+		return err
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
-		return c, fmt.Errorf("TOLLGATE_ADDR %q: want host:port or :port", c.Addr)
-	}
-	if v := getenv("TOLLGATE_COUNTER_TIMEOUT"); v != "" {
-		if c.CounterTimeout, err = time.ParseDuration(v); err != nil || c.CounterTimeout < time.Millisecond || c.CounterTimeout > 10*time.Second {
-			return c, fmt.Errorf("TOLLGATE_COUNTER_TIMEOUT %q: want a duration from 1ms to 10s", v)
-		}
+		return fmt.Errorf("TOLLGATE_ADDR %q: want host:port or :port", c.Addr)
 	}
 	if v := getenv("TOLLGATE_DEBUG_ADDR"); v != "" {
 		host, _, err := net.SplitHostPort(v)
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-			return c, fmt.Errorf("TOLLGATE_DEBUG_ADDR %q: want a loopback host:port such as 127.0.0.1:6060 (the profiler must not face the network)", v)
+			return fmt.Errorf("TOLLGATE_DEBUG_ADDR %q: want a loopback host:port such as 127.0.0.1:6060 (the profiler must not face the network)", v)
 		}
 		c.DebugAddr = v
 	}
 	if v := getenv("TOLLGATE_SHUTDOWN_TIMEOUT"); v != "" {
 		if c.ShutdownTimeout, err = time.ParseDuration(v); err != nil || c.ShutdownTimeout <= 0 {
-			return c, fmt.Errorf("TOLLGATE_SHUTDOWN_TIMEOUT %q: want a positive duration", v)
+			return fmt.Errorf("TOLLGATE_SHUTDOWN_TIMEOUT %q: want a positive duration", v)
 		}
 	}
 	for _, d := range []struct {
@@ -275,7 +279,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}{{"TOLLGATE_READ_TIMEOUT", &c.ReadTimeout}, {"TOLLGATE_WRITE_TIMEOUT", &c.WriteTimeout}, {"TOLLGATE_IDLE_TIMEOUT", &c.IdleTimeout}} {
 		if v := getenv(d.name); v != "" {
 			if *d.v, err = time.ParseDuration(v); err != nil || *d.v < time.Second || *d.v > time.Hour {
-				return c, fmt.Errorf("%s %q: want a duration from 1s to 1h", d.name, v)
+				return fmt.Errorf("%s %q: want a duration from 1s to 1h", d.name, v)
 			}
 		}
 	}
@@ -283,15 +287,39 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		// The write deadline runs from the end of the headers, so it covers
 		// reading the body too: shorter than the read one, it would cut
 		// answers to bodies the read timeout allows.
-		return c, fmt.Errorf("TOLLGATE_WRITE_TIMEOUT %s: want at least TOLLGATE_READ_TIMEOUT (%s)", c.WriteTimeout, c.ReadTimeout)
+		return fmt.Errorf("TOLLGATE_WRITE_TIMEOUT %s: want at least TOLLGATE_READ_TIMEOUT (%s)", c.WriteTimeout, c.ReadTimeout)
 	}
 	if v := getenv("TOLLGATE_AUDIT_RETENTION_DAYS"); v != "" {
 		days, err := strconv.Atoi(v)
 		if err != nil || days < 1 || days > 36500 {
-			return c, fmt.Errorf("TOLLGATE_AUDIT_RETENTION_DAYS %q: want whole days, 1 to 36500", v)
+			return fmt.Errorf("TOLLGATE_AUDIT_RETENTION_DAYS %q: want whole days, 1 to 36500", v)
 		}
 		c.AuditRetention = time.Duration(days) * 24 * time.Hour
 	}
+	if strings.HasPrefix(c.Addr, ":") {
+		c.PublicURL = cmp.Or(getenv("TOLLGATE_PUBLIC_URL"), "http://localhost"+c.Addr)
+	} else {
+		c.PublicURL = cmp.Or(getenv("TOLLGATE_PUBLIC_URL"), "http://"+c.Addr)
+	}
+	if err := checkURL("TOLLGATE_PUBLIC_URL", c.PublicURL); err != nil {
+		return err
+	}
+	// The development pepper is public: a dev server listens on every
+	// interface only when TOLLGATE_ADDR names one (0.0.0.0:8080). Production
+	// keeps ":8080", every interface, where its load balancer or Docker's
+	// port mapping reaches it.
+	if host, port, _ := net.SplitHostPort(c.Addr); c.Dev && host == "" {
+		c.Addr = net.JoinHostPort("127.0.0.1", port)
+	}
+	return nil
+}
+
+// loadClients reads how clients are told apart and how many connections
+// they may hold: TOLLGATE_TRUSTED_PROXIES, TOLLGATE_CLIENT_IP_HEADER (which
+// needs them), TOLLGATE_IPV6_PREFIX and TOLLGATE_CONNS_PER_IP, _KEYLESS and
+// _PER_TENANT.
+func loadClients(c *Config, getenv func(string) string) error {
+	var err error
 	for _, entry := range strings.Split(getenv("TOLLGATE_TRUSTED_PROXIES"), ",") {
 		s := strings.TrimSpace(entry)
 		if s == "" {
@@ -306,55 +334,26 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		}
 		_, n, err := net.ParseCIDR(s)
 		if err != nil {
-			return c, fmt.Errorf("TOLLGATE_TRUSTED_PROXIES: %q is not an IP or CIDR", s)
+			return fmt.Errorf("TOLLGATE_TRUSTED_PROXIES: %q is not an IP or CIDR", s)
 		}
 		if why := tooWideToTrust(n); why != "" {
-			return c, fmt.Errorf("TOLLGATE_TRUSTED_PROXIES: %q trusts too much of the internet (%s): anyone connecting from inside it could name their own address in a forwarding header and pass every per-address limit", strings.TrimSpace(entry), why)
+			return fmt.Errorf("TOLLGATE_TRUSTED_PROXIES: %q trusts too much of the internet (%s): anyone connecting from inside it could name their own address in a forwarding header and pass every per-address limit", strings.TrimSpace(entry), why)
 		}
 		c.TrustedProxies = append(c.TrustedProxies, n)
 	}
-	if v := getenv("TOLLGATE_INSTANCE_CEILING"); v != "" {
-		if c.InstanceCeiling, err = strconv.ParseInt(v, 10, 64); err != nil || c.InstanceCeiling < 0 || c.InstanceCeiling > 10_000_000 {
-			return c, fmt.Errorf("TOLLGATE_INSTANCE_CEILING %q: want requests a second, 0 (off) to 10000000", v)
-		}
-	}
 	if v := strings.ToLower(getenv("TOLLGATE_CLIENT_IP_HEADER")); v != "" {
 		if !slices.Contains(clientIPHeaders, v) {
-			return c, fmt.Errorf("TOLLGATE_CLIENT_IP_HEADER %q: want one of %s", v, strings.Join(clientIPHeaders, ", "))
+			return fmt.Errorf("TOLLGATE_CLIENT_IP_HEADER %q: want one of %s", v, strings.Join(clientIPHeaders, ", "))
 		}
 		if len(c.TrustedProxies) == 0 {
-			return c, fmt.Errorf("TOLLGATE_CLIENT_IP_HEADER needs TOLLGATE_TRUSTED_PROXIES: the header is believed only from them")
+			return fmt.Errorf("TOLLGATE_CLIENT_IP_HEADER needs TOLLGATE_TRUSTED_PROXIES: the header is believed only from them")
 		}
 		c.ClientIPHeader = v
 	}
 	c.IPv6Prefix = 64
 	if v := getenv("TOLLGATE_IPV6_PREFIX"); v != "" {
 		if c.IPv6Prefix, err = strconv.Atoi(strings.TrimPrefix(v, "/")); err != nil || c.IPv6Prefix < 32 || c.IPv6Prefix > 128 {
-			return c, fmt.Errorf("TOLLGATE_IPV6_PREFIX %q: want a prefix length from 32 to 128 (64 keys clients by /64)", v)
-		}
-	}
-	c.TenantInflight = 64
-	if v := getenv("TOLLGATE_TENANT_INFLIGHT"); v != "" {
-		if c.TenantInflight, err = strconv.ParseInt(v, 10, 64); err != nil || c.TenantInflight < 32 || c.TenantInflight > 1_000_000 {
-			return c, fmt.Errorf("TOLLGATE_TENANT_INFLIGHT %q: want check items in progress per tenant and instance, 32 to 1000000", v)
-		}
-	}
-	c.TenantMaxLeases = 10_000
-	if v := getenv("TOLLGATE_TENANT_MAX_LEASES"); v != "" {
-		if c.TenantMaxLeases, err = strconv.ParseInt(v, 10, 64); err != nil || c.TenantMaxLeases < 1 || c.TenantMaxLeases > 10_000_000 {
-			return c, fmt.Errorf("TOLLGATE_TENANT_MAX_LEASES %q: want the leases one tenant may hold at once, 1 to 10000000", v)
-		}
-	}
-	c.WebhookTestSends = httpapi.DefaultWebhookTestsPerMinute
-	if v := getenv("TOLLGATE_WEBHOOK_TEST_SENDS"); v != "" {
-		if c.WebhookTestSends, err = strconv.ParseInt(v, 10, 64); err != nil || c.WebhookTestSends < 1 || c.WebhookTestSends > 1_000_000 {
-			return c, fmt.Errorf("TOLLGATE_WEBHOOK_TEST_SENDS %q: want the test events a tenant may send a minute, 1 to 1000000", v)
-		}
-	}
-	c.MemoryMaxKeys = 1_000_000
-	if v := getenv("TOLLGATE_MEMORY_MAX_KEYS"); v != "" {
-		if c.MemoryMaxKeys, err = strconv.Atoi(v); err != nil || c.MemoryMaxKeys < 1000 || c.MemoryMaxKeys > 100_000_000 {
-			return c, fmt.Errorf("TOLLGATE_MEMORY_MAX_KEYS %q: want the counters the memory store holds, 1000 to 100000000", v)
+			return fmt.Errorf("TOLLGATE_IPV6_PREFIX %q: want a prefix length from 32 to 128 (64 keys clients by /64)", v)
 		}
 	}
 	for _, v := range []struct {
@@ -369,32 +368,67 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		*v.to = v.def
 		if s := getenv(v.name); s != "" {
 			if *v.to, err = strconv.Atoi(s); err != nil || *v.to < 1 || *v.to > 1_000_000 {
-				return c, fmt.Errorf("%s %q: want a number of connections, 1 to 1000000", v.name, s)
+				return fmt.Errorf("%s %q: want a number of connections, 1 to 1000000", v.name, s)
 			}
 		}
 	}
 	if c.ConnsPerIP > c.ConnsKeyless {
-		return c, fmt.Errorf("TOLLGATE_CONNS_PER_IP %d: want at most TOLLGATE_CONNS_KEYLESS (%d)", c.ConnsPerIP, c.ConnsKeyless)
+		return fmt.Errorf("TOLLGATE_CONNS_PER_IP %d: want at most TOLLGATE_CONNS_KEYLESS (%d)", c.ConnsPerIP, c.ConnsKeyless)
 	}
-	if strings.HasPrefix(c.Addr, ":") {
-		c.PublicURL = cmp.Or(getenv("TOLLGATE_PUBLIC_URL"), "http://localhost"+c.Addr)
-	} else {
-		c.PublicURL = cmp.Or(getenv("TOLLGATE_PUBLIC_URL"), "http://"+c.Addr)
+	return nil
+}
+
+// loadLimits reads what bounds the work: TOLLGATE_COUNTER_TIMEOUT,
+// TOLLGATE_INSTANCE_CEILING, TOLLGATE_TENANT_INFLIGHT,
+// TOLLGATE_TENANT_MAX_LEASES and TOLLGATE_MEMORY_MAX_KEYS.
+func loadLimits(c *Config, getenv func(string) string) error {
+	var err error
+	c.CounterTimeout = 50 * time.Millisecond
+	if v := getenv("TOLLGATE_COUNTER_TIMEOUT"); v != "" {
+		if c.CounterTimeout, err = time.ParseDuration(v); err != nil || c.CounterTimeout < time.Millisecond || c.CounterTimeout > 10*time.Second {
+			return fmt.Errorf("TOLLGATE_COUNTER_TIMEOUT %q: want a duration from 1ms to 10s", v)
+		}
 	}
-	if err := checkURL("TOLLGATE_PUBLIC_URL", c.PublicURL); err != nil {
-		return c, err
+	if v := getenv("TOLLGATE_INSTANCE_CEILING"); v != "" {
+		if c.InstanceCeiling, err = strconv.ParseInt(v, 10, 64); err != nil || c.InstanceCeiling < 0 || c.InstanceCeiling > 10_000_000 {
+			return fmt.Errorf("TOLLGATE_INSTANCE_CEILING %q: want requests a second, 0 (off) to 10000000", v)
+		}
 	}
-	// The development pepper is public: a dev server listens on every
-	// interface only when TOLLGATE_ADDR names one (0.0.0.0:8080). Production
-	// keeps ":8080", every interface, where its load balancer or Docker's
-	// port mapping reaches it.
-	if host, port, _ := net.SplitHostPort(c.Addr); c.Dev && host == "" {
-		c.Addr = net.JoinHostPort("127.0.0.1", port)
+	c.TenantInflight = 64
+	if v := getenv("TOLLGATE_TENANT_INFLIGHT"); v != "" {
+		if c.TenantInflight, err = strconv.ParseInt(v, 10, 64); err != nil || c.TenantInflight < 32 || c.TenantInflight > 1_000_000 {
+			return fmt.Errorf("TOLLGATE_TENANT_INFLIGHT %q: want check items in progress per tenant and instance, 32 to 1000000", v)
+		}
 	}
-	if err := loadStripe(&c, getenv); err != nil {
-		return c, err
+	c.TenantMaxLeases = 10_000
+	if v := getenv("TOLLGATE_TENANT_MAX_LEASES"); v != "" {
+		if c.TenantMaxLeases, err = strconv.ParseInt(v, 10, 64); err != nil || c.TenantMaxLeases < 1 || c.TenantMaxLeases > 10_000_000 {
+			return fmt.Errorf("TOLLGATE_TENANT_MAX_LEASES %q: want the leases one tenant may hold at once, 1 to 10000000", v)
+		}
 	}
-	return c, nil
+	c.MemoryMaxKeys = 1_000_000
+	if v := getenv("TOLLGATE_MEMORY_MAX_KEYS"); v != "" {
+		if c.MemoryMaxKeys, err = strconv.Atoi(v); err != nil || c.MemoryMaxKeys < 1000 || c.MemoryMaxKeys > 100_000_000 {
+			return fmt.Errorf("TOLLGATE_MEMORY_MAX_KEYS %q: want the counters the memory store holds, 1000 to 100000000", v)
+		}
+	}
+	return nil
+}
+
+// loadWebhooks reads what tenants' webhooks may do:
+// TOLLGATE_WEBHOOK_ALLOW_PRIVATE and TOLLGATE_WEBHOOK_TEST_SENDS.
+func loadWebhooks(c *Config, getenv func(string) string) error {
+	var err error
+	if c.WebhookAllowPrivate, err = parseBool("TOLLGATE_WEBHOOK_ALLOW_PRIVATE", getenv("TOLLGATE_WEBHOOK_ALLOW_PRIVATE")); err != nil {
+		return err
+	}
+	c.WebhookTestSends = httpapi.DefaultWebhookTestsPerMinute
+	if v := getenv("TOLLGATE_WEBHOOK_TEST_SENDS"); v != "" {
+		if c.WebhookTestSends, err = strconv.ParseInt(v, 10, 64); err != nil || c.WebhookTestSends < 1 || c.WebhookTestSends > 1_000_000 {
+			return fmt.Errorf("TOLLGATE_WEBHOOK_TEST_SENDS %q: want the test events a tenant may send a minute, 1 to 1000000", v)
+		}
+	}
+	return nil
 }
 
 // LogValue shows the effective configuration with secrets masked.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/app"
 	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/httpapi"
 	"github.com/tollgate/tollgate/internal/limit"
 )
 
@@ -47,6 +49,19 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"profiler without a port":      {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_DEBUG_ADDR": "127.0.0.1"}, "TOLLGATE_DEBUG_ADDR"},
 		"memory store too small":       {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_MEMORY_MAX_KEYS": "10"}, "TOLLGATE_MEMORY_MAX_KEYS"},
 		"memory store not a number":    {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_MEMORY_MAX_KEYS": "1M"}, "TOLLGATE_MEMORY_MAX_KEYS"},
+		"shutdown timeout zero":        {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_SHUTDOWN_TIMEOUT": "0s"}, "TOLLGATE_SHUTDOWN_TIMEOUT"},
+		"instance ceiling negative":    {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_INSTANCE_CEILING": "-1"}, "TOLLGATE_INSTANCE_CEILING"},
+		"unknown client ip header":     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_TRUSTED_PROXIES": "10.0.0.0/8", "TOLLGATE_CLIENT_IP_HEADER": "x-forwarded-for"}, "TOLLGATE_CLIENT_IP_HEADER"},
+		"client ip header, no proxies": {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_CLIENT_IP_HEADER": "cf-connecting-ip"}, "TOLLGATE_TRUSTED_PROXIES"},
+		"ipv6 prefix too short":        {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_IPV6_PREFIX": "/16"}, "TOLLGATE_IPV6_PREFIX"},
+		"tenant inflight too low":      {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_TENANT_INFLIGHT": "8"}, "TOLLGATE_TENANT_INFLIGHT"},
+		"tenant max leases zero":       {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_TENANT_MAX_LEASES": "0"}, "TOLLGATE_TENANT_MAX_LEASES"},
+		"conns per tenant not a count": {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_CONNS_PER_TENANT": "many"}, "TOLLGATE_CONNS_PER_TENANT"},
+		"conns per ip above keyless":   {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_CONNS_PER_IP": "100", "TOLLGATE_CONNS_KEYLESS": "10"}, "TOLLGATE_CONNS_PER_IP"},
+		"public url not http":          {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_PUBLIC_URL": "ftp://example.com"}, "TOLLGATE_PUBLIC_URL"},
+		"bad webhook private flag":     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_WEBHOOK_ALLOW_PRIVATE": "maybe"}, "TOLLGATE_WEBHOOK_ALLOW_PRIVATE"},
+		"bad secure cookies flag":      {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_SECURE_COOKIES": "maybe"}, "TOLLGATE_SECURE_COOKIES"},
+		"publishable stripe key":       {map[string]string{"TOLLGATE_DEV": "1", "STRIPE_API_KEY": "pk_test_123"}, "STRIPE_API_KEY"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -125,6 +140,64 @@ func TestConfigDefaultsAndValues(t *testing.T) {
 	if err != nil || c.AuditRetention != 400*24*time.Hour {
 		t.Errorf("TOLLGATE_AUDIT_RETENTION_DAYS=400: got %v, %v; want 400 days", c.AuditRetention, err)
 	}
+}
+
+// TestConfigReadsEveryVariable: each variable serve reads lands in its
+// field, and each left unset gives its default.
+func TestConfigReadsEveryVariable(t *testing.T) {
+	t.Parallel()
+	c, err := loadConfig(envOf(map[string]string{"TOLLGATE_PEPPER": testPepper}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Addr: ":8080", CounterStore: "postgres", LogFormat: "json", DataDir: ".tollgate", CounterTimeout: 50 * time.Millisecond, ShutdownTimeout: 15 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: time.Minute, AuditRetention: 90 * 24 * time.Hour,
+		IPv6Prefix: 64, TenantInflight: 64, TenantMaxLeases: 10_000, MemoryMaxKeys: 1_000_000,
+		ConnsPerIP: httpapi.DefaultConnsPerIP, ConnsKeyless: httpapi.DefaultConnsKeyless, ConnsPerTenant: httpapi.DefaultConnsPerTenant,
+		WebhookTestSends: httpapi.DefaultWebhookTestsPerMinute, PublicURL: "http://localhost:8080",
+	}
+	if got := withoutSlices(c); !reflect.DeepEqual(got, want) {
+		t.Errorf("defaults:\ngot  %+v\nwant %+v", got, want)
+	}
+
+	c, err = loadConfig(envOf(map[string]string{
+		"TOLLGATE_PEPPER": testPepper, "TOLLGATE_ADDR": "127.0.0.1:9000", "TOLLGATE_COUNTER_STORE": "memory",
+		"TOLLGATE_COUNTER_TIMEOUT": "20ms", "TOLLGATE_DEBUG_ADDR": "127.0.0.1:6060", "TOLLGATE_SHUTDOWN_TIMEOUT": "5s",
+		"TOLLGATE_READ_TIMEOUT": "10s", "TOLLGATE_WRITE_TIMEOUT": "20s", "TOLLGATE_IDLE_TIMEOUT": "40s",
+		"TOLLGATE_AUDIT_RETENTION_DAYS": "7", "TOLLGATE_TRUSTED_PROXIES": "10.0.0.0/8", "TOLLGATE_INSTANCE_CEILING": "5000",
+		"TOLLGATE_CLIENT_IP_HEADER": "CF-Connecting-IP", "TOLLGATE_IPV6_PREFIX": "/56", "TOLLGATE_TENANT_INFLIGHT": "128",
+		"TOLLGATE_TENANT_MAX_LEASES": "50", "TOLLGATE_WEBHOOK_TEST_SENDS": "3", "TOLLGATE_MEMORY_MAX_KEYS": "5000",
+		"TOLLGATE_CONNS_PER_IP": "8", "TOLLGATE_CONNS_KEYLESS": "16", "TOLLGATE_CONNS_PER_TENANT": "32",
+		"TOLLGATE_PUBLIC_URL": "https://tollgate.example", "TOLLGATE_SECURE_COOKIES": "1", "TOLLGATE_WEBHOOK_ALLOW_PRIVATE": "1",
+		"STRIPE_WEBHOOK_SECRET": "whsec_0123456789, whsec_abcdefghij", "STRIPE_API_KEY": "sk_test_123", "STRIPE_API_BASE": "http://127.0.0.1:12111",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = Config{
+		Addr: "127.0.0.1:9000", CounterStore: "memory", LogFormat: "json", DataDir: ".tollgate", CounterTimeout: 20 * time.Millisecond, DebugAddr: "127.0.0.1:6060",
+		ShutdownTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 20 * time.Second, IdleTimeout: 40 * time.Second,
+		AuditRetention: 7 * 24 * time.Hour, InstanceCeiling: 5000, ClientIPHeader: "cf-connecting-ip", IPv6Prefix: 56,
+		TenantInflight: 128, TenantMaxLeases: 50, WebhookTestSends: 3, MemoryMaxKeys: 5000, ConnsPerIP: 8, ConnsKeyless: 16, ConnsPerTenant: 32,
+		PublicURL: "https://tollgate.example", SecureCookies: true, WebhookAllowPrivate: true,
+		StripeAPIKey: "sk_test_123", StripeAPIBase: "http://127.0.0.1:12111",
+	}
+	if got := withoutSlices(c); !reflect.DeepEqual(got, want) {
+		t.Errorf("values:\ngot  %+v\nwant %+v", got, want)
+	}
+	if len(c.TrustedProxies) != 1 || c.TrustedProxies[0].String() != "10.0.0.0/8" {
+		t.Errorf("trusted proxies: got %v, want [10.0.0.0/8]", c.TrustedProxies)
+	}
+	if strings.Join(c.StripeWebhookSecrets, ",") != "whsec_0123456789,whsec_abcdefghij" {
+		t.Errorf("stripe webhook secrets: got %q, want [whsec_0123456789 whsec_abcdefghij]", c.StripeWebhookSecrets)
+	}
+}
+
+// withoutSlices is c without its slices, which the tests compare apart.
+func withoutSlices(c Config) Config {
+	c.Pepper, c.TrustedProxies, c.StripeWebhookSecrets = nil, nil, nil
+	return c
 }
 
 // TestDevAddrDefault: TOLLGATE_DEV's server listens on the loopback unless

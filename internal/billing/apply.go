@@ -52,127 +52,148 @@ import (
 //     subscription event too; the invoice makes the change take effect
 //     without waiting for it.
 func Apply(a Account, ev Event, prices Prices) (Account, Outcome, string) {
-	staleNote := func(since time.Time) string {
-		return fmt.Sprintf("created %s, before the last billing change (%s)", stamp(ev.Created), stamp(since))
-	}
 	switch ev.Type {
 	case EventCheckoutCompleted:
-		c := ev.Checkout
-		if c == nil || c.Mode != checkoutModeSubscription {
-			return a, OutcomeIgnored, "not a subscription checkout"
-		}
-		if a.CustomerID != "" && ev.CustomerID != "" && ev.CustomerID != a.CustomerID {
-			return a, OutcomeCustomerConflict, note(fmt.Sprintf("tenant has customer %s: kept it, and did not link customer %s and subscription %s",
-				a.CustomerID, ev.CustomerID, cmp.Or(c.SubscriptionID, "-")))
-		}
-		if a.CustomerID != "" && ev.Created.Before(later(a.UpdatedAt, a.PlanUpdatedAt)) {
-			return a, OutcomeStale, staleNote(later(a.UpdatedAt, a.PlanUpdatedAt))
-		}
-		next := a
-		if ev.CustomerID != "" {
-			next.CustomerID = ev.CustomerID
-		}
-		if c.SubscriptionID != "" {
-			next.SubscriptionID = c.SubscriptionID
-		}
-		return next, OutcomeApplied, fmt.Sprintf("linked customer %s and subscription %s", cmp.Or(next.CustomerID, "-"), cmp.Or(next.SubscriptionID, "-"))
-
+		return applyCheckout(a, ev)
 	case EventSubscriptionCreated, EventSubscriptionUpdated, EventSubscriptionDeleted:
-		s := ev.Subscription
-		if s == nil || s.ID == "" {
-			return a, OutcomeIgnored, "no subscription in the event"
-		}
-		same := a.SubscriptionID == s.ID
-		// A subscription's first event loses a tie with a later one.
-		first := same && ev.Type == EventSubscriptionCreated
-		planStale := older(ev.Created, a.PlanUpdatedAt, first)
-		statusStale := older(ev.Created, a.UpdatedAt, first)
-		if planStale && statusStale {
-			return a, OutcomeStale, staleNote(later(a.UpdatedAt, a.PlanUpdatedAt))
-		}
-		if same && ended(a.Status) {
-			return a, OutcomeStale, fmt.Sprintf("subscription %s has already ended (%s)", s.ID, a.Status)
-		}
-		if a.SubscriptionID != "" && !same {
-			// A late event of a subscription the tenant left must not
-			// undo the one it has; a new subscription replaces it.
-			switch {
-			case ev.Type == EventSubscriptionDeleted:
-				return a, OutcomeIgnored, fmt.Sprintf("subscription %s is not the tenant's (%s)", s.ID, a.SubscriptionID)
-			case ev.Type == EventSubscriptionUpdated && !ended(a.Status):
-				return a, OutcomeIgnored, fmt.Sprintf("subscription %s is not the tenant's (%s, %s)", s.ID, a.SubscriptionID, a.Status)
-			}
-		}
-		next := a
-		if next.CustomerID == "" {
-			next.CustomerID = ev.CustomerID
-		}
-		var notes []string
-		if !statusStale {
-			status := s.Status
-			if ev.Type == EventSubscriptionDeleted {
-				status = tenant.StatusCanceled
-			}
-			if knownStatus(status) {
-				next.Status = status
-			} else {
-				notes = append(notes, fmt.Sprintf("unknown status %q left %s", status, a.Status))
-			}
-			next.UpdatedAt = ev.Created
-		} else {
-			notes = append(notes, "status left as a newer event set it")
-		}
-		if !planStale {
-			next.SubscriptionID = s.ID
-			plan, price := planOf(s.Items, prices)
-			switch {
-			case plan != "":
-				next.Plan = plan
-			case price != "":
-				notes = append(notes, fmt.Sprintf("no plan has price %s (tollgate plans set-price); plan left %s", price, a.Plan))
-			default:
-				notes = append(notes, "no priced item; plan left "+a.Plan)
-			}
-			next.UsageItemID = ""
-			if ev.Type != EventSubscriptionDeleted {
-				for _, it := range s.Items {
-					if it.Metered {
-						next.UsageItemID = it.ID
-						break
-					}
-				}
-			}
-			next.PlanUpdatedAt = ev.Created
-		} else {
-			notes = append(notes, "plan left as a newer event set it")
-		}
-		return next, OutcomeApplied, changeNote(a, next, notes)
-
+		return applySubscription(a, ev, prices)
 	case EventInvoicePaid, EventInvoicePaymentFailed:
-		inv := ev.Invoice
-		if inv == nil {
-			return a, OutcomeIgnored, "no invoice in the event"
-		}
-		if inv.SubscriptionID == "" || (a.SubscriptionID != "" && inv.SubscriptionID != a.SubscriptionID) {
-			return a, OutcomeIgnored, fmt.Sprintf("invoice %s is not for the tenant's subscription (%s)", inv.ID, cmp.Or(a.SubscriptionID, "none"))
-		}
-		if older(ev.Created, a.UpdatedAt, false) {
-			return a, OutcomeStale, staleNote(a.UpdatedAt)
-		}
-		next := a
-		// The customer's invoice names its subscription, which the
-		// tenant may not know yet (the checkout's event still to come).
-		next.SubscriptionID = inv.SubscriptionID
-		switch {
-		case ev.Type == EventInvoicePaid && (a.Status == tenant.StatusPastDue || a.Status == tenant.StatusUnpaid || a.Status == tenant.StatusIncomplete):
-			next.Status = tenant.StatusActive
-		case ev.Type == EventInvoicePaymentFailed && (a.Status == tenant.StatusActive || a.Status == tenant.StatusTrialing):
-			next.Status = tenant.StatusPastDue
-		}
-		next.UpdatedAt = ev.Created
-		return next, OutcomeApplied, changeNote(a, next, nil)
+		return applyInvoice(a, ev)
 	}
 	return a, OutcomeIgnored, "event type not handled"
+}
+
+// applyCheckout is Apply for checkout.session.completed: it links the
+// tenant to its customer and subscription, unless the tenant has another
+// customer.
+func applyCheckout(a Account, ev Event) (Account, Outcome, string) {
+	c := ev.Checkout
+	if c == nil || c.Mode != checkoutModeSubscription {
+		return a, OutcomeIgnored, "not a subscription checkout"
+	}
+	if a.CustomerID != "" && ev.CustomerID != "" && ev.CustomerID != a.CustomerID {
+		return a, OutcomeCustomerConflict, note(fmt.Sprintf("tenant has customer %s: kept it, and did not link customer %s and subscription %s",
+			a.CustomerID, ev.CustomerID, cmp.Or(c.SubscriptionID, "-")))
+	}
+	if a.CustomerID != "" && ev.Created.Before(later(a.UpdatedAt, a.PlanUpdatedAt)) {
+		return a, OutcomeStale, staleNote(ev, later(a.UpdatedAt, a.PlanUpdatedAt))
+	}
+	next := a
+	if ev.CustomerID != "" {
+		next.CustomerID = ev.CustomerID
+	}
+	if c.SubscriptionID != "" {
+		next.SubscriptionID = c.SubscriptionID
+	}
+	return next, OutcomeApplied, fmt.Sprintf("linked customer %s and subscription %s", cmp.Or(next.CustomerID, "-"), cmp.Or(next.SubscriptionID, "-"))
+}
+
+// applySubscription is Apply for customer.subscription.created, .updated
+// and .deleted: the status follows the event unless a newer one set it, and
+// so do the plan and the metered item.
+func applySubscription(a Account, ev Event, prices Prices) (Account, Outcome, string) {
+	s := ev.Subscription
+	if s == nil || s.ID == "" {
+		return a, OutcomeIgnored, "no subscription in the event"
+	}
+	same := a.SubscriptionID == s.ID
+	// A subscription's first event loses a tie with a later one.
+	first := same && ev.Type == EventSubscriptionCreated
+	planStale := older(ev.Created, a.PlanUpdatedAt, first)
+	statusStale := older(ev.Created, a.UpdatedAt, first)
+	if planStale && statusStale {
+		return a, OutcomeStale, staleNote(ev, later(a.UpdatedAt, a.PlanUpdatedAt))
+	}
+	if same && ended(a.Status) {
+		return a, OutcomeStale, fmt.Sprintf("subscription %s has already ended (%s)", s.ID, a.Status)
+	}
+	if a.SubscriptionID != "" && !same {
+		// A late event of a subscription the tenant left must not
+		// undo the one it has; a new subscription replaces it.
+		switch {
+		case ev.Type == EventSubscriptionDeleted:
+			return a, OutcomeIgnored, fmt.Sprintf("subscription %s is not the tenant's (%s)", s.ID, a.SubscriptionID)
+		case ev.Type == EventSubscriptionUpdated && !ended(a.Status):
+			return a, OutcomeIgnored, fmt.Sprintf("subscription %s is not the tenant's (%s, %s)", s.ID, a.SubscriptionID, a.Status)
+		}
+	}
+	next := a
+	if next.CustomerID == "" {
+		next.CustomerID = ev.CustomerID
+	}
+	var notes []string
+	if !statusStale {
+		status := s.Status
+		if ev.Type == EventSubscriptionDeleted {
+			status = tenant.StatusCanceled
+		}
+		if knownStatus(status) {
+			next.Status = status
+		} else {
+			notes = append(notes, fmt.Sprintf("unknown status %q left %s", status, a.Status))
+		}
+		next.UpdatedAt = ev.Created
+	} else {
+		notes = append(notes, "status left as a newer event set it")
+	}
+	if !planStale {
+		next.SubscriptionID = s.ID
+		plan, price := planOf(s.Items, prices)
+		switch {
+		case plan != "":
+			next.Plan = plan
+		case price != "":
+			notes = append(notes, fmt.Sprintf("no plan has price %s (tollgate plans set-price); plan left %s", price, a.Plan))
+		default:
+			notes = append(notes, "no priced item; plan left "+a.Plan)
+		}
+		next.UsageItemID = ""
+		if ev.Type != EventSubscriptionDeleted {
+			for _, it := range s.Items {
+				if it.Metered {
+					next.UsageItemID = it.ID
+					break
+				}
+			}
+		}
+		next.PlanUpdatedAt = ev.Created
+	} else {
+		notes = append(notes, "plan left as a newer event set it")
+	}
+	return next, OutcomeApplied, changeNote(a, next, notes)
+}
+
+// applyInvoice is Apply for invoice.paid and invoice.payment_failed: the
+// status moves between active and past_due.
+func applyInvoice(a Account, ev Event) (Account, Outcome, string) {
+	inv := ev.Invoice
+	if inv == nil {
+		return a, OutcomeIgnored, "no invoice in the event"
+	}
+	if inv.SubscriptionID == "" || (a.SubscriptionID != "" && inv.SubscriptionID != a.SubscriptionID) {
+		return a, OutcomeIgnored, fmt.Sprintf("invoice %s is not for the tenant's subscription (%s)", inv.ID, cmp.Or(a.SubscriptionID, "none"))
+	}
+	if older(ev.Created, a.UpdatedAt, false) {
+		return a, OutcomeStale, staleNote(ev, a.UpdatedAt)
+	}
+	next := a
+	// The customer's invoice names its subscription, which the
+	// tenant may not know yet (the checkout's event still to come).
+	next.SubscriptionID = inv.SubscriptionID
+	switch {
+	case ev.Type == EventInvoicePaid && (a.Status == tenant.StatusPastDue || a.Status == tenant.StatusUnpaid || a.Status == tenant.StatusIncomplete):
+		next.Status = tenant.StatusActive
+	case ev.Type == EventInvoicePaymentFailed && (a.Status == tenant.StatusActive || a.Status == tenant.StatusTrialing):
+		next.Status = tenant.StatusPastDue
+	}
+	next.UpdatedAt = ev.Created
+	return next, OutcomeApplied, changeNote(a, next, nil)
+}
+
+// staleNote says why ev changes nothing: it is older than the change at
+// since.
+func staleNote(ev Event, since time.Time) string {
+	return fmt.Sprintf("created %s, before the last billing change (%s)", stamp(ev.Created), stamp(since))
 }
 
 // older reports whether an event created at t is older than the change at

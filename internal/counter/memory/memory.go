@@ -182,28 +182,10 @@ func (s *Store) CheckInto(_ context.Context, req counter.Request, into []limit.D
 	now = now.Truncate(time.Microsecond)
 	us := now.UnixMicro()
 
-	// Each item's key (group, NUL, key) is built in one buffer and held by
-	// its digest. Up to eight items, the bookkeeping stays on the stack.
-	var bufArr [512]byte
+	// Up to eight items, the bookkeeping stays on the stack.
 	var keysArr [8]digest
 	var idxArr, lockedArr [8]int
-	size := 0
-	for _, it := range req.Items {
-		size = max(size, len(req.Group)+1+len(it.Key))
-	}
-	buf := bufArr[:]
-	if size > len(buf) {
-		buf = make([]byte, size)
-	}
-	keys, idx := keysArr[:0], idxArr[:0]
-	for _, it := range req.Items {
-		n := copy(buf, req.Group)
-		buf[n] = 0
-		n += 1 + copy(buf[n+1:], it.Key)
-		d := s.digestOf(buf[:n])
-		keys = append(keys, d)
-		idx = append(idx, s.shardOf(d))
-	}
+	keys, idx := s.digests(req, keysArr[:0], idxArr[:0])
 	locked := append(lockedArr[:0], idx...)
 	slices.Sort(locked)
 	locked = slices.Compact(locked)
@@ -222,14 +204,46 @@ func (s *Store) CheckInto(_ context.Context, req counter.Request, into []limit.D
 			unlock()
 		}
 	}()
+	var workArr [8]pending
+	var seenArr [8]counter.Seen
+	keep, seen := s.admit(req, keys, idx, us, workArr[:0], seenArr[:0])
+	s.store(keep, req.Group, us)
+	// The answer is arithmetic on what was seen: out of the locks, which
+	// every check of a hot key (one client address, one tenant) waits for.
+	unlock()
+	return counter.AnswerInto(req, seen, now, into), nil
+}
 
+// digests appends to keys and idx each item's digest, of its key (group,
+// NUL, key) built in one buffer, and the index of its shard.
+func (s *Store) digests(req counter.Request, keys []digest, idx []int) ([]digest, []int) {
+	var bufArr [512]byte
+	size := 0
+	for _, it := range req.Items {
+		size = max(size, len(req.Group)+1+len(it.Key))
+	}
+	buf := bufArr[:]
+	if size > len(buf) {
+		buf = make([]byte, size)
+	}
+	for _, it := range req.Items {
+		n := copy(buf, req.Group)
+		buf[n] = 0
+		n += 1 + copy(buf[n+1:], it.Key)
+		d := s.digestOf(buf[:n])
+		keys = append(keys, d)
+		idx = append(idx, s.shardOf(d))
+	}
+	return keys, idx
+}
+
+// admit decides req's items, whose shards are locked, at us: it appends
+// what each saw to seen, and returns the new states to keep (a prefix of
+// work, appended to) with seen.
+func (s *Store) admit(req counter.Request, keys []digest, idx []int, us int64, work []pending, seen []counter.Seen) ([]pending, []counter.Seen) {
 	// Items are decided in order against working states, so an item on the
 	// same key as an earlier one sees its tentative consumption, whichever
 	// tier either is in. Only admitted items add to work, advisory or not.
-	var workArr [8]pending
-	work := workArr[:0]
-	var seenArr [8]counter.Seen
-	seen := seenArr[:0]
 	ceilingsOK, policiesOK := true, true
 	// ceilingWork is how many entries of work the ceilings added: as many
 	// as admitted, which an advisory ceiling's refusal makes fewer than
@@ -256,16 +270,20 @@ func (s *Store) CheckInto(_ context.Context, req counter.Request, into []limit.D
 	// Each admitted item added one entry, so the first ceilingWork entries
 	// are the ceilings'; written in order, the last entry on a key is the
 	// state it keeps.
-	var keep []pending
 	switch {
 	case ceilingsOK && policiesOK && req.Mode == counter.Consume:
-		keep = work
+		return work, seen
 	case ceilingsOK:
-		keep = work[:ceilingWork]
+		return work[:ceilingWork], seen
 	}
-	// A new counter is its group's: the group's digest is made once, for
-	// the first.
-	var group uint64
+	return nil, seen
+}
+
+// store writes keep, in order, into the locked shards at us; a new counter
+// is group's.
+func (s *Store) store(keep []pending, group string, us int64) {
+	// The group's digest is made once, for the first new counter.
+	var g uint64
 	grouped := false
 	for _, w := range keep {
 		sh := &s.shards[w.shard]
@@ -273,14 +291,10 @@ func (s *Store) CheckInto(_ context.Context, req counter.Request, into []limit.D
 			continue
 		}
 		if !grouped {
-			group, grouped = maphash.String(s.seeds[0], req.Group), true
+			g, grouped = maphash.String(s.seeds[0], group), true
 		}
-		sh.add(w.key, group, w.state, w.exp, us)
+		sh.add(w.key, g, w.state, w.exp, us)
 	}
-	// The answer is arithmetic on what was seen: out of the locks, which
-	// every check of a hot key (one client address, one tenant) waits for.
-	unlock()
-	return counter.AnswerInto(req, seen, now, into), nil
 }
 
 // pending is an admitted item's new state, not yet stored.

@@ -207,14 +207,39 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.sendTimeout = max(10*s.timeout, 500*time.Millisecond)
-	if cfg.MaxConns > 0 {
-		pc.MaxConns = cfg.MaxConns
+	s.sizeLanes(pc, cfg.MaxConns, cfg.Inflight)
+	s.configureConns(pc)
+
+	s.pool, err = pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open counter store: %v", err)
+	}
+	s.q = sqlcgen.New(s.pool)
+	if err := s.warmPool(ctx, pc.MinConns); err != nil {
+		s.pool.Close()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42883" { // undefined_function
+			return nil, errors.New("open counter store: function tollgate_check or tollgate_check_fixed_packed is missing: migrate the database")
+		}
+		return nil, fmt.Errorf("open counter store: %w: %v", counter.ErrUnavailable, err)
+	}
+	go s.loop()
+	return s, nil
+}
+
+// sizeLanes divides pc's connections among the lanes (Config.MaxConns and
+// Config.Inflight say how): Inflight batches of the Checks' lane, one
+// connection for the lease operations, the rest for the direct calls, and
+// as many more for CheckBatch's lane, plus one for probes.
+func (s *Store) sizeLanes(pc *pgxpool.Config, maxConns int32, inflight int) {
+	if maxConns > 0 {
+		pc.MaxConns = maxConns
 	}
 	if pc.MaxConns < 3 {
 		// A connection for each lane and one for the rest.
 		pc.MaxConns = 3
 	}
-	s.inflight = min(orDefault(cfg.Inflight, DefaultInflight), int(pc.MaxConns)-2)
+	s.inflight = min(orDefault(inflight, DefaultInflight), int(pc.MaxConns)-2)
 	s.freed = make(chan struct{}, s.inflight)
 	s.directSlots = make(chan struct{}, int(pc.MaxConns)-s.inflight-1)
 	// As many connections more for CheckBatch's lane, held by its senders
@@ -228,7 +253,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		// acquire that waits for it, past its deadline.
 		pc.MinConns = pc.MaxConns
 	}
+}
 
+// configureConns sets up the sessions of pc's connections: commits that do
+// not wait for their WAL, statements that end before their batch gives up,
+// bounded dials, a warm-up and pings after a failure.
+func (s *Store) configureConns(pc *pgxpool.Config) {
 	params := pc.ConnConfig.RuntimeParams
 	params["synchronous_commit"] = "off"
 	if _, ok := params["statement_timeout"]; !ok {
@@ -253,22 +283,6 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		last := s.lastFailure.Load()
 		return p.IdleDuration > time.Second || (last != 0 && p.IdleDuration > time.Since(time.Unix(0, last)))
 	}
-
-	s.pool, err = pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("open counter store: %v", err)
-	}
-	s.q = sqlcgen.New(s.pool)
-	if err := s.warmPool(ctx, pc.MinConns); err != nil {
-		s.pool.Close()
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42883" { // undefined_function
-			return nil, errors.New("open counter store: function tollgate_check or tollgate_check_fixed_packed is missing: migrate the database")
-		}
-		return nil, fmt.Errorf("open counter store: %w: %v", counter.ErrUnavailable, err)
-	}
-	go s.loop()
-	return s, nil
 }
 
 // warmPool holds n of the pool's connections at once, so that each is
