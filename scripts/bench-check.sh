@@ -53,6 +53,8 @@
 # whole-box figure, and absolute req/s move with whatever else runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# wrk is the load generator; say so before any set-up, not after it.
+command -v wrk >/dev/null || { echo "scripts/bench-check.sh needs wrk: apt-get install wrk (Debian, Ubuntu) or brew install wrk" >&2; exit 1; }
 runs=${RUNS:-3}
 duration=${DURATION:-8s}
 conns=${CONNS:-64}
