@@ -45,11 +45,6 @@ type instance struct {
 	srv  *bintest.Server
 }
 
-func freePort(t testing.TB) string {
-	t.Helper()
-	return bintest.FreePort(t)
-}
-
 func environ(dsn string, extra ...string) []string {
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),

@@ -65,7 +65,7 @@ func TestRedisURLOfTheWrongModeStopsStartUp(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, binary, "serve")
-			cmd.Env = environ(dsn, "TOLLGATE_ADDR="+freePort(t), "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL="+tc.url)
+			cmd.Env = environ(dsn, "TOLLGATE_ADDR="+bintest.FreePort(t), "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL="+tc.url)
 			out, err := cmd.CombinedOutput()
 			if ctx.Err() != nil {
 				t.Fatalf("serve still running after 30 s:\n%s", tail(string(out), 2000))
@@ -203,7 +203,7 @@ func TestRedisURLThatCanNeverConnectStopsStartUp(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, binary, "serve")
-			cmd.Env = environ(dsn, "TOLLGATE_ADDR="+freePort(t), "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL="+u)
+			cmd.Env = environ(dsn, "TOLLGATE_ADDR="+bintest.FreePort(t), "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL="+u)
 			out, err := cmd.CombinedOutput()
 			if ctx.Err() != nil {
 				t.Fatalf("serve still running after 30 s:\n%s", tail(string(out), 2000))

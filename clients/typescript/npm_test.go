@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -120,7 +119,7 @@ func TestNodeSuite(t *testing.T) {
 		"TOLLGATE_KEY="+big.LiveKey,
 		"TOLLGATE_TINY_KEY="+tiny.LiveKey,
 		"TOLLGATE_TINY_POLICY=tiny",
-		"TOLLGATE_DOWN_URL=http://"+closedPort(t),
+		"TOLLGATE_DOWN_URL=http://"+bintest.FreePort(t),
 		"TOLLGATE_SLOW_URL=http://"+slow.Addr(),
 		"TOLLGATE_HUNG_URL=http://"+hung.Addr(),
 		"NEXT_TELEMETRY_DISABLED=1",
@@ -292,18 +291,6 @@ func environ(dsn string, extra ...string) []string {
 		"TOLLGATE_PEPPER=" + pepper,
 		"TOLLGATE_LOG_FORMAT=text",
 	}, extra...)
-}
-
-// closedPort returns a loopback address where nothing listens: a Tollgate
-// that is stopped.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 type tenant struct {

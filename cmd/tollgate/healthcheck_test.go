@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate/tollgate/internal/testkit/bintest"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
@@ -28,7 +29,7 @@ func TestHealthcheck(t *testing.T) {
 	if out, err := check("0.0.0.0"+port, "--ready"); err != nil || !strings.Contains(out, `"ready"`) {
 		t.Fatalf("healthcheck --ready of a running instance: %q, %v", out, err)
 	}
-	if _, err := check(freeAddr(t)); err == nil {
+	if _, err := check(bintest.FreePort(t)); err == nil {
 		t.Fatal("healthcheck with no instance listening: no error")
 	}
 	if _, err := check(port, "--live"); err == nil || !strings.Contains(err.Error(), "usage: tollgate healthcheck [--ready]") {

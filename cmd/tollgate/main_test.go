@@ -12,22 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testkit/bintest"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/logbuf"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 func status(t *testing.T, u string) int {
 	t.Helper()
@@ -43,7 +34,7 @@ func status(t *testing.T, u string) int {
 // URL, its log, and a function that stops it and returns run's error.
 func startServer(t *testing.T, env map[string]string) (string, *logbuf.Buffer, func() error) {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := bintest.FreePort(t)
 	env["TOLLGATE_ADDR"] = addr
 	logs := &logbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -181,7 +172,7 @@ func TestMigrateCommand(t *testing.T) {
 // and its traffic shows up in the tenant's usage.
 func TestServeDemo(t *testing.T) {
 	dsn := pgtest.New(t)
-	addr := freeAddr(t)
+	addr := bintest.FreePort(t)
 	out := &logbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -251,7 +242,7 @@ func TestMigrateDownToZeroAndUp(t *testing.T) {
 // default itself.
 func TestDevServesOnLoopback(t *testing.T) {
 	dsn := pgtest.New(t)
-	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
+	port := strings.TrimPrefix(bintest.FreePort(t), "127.0.0.1:")
 	out, logs := &logbuf.Buffer{}, &logbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

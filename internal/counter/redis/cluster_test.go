@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 	tgredis "github.com/tollgate/tollgate/internal/counter/redis"
 	"github.com/tollgate/tollgate/internal/limit"
+	"github.com/tollgate/tollgate/internal/testkit/bintest"
 	"github.com/tollgate/tollgate/internal/testkit/countertest"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/faultnet"
@@ -135,7 +136,7 @@ func TestVerifyMode(t *testing.T) {
 	cluster, _ := redistest.NewCluster(t)
 	singleAddr := redisAddr(t, single)
 	clusterSeed := strings.SplitN(strings.TrimPrefix(cluster, "redis+cluster://"), "?", 2)[0]
-	dead := freeAddr(t)
+	dead := bintest.FreePort(t)
 	for _, c := range []struct {
 		name, url string
 		want      error
@@ -167,17 +168,6 @@ func TestVerifyMode(t *testing.T) {
 			}
 		})
 	}
-}
-
-// freeAddr is a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // TestClusterOneSlotPerCheck checks where the keys go: every key of a
