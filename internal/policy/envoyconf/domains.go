@@ -3,6 +3,7 @@ package envoyconf
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -146,6 +147,17 @@ type Domain struct {
 	Version   int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// MarshalJSON writes d as the API answers it: {"domain", "rules",
+// "created_at", "updated_at"}, never the source.
+func (d Domain) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Domain    string    `json:"domain"`
+		Rules     int       `json:"rules"`
+		CreatedAt time.Time `json:"created_at"`
+		UpdatedAt time.Time `json:"updated_at"`
+	}{d.Name, d.Rules, d.CreatedAt.UTC(), d.UpdatedAt.UTC()})
 }
 
 // Holding is what a tenant's domains other than the one being put hold, as
