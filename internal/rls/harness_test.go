@@ -140,4 +140,3 @@ func header(res *rlsv3.RateLimitResponse, name string) string {
 	}
 	return ""
 }
-

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/gate"
-	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/policy/envoyconf"
 )
 
@@ -120,7 +119,7 @@ func (s *Service) plan(ctx context.Context, tenantID string, in *rlsv3.RateLimit
 			case r.Deny:
 				p.denied = true
 				p.fixed[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
-					CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, Unit: unitOf(r.Policy.Window)}}
+					CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, Unit: unitOf(r.Policy.Window.Length, r.Policy.Window.Month)}}
 			default:
 				p.item[i] = len(p.items)
 				p.items = append(p.items, gate.Item{Policy: r.Policy.Name, Subject: m.Subject, Rule: &r.Policy})
@@ -209,7 +208,7 @@ func (p *plan) answer(v gate.Verdict, now time.Time) *rlsv3.RateLimitResponse {
 		it := v.Items[at]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{
 			Code:               rlsv3.RateLimitResponse_OK,
-			CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: it.Policy, RequestsPerUnit: clamp(it.Limit), Unit: unitOf(windowOf(it, p.rules[at]))},
+			CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: it.Policy, RequestsPerUnit: clamp(it.Limit), Unit: unitOfItem(it, p.rules[at])},
 			LimitRemaining:     clamp(it.Remaining),
 			DurationUntilReset: durationpb.New(max(0, it.ResetAt.Sub(now))),
 		}
@@ -236,7 +235,7 @@ func refused(v gate.Verdict, n int) *rlsv3.RateLimitResponse {
 	for range max(n, 1) {
 		out.Statuses = append(out.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{
 			Code:               rlsv3.RateLimitResponse_OVER_LIMIT,
-			CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: r.Layer, RequestsPerUnit: clamp(r.Limit), Unit: unitOf(limit.Window{Length: r.Window})},
+			CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: r.Layer, RequestsPerUnit: clamp(r.Limit), Unit: unitOf(r.Window, false)},
 			DurationUntilReset: durationpb.New(r.RetryAfter),
 		})
 	}
@@ -260,23 +259,24 @@ func headers(v gate.Verdict) []*corev3.HeaderValue {
 	return hs
 }
 
-// windowOf is the window of an item's policy: its rule's, or, for a
-// native policy, the one its verdict reports.
-func windowOf(it gate.ItemVerdict, r *envoyconf.Rule) limit.Window {
+// unitOfItem is the unit of an item's policy: its rule's, or, for a
+// native policy, the window its verdict reports (a calendar month's is
+// that month's length, which no unit is).
+func unitOfItem(it gate.ItemVerdict, r *envoyconf.Rule) rlsv3.RateLimitResponse_RateLimit_Unit {
 	if r != nil {
-		return r.Policy.Window
+		return unitOf(r.Policy.Window.Length, r.Policy.Window.Month)
 	}
-	return limit.Window{Length: it.Window}
+	return unitOf(it.Window, false)
 }
 
 // unitOf is Envoy's unit for a window that is exactly one; UNKNOWN for
 // any other (Envoy's x-ratelimit headers need a unit: Tollgate's own
 // RateLimit fields carry the exact window).
-func unitOf(w limit.Window) rlsv3.RateLimitResponse_RateLimit_Unit {
-	if w.Month {
+func unitOf(length time.Duration, month bool) rlsv3.RateLimitResponse_RateLimit_Unit {
+	if month {
 		return rlsv3.RateLimitResponse_RateLimit_MONTH
 	}
-	switch w.Length {
+	switch length {
 	case time.Second:
 		return rlsv3.RateLimitResponse_RateLimit_SECOND
 	case time.Minute:

@@ -281,4 +281,3 @@ func TestSlowStoreFailMode(t *testing.T) {
 		}
 	}
 }
-
