@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
-	"github.com/tollgate/tollgate/internal/batch"
+	"github.com/tollgate/tollgate/internal/kit/writebehind"
 )
 
 // Defaults of RecorderConfig.
@@ -154,11 +154,11 @@ type Recorder struct {
 	// firstBatches and countBatches send each flush's first refusals and
 	// counts once, a failed batch again under its id before any other.
 	// Guarded by flushMu.
-	firstBatches *batch.Resender[FirstRefusalBatch]
-	countBatches *batch.Resender[[]RefusalCount]
-	noteBatches  *batch.Resender[NoteBatch]
+	firstBatches *writebehind.Resender[FirstRefusalBatch]
+	countBatches *writebehind.Resender[[]RefusalCount]
+	noteBatches  *writebehind.Resender[NoteBatch]
 	// drops counts refusals dropped since last logged.
-	drops batch.Drops
+	drops writebehind.Drops
 
 	mu        sync.Mutex
 	seen      map[windowKey]time.Time // window end, for expiry
@@ -221,17 +221,17 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		r.auditBudget < 0 || r.alertBudget < 0 || r.watchBudget < 0 || r.alertKeep < 0 || r.auditKeep < 0 {
 		return nil, errors.New("audit recorder: negative period, bound or budget")
 	}
-	r.firstBatches = batch.NewResender(func(ctx context.Context, id string, b FirstRefusalBatch) error {
+	r.firstBatches = writebehind.NewResender(func(ctx context.Context, id string, b FirstRefusalBatch) error {
 		b.ID = id
 		_, err := r.store.RecordFirstRefusals(ctx, b)
 		return err
 	})
-	r.noteBatches = batch.NewResender(func(ctx context.Context, id string, b NoteBatch) error {
+	r.noteBatches = writebehind.NewResender(func(ctx context.Context, id string, b NoteBatch) error {
 		b.ID = id
 		_, err := r.store.RecordNotes(ctx, b)
 		return err
 	})
-	r.countBatches = batch.NewResender(func(ctx context.Context, id string, rows []RefusalCount) error {
+	r.countBatches = writebehind.NewResender(func(ctx context.Context, id string, rows []RefusalCount) error {
 		ws, err := r.store.CountRefusals(ctx, id, r.watchBudget, rows)
 		if err != nil {
 			return err
@@ -301,9 +301,9 @@ func (r *Recorder) roomLocked(n, total int) bool {
 // Run writes what was observed every FlushEvery, sweeps the windows that
 // ended from memory, and prunes expired rows every PruneEvery, until ctx
 // ends; then it flushes once more and returns that flush's error, nil when
-// everything was written (batch.Loop).
+// everything was written (writebehind.Loop).
 func (r *Recorder) Run(ctx context.Context) error {
-	return batch.Loop{
+	return writebehind.Loop{
 		What: "audit refusals", Every: r.every, Timeout: r.timeout, Flush: r.Flush,
 		PruneEvery: r.pruneEvery, Prune: r.Prune,
 		Tick: func() {

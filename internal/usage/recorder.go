@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
-	"github.com/tollgate/tollgate/internal/atomicmap"
-	"github.com/tollgate/tollgate/internal/batch"
+	"github.com/tollgate/tollgate/internal/kit/atomicmap"
+	"github.com/tollgate/tollgate/internal/kit/writebehind"
 )
 
 // cell is a row's key within one minute.
@@ -57,9 +57,9 @@ type Recorder struct {
 	flushMu sync.RWMutex
 	// batches sends each flush's counts once, a failed batch again under
 	// its id before any other; guarded by flushMu.
-	batches *batch.Resender[taken]
+	batches *writebehind.Resender[taken]
 	// drops counts events dropped since last logged.
-	drops batch.Drops
+	drops writebehind.Drops
 
 	mu      sync.Mutex
 	pending minutes
@@ -114,7 +114,7 @@ func NewRecorder(cfg Config) (*Recorder, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	r.batches = batch.NewResender(func(ctx context.Context, id string, t taken) error {
+	r.batches = writebehind.NewResender(func(ctx context.Context, id string, t taken) error {
 		return r.store.AddUsage(ctx, id, t.counts.rows())
 	})
 	return r, nil
@@ -215,10 +215,10 @@ func (r *Recorder) evictOlderLocked(m int64) bool {
 
 // Run flushes the pending counts every FlushEvery until ctx ends, then
 // flushes once more and returns that flush's error, nil when every count was
-// written (batch.Loop). Counts observed after Run returns wait for a Flush.
+// written (writebehind.Loop). Counts observed after Run returns wait for a Flush.
 // Run also prunes the Store's old batch ids.
 func (r *Recorder) Run(ctx context.Context) error {
-	return batch.Loop{
+	return writebehind.Loop{
 		What: "usage counts", Every: r.every, Timeout: r.timeout, Flush: r.Flush,
 		PruneEvery: pruneEvery,
 		Prune: func(ctx context.Context) error {

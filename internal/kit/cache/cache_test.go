@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/cache"
+	"github.com/tollgate/tollgate/internal/kit/cache"
 )
 
 var errUnknown = errors.New("unknown")

@@ -1,4 +1,4 @@
-// Package batch is the write-behind machinery of Tollgate's recorders
+// Package writebehind is the write-behind machinery of Tollgate's recorders
 // (usage, audit, traffic, the keys' last use): what they gather in memory on
 // the request path is written by one loop (Loop), in batches, off the
 // request path. The loop's rules are the same for every recorder: a flush
@@ -10,8 +10,8 @@
 // until it is written (Resender), so that a write whose fate an error left
 // unknown counts once.
 //
-// batch imports only the standard library and github.com/google/uuid.
-package batch
+// writebehind imports only the standard library and github.com/google/uuid.
+package writebehind
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package batch_test
+package writebehind_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/batch"
+	"github.com/tollgate/tollgate/internal/kit/writebehind"
 	"github.com/tollgate/tollgate/internal/testkit/bg"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/logbuf"
@@ -23,7 +23,7 @@ func TestLoopFinalFlushOutlivesTheStop(t *testing.T) {
 	t.Parallel()
 	for _, fail := range []bool{false, true} {
 		var calls int
-		l := batch.Loop{What: "test items", Every: time.Hour, Timeout: time.Second, Log: slog.New(slog.DiscardHandler),
+		l := writebehind.Loop{What: "test items", Every: time.Hour, Timeout: time.Second, Log: slog.New(slog.DiscardHandler),
 			Flush: func(ctx context.Context) error {
 				calls++
 				if ctx.Err() != nil {
@@ -54,9 +54,9 @@ func TestLoopKeepsFlushingAndLogsDrops(t *testing.T) {
 	logs := &logbuf.Buffer{}
 	var mu sync.Mutex
 	flushes, ticks := 0, 0
-	drops := &batch.Drops{}
+	drops := &writebehind.Drops{}
 	drops.Add(3)
-	l := batch.Loop{What: "test items", Every: 5 * time.Millisecond, Timeout: time.Second,
+	l := writebehind.Loop{What: "test items", Every: 5 * time.Millisecond, Timeout: time.Second,
 		Log: slog.New(slog.NewTextHandler(logs, nil)), Drops: drops, DropAttrs: []any{"max_pending", 10},
 		Pending: func() int { return 7 },
 		Flush: func(context.Context) error {
@@ -97,7 +97,7 @@ func TestResenderSendsAFailedBatchAgainUnderItsID(t *testing.T) {
 	}
 	var writes []write
 	down := true
-	r := batch.NewResender(func(_ context.Context, id string, items []int) error {
+	r := writebehind.NewResender(func(_ context.Context, id string, items []int) error {
 		writes = append(writes, write{id, items})
 		if down {
 			return errors.New("timeout after the commit, maybe")
