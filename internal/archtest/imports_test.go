@@ -101,7 +101,7 @@ var testOnly = []string{
 // kit holds the generic machinery (the write-behind loop, the cache, the
 // HMAC helper, the atomic map, the local PostgreSQL): none of it knows
 // Tollgate's domain. kitDeps are the modules it may import besides the
-// standard library and itself: writebehind's batch ids are UUIDs, and
+// standard library and itself: writebehind's flush ids are UUIDs, and
 // pglocal locks files with flock.
 const kit = mod + "internal/kit"
 

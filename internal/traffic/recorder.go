@@ -96,7 +96,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 // are kept for the next flush: the statement is all or nothing. A flush
 // whose fate an error left unknown (a timeout after the commit) may count
 // twice; for a chart of outage minutes that is harmless, so the store keeps
-// no batch ids as usage's and audit's do.
+// no flush ids as usage's and audit's do.
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	counts := r.pending

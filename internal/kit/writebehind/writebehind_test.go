@@ -86,10 +86,10 @@ func TestLoopKeepsFlushingAndLogsDrops(t *testing.T) {
 	}
 }
 
-// TestResenderSendsAFailedBatchAgainUnderItsID: a batch whose write failed
-// is sent again, as it was, under its id, before any newer one; new batches
+// TestResenderSendsAFailedFlushAgainUnderItsID: a flush whose write failed
+// is sent again, as it was, under its id, before any newer one; new flushes
 // get new UUIDs.
-func TestResenderSendsAFailedBatchAgainUnderItsID(t *testing.T) {
+func TestResenderSendsAFailedFlushAgainUnderItsID(t *testing.T) {
 	t.Parallel()
 	type write struct {
 		id    string
@@ -113,9 +113,9 @@ func TestResenderSendsAFailedBatchAgainUnderItsID(t *testing.T) {
 	}
 	id := writes[0].id
 	if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(id) {
-		t.Errorf("batch id %q, want a random UUID", id)
+		t.Errorf("flush id %q, want a random UUID", id)
 	}
-	if err := r.Resend(ctx); err == nil || !strings.Contains(err.Error(), "batch "+id+" again") {
+	if err := r.Resend(ctx); err == nil || !strings.Contains(err.Error(), "flush "+id+" again") {
 		t.Errorf("Resend to a failing store: %v", err)
 	}
 	down = false
@@ -127,6 +127,6 @@ func TestResenderSendsAFailedBatchAgainUnderItsID(t *testing.T) {
 	}
 	if len(writes) != 4 || writes[1].id != id || writes[2].id != id || writes[3].id == id ||
 		len(writes[2].items) != 2 || writes[2].items[1] != 2 {
-		t.Errorf("writes %v: want the failed batch twice more under %s, then a new one", writes, id)
+		t.Errorf("writes %v: want the failed flush twice more under %s, then a new one", writes, id)
 	}
 }
