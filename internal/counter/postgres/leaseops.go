@@ -312,12 +312,12 @@ func (s *Store) direct(ctx context.Context, what string, f func(ctx context.Cont
 	go func() {
 		defer close(done)
 		select {
-		case s.directSlots <- struct{}{}:
+		case s.directConns <- struct{}{}:
 		case <-ctx.Done():
 			err = fmt.Errorf("%w: %w", errDirectBusy, ctx.Err())
 			return
 		}
-		defer func() { <-s.directSlots }()
+		defer func() { <-s.directConns }()
 		if err = f(ctx); err == nil {
 			s.lastAnswer.Store(time.Now().UnixNano())
 		}

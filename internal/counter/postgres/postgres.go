@@ -171,11 +171,11 @@ type Store struct {
 	leaseStatements atomic.Int64
 
 	// leases is the lane of lease operations (leaseops.go), which holds one
-	// connection at most; directSlots bounds the calls outside both lanes
+	// connection at most; directConns bounds the calls outside both lanes
 	// (Reset, Held) to the connections the lanes leave. batchLane is
 	// CheckBatch's (fairlane.go), on connections of its own.
 	leases      leaseLane
-	directSlots chan struct{}
+	directConns chan struct{}
 	batchLane   fairLane
 }
 
@@ -240,7 +240,7 @@ func (s *Store) sizeLanes(pc *pgxpool.Config, maxConns int32, inflight int) {
 	}
 	s.inflight = min(orDefault(inflight, DefaultInflight), int(pc.MaxConns)-2)
 	s.freed = make(chan struct{}, s.inflight)
-	s.directSlots = make(chan struct{}, int(pc.MaxConns)-s.inflight-1)
+	s.directConns = make(chan struct{}, int(pc.MaxConns)-s.inflight-1)
 	// As many connections more for CheckBatch's lane, held by its senders
 	// alone, and one, which nothing but a probe waits for.
 	s.batchLane.max = s.inflight
@@ -271,7 +271,7 @@ func (s *Store) configureConns(pc *pgxpool.Config) {
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		// A dial that the server never answers goes on in the background
-		// after its statement has given up, holding a slot of the pool.
+		// after its statement has given up, holding a connection of the pool.
 		pc.ConnConfig.ConnectTimeout = 2 * time.Second
 	}
 	pc.AfterConnect = warmUp
@@ -783,7 +783,7 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	// tollgate_lease_ops, each way: an acquire with a ceiling taken, one
-	// refused for want of a slot, one over its group's cap, a renewal and
+	// refused for want of a place, one over its group's cap, a renewal and
 	// a release.
 	for range 2 {
 		acq := []*leaseOp{

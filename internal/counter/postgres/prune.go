@@ -38,11 +38,11 @@ func (s *Store) Prune(ctx context.Context) (int64, error) {
 func (s *Store) pruneOnce(ctx context.Context, leases bool) (int64, error) {
 	// A connection of those left by the lanes.
 	select {
-	case s.directSlots <- struct{}{}:
+	case s.directConns <- struct{}{}:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	defer func() { <-s.directSlots }()
+	defer func() { <-s.directConns }()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, err

@@ -52,7 +52,7 @@ import (
 // promoted replica serves within moments of its promotion, not at the next
 // periodic reload.
 //
-// Checks wait for a sending slot in a queue per master (lane, coalesce.go), so
+// Checks wait for a sender in a queue per master (lane, coalesce.go), so
 // that a master that stops answering holds up only its own tenants.
 
 // Schemes of cluster URLs, and the go-redis schemes they stand for.

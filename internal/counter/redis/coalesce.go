@@ -15,12 +15,12 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 )
 
-// Coalescing: a Check sends its own script while a slot is free, else queues for the first slot to free, which sends up to maxPipeline checks as one check.lua a server (a tenant, on a cluster).
-// Four slots, not one: one coalesced more but let a tenant's flood, or a migrating hash slot, hold up other checks (the measurements are in this file's git history).
+// Coalescing: a Check sends its own script while a sender is free, else queues for the first sender to free, which sends up to maxPipeline checks as one check.lua a server (a tenant, on a cluster).
+// Four senders, not one: one coalesced more but let a tenant's flood, or a migrating hash slot, hold up other checks (the measurements are in this file's git history).
 const (
 	senders     = 4
 	maxPipeline = 64
-	// maxQueue bounds the checks waiting for a slot. Healthy, the queue holds
+	// maxQueue bounds the checks waiting for a sender. Healthy, the queue holds
 	// about one check per concurrent caller; past this the server is not
 	// keeping up, and a check fails at once rather than wait out its deadline.
 	maxQueue = 4096
@@ -41,8 +41,8 @@ var errOverloaded = errors.New("too many checks waiting for the server")
 // (MasterForKey), and go-redis still routes the pipeline; a lane only groups
 // the waiting. Lanes are kept per master address ever seen, a handful.
 type lane struct {
-	queue  []*job // checks waiting for a slot
-	active int    // slots taken, by callers sending alone and by drains
+	queue  []*job // checks waiting for a sender
+	active int    // senders at work: callers sending alone and drains
 	// lastAnswer is when (Unix ns) the lane's server last answered a
 	// script (late): a cluster master that stopped answering is silent
 	// while the others answer.
@@ -168,11 +168,11 @@ func (s *Store) call(ctx context.Context, j *job) error {
 	}
 }
 
-// runOne sends j's script on the caller's goroutine and context, bounded
-// by j's deadline, holding a slot of l, which it gives back. A refusal that
-// proves the script did not run (cluster.go) is sent again after a pause,
-// with the slot given back first: a migrating hash slot then holds up only
-// its own checks, not every check bound for its master.
+// runOne sends j's script on the caller's goroutine and context, bounded by
+// j's deadline, taking one of l's senders, which it gives back. A refusal
+// that proves the script did not run (cluster.go) is sent again after a
+// pause, with the sender given back first: a migrating hash slot then holds
+// up only its own checks, not every check bound for its master.
 func (s *Store) runOne(ctx context.Context, j *job, l *lane) error {
 	held := true
 	defer func() {
@@ -278,8 +278,8 @@ func pause(ctx context.Context, n int) bool {
 	}
 }
 
-// release gives back a caller's slot, or hands it to a drain when checks
-// queued meanwhile: a queued check always has a slot holder who will see it.
+// release gives back a caller's sender, or hands it to a drain when checks
+// queued meanwhile: a queued check always has a sender who will see it.
 func (s *Store) release(l *lane) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -291,7 +291,7 @@ func (s *Store) release(l *lane) {
 	s.inflight.Done()
 }
 
-// drain holds a slot of l and sends its queue in pipelines until it is
+// drain takes one of l's senders and sends its queue in pipelines until it is
 // empty.
 func (s *Store) drain(l *lane) {
 	taken := make([]*job, 0, maxPipeline)
@@ -370,7 +370,7 @@ func (s *Store) flush(jobs []*job, calls []scriptCall) []scriptCall {
 		return calls
 	}
 	// Scripts a cluster refused before running them (their hash slot is
-	// migrating) are sent again after a pause, off the lane's slot, which
+	// migrating) are sent again after a pause, off the lane's sender, which
 	// goes on with the lane's other checks meanwhile. Their jobs leave the
 	// drain's buffers, which it reuses.
 	resend := make([]scriptCall, len(again))

@@ -121,7 +121,7 @@ type Store struct {
 	one    *lane            // the queue of a single server
 	lanes  map[string]*lane // a cluster's queues, by master address (coalesce.go)
 	closed bool
-	// inflight counts slot holders, which Close waits for.
+	// inflight counts senders at work, which Close waits for.
 	inflight sync.WaitGroup
 	quit     chan struct{} // closed by Close
 }
