@@ -4,7 +4,7 @@ GO    ?= go
 # Packages that hold the store contract and its backends run with the race
 # detector; the rest would only be slower. In the others, the tests named
 # for a race (the body budget's, the keys' last use) run under it too.
-RACE_PKGS := ./internal/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
+RACE_PKGS := ./internal/kit/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
 
 .PHONY: run test soak generate check-generated build bench bench-batch bench-pgcall deps vet lint-openapi
 
