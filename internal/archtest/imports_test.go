@@ -76,8 +76,9 @@ func isAdapter(path string) bool {
 	return ok && rest != ""
 }
 
-// webLayers are the packages that answer HTTP; no adapter imports them.
-var webLayers = []string{mod + "internal/httpapi", mod + "internal/dashboard"}
+// webLayers are the transports, the packages that answer HTTP and gRPC;
+// no adapter imports them.
+var webLayers = []string{mod + "internal/httpapi", mod + "internal/dashboard", mod + "internal/rls"}
 
 // observers are the packages told what the admission pipeline decided, and
 // the database adapter that stores it: they import internal/admission, so
@@ -97,6 +98,15 @@ var clientDeps = []string{"github.com/labstack/echo/v4"}
 var testOnly = []string{
 	mod + "internal/testkit", mod + "internal/billing/stripeapi/stripemocktest",
 }
+
+// kit holds the generic machinery (the write-behind loop, the cache, the
+// HMAC helper, the atomic map, the local PostgreSQL): none of it knows
+// Tollgate's domain. kitDeps are the modules it may import besides the
+// standard library and itself: writebehind's flush ids are UUIDs, and
+// pglocal locks files with flock.
+const kit = mod + "internal/kit"
+
+var kitDeps = []string{"github.com/google/uuid", "github.com/gofrs/flock"}
 
 // drivers may be imported by adapters only.
 var drivers = []string{"github.com/jackc/pgx", "github.com/redis/go-redis", "github.com/stripe/stripe-go", "github.com/golang-migrate"}
@@ -120,24 +130,25 @@ const (
 	ruleAdapters       = "only cmd/tollgate and the composition root wire adapters"
 	ruleRoot           = "only cmd imports the composition root"
 	ruleTestOnly       = "only tests import the test-only packages"
-	ruleAdapterWeb     = "an adapter serves the domain, never the HTTP layers"
+	ruleAdapterWeb     = "an adapter serves the domain, never the transports"
 	ruleDrivers        = "drivers stay inside adapters"
 	ruleCmd            = "nothing imports cmd"
 	ruleClientInternal = "the public client imports nothing internal of Tollgate's"
 	ruleClientStd      = "the client imports the standard library only, so net/http apps pull in nothing else"
 	ruleClientDeps     = "the client's sub-packages import only the standard library and Echo"
 	ruleAdmission      = "admission imports the standard library only"
-	ruleWebCounters    = "the HTTP layers count through the gate, never with counter or limit"
+	ruleWebCounters    = "the transports count through the gate, never with counter or limit"
 	ruleObservers      = "the observers and the database adapter learn what the gate decided from admission, never from gate"
 	ruleAlert          = "alert imports the standard library only"
 	ruleUsageAudit     = "usage reports the alerts audit raises as alert's, never by importing audit"
-	ruleEnvoyconf      = "envoyconf imports only policy, limit, cache and yaml.v3"
+	ruleEnvoyconf      = "envoyconf imports only policy, limit, kit/cache and yaml.v3"
+	ruleKit            = "the kit imports only the standard library, other kit packages, uuid and flock"
 )
 
 var rules = []string{
 	ruleLimit, ruleCounter, ruleWeb, ruleSqlc, ruleAdapters, ruleTestOnly,
 	ruleAdapterWeb, ruleDrivers, ruleCmd, ruleClientInternal, ruleClientStd, ruleClientDeps,
-	ruleAdmission, ruleObservers, ruleWebCounters, ruleAlert, ruleUsageAudit, ruleRoot, ruleEnvoyconf,
+	ruleAdmission, ruleObservers, ruleWebCounters, ruleAlert, ruleUsageAudit, ruleRoot, ruleEnvoyconf, ruleKit,
 }
 
 // envoyconfDeps are what internal/policy/envoyconf may import beside the
@@ -145,7 +156,7 @@ var rules = []string{
 // parsed files, with its Store declared and never a store itself, so that
 // the gRPC service, the HTTP upload and the command line share it without
 // pulling in a driver.
-var envoyconfDeps = []string{mod + "internal/policy", mod + "internal/limit", mod + "internal/cache", "gopkg.in/yaml.v3"}
+var envoyconfDeps = []string{mod + "internal/policy", mod + "internal/limit", mod + "internal/kit/cache", "gopkg.in/yaml.v3"}
 
 // TestRulesAreDocumented fails when docs/architecture.md does not name a
 // rule of TestImportArrows word for word, so the page stays the rules the
@@ -170,7 +181,7 @@ func TestImportArrows(t *testing.T) {
 		rel := strings.TrimPrefix(p.ImportPath, mod)
 		adapter := isAdapter(p.ImportPath)
 		isClient := rel == "client" || strings.HasPrefix(rel, "client/")
-		isTestInfra := hasPrefix(rel, []string{"internal/testkit", "internal/pglocal", "internal/archtest", "blackbox"}) ||
+		isTestInfra := hasPrefix(rel, []string{"internal/testkit", "internal/kit/pglocal", "internal/archtest", "blackbox"}) ||
 			hasPrefix(p.ImportPath, testOnly)
 		for _, imp := range p.Imports {
 			ours := strings.HasPrefix(imp, mod)
@@ -183,6 +194,8 @@ func TestImportArrows(t *testing.T) {
 				t.Errorf("%s imports %s: %s", rel, imp, ruleAlert)
 			case rel == "internal/policy/envoyconf" && !isStd(imp) && !slices.Contains(envoyconfDeps, imp):
 				t.Errorf("%s imports %s: %s", rel, imp, ruleEnvoyconf)
+			case hasPrefix(p.ImportPath, []string{kit}) && !isStd(imp) && !hasPrefix(imp, []string{kit}) && !hasPrefix(imp, kitDeps):
+				t.Errorf("%s imports %s: %s (%v)", rel, imp, ruleKit, kitDeps)
 			case rel == "internal/usage" && imp == mod+"internal/audit":
 				t.Errorf("%s imports %s: %s", rel, imp, ruleUsageAudit)
 			case rel == "internal/counter" && !isStd(imp) && imp != mod+"internal/limit":

@@ -30,7 +30,7 @@ import (
 type Gate interface {
 	Identify(ctx context.Context, req gate.Request) (gate.Identity, gate.Verdict, error)
 	// Admit admits a check (req.Check), or any other /v1 request that
-	// takes no new slot.
+	// takes no new place.
 	Admit(ctx context.Context, req gate.Request) (gate.Verdict, error)
 	// AdmitBatch admits POST /v1/check/batch.
 	AdmitBatch(ctx context.Context, req gate.Request, checks []gate.Check) (gate.BatchVerdict, error)
@@ -351,7 +351,7 @@ func (a *api) admit(route string) echo.MiddlewareFunc {
 			if v.Refusal != nil {
 				return a.writeRefusal(c, v)
 			}
-			setRateLimit(c, v.Tightest)
+			writeRateLimit(c.Response().Header(), v.Tightest.RateLimit())
 			if v.Key.Test && changes(route, c.Request().Method) {
 				return fmt.Errorf("%s %s: %w", c.Request().Method, c.Path(), tenant.ErrTestKey)
 			}
@@ -397,10 +397,7 @@ type refusalProblem struct {
 // needs to back off, or 402 for a tenant that must pay.
 func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 	r := v.Refusal
-	retry := retrySeconds(r.RetryAfter)
-	name := r.Layer
 	h := c.Response().Header()
-	h.Set("Retry-After", strconv.FormatInt(retry, 10))
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(r.Limit, 10))
 	h.Set("X-RateLimit-Remaining", "0")
 	h.Set("X-RateLimit-Layer", r.Layer)
@@ -411,8 +408,8 @@ func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 		h.Set("X-RateLimit-Degraded", "true")
 	}
 	// The ceiling that refused, its t Retry-After (the rule in
-	// checkanswer.go).
-	writeRateLimit(h, gate.Quota{Name: name, Limit: r.Limit, Window: r.Window}, retry)
+	// gate/ratelimit.go).
+	writeRateLimit(h, v.RateLimit())
 	p := a.refusalProblem(v)
 	body, err := json.Marshal(p)
 	if err != nil {
@@ -424,7 +421,7 @@ func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 // refusalProblem is the problem that answers v's refusal by a ceiling.
 func (a *api) refusalProblem(v gate.Verdict) refusalProblem {
 	r := v.Refusal
-	retry := retrySeconds(r.RetryAfter)
+	retry := gate.RetrySeconds(r.RetryAfter)
 	name := r.Layer
 	p := refusalProblem{
 		Type:   "https://tollgate.dev/problems/quota-exceeded",

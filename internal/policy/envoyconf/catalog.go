@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/cache"
+	"github.com/tollgate/tollgate/internal/kit/cache"
 	"github.com/tollgate/tollgate/internal/policy"
 )
 

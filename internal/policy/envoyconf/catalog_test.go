@@ -23,8 +23,6 @@ import (
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
-
 // countingLoader is the real PostgreSQL store, counting the Catalog's loads
 // and the bytes of the files they fetched.
 type countingLoader struct {

@@ -13,7 +13,7 @@
 // Config without a database round trip. The Store they are kept in is
 // declared here and implemented by pgstore: no storage, no HTTP, no gRPC
 // here. It imports the standard library, internal/policy, internal/limit,
-// internal/cache and gopkg.in/yaml.v3 only.
+// internal/kit/cache and gopkg.in/yaml.v3 only.
 //
 // # What envoyproxy/ratelimit does
 //
