@@ -19,7 +19,7 @@ run:
 
 ## test: every test, against real PostgreSQL and Redis (found or started)
 test: check-generated vet lint-openapi
-	@scripts/deps.sh postgres redis chromium node
+	@scripts/deps.sh postgres redis chromium node nginx caddy
 	$(GO) test -count=1 -timeout 8m -skip 'TestNoisyNeighbour|TestLeaseBurst|TestLeaseFlood|TestFaultSuite' $$($(GO) list ./... | grep -v -e /browsertest$$ -e /clients/typescript$$)
 	@# The browser suite and the noisy-neighbour tests run alone: one Chromium
 	@# beside the black-box suite would squeeze its timing on 2 cores, and
