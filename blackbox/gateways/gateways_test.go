@@ -69,6 +69,7 @@ func recipe(t *testing.T, name string, vars map[string]string) string {
 // one database, a tenant with the policy, and the upstream.
 type stack struct {
 	tollgates []*bintest.Server
+	env       []string
 	key       string
 	up        *upstream
 }
@@ -89,21 +90,39 @@ func newStack(t *testing.T) *stack {
 	for range 2 {
 		s.tollgates = append(s.tollgates, bintest.Start(t, binary, env))
 	}
-	create := exec.Command(binary, "tenants", "create", "--name", "gateways", "--plan", "pro")
-	create.Env = env
-	out, err := create.Output()
-	if err != nil {
-		t.Fatalf("tenants create: %v", err)
-	}
+	s.env = env
 	var nt struct {
 		LiveKey string `json:"live_key"`
 	}
-	if err := json.Unmarshal(out, &nt); err != nil || nt.LiveKey == "" {
-		t.Fatalf("tenants create printed %q: %v", out, err)
-	}
+	s.cli(t, &nt, "tenants", "create", "--name", "gateways", "--plan", "pro")
 	s.key = nt.LiveKey
+	s.put(t, s.key)
+	return s
+}
+
+// cli runs a tollgate command on the stack's database and decodes what it
+// printed into v (nil: nothing to decode).
+func (s *stack) cli(t *testing.T, v any, args ...string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = s.env
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tollgate %s: %v", strings.Join(args, " "), err)
+	}
+	if v != nil {
+		if err := json.Unmarshal(out, v); err != nil {
+			t.Fatalf("tollgate %s printed %q: %v", strings.Join(args, " "), out, err)
+		}
+	}
+}
+
+// put makes the policy for key's tenant and waits until the second
+// instance has it.
+func (s *stack) put(t *testing.T, key string) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPut, s.tollgates[0].URL+"/v1/policies/"+policyName, strings.NewReader(policyBody))
-	req.Header.Set("Authorization", "Bearer "+s.key)
+	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +133,7 @@ func newStack(t *testing.T) *stack {
 	}
 	eventually.True(t, 5*time.Second, "policy visible on the second instance", func() bool {
 		req, _ := http.NewRequest(http.MethodGet, s.tollgates[1].URL+"/v1/policies/"+policyName, nil)
-		req.Header.Set("Authorization", "Bearer "+s.key)
+		req.Header.Set("Authorization", "Bearer "+key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false
@@ -122,7 +141,32 @@ func newStack(t *testing.T) *stack {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
-	return s
+}
+
+// heldBack makes a tenant on a plan of one check a month, the policy, and
+// spends the check: its key's checks are refused by the allotment from
+// then on, on every instance.
+func (s *stack) heldBack(t *testing.T) string {
+	t.Helper()
+	s.cli(t, nil, "plans", "set", "starter", "--monthly-checks", "1")
+	var nt struct {
+		LiveKey string `json:"live_key"`
+	}
+	s.cli(t, &nt, "tenants", "create", "--name", "held back", "--plan", "starter")
+	s.put(t, nt.LiveKey)
+	for _, tg := range s.tollgates {
+		eventually.True(t, 5*time.Second, "the allotment spent, seen by "+tg.URL, func() bool {
+			req, _ := http.NewRequest(http.MethodGet, tg.URL+"/v1/forward-auth/"+policyName, nil)
+			req.Header.Set("Authorization", "Bearer "+nt.LiveKey)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 503 && resp.Header.Get("X-RateLimit-Layer") == "allotment"
+		})
+	}
+	return nt.LiveKey
 }
 
 // vars are the words of the doc's recipes a test replaces.
@@ -371,7 +415,9 @@ func (s *stack) exactly(t *testing.T, p *proxy, c *client, answers []answer) {
 // and Retry-After on refusals; another client's budget its own; a client's
 // spoofed X-Forwarded-For giving it no fresh budget; a request's body
 // reaching the upstream; a key Tollgate refuses answered 500, whatever the
-// fail mode; then, with Tollgate stopped, the fail-open recipes passing
+// fail mode; a tenant Tollgate holds back (its allotment spent, 503) let on
+// by the fail-open recipes and refused by the fail-closed ones; then, with
+// Tollgate stopped, the fail-open recipes passing
 // requests on and the fail-closed ones answering 503.
 func TestGateways(t *testing.T) {
 	s := newStack(t)
@@ -427,6 +473,26 @@ func TestGateways(t *testing.T) {
 			c := newClient(p.name, "127.0.1.2")
 			if r := c.get(t, p, http.MethodGet, ""); r.status != 500 || s.up.count(c.name) != 0 {
 				t.Errorf("%s: %d %q, %d reached the upstream", p.name, r.status, r.body, s.up.count(c.name))
+			}
+		}
+	})
+
+	t.Run("tenant-held-back", func(t *testing.T) {
+		// A tenant whose monthly allotment is used up is refused as a
+		// whole: Tollgate answers 503, and the proxy's fail mode decides.
+		key := s.heldBack(t)
+		for _, k := range kinds {
+			for _, mode := range []string{"open", "closed"} {
+				listen := bintest.FreePort(t)
+				p := k.start(t, k.name+"-"+mode+"-held-back", recipe(t, k.name+"-"+mode, s.vars(key, listen)), listen)
+				c := newClient(p.name, "127.0.1.3")
+				r := c.get(t, p, http.MethodGet, "")
+				switch {
+				case mode == "open" && (r.status != 200 || s.up.count(c.name) != 1):
+					t.Errorf("%s: %d %q, %d reached the upstream; want 200 (fail open)", p.name, r.status, r.body, s.up.count(c.name))
+				case mode == "closed" && (r.status != 503 || r.header.Get("Retry-After") == "" || s.up.count(c.name) != 0):
+					t.Errorf("%s: %d %v %q, %d reached the upstream; want 503 with Retry-After (fail closed)", p.name, r.status, r.header, r.body, s.up.count(c.name))
+				}
 			}
 		}
 	})
