@@ -15,7 +15,7 @@ RACE_PKGS := ./internal/atomicmap/ ./internal/counter/... ./internal/limit/... .
 run:
 	@echo '$(BUILD)  # and scripts/deps.sh postgres beside it'
 	@scripts/deps.sh postgres & deps=$$!; $(BUILD); built=$$?; wait $$deps && exit $$built
-	TOLLGATE_DEV=$${TOLLGATE_DEV:-1} ./bin/tollgate serve --demo
+	TOLLGATE_DEV=$${TOLLGATE_DEV:-1} TOLLGATE_GRPC_ADDR=$${TOLLGATE_GRPC_ADDR:-127.0.0.1:8081} ./bin/tollgate serve --demo
 
 ## test: every test, against real PostgreSQL and Redis (found or started)
 test: check-generated vet lint-openapi

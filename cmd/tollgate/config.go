@@ -82,6 +82,9 @@ type Config struct {
 	IdleTimeout     time.Duration // TOLLGATE_IDLE_TIMEOUT: a kept-alive connection between requests
 	AuditRetention  time.Duration // TOLLGATE_AUDIT_RETENTION_DAYS: audit entries older than this are deleted
 	DebugAddr       string        // TOLLGATE_DEBUG_ADDR: a loopback address for Go's profiler; empty is off
+	GRPCAddr        string        // TOLLGATE_GRPC_ADDR: Envoy's rate limit service (gRPC); empty is off
+	GRPCTLSCert     string        // TOLLGATE_GRPC_TLS_CERT: with _KEY, the rate limit service over TLS
+	GRPCTLSKey      string        // TOLLGATE_GRPC_TLS_KEY
 	// WebhookAllowPrivate lets tenants' webhooks go to http:// URLs and to
 	// loopback and private addresses (TOLLGATE_WEBHOOK_ALLOW_PRIVATE): for
 	// self-hosters whose receivers are inside, and for tests.
@@ -268,6 +271,9 @@ func loadServer(c *Config, getenv func(string) string) error {
 		}
 		c.DebugAddr = v
 	}
+	if err := loadGRPC(c, getenv); err != nil {
+		return err
+	}
 	if v := getenv("TOLLGATE_SHUTDOWN_TIMEOUT"); v != "" {
 		if c.ShutdownTimeout, err = time.ParseDuration(v); err != nil || c.ShutdownTimeout <= 0 {
 			return fmt.Errorf("TOLLGATE_SHUTDOWN_TIMEOUT %q: want a positive duration", v)
@@ -310,6 +316,28 @@ func loadServer(c *Config, getenv func(string) string) error {
 	// port mapping reaches it.
 	if host, port, _ := net.SplitHostPort(c.Addr); c.Dev && host == "" {
 		c.Addr = net.JoinHostPort("127.0.0.1", port)
+	}
+	return nil
+}
+
+// loadGRPC reads where Envoy's rate limit service listens, and its TLS
+// certificate and key.
+func loadGRPC(c *Config, getenv func(string) string) error {
+	c.GRPCAddr = getenv("TOLLGATE_GRPC_ADDR")
+	if c.GRPCAddr != "" {
+		if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
+			return fmt.Errorf("TOLLGATE_GRPC_ADDR %q: want host:port or :port", c.GRPCAddr)
+		}
+		if host, port, _ := net.SplitHostPort(c.GRPCAddr); c.Dev && host == "" {
+			c.GRPCAddr = net.JoinHostPort("127.0.0.1", port)
+		}
+	}
+	c.GRPCTLSCert, c.GRPCTLSKey = getenv("TOLLGATE_GRPC_TLS_CERT"), getenv("TOLLGATE_GRPC_TLS_KEY")
+	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
+		return fmt.Errorf("TOLLGATE_GRPC_TLS_CERT and TOLLGATE_GRPC_TLS_KEY: set both (TLS) or neither (plaintext)")
+	}
+	if c.GRPCTLSCert != "" && c.GRPCAddr == "" {
+		return fmt.Errorf("TOLLGATE_GRPC_TLS_CERT: set TOLLGATE_GRPC_ADDR too, or the certificate serves nothing")
 	}
 	return nil
 }
@@ -464,6 +492,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("write_timeout", c.WriteTimeout),
 		slog.Duration("idle_timeout", c.IdleTimeout),
 		slog.String("debug_addr", c.DebugAddr),
+		slog.String("grpc_addr", c.GRPCAddr), slog.Bool("grpc_tls", c.GRPCTLSCert != ""),
 		slog.Duration("audit_retention", c.AuditRetention),
 		slog.String("log_format", c.LogFormat),
 		slog.String("log_level", c.LogLevel.String()),

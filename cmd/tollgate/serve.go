@@ -73,7 +73,7 @@ func startDemo(ctx context.Context, a *app.App, cfg Config, log *slog.Logger, st
 // appConfig is the part of cfg the service is built from.
 func appConfig(cfg Config) app.Config {
 	return app.Config{
-		Addr: cfg.Addr, CounterStore: cfg.CounterStore, RedisURL: cfg.RedisURL, CounterTimeout: cfg.CounterTimeout,
+		Addr: cfg.Addr, GRPCAddr: cfg.GRPCAddr, GRPCTLSCert: cfg.GRPCTLSCert, GRPCTLSKey: cfg.GRPCTLSKey, CounterStore: cfg.CounterStore, RedisURL: cfg.RedisURL, CounterTimeout: cfg.CounterTimeout,
 		MemoryMaxKeys: cfg.MemoryMaxKeys, Pepper: cfg.Pepper, BillingKey: billingKey(cfg.Pepper),
 		InstanceCeiling: cfg.InstanceCeiling, TenantInflight: cfg.TenantInflight, TenantMaxLeases: cfg.TenantMaxLeases,
 		TrustedProxies: cfg.TrustedProxies, ClientIPHeader: cfg.ClientIPHeader, IPv6Prefix: cfg.IPv6Prefix,

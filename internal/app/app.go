@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/dashboard"
 	"github.com/tollgate/tollgate/internal/httpapi"
+	"github.com/tollgate/tollgate/internal/rls"
 )
 
 // Config is what serve was configured with (cmd/tollgate reads it from
@@ -24,6 +25,9 @@ import (
 // beside cmd/tollgate's Config).
 type Config struct {
 	Addr            string        // where the HTTP server listens; "127.0.0.1:0" picks a port
+	GRPCAddr        string        // where Envoy's rate limit service listens; empty is off
+	GRPCTLSCert     string        // with GRPCTLSKey, PEM files: the rate limit service over TLS
+	GRPCTLSKey      string        // TOLLGATE_GRPC_TLS_KEY
 	CounterStore    string        // postgres, redis or memory
 	RedisURL        string        // with CounterStore redis
 	CounterTimeout  time.Duration // the counter call's deadline on the hot path
@@ -73,6 +77,9 @@ type App struct {
 	log *slog.Logger
 	ln  net.Listener
 	srv *http.Server
+	// The rate limit service's listener and server, when cfg.GRPCAddr is set.
+	grpcLn  net.Listener
+	grpcSrv *rls.Server
 
 	// Pool is the database pool, for what runs beside the service (the
 	// demo's seeding).
@@ -131,6 +138,14 @@ func New(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 // Addr is where the server listens.
 func (a *App) Addr() string { return a.ln.Addr().String() }
 
+// GRPCAddr is where the rate limit service listens; "" when it is off.
+func (a *App) GRPCAddr() string {
+	if a.grpcLn == nil {
+		return ""
+	}
+	return a.grpcLn.Addr().String()
+}
+
 // Go runs f on the background context, stopped and waited for at shutdown.
 func (a *App) Go(f func(ctx context.Context)) {
 	a.running.Go(func() { f(a.bg) })
@@ -139,8 +154,15 @@ func (a *App) Go(f func(ctx context.Context)) {
 // Run serves until ctx is cancelled or the server fails, then shuts down
 // (Shutdown).
 func (a *App) Run(ctx context.Context) error {
-	a.served = make(chan error, 1)
+	a.served = make(chan error, 2)
 	go func() { a.served <- a.srv.Serve(a.ln) }()
+	if a.grpcSrv != nil {
+		go func() {
+			if err := a.grpcSrv.Serve(a.grpcLn); err != nil {
+				a.served <- fmt.Errorf("rate limit service: %w", err)
+			}
+		}()
+	}
 	select {
 	case err := <-a.served:
 		a.close()
@@ -158,6 +180,15 @@ func (a *App) Shutdown() error {
 	a.log.Info("tollgate shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
+	// The rate limit service drains beside the HTTP server; both finish
+	// what is in flight before the background loops stop.
+	stopped := make(chan struct{})
+	go func() {
+		if a.grpcSrv != nil {
+			a.grpcSrv.Stop()
+		}
+		close(stopped)
+	}()
 	if err := a.srv.Shutdown(sctx); err != nil {
 		a.log.Error("shutdown: requests still in flight were cut", "err", err)
 	}
@@ -167,6 +198,7 @@ func (a *App) Shutdown() error {
 	} else if serr := <-a.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = fmt.Errorf("serve: %w", serr)
 	}
+	<-stopped
 	a.close()
 	if err == nil {
 		a.log.Info("tollgate stopped")

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/rls"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -249,5 +251,31 @@ func (a *App) listen() error {
 	a.closing = append(a.closing, func() { _ = ln.Close() })
 	a.srv = httpServer(cfg, a.Echo, a.log)
 	a.srv.ConnState, a.srv.ConnContext = conns.ConnState, conns.ConnContext
+	return a.listenGRPC()
+}
+
+// listenGRPC opens the rate limit service's listener on cfg.GRPCAddr and
+// builds its server, when the address is set.
+func (a *App) listenGRPC() error {
+	cfg := a.cfg
+	if cfg.GRPCAddr == "" {
+		return nil
+	}
+	var tlsConf *tls.Config
+	if cfg.GRPCTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.GRPCTLSCert, cfg.GRPCTLSKey)
+		if err != nil {
+			return fmt.Errorf("TOLLGATE_GRPC_TLS_CERT, TOLLGATE_GRPC_TLS_KEY: %w", err)
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}}
+	}
+	ln, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("TOLLGATE_GRPC_ADDR: %w", err)
+	}
+	a.grpcLn = ln
+	a.closing = append(a.closing, func() { _ = ln.Close() })
+	svc := rls.New(rls.Config{Gate: a.Parts.Gate, Log: a.log, IPv6Prefix: cfg.IPv6Prefix})
+	a.grpcSrv = rls.NewServer(svc, rls.ServerConfig{TLS: tlsConf, ShutdownTimeout: cfg.ShutdownTimeout})
 	return nil
 }

@@ -76,8 +76,9 @@ func isAdapter(path string) bool {
 	return ok && rest != ""
 }
 
-// webLayers are the packages that answer HTTP; no adapter imports them.
-var webLayers = []string{mod + "internal/httpapi", mod + "internal/dashboard"}
+// webLayers are the transports, the packages that answer HTTP and gRPC;
+// no adapter imports them.
+var webLayers = []string{mod + "internal/httpapi", mod + "internal/dashboard", mod + "internal/rls"}
 
 // observers are the packages told what the admission pipeline decided, and
 // the database adapter that stores it: they import internal/admission, so
@@ -120,14 +121,14 @@ const (
 	ruleAdapters       = "only cmd/tollgate and the composition root wire adapters"
 	ruleRoot           = "only cmd imports the composition root"
 	ruleTestOnly       = "only tests import the test-only packages"
-	ruleAdapterWeb     = "an adapter serves the domain, never the HTTP layers"
+	ruleAdapterWeb     = "an adapter serves the domain, never the transports"
 	ruleDrivers        = "drivers stay inside adapters"
 	ruleCmd            = "nothing imports cmd"
 	ruleClientInternal = "the public client imports nothing internal of Tollgate's"
 	ruleClientStd      = "the client imports the standard library only, so net/http apps pull in nothing else"
 	ruleClientDeps     = "the client's sub-packages import only the standard library and Echo"
 	ruleAdmission      = "admission imports the standard library only"
-	ruleWebCounters    = "the HTTP layers count through the gate, never with counter or limit"
+	ruleWebCounters    = "the transports count through the gate, never with counter or limit"
 	ruleObservers      = "the observers and the database adapter learn what the gate decided from admission, never from gate"
 	ruleAlert          = "alert imports the standard library only"
 	ruleUsageAudit     = "usage reports the alerts audit raises as alert's, never by importing audit"

@@ -247,6 +247,11 @@ type Item struct {
 	Policy  string
 	Subject string
 	Cost    int64
+	// Rule, when set, is the policy itself, named Policy, rather than one
+	// of the tenant's policies looked up by that name: a rule of an Envoy
+	// domain's configuration (internal/policy/envoyconf), whose name cannot
+	// be a policy's, so its counters are its own.
+	Rule *policy.Policy
 }
 
 // Verdict is the pipeline's answer. When Refusal is set a ceiling refused

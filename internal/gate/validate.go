@@ -75,7 +75,12 @@ func (g *Gate) policyItems(out []policyItem, tenantID string, set policy.Set, te
 		return nil, 0, &policy.FieldError{Field: "items", Reason: fmt.Sprintf("at most %d items per check", MaxItems)}
 	}
 	for i, it := range c.Items {
-		p, ok := set.Lookup(it.Policy)
+		p, ok := policy.Policy{}, true
+		if it.Rule != nil {
+			p = *it.Rule
+		} else {
+			p, ok = set.Lookup(it.Policy)
+		}
 		if !ok {
 			if set.Stale() {
 				return nil, 0, errStalePolicy(tenantID, it.Policy)
@@ -98,7 +103,7 @@ func (g *Gate) policyItems(out []policyItem, tenantID string, set policy.Set, te
 		var buf [80]byte
 		key := g.appendPolicyKey(buf[:0], tenantID, test, p, it.Subject)
 		lim := p.Limit
-		if p.Scope != policy.ScopeGlobal {
+		if p.Scope != policy.ScopeGlobal && it.Rule == nil {
 			if set.Wildcards(p.Name) == 0 {
 				lim = set.LimitFor(p, it.Subject, now)
 			} else {
@@ -171,7 +176,9 @@ const wildcardTries = 8
 func checkWeight(set policy.Set, c *Check) int64 {
 	tries := 0
 	for _, it := range c.Items {
-		tries += set.Wildcards(it.Policy)
+		if it.Rule == nil {
+			tries += set.Wildcards(it.Policy)
+		}
 	}
 	return int64(max(len(c.Items), 1) + (tries+wildcardTries-1)/wildcardTries)
 }

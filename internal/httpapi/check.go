@@ -356,7 +356,7 @@ func (a *api) admit(route string) echo.MiddlewareFunc {
 			if v.Refusal != nil {
 				return a.writeRefusal(c, v)
 			}
-			setRateLimit(c, v.Tightest)
+			writeRateLimit(c.Response().Header(), v.Tightest.RateLimit())
 			if v.Key.Test && changes(route, c.Request().Method) {
 				return fmt.Errorf("%s %s: %w", c.Request().Method, c.Path(), tenant.ErrTestKey)
 			}
@@ -402,7 +402,7 @@ type refusalProblem struct {
 // needs to back off, or 402 for a tenant that must pay.
 func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 	h := c.Response().Header()
-	setRefusalHeaders(h, v.Refusal)
+	setRefusalHeaders(h, v)
 	if v.Refusal.Degraded || v.Degraded {
 		h.Set("X-RateLimit-Degraded", "true")
 	}
@@ -414,27 +414,24 @@ func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
 	return c.Blob(p.Status, "application/problem+json", body)
 }
 
-// setRefusalHeaders writes the headers of a ceiling's refusal r: when to
-// retry, the ceiling's limit, layer and scope, and the RateLimit fields
-// naming it.
-func setRefusalHeaders(h http.Header, r *admission.Refusal) {
-	retry := retrySeconds(r.RetryAfter)
-	h.Set("Retry-After", strconv.FormatInt(retry, 10))
+// setRefusalHeaders writes the headers of v's refusal by a ceiling: its
+// limit, layer and scope, and the RateLimit fields and Retry-After naming
+// it (the rule in gate/ratelimit.go).
+func setRefusalHeaders(h http.Header, v gate.Verdict) {
+	r := v.Refusal
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(r.Limit, 10))
 	h.Set("X-RateLimit-Remaining", "0")
 	h.Set("X-RateLimit-Layer", r.Layer)
 	if r.Scope != "" {
 		h.Set("X-RateLimit-Scope", r.Scope)
 	}
-	// The ceiling that refused, its t Retry-After (the rule in
-	// checkanswer.go).
-	writeRateLimit(h, gate.Quota{Name: r.Layer, Limit: r.Limit, Window: r.Window}, retry)
+	writeRateLimit(h, v.RateLimit())
 }
 
 // refusalProblem is the problem that answers v's refusal by a ceiling.
 func (a *api) refusalProblem(v gate.Verdict) refusalProblem {
 	r := v.Refusal
-	retry := retrySeconds(r.RetryAfter)
+	retry := gate.RetrySeconds(r.RetryAfter)
 	name := r.Layer
 	p := refusalProblem{
 		Type:   "https://tollgate.dev/problems/quota-exceeded",

@@ -169,7 +169,7 @@ func (a *api) forwardAuth(c echo.Context) error {
 		return c.NoContent(http.StatusOK)
 	}
 	it := &v.Items[0]
-	retry := retrySeconds(it.RetryAfter)
+	retry := gate.RetrySeconds(it.RetryAfter)
 	return sendForwardProblem(c, refusalProblem{
 		Type: problemBase + "rate-limited", Title: "Too many requests", Status: q.refusalStatus,
 		Detail: fmt.Sprintf("The policy %q allows %d in its window; retry in %d s.", it.Policy, it.Limit, retry),
@@ -185,7 +185,7 @@ func (a *api) forwardAuth(c echo.Context) error {
 // billing link is given: the answer may reach the tenant's users.
 func (a *api) writeForwardCeiling(c echo.Context, v gate.Verdict, q forwardQuery) error {
 	h := c.Response().Header()
-	setRefusalHeaders(h, v.Refusal)
+	setRefusalHeaders(h, v)
 	if v.Refusal.Degraded || v.Degraded {
 		h.Set("X-Tollgate-Degraded", "true")
 	}

@@ -127,7 +127,7 @@ func (h leaseHandlers) acquire(c echo.Context) error {
 	if v.Refusal != nil {
 		return h.writeRefusal(c, v)
 	}
-	setRateLimit(c, v.Tightest)
+	writeRateLimit(c.Response().Header(), v.Tightest.RateLimit())
 	if v.Degraded {
 		c.Response().Header().Set("X-RateLimit-Degraded", "true")
 	}
