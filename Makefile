@@ -4,7 +4,7 @@ GO    ?= go
 # Packages that hold the store contract and its backends run with the race
 # detector; the rest would only be slower. In the others, the tests named
 # for a race (the body budget's, the keys' last use) run under it too.
-RACE_PKGS := ./internal/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
+RACE_PKGS := ./internal/kit/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
 
 .PHONY: run test soak generate check-generated build bench bench-batch bench-pgcall deps vet lint-openapi
 
@@ -20,25 +20,10 @@ run:
 ## test: every test, against real PostgreSQL and Redis (found or started)
 test: check-generated vet lint-openapi
 	@scripts/deps.sh postgres redis chromium node nginx caddy
-	$(GO) test -count=1 -timeout 8m -skip 'TestNoisyNeighbour|TestLeaseBurst|TestLeaseFlood|TestFaultSuite' $$($(GO) list ./... | grep -v -e /browsertest$$ -e /clients/typescript$$)
-	@# The browser suite and the noisy-neighbour tests run alone: one Chromium
-	@# beside the black-box suite would squeeze its timing on 2 cores, and
-	@# the noisy neighbours' attackers (and the lease burst) load both cores,
-	@# which would push other tests past their stores' deadlines.
-	$(GO) test -count=1 -timeout 5m ./internal/dashboard/browsertest/
-	set -o pipefail; $(GO) test -count=1 -timeout 4m -run 'TestNoisyNeighbour|TestLeaseBurst|TestLeaseFlood' -v ./blackbox/ | grep -vE '^(=== (PAUSE|CONT)|\s*$$)'
-	@# The fault suite runs alone too: it loads both cores with three stacks
-	@# of instances, and its invariants hold the timing of every answer.
-	$(GO) test -count=1 -timeout 6m -run 'TestFaultSuite' ./blackbox/
-	$(GO) test -count=1 -timeout 8m -race -run 'Conformance|Property|Concurr|Catalog|Recorder|Race|Breaker' $(RACE_PKGS)
-	@# The client's batching callers under the race detector, alone: beside
-	@# the stores' conformance suites they load both cores, and those hold the
-	@# timing of a late link.
-	$(GO) test -count=1 -timeout 4m -race -run 'Race' ./client/
-	@# The TypeScript client's suite runs last and alone: npm ci, tsc and a
-	@# Next.js build (kept while its inputs are unchanged) load both cores,
-	@# beside its tests on Node.js, workerd, Next.js, Bun and Deno.
-	$(GO) test -count=1 -timeout 8m ./clients/typescript/
+	$(GO) test -count=1 -timeout 14m ./...
+	@# The race detector's build is another binary per package: one more
+	@# go test, of the packages whose concurrency it proves.
+	$(GO) test -count=1 -timeout 8m -race -run 'Conformance|Property|Concurr|Catalog|Recorder|Race|Breaker' $(RACE_PKGS) ./client/
 
 ## soak: the fault suite's phases, cycle after cycle, for DURATION (make soak DURATION=30m)
 DURATION ?= 30m

@@ -345,8 +345,8 @@ func newSubjects(pr *phaseRun, stop <-chan struct{}) {
 
 // webhooksFair is how soon a bystander's webhook must reach its receiver
 // beside tenants whose receivers hang: a claim and a delivery, with room for
-// a loaded box, far below the attempt timeout (10 s) a hanging receiver
-// holds a slot for.
+// a loaded box, far below the attempt timeout (10 s) a hanging receiver holds
+// a delivery in flight for.
 const webhooksFair = 5 * time.Second
 
 // hookHostiles are the tenants of hangingWebhooks, made once a stack.
@@ -359,18 +359,17 @@ func (st *stack) hookHostiles() []newTenant {
 	return st.hostiles
 }
 
-// hangingWebhooks is issue 36's third and fourth attacks, on an instance
-// with 64 delivery slots: seven tenants register five endpoints each whose
-// receivers never answer (each attempt holds a slot for the 10 s of its
-// timeout) and send them test events, 70 deliveries that hang, more than
-// the slots; one of them sends one endpoint as many as its key lets it,
-// from 8 connections.
-// Meanwhile the workload's tenants are sent a test event every 100 ms: each
-// must reach its receiver within webhooksFair of being accepted, since a
-// tenant holds at most 8 of an instance's slots; and the flooded endpoint
-// holds at most its bound of 1,000 deliveries waiting (about 500 sends fit
-// in the attack on the 2-core box: the bound's refusal is
-// TestWebhookOutboxBound's).
+// hangingWebhooks is issue 36's third and fourth attacks, on an instance with
+// 64 deliveries in flight at most: seven tenants register five endpoints each
+// whose receivers never answer (each attempt is in flight for the 10 s of its
+// timeout) and send them test events, 70 deliveries that hang, more than the
+// instance's 64; one of them sends one endpoint as many as its key lets it,
+// from 8 connections. Meanwhile the workload's tenants are sent a test event
+// every 100 ms: each must reach its receiver within webhooksFair of being
+// accepted, since a tenant holds at most 8 of an instance's 64 in flight; and
+// the flooded endpoint holds at most its bound of 1,000 deliveries waiting
+// (about 500 sends fit in the attack on the 2-core box: the bound's refusal
+// is TestWebhookOutboxBound's).
 func hangingWebhooks(pr *phaseRun, stop <-chan struct{}) {
 	st, h := pr.st, pr.st.hooks
 	m := st.members[0]

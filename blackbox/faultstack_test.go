@@ -61,7 +61,7 @@ type stack struct {
 	fresh bool
 }
 
-// member is one instance slot of a stack: its process changes when the
+// member is one instance position of a stack: its process changes when the
 // suite kills or stops it and starts another.
 type member struct {
 	idx int
@@ -251,7 +251,7 @@ func (s *suite) postgresStack() *stack {
 
 // memoryStack is one instance whose counters live in its memory, held to
 // the smallest bound (1,000 counters), so that a neighbour can fill it; and
-// whose 64 webhook delivery slots are all the stack has.
+// whose 64 webhook deliveries in flight are all the stack has.
 func (s *suite) memoryStack() *stack {
 	dsn := pgtest.New(s.t)
 	st := s.newStack("memory", dsn, dsn, 1, "TOLLGATE_COUNTER_STORE=memory", "TOLLGATE_MEMORY_MAX_KEYS=1000", allowPrivate, manyTestSends)
@@ -308,7 +308,7 @@ func (st *stack) term(m *member) (time.Duration, error) {
 	}
 }
 
-// restart starts a new process in m's slot, on a new port, and waits until
+// restart starts a new process in m's position, on a new port, and waits until
 // it is ready.
 func (st *stack) restart(m *member) {
 	in := start(st.s.t, st.served, st.env...)

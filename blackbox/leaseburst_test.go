@@ -74,7 +74,7 @@ func burstStores(t *testing.T) map[string][]string {
 	}
 }
 
-// leaseBurst sends 100 acquires of subject's slots (policy "jobs") from 64
+// leaseBurst sends 100 acquires of subject's places (policy "jobs") from 64
 // connections spread over ins, and returns how many were taken, refused
 // and degraded, and each answer's time.
 func leaseBurst(t testing.TB, bc burstClient, ins []*instance, key, subject string) (taken, refused, degraded, failed int64, took []time.Duration) {
@@ -235,7 +235,7 @@ func warmUp(t testing.TB, bc burstClient, ins []*instance, key string) {
 }
 
 // TestLeaseBurstIsExactAndNeverDegraded sends 100 acquires of one subject's
-// slots at a limit of 10 from 64 connections spread over three instances,
+// places at a limit of 10 from 64 connections spread over three instances,
 // on each counter store, with the store's default deadline: exactly 10 are
 // taken, none is answered degraded (a legal burst on one hot key is not an
 // outage), and the tenant's ordinary checks afterwards are exact, not

@@ -77,11 +77,11 @@ func leaseStores(t *testing.T) map[string][]string {
 	}
 }
 
-// TestLeasesAcrossTwoInstances races acquirers of one subject's slots
+// TestLeasesAcrossTwoInstances races acquirers of one subject's places
 // through two instances, on each counter store: exactly the limit is
 // taken; a release on either instance, a lease's expiry and a reset give
-// slots back; a renewal keeps one past its first expiry; test keys hold
-// slots of their own; a lease that is gone is 404 to renew and release.
+// places back; a renewal keeps one past its first expiry; test keys hold
+// places of their own; a lease that is gone is 404 to renew and release.
 func TestLeasesAcrossTwoInstances(t *testing.T) {
 	// Parallel: most of its time is spent waiting for leases to expire.
 	t.Parallel()
@@ -121,7 +121,7 @@ func TestLeasesAcrossTwoInstances(t *testing.T) {
 				t.Fatalf("60 acquirers over two instances at a limit of 5: %d taken, %d refused", len(taken), refused.Load())
 			}
 
-			// A release on the other instance frees a slot; a second is 404.
+			// A release on the other instance frees a place; a second is 404.
 			for i, id := range taken[:2] {
 				in := []*instance{b, a}[i]
 				if c := u.on(in).call("DELETE", "/v1/leases/"+id, nil); c.status != 204 {
@@ -137,7 +137,7 @@ func TestLeasesAcrossTwoInstances(t *testing.T) {
 				}
 			}
 
-			// Test keys have slots of their own.
+			// Test keys have places of their own.
 			if l := u.with(nt.TestKey).lease("jobs", "s", "1h"); !l.Allowed || l.InFlight != 1 {
 				t.Fatalf("a test key's lease beside 5 live ones: %+v", l)
 			}
@@ -153,7 +153,7 @@ func TestLeasesAcrossTwoInstances(t *testing.T) {
 				t.Fatalf("after the reset: %+v", l)
 			}
 
-			// A lease that is neither renewed nor released frees its slot at
+			// A lease that is neither renewed nor released frees its place at
 			// its expiry, without any call.
 			u.putLeasePolicy("short", 1, b)
 			first := u.lease("short", "s", "1s")
@@ -163,14 +163,14 @@ func TestLeasesAcrossTwoInstances(t *testing.T) {
 			if l := u.on(b).lease("short", "s", "1s"); l.Allowed || l.RetryAfterMS > 1000 {
 				t.Fatalf("second lease within the first's second: %+v", l)
 			}
-			eventually.True(t, 5*time.Second, "a slot freed by an expiry", func() bool {
+			eventually.True(t, 5*time.Second, "a place freed by an expiry", func() bool {
 				return u.on(b).lease("short", "s", "1h").Allowed
 			})
 			if c := u.call("POST", "/v1/leases/"+first.LeaseID+"/renew", nil); c.status != 404 {
 				t.Fatalf("renewing an expired lease: %d %s", c.status, c.body)
 			}
 
-			// A renewal keeps the slot past the first expiry.
+			// A renewal keeps the place past the first expiry.
 			u.putLeasePolicy("kept", 1, b)
 			held := u.lease("kept", "s", "1s")
 			c := u.on(b).call("POST", "/v1/leases/"+held.LeaseID+"/renew", map[string]any{"ttl": "1h"})

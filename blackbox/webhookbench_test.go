@@ -162,9 +162,9 @@ func throughput(b *testing.B, dsn string, rcv *receiver, perTenant int) float64 
 	return float64(total) / time.Since(at).Seconds()
 }
 
-// hangTenant makes a tenant A whose five endpoints hang, with a backlog
-// of 100 events each, and waits until its deliveries hold its share of
-// the instance's slots (8 of 64; its endpoints could take 10).
+// hangTenant makes a tenant A whose five endpoints hang, with a backlog of
+// 100 events each, and waits until its deliveries hold its share of the
+// instance's deliveries in flight (8 of 64; its endpoints could take 10).
 func hangTenant(b *testing.B, dsn string, in *instance, rcv *receiver) {
 	a := createTenant(b, dsn, "pro")
 	for n := range 5 {

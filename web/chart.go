@@ -12,14 +12,14 @@ type ChartKind int
 
 // Chart kinds.
 const (
-	// StackedBars draws one bar per slot, the series stacked in order.
+	// StackedBars draws one bar per column, the series stacked in order.
 	StackedBars ChartKind = iota
-	// StackedArea draws the series as stacked areas: for many slots (a
+	// StackedArea draws the series as stacked areas: for many columns (a
 	// day of minutes), where bars would be thinner than a pixel.
 	StackedArea
 )
 
-// Chart is a picture of counts over time slots (minutes, days), drawn as an
+// Chart is a picture of counts over time columns (minutes, days), drawn as an
 // SVG with a labelled y axis (with its unit), x ticks, shaded bands (such as
 // degraded periods) and horizontal reference lines (such as an allotment).
 // The handler fills it; Plot computes the geometry the template draws.
@@ -35,13 +35,13 @@ type Chart struct {
 	// XLabel names the x axis, such as "time (UTC)".
 	XLabel string
 	Kind   ChartKind
-	// Slots is the number of x positions; every series has that many
+	// Columns is the number of x positions; every series has that many
 	// values.
-	Slots  int
-	Series []Series
-	XTicks []Tick
-	Bands  []Band
-	Lines  []RefLine
+	Columns int
+	Series  []Series
+	XTicks  []Tick
+	Bands   []Band
+	Lines   []RefLine
 	// Empty, when not blank, is shown instead of the picture: what to do to
 	// get data.
 	Empty string
@@ -56,13 +56,13 @@ type Series struct {
 	Values []float64
 }
 
-// Tick labels an x slot.
+// Tick labels an x column.
 type Tick struct {
-	Slot  int
-	Label string
+	Column int
+	Label  string
 }
 
-// Band shades the slots [From, To).
+// Band shades the columns [From, To).
 type Band struct {
 	From, To int
 	Label    string
@@ -152,10 +152,10 @@ func (c Chart) plot(g chartGeometry) Plot {
 		XLabelX: num(chartLeft + plotW/2), XLabelY: num(g.h - 6),
 		YLabelX: num(14), YLabelY: num(chartTop + plotH/2),
 	}
-	slots := max(c.Slots, 1)
-	totals := make([]float64, slots)
+	columns := max(c.Columns, 1)
+	totals := make([]float64, columns)
 	for _, s := range c.Series {
-		for i := 0; i < slots && i < len(s.Values); i++ {
+		for i := 0; i < columns && i < len(s.Values); i++ {
 			totals[i] += s.Values[i]
 		}
 	}
@@ -168,17 +168,17 @@ func (c Chart) plot(g chartGeometry) Plot {
 	}
 	top, step := niceScale(top)
 	y := func(v float64) float64 { return chartTop + plotH - v/top*plotH }
-	slotW := plotW / float64(slots)
-	x := func(i int) float64 { return chartLeft + float64(i)*slotW }
+	columnW := plotW / float64(columns)
+	x := func(i int) float64 { return chartLeft + float64(i)*columnW }
 
 	for v := 0.0; v <= top+step/2; v += step {
 		p.YTicks = append(p.YTicks, PlotTick{X: num(chartLeft - 6), Y: num(y(v)), Label: Compact(v)})
 	}
 	last := math.Inf(-1)
 	for _, t := range c.XTicks {
-		cx := x(t.Slot)
+		cx := x(t.Column)
 		if c.Kind == StackedBars {
-			cx += slotW / 2
+			cx += columnW / 2
 		}
 		if cx-last < g.tickGap {
 			continue
@@ -187,7 +187,7 @@ func (c Chart) plot(g chartGeometry) Plot {
 		p.XTicks = append(p.XTicks, PlotTick{X: num(cx), Y: num(chartTop + plotH), Y2: num(chartTop + plotH + 5), Label: t.Label})
 	}
 	for _, b := range c.Bands {
-		from, to := max(b.From, 0), min(b.To, slots)
+		from, to := max(b.From, 0), min(b.To, columns)
 		if to <= from {
 			continue
 		}
@@ -195,10 +195,10 @@ func (c Chart) plot(g chartGeometry) Plot {
 	}
 	switch c.Kind {
 	case StackedBars:
-		gap := math.Min(slotW*0.15, 2)
-		base := make([]float64, slots)
+		gap := math.Min(columnW*0.15, 2)
+		base := make([]float64, columns)
 		for _, s := range c.Series {
-			for i := 0; i < slots && i < len(s.Values); i++ {
+			for i := 0; i < columns && i < len(s.Values); i++ {
 				v := s.Values[i]
 				if v <= 0 {
 					continue
@@ -206,17 +206,17 @@ func (c Chart) plot(g chartGeometry) Plot {
 				y0, y1 := y(base[i]), y(base[i]+v)
 				base[i] += v
 				p.Rects = append(p.Rects, PlotRect{
-					X: num(x(i) + gap/2), Y: num(y1), W: num(math.Max(slotW-gap, 0.5)), H: num(math.Max(y0-y1, 0.5)),
+					X: num(x(i) + gap/2), Y: num(y1), W: num(math.Max(columnW-gap, 0.5)), H: num(math.Max(y0-y1, 0.5)),
 					Class: s.Class, Title: s.Name + ": " + Count(int64(v)),
 				})
 			}
 		}
 	case StackedArea:
-		base := make([]float64, slots)
+		base := make([]float64, columns)
 		for _, s := range c.Series {
-			next := make([]float64, slots)
+			next := make([]float64, columns)
 			any := false
-			for i := range slots {
+			for i := range columns {
 				v := 0.0
 				if i < len(s.Values) {
 					v = s.Values[i]
@@ -230,13 +230,13 @@ func (c Chart) plot(g chartGeometry) Plot {
 				// a vertex only where the height changes.
 				var d strings.Builder
 				fmt.Fprintf(&d, "M%s %s", num(x(0)), num(y(next[0])))
-				for i := 1; i < slots; i++ {
+				for i := 1; i < columns; i++ {
 					if next[i] != next[i-1] {
 						fmt.Fprintf(&d, "H%sV%s", num(x(i)), num(y(next[i])))
 					}
 				}
-				fmt.Fprintf(&d, "H%sV%s", num(x(slots)), num(y(base[slots-1])))
-				for i := slots - 1; i > 0; i-- {
+				fmt.Fprintf(&d, "H%sV%s", num(x(columns)), num(y(base[columns-1])))
+				for i := columns - 1; i > 0; i-- {
 					if base[i] != base[i-1] {
 						fmt.Fprintf(&d, "H%sV%s", num(x(i)), num(y(base[i-1])))
 					}
@@ -244,7 +244,7 @@ func (c Chart) plot(g chartGeometry) Plot {
 				fmt.Fprintf(&d, "H%s", num(x(0)))
 				d.WriteString("Z")
 				total := 0.0
-				for i := range slots {
+				for i := range columns {
 					total += next[i] - base[i]
 				}
 				p.Areas = append(p.Areas, PlotArea{D: d.String(), Class: s.Class, Title: s.Name + ": " + Count(int64(total)) + " in all"})

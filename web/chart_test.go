@@ -56,7 +56,7 @@ func TestCountAndCompact(t *testing.T) {
 
 func TestPlotStacksBarsWithinThePlotArea(t *testing.T) {
 	t.Parallel()
-	c := Chart{Kind: StackedBars, Slots: 3, Series: []Series{
+	c := Chart{Kind: StackedBars, Columns: 3, Series: []Series{
 		{Name: "allowed", Class: "s-allowed", Values: []float64{10, 0, 30}},
 		{Name: "refused", Class: "s-policy", Values: []float64{10, 5, 0}},
 	}, Lines: []RefLine{{Value: 50, Label: "allotment", Class: "allotment-line"}}, Bands: []Band{{From: 1, To: 2}}}
@@ -69,7 +69,7 @@ func TestPlotStacksBarsWithinThePlotArea(t *testing.T) {
 	if got := p.YTicks[len(p.YTicks)-1].Label; got != "60" {
 		t.Errorf("top tick %q, want 60", got)
 	}
-	// The refused bar of slot 0 sits on its allowed bar: its bottom is the
+	// The refused bar of column 0 sits on its allowed bar: its bottom is the
 	// other's top.
 	a, r := p.Rects[0], p.Rects[2]
 	ay, _ := strconv.ParseFloat(a.Y, 64)
@@ -89,7 +89,7 @@ func TestPlotAreaOnlyBendsWhereTheValueChanges(t *testing.T) {
 	for i := 600; i < 660; i++ {
 		vals[i] = 7
 	}
-	p := Chart{Kind: StackedArea, Slots: 1440, Series: []Series{{Name: "allowed", Class: "s-allowed", Values: vals}}}.Plot()
+	p := Chart{Kind: StackedArea, Columns: 1440, Series: []Series{{Name: "allowed", Class: "s-allowed", Values: vals}}}.Plot()
 	if len(p.Areas) != 1 {
 		t.Fatalf("%d areas", len(p.Areas))
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/testkit/bintest"
 	"github.com/tollgate/tollgate/internal/testkit/faultnet"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/solo"
 )
 
 // binary is the tollgate built from this tree for the tests.
@@ -36,6 +37,14 @@ var install = struct {
 var epoch = time.Now()
 
 func TestMain(m *testing.M) {
+	// Alone on the machine, first thing: npm ci, tsc and a Next.js build
+	// load both cores, beside its tests on Node.js, workerd, Next.js, Bun
+	// and Deno.
+	release, err := solo.Exclusive()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	// Node.js is a requirement of this package's tests, not an option: a
 	// machine without it fails here rather than passing with nothing run.
 	for _, tool := range []string{"node", "npm"} {
@@ -51,6 +60,7 @@ func TestMain(m *testing.M) {
 	// The binary's folder goes also when its build fails.
 	code := bintest.Run(m, &binary)
 	<-install.done // npm is not left running after the tests
+	release()
 	os.Exit(code)
 }
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgate/tollgate/internal/pglocal"
+	"github.com/tollgate/tollgate/internal/kit/pglocal"
 )
 
 // database returns the URL of Tollgate's database: DATABASE_URL, or the

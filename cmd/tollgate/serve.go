@@ -9,7 +9,7 @@ import (
 	"log/slog"
 
 	"github.com/tollgate/tollgate/internal/app"
-	"github.com/tollgate/tollgate/internal/digest"
+	"github.com/tollgate/tollgate/internal/kit/digest"
 	"github.com/tollgate/tollgate/internal/pgstore"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// ErrBusy is a password check that found no free hashing slot within the
+// ErrBusy is a password check that got no turn to hash within the
 // Hasher's wait: the server is busy, and the caller should answer "try
 // again shortly", not "wrong password".
 var ErrBusy = errors.New("password hashing busy")
@@ -20,25 +20,25 @@ var ErrBusy = errors.New("password hashing busy")
 // of the CPU the API keeps the rest of.
 func DefaultMaxHashes() int { return min(4, max(2, runtime.GOMAXPROCS(0))) }
 
-// DefaultHashWait is how long a check waits for a free slot before ErrBusy.
+// DefaultHashWait is how long a check waits for its turn before ErrBusy.
 const DefaultHashWait = time.Second
 
 // Hasher runs argon2id password checks, at most a fixed number at once
 // across every caller: whatever the number of sign-ins in flight, their
 // hashes never hold more than that many times a hash's memory. A check
-// waits a short while for a slot, then gives up with ErrBusy. It is safe
+// waits a short while for its turn, then gives up with ErrBusy. It is safe
 // for concurrent use.
 type Hasher struct {
-	slots chan struct{}
+	turns chan struct{}
 	wait  time.Duration
-	// running and peak count checks holding a slot, and the most that
+	// running and peak count checks taking their turn, and the most that
 	// ever did at once.
 	running, peak atomic.Int64
 }
 
 // NewHasher returns a Hasher that runs at most maxHashes checks at once
 // (DefaultMaxHashes when not positive) and lets a check wait up to wait
-// for a slot (DefaultHashWait when not positive).
+// for its turn (DefaultHashWait when not positive).
 func NewHasher(maxHashes int, wait time.Duration) *Hasher {
 	if maxHashes <= 0 {
 		maxHashes = DefaultMaxHashes()
@@ -46,11 +46,11 @@ func NewHasher(maxHashes int, wait time.Duration) *Hasher {
 	if wait <= 0 {
 		wait = DefaultHashWait
 	}
-	return &Hasher{slots: make(chan struct{}, maxHashes), wait: wait}
+	return &Hasher{turns: make(chan struct{}, maxHashes), wait: wait}
 }
 
-// Check is CheckPassword within the bound. Errors: ErrBusy when no slot
-// freed within the wait (or ctx ended first), else CheckPassword's.
+// Check is CheckPassword within the bound. Errors: ErrBusy when no turn
+// came within the wait (or ctx ended first), else CheckPassword's.
 func (h *Hasher) Check(ctx context.Context, encoded, password string) (bool, error) {
 	var ok bool
 	err := h.run(ctx, func() (err error) {
@@ -85,19 +85,19 @@ func (h *Hasher) Peak() int { return int(h.peak.Load()) }
 
 func (h *Hasher) run(ctx context.Context, f func() error) error {
 	select {
-	case h.slots <- struct{}{}:
+	case h.turns <- struct{}{}:
 	default:
 		t := time.NewTimer(h.wait)
 		defer t.Stop()
 		select {
-		case h.slots <- struct{}{}:
+		case h.turns <- struct{}{}:
 		case <-t.C:
 			return ErrBusy
 		case <-ctx.Done():
 			return ErrBusy
 		}
 	}
-	defer func() { <-h.slots }()
+	defer func() { <-h.turns }()
 	n := h.running.Add(1)
 	defer h.running.Add(-1)
 	for {

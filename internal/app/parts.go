@@ -15,7 +15,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
 	rediscounter "github.com/tollgate/tollgate/internal/counter/redis"
-	"github.com/tollgate/tollgate/internal/digest"
+	"github.com/tollgate/tollgate/internal/kit/digest"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/tenant"

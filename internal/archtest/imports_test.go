@@ -99,6 +99,15 @@ var testOnly = []string{
 	mod + "internal/testkit", mod + "internal/billing/stripeapi/stripemocktest",
 }
 
+// kit holds the generic machinery (the write-behind loop, the cache, the
+// HMAC helper, the atomic map, the local PostgreSQL): none of it knows
+// Tollgate's domain. kitDeps are the modules it may import besides the
+// standard library and itself: writebehind's flush ids are UUIDs, and
+// pglocal locks files with flock.
+const kit = mod + "internal/kit"
+
+var kitDeps = []string{"github.com/google/uuid", "github.com/gofrs/flock"}
+
 // drivers may be imported by adapters only.
 var drivers = []string{"github.com/jackc/pgx", "github.com/redis/go-redis", "github.com/stripe/stripe-go", "github.com/golang-migrate"}
 
@@ -133,12 +142,13 @@ const (
 	ruleAlert          = "alert imports the standard library only"
 	ruleUsageAudit     = "usage reports the alerts audit raises as alert's, never by importing audit"
 	ruleEnvoyconf      = "envoyconf imports only policy, limit and yaml.v3"
+	ruleKit            = "the kit imports only the standard library, other kit packages, uuid and flock"
 )
 
 var rules = []string{
 	ruleLimit, ruleCounter, ruleWeb, ruleSqlc, ruleAdapters, ruleTestOnly,
 	ruleAdapterWeb, ruleDrivers, ruleCmd, ruleClientInternal, ruleClientStd, ruleClientDeps,
-	ruleAdmission, ruleObservers, ruleWebCounters, ruleAlert, ruleUsageAudit, ruleRoot, ruleEnvoyconf,
+	ruleAdmission, ruleObservers, ruleWebCounters, ruleAlert, ruleUsageAudit, ruleRoot, ruleEnvoyconf, ruleKit,
 }
 
 // envoyconfDeps are what internal/policy/envoyconf may import beside the
@@ -170,7 +180,7 @@ func TestImportArrows(t *testing.T) {
 		rel := strings.TrimPrefix(p.ImportPath, mod)
 		adapter := isAdapter(p.ImportPath)
 		isClient := rel == "client" || strings.HasPrefix(rel, "client/")
-		isTestInfra := hasPrefix(rel, []string{"internal/testkit", "internal/pglocal", "internal/archtest", "blackbox"}) ||
+		isTestInfra := hasPrefix(rel, []string{"internal/testkit", "internal/kit/pglocal", "internal/archtest", "blackbox"}) ||
 			hasPrefix(p.ImportPath, testOnly)
 		for _, imp := range p.Imports {
 			ours := strings.HasPrefix(imp, mod)
@@ -183,6 +193,8 @@ func TestImportArrows(t *testing.T) {
 				t.Errorf("%s imports %s: %s", rel, imp, ruleAlert)
 			case rel == "internal/policy/envoyconf" && !isStd(imp) && !slices.Contains(envoyconfDeps, imp):
 				t.Errorf("%s imports %s: %s", rel, imp, ruleEnvoyconf)
+			case hasPrefix(p.ImportPath, []string{kit}) && !isStd(imp) && !hasPrefix(imp, []string{kit}) && !hasPrefix(imp, kitDeps):
+				t.Errorf("%s imports %s: %s (%v)", rel, imp, ruleKit, kitDeps)
 			case rel == "internal/usage" && imp == mod+"internal/audit":
 				t.Errorf("%s imports %s: %s", rel, imp, ruleUsageAudit)
 			case rel == "internal/counter" && !isStd(imp) && imp != mod+"internal/limit":

@@ -163,16 +163,16 @@ func (r *Recorder) countLocked(tenantID string, f admission.Refusal, at time.Tim
 	}
 }
 
-// flushAlerts sends the batch of refusal counts that failed before, if any,
+// flushAlerts sends again the refusal counts whose flush failed before, if any,
 // then a new one of counts, then (once the counts are committed) the alert
 // checks. What is not written goes back to the pending maps.
 func (r *Recorder) flushAlerts(ctx context.Context, counts map[hourKey]int64, checks map[subjectKey]AlertCheck) error {
-	if err := r.countBatches.Resend(ctx); err != nil {
+	if err := r.countFlushes.Resend(ctx); err != nil {
 		r.putBack(counts, checks)
 		return fmt.Errorf("count refusals: %w", err)
 	}
 	if len(counts) > 0 {
-		if err := r.countBatches.Send(ctx, refusalCounts(counts)); err != nil {
+		if err := r.countFlushes.Send(ctx, refusalCounts(counts)); err != nil {
 			r.putBack(nil, checks)
 			return fmt.Errorf("count refusals: %w", err)
 		}

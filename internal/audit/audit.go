@@ -1,9 +1,9 @@
 // Package audit keeps Tollgate's audit log: who changed what (plan changes,
 // key revocations, overrides: any component records through Log), and the
 // first refusal of each counter key in each window, which its Recorder, a
-// admission.Observer, writes in batches off the request path so that a flood of
-// refusals writes one entry per key and window, whatever the number of
-// instances. The Recorder also counts refusals of policies that set
+// admission.Observer, writes a flush at a time off the request path so that
+// a flood of refusals writes one entry per key and window, whatever the
+// number of instances. The Recorder also counts refusals of policies that set
 // alert_after and raises an alert when one subject is refused that many
 // times within 24 hours.
 //
@@ -14,7 +14,7 @@
 // alert (alert.AggregateSubject) counts the rest; each tenant has its own share
 // of the Recorder's queue; and entries older than the retention are pruned.
 // The budgets' arithmetic lives here, as pure plans (minutes.go, days.go):
-// given a batch and the rows a Store read under lock, they return the rows
+// given a flush and the rows a Store read under lock, they return the rows
 // to write, and the Store holds the transaction and the SQL.
 //
 // audit imports admission (the Event it observes) and alert (what its

@@ -10,7 +10,7 @@ import (
 )
 
 // The alert and watch budgets of a day, as pure planners: a Store locks
-// the days a batch spends, gives the statements that count and raise each
+// the days a flush spends, gives the statements that count and raise each
 // locked day's room, and writes what the plan lists, all in one
 // transaction.
 
@@ -49,7 +49,7 @@ func daysInLockOrder(ds map[dayKey]Day) []Day {
 // Counts, each subject watched while its locked day has Room (which
 // subjects a day watches already is the Store's to know).
 type CountPlan struct {
-	// Counts are the batch's counts of some refusals.
+	// Counts are the flush's counts of some refusals.
 	Counts []RefusalCount
 	// Days are those the counts fall in, in the order to lock them.
 	Days   []Day

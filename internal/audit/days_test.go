@@ -10,7 +10,7 @@ import (
 )
 
 // The planners of the days' alert and watch budgets are pure: these tests
-// give them batches and locked rows and read what they plan.
+// give them flushes and locked rows and read what they plan.
 // recorder_test.go and bounds_test.go hold the same rules over the real
 // store.
 

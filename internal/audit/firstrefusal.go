@@ -11,18 +11,18 @@ import (
 	"github.com/tollgate/tollgate/internal/admission"
 )
 
-// FirstRefusalBatch is one flush's first refusals. Its minute of a refusal is
+// FirstRefusalFlush is one flush's first refusals. Its minute of a refusal is
 // the UTC minute of its At.
-type FirstRefusalBatch struct {
-	// ID is a UUID: a batch applied before is not applied again, so that a
-	// batch whose fate an error left unknown can be sent again.
+type FirstRefusalFlush struct {
+	// ID is a UUID: a flush applied before is not applied again, so that a
+	// flush whose fate an error left unknown can be sent again.
 	ID       string
 	Refusals []FirstRefusal
 	// Overflow counts first refusals this instance had no room to queue:
 	// each is counted in its minute's refusal_flood entry.
 	Overflow []RefusalOverflow
 	// Budget is the most refusal entries written one by one per tenant and
-	// minute, over every batch of every instance.
+	// minute, over every flush of every instance.
 	Budget int
 }
 
@@ -129,19 +129,19 @@ func (r *Recorder) sweepLocked(now time.Time) {
 	r.lastSweep = now
 }
 
-// flushFirsts sends the batch of first refusals that failed before, if any,
-// then a new one of firsts and overflow. While the old batch still fails,
+// flushFirsts sends again the first refusals whose flush failed before, if any,
+// then a new one of firsts and overflow. While the old flush still fails,
 // firsts and overflow go back to the pending maps.
 func (r *Recorder) flushFirsts(ctx context.Context, firsts map[windowKey]pendingFirst, overflow map[overflowKey]overflowCount) error {
-	if err := r.firstBatches.Resend(ctx); err != nil {
+	if err := r.firstFlushes.Resend(ctx); err != nil {
 		r.putBackFirsts(firsts, overflow)
 		return fmt.Errorf("record first refusals: %w", err)
 	}
 	if len(firsts) == 0 && len(overflow) == 0 {
 		return nil
 	}
-	b := FirstRefusalBatch{Refusals: firstRefusals(firsts), Overflow: overflows(overflow), Budget: r.auditBudget}
-	if err := r.firstBatches.Send(ctx, b); err != nil {
+	b := FirstRefusalFlush{Refusals: firstRefusals(firsts), Overflow: overflows(overflow), Budget: r.auditBudget}
+	if err := r.firstFlushes.Send(ctx, b); err != nil {
 		return fmt.Errorf("record first refusals: %w", err)
 	}
 	return nil

@@ -235,15 +235,15 @@ func TestFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
 	}
 }
 
-// TestRecordFirstRefusalsAppliesABatchOnce: a batch sent again after an
+// TestRecordFirstRefusalsAppliesAFlushOnce: a flush sent again after an
 // error that left its fate unknown writes and counts nothing more.
-func TestRecordFirstRefusalsAppliesABatchOnce(t *testing.T) {
+func TestRecordFirstRefusalsAppliesAFlushOnce(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	tenant := pgtest.Tenant(t, pool, "starter")
 	st := pgstore.NewAudit(pool)
 	ctx := context.Background()
-	b := audit.FirstRefusalBatch{ID: uuid.NewString(), Budget: 2,
+	b := audit.FirstRefusalFlush{ID: uuid.NewString(), Budget: 2,
 		Overflow: []audit.RefusalOverflow{{TenantID: tenant, Minute: t0, At: t0.Add(time.Second), Count: 7}}}
 	for i := range 3 {
 		b.Refusals = append(b.Refusals, audit.FirstRefusal{TenantID: tenant, Key: fmt.Sprint("k", i), WindowEnd: t0.Add(time.Minute), At: t0, Detail: map[string]any{"i": i}})

@@ -8,7 +8,7 @@ import (
 )
 
 // The audit budget of a minute, as pure planners: a Store locks the
-// minutes a batch spends, hands the rows it read to the plan, and writes
+// minutes a flush spends, hands the rows it read to the plan, and writes
 // what the plan returns, all in one transaction. The arithmetic (what fits,
 // what spills into the minute's flood entry, when that entry starts) is
 // here; the Store holds the transaction and the SQL.
@@ -104,18 +104,18 @@ func lockOrder(ms map[budgetKey]Minute) []Minute {
 // refusals are first is the Store's to know, over every instance), then
 // writes what Settle returns.
 type RefusalPlan struct {
-	// Minutes are those the batch's refusals and overflow fall in, in the
+	// Minutes are those the flush's refusals and overflow fall in, in the
 	// order to lock them.
 	Minutes []Minute
 	budget  int
-	// overflow is the batch's overflow, per minute.
+	// overflow is the flush's overflow, per minute.
 	overflow map[budgetKey]overflowCount
 }
 
 // PlanFirstRefusals plans b. The Store has left out the refusals and
 // overflow of tenant ids it cannot hold, and spelled each tenant's id one
 // way.
-func PlanFirstRefusals(b FirstRefusalBatch) *RefusalPlan {
+func PlanFirstRefusals(b FirstRefusalFlush) *RefusalPlan {
 	p := &RefusalPlan{budget: b.Budget, overflow: map[budgetKey]overflowCount{}}
 	minutes := map[budgetKey]Minute{}
 	for _, r := range b.Refusals {
@@ -149,7 +149,7 @@ type RefusalsWritten struct {
 
 // Settle returns the writes of the locked minutes, in lock order: the
 // entries the statement wrote (done), and a flood entry that counts the
-// batch's overflow and the first refusals that found no room, made at the
+// flush's overflow and the first refusals that found no room, made at the
 // first of them when the minute has none. Minutes that were not locked (a
 // tenant that no longer exists) or have nothing to write are left out.
 func (p *RefusalPlan) Settle(locked []LockedMinute, done []RefusalsWritten) []MinuteWrite {
@@ -190,14 +190,14 @@ func (p *RefusalPlan) Settle(locked []LockedMinute, done []RefusalsWritten) []Mi
 // NotePlan is the arithmetic of Store.RecordNotes. A Store applies it in
 // one transaction: it locks Minutes, then writes what Write returns.
 type NotePlan struct {
-	// Minutes are those the batch's notes and overflow fall in, in the
+	// Minutes are those the flush's notes and overflow fall in, in the
 	// order to lock them.
 	Minutes []Minute
 	budget  int
 	groups  map[budgetKey]*noteGroup
 }
 
-// noteGroup is what a batch holds of one minute: the kind and key kind of
+// noteGroup is what a flush holds of one minute: the kind and key kind of
 // its first note or overflow, its notes, and its overflow.
 type noteGroup struct {
 	minute   Minute
@@ -209,7 +209,7 @@ type noteGroup struct {
 
 // PlanNotes plans b. The Store has left out the notes and overflow of
 // tenant ids it cannot hold, and spelled each tenant's id one way.
-func PlanNotes(b NoteBatch) *NotePlan {
+func PlanNotes(b NoteFlush) *NotePlan {
 	p := &NotePlan{budget: b.Budget, groups: map[budgetKey]*noteGroup{}}
 	minutes := map[budgetKey]Minute{}
 	groupOf := func(tenantID, scope, kind string, sandbox bool, at time.Time) *noteGroup {
@@ -239,8 +239,8 @@ func PlanNotes(b NoteBatch) *NotePlan {
 
 // Write returns the writes of the locked minutes, in the order of locked:
 // each minute's notes in order of time, as many as its budget leaves room
-// for, and a flood entry that counts the rest and the batch's overflow,
-// made at the first of them when the minute has none. Minutes the batch
+// for, and a flood entry that counts the rest and the flush's overflow,
+// made at the first of them when the minute has none. Minutes the flush
 // does not name or that have nothing to write are left out.
 func (p *NotePlan) Write(locked []LockedMinute) []MinuteWrite {
 	var ws []MinuteWrite

@@ -10,7 +10,7 @@ import (
 )
 
 // The planners of the minutes' audit budgets are pure: these tests give
-// them batches and locked rows and read what they plan. flood_test.go and
+// them flushes and locked rows and read what they plan. flood_test.go and
 // bounds_test.go hold the same rules over the real store.
 
 const (
@@ -55,13 +55,13 @@ func TestPlanFirstRefusalsLocksItsMinutesInOrder(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name string
-		b    audit.FirstRefusalBatch
+		b    audit.FirstRefusalFlush
 		want []audit.Minute
 	}{
-		{name: "nothing", b: audit.FirstRefusalBatch{Budget: 50}},
+		{name: "nothing", b: audit.FirstRefusalFlush{Budget: 50}},
 		{
 			name: "refusals and overflow, by tenant then minute",
-			b: audit.FirstRefusalBatch{Budget: 50,
+			b: audit.FirstRefusalFlush{Budget: 50,
 				Refusals: []audit.FirstRefusal{
 					{TenantID: tenantB, Key: "k1", At: at(t, "2026-03-02T10:00:30Z")},
 					{TenantID: tenantA, Key: "k2", At: at(t, "2026-03-02T10:01:10Z")},
@@ -81,7 +81,7 @@ func TestPlanFirstRefusalsLocksItsMinutesInOrder(t *testing.T) {
 		},
 		{
 			name: "an empty overflow names no minute",
-			b: audit.FirstRefusalBatch{Budget: 50, Overflow: []audit.RefusalOverflow{
+			b: audit.FirstRefusalFlush{Budget: 50, Overflow: []audit.RefusalOverflow{
 				{TenantID: tenantA, Minute: at(t, "2026-03-02T10:00:00Z"), At: at(t, "2026-03-02T10:00:10Z")},
 			}},
 		},
@@ -114,14 +114,14 @@ func TestRoomIsWhatTheBudgetLeaves(t *testing.T) {
 			t.Parallel()
 			m := minute(t, tenantA, "counter_reset", "2026-03-02T10:00:00Z")
 			l := audit.LockedMinute{Minute: m, Entries: tt.entries}
-			if got := audit.PlanFirstRefusals(audit.FirstRefusalBatch{Budget: tt.budget}).Room(l); got != tt.wantRefusals {
+			if got := audit.PlanFirstRefusals(audit.FirstRefusalFlush{Budget: tt.budget}).Room(l); got != tt.wantRefusals {
 				t.Errorf("RefusalPlan.Room = %d, want %d", got, tt.wantRefusals)
 			}
 			var notes []audit.Note
 			for i := range 3 {
 				notes = append(notes, note(m, at(t, "2026-03-02T10:00:00Z").Add(time.Duration(i)*time.Second), false))
 			}
-			ws := audit.PlanNotes(audit.NoteBatch{Budget: tt.budget, Notes: notes}).Write([]audit.LockedMinute{l})
+			ws := audit.PlanNotes(audit.NoteFlush{Budget: tt.budget, Notes: notes}).Write([]audit.LockedMinute{l})
 			if len(ws) != 1 || len(ws[0].Notes) != tt.wantNotesFirst || ws[0].Written != int64(tt.wantNotesFirst) {
 				t.Errorf("NotePlan.Write = %+v, want %d notes written", ws, tt.wantNotesFirst)
 			}
@@ -223,7 +223,7 @@ func TestRefusalPlanSettle(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p := audit.PlanFirstRefusals(audit.FirstRefusalBatch{Budget: 50, Refusals: tt.refusals, Overflow: tt.overflow})
+			p := audit.PlanFirstRefusals(audit.FirstRefusalFlush{Budget: 50, Refusals: tt.refusals, Overflow: tt.overflow})
 			if got := p.Settle(tt.locked, tt.done); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Settle =\n%s\nwant\n%s", writes(got), writes(tt.want))
 			}
@@ -331,7 +331,7 @@ func TestNotePlanWrite(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p := audit.PlanNotes(audit.NoteBatch{Budget: tt.budget, Notes: tt.notes, Overflow: tt.overflow})
+			p := audit.PlanNotes(audit.NoteFlush{Budget: tt.budget, Notes: tt.notes, Overflow: tt.overflow})
 			if !reflect.DeepEqual(p.Minutes, tt.wantLock) {
 				t.Errorf("Minutes = %v, want %v", p.Minutes, tt.wantLock)
 			}

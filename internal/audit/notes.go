@@ -20,16 +20,16 @@ const KindCounterReset = "counter_reset"
 // minute's entries are flushed), budget, scope and sandbox.
 const FloodSuffix = "_flood"
 
-// NoteBatch is one flush's noted entries.
-type NoteBatch struct {
-	// ID is a UUID: a batch applied before is not applied again.
+// NoteFlush is one flush's noted entries.
+type NoteFlush struct {
+	// ID is a UUID: a flush applied before is not applied again.
 	ID    string
 	Notes []Note
 	// Overflow counts noted entries this instance did not queue one by
 	// one: each is counted in its minute's flood entry.
 	Overflow []NoteOverflow
 	// Budget is the most entries written one by one per tenant, scope and
-	// minute, over every batch of every instance.
+	// minute, over every flush of every instance.
 	Budget int
 }
 
@@ -117,11 +117,11 @@ func (r *Recorder) forgetNotedLocked(now time.Time) {
 	}
 }
 
-// flushNotes sends the batch of notes that failed before, if any, then a
-// new one; while the old batch still fails, the new notes are counted in
+// flushNotes sends again the notes whose flush failed before, if any, then a
+// new one; while the old flush still fails, the new notes are counted in
 // their minutes' overflow instead, which keeps them bounded.
 func (r *Recorder) flushNotes(ctx context.Context, notes []Note, overflow map[noteKey]overflowCount) error {
-	if err := r.noteBatches.Resend(ctx); err != nil {
+	if err := r.noteFlushes.Resend(ctx); err != nil {
 		r.mu.Lock()
 		for _, n := range notes {
 			r.noteOverflowLocked(noteKeyOf(n), n.Entry.At, 1)
@@ -135,7 +135,7 @@ func (r *Recorder) flushNotes(ctx context.Context, notes []Note, overflow map[no
 	if len(notes) == 0 && len(overflow) == 0 {
 		return nil
 	}
-	b := NoteBatch{Notes: notes, Budget: r.auditBudget}
+	b := NoteFlush{Notes: notes, Budget: r.auditBudget}
 	keys := slices.SortedFunc(maps.Keys(overflow), func(a, b noteKey) int {
 		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.scope, b.scope), cmp.Compare(a.minute, b.minute))
 	})
@@ -144,7 +144,7 @@ func (r *Recorder) flushNotes(ctx context.Context, notes []Note, overflow map[no
 		b.Overflow = append(b.Overflow, NoteOverflow{TenantID: k.tenantID, Scope: k.scope, Kind: k.kind, Sandbox: k.sandbox,
 			Minute: time.Unix(k.minute, 0).UTC(), At: o.at, Count: o.count})
 	}
-	if err := r.noteBatches.Send(ctx, b); err != nil {
+	if err := r.noteFlushes.Send(ctx, b); err != nil {
 		return fmt.Errorf("record noted entries: %w", err)
 	}
 	return nil

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
-	"github.com/tollgate/tollgate/internal/batch"
+	"github.com/tollgate/tollgate/internal/kit/writebehind"
 )
 
 // Defaults of RecorderConfig.
@@ -64,9 +64,9 @@ const (
 	hourRetention = 48 * time.Hour
 	// sweepEvery is how often expired windows leave the local seen map.
 	sweepEvery = time.Minute
-	// batchRetention is how long the Store remembers applied batch ids: far
-	// longer than any batch waits to be sent again.
-	batchRetention = 24 * time.Hour
+	// flushRetention is how long the Store remembers applied flush ids: far
+	// longer than any flush waits to be sent again.
+	flushRetention = 24 * time.Hour
 )
 
 // RecorderConfig configures a Recorder.
@@ -82,7 +82,7 @@ type RecorderConfig struct {
 	FlushTimeout time.Duration
 	// MaxSeen bounds the windows remembered locally, to spare the database
 	// the refusals it would ignore; zero means DefaultMaxSeen. Forgetting
-	// one costs a row in a batch, never a second audit entry.
+	// one costs a row in a flush, never a second audit entry.
 	MaxSeen int
 	// MaxPending bounds each kind of pending write (first refusals,
 	// hourly counts, alert checks); zero means DefaultMaxPending.
@@ -129,8 +129,8 @@ type held struct {
 const minShareDivisor = 100
 
 // Recorder is the admission.Observer behind the first-refusal rule and alerts.
-// Observe only updates maps under a mutex; Run writes them in batches. It is
-// safe for concurrent use.
+// Observe only updates maps under a mutex; Run writes them a flush at a
+// time. It is safe for concurrent use.
 type Recorder struct {
 	store       Store
 	log         *slog.Logger
@@ -148,17 +148,17 @@ type Recorder struct {
 	auditKeep   time.Duration
 	now         func() time.Time
 
-	// flushMu keeps flushes one at a time, so that a failed batch is put
+	// flushMu keeps flushes one at a time, so that a failed flush is put
 	// back before the next is taken.
 	flushMu sync.Mutex
-	// firstBatches and countBatches send each flush's first refusals and
-	// counts once, a failed batch again under its id before any other.
+	// firstFlushes and countFlushes send each flush's first refusals and
+	// counts once, a failed flush again under its id before any other.
 	// Guarded by flushMu.
-	firstBatches *batch.Resender[FirstRefusalBatch]
-	countBatches *batch.Resender[[]RefusalCount]
-	noteBatches  *batch.Resender[NoteBatch]
+	firstFlushes *writebehind.Resender[FirstRefusalFlush]
+	countFlushes *writebehind.Resender[[]RefusalCount]
+	noteFlushes  *writebehind.Resender[NoteFlush]
 	// drops counts refusals dropped since last logged.
-	drops batch.Drops
+	drops writebehind.Drops
 
 	mu        sync.Mutex
 	seen      map[windowKey]time.Time // window end, for expiry
@@ -221,17 +221,17 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		r.auditBudget < 0 || r.alertBudget < 0 || r.watchBudget < 0 || r.alertKeep < 0 || r.auditKeep < 0 {
 		return nil, errors.New("audit recorder: negative period, bound or budget")
 	}
-	r.firstBatches = batch.NewResender(func(ctx context.Context, id string, b FirstRefusalBatch) error {
+	r.firstFlushes = writebehind.NewResender(func(ctx context.Context, id string, b FirstRefusalFlush) error {
 		b.ID = id
 		_, err := r.store.RecordFirstRefusals(ctx, b)
 		return err
 	})
-	r.noteBatches = batch.NewResender(func(ctx context.Context, id string, b NoteBatch) error {
+	r.noteFlushes = writebehind.NewResender(func(ctx context.Context, id string, b NoteFlush) error {
 		b.ID = id
 		_, err := r.store.RecordNotes(ctx, b)
 		return err
 	})
-	r.countBatches = batch.NewResender(func(ctx context.Context, id string, rows []RefusalCount) error {
+	r.countFlushes = writebehind.NewResender(func(ctx context.Context, id string, rows []RefusalCount) error {
 		ws, err := r.store.CountRefusals(ctx, id, r.watchBudget, rows)
 		if err != nil {
 			return err
@@ -301,9 +301,9 @@ func (r *Recorder) roomLocked(n, total int) bool {
 // Run writes what was observed every FlushEvery, sweeps the windows that
 // ended from memory, and prunes expired rows every PruneEvery, until ctx
 // ends; then it flushes once more and returns that flush's error, nil when
-// everything was written (batch.Loop).
+// everything was written (writebehind.Loop).
 func (r *Recorder) Run(ctx context.Context) error {
-	return batch.Loop{
+	return writebehind.Loop{
 		What: "audit refusals", Every: r.every, Timeout: r.timeout, Flush: r.Flush,
 		PruneEvery: r.pruneEvery, Prune: r.Prune,
 		Tick: func() {
@@ -322,12 +322,12 @@ func (r *Recorder) Run(ctx context.Context) error {
 
 // Prune deletes from the Store the windows (and audit budgets) that ended
 // over an hour ago, the hourly counts (and alert budgets) older than two
-// days, the batch ids older than a day, the alerts whose LastAt is older
+// days, the flush ids older than a day, the alerts whose LastAt is older
 // than AlertRetention and the audit entries older than AuditRetention. Every
 // instance prunes; the Store's deletes skip rows another is deleting.
 func (r *Recorder) Prune(ctx context.Context) error {
 	now := r.now()
-	if err := r.store.PruneRefusals(ctx, now.Add(-windowGrace), now.Add(-hourRetention), now.Add(-batchRetention)); err != nil {
+	if err := r.store.PruneRefusals(ctx, now.Add(-windowGrace), now.Add(-hourRetention), now.Add(-flushRetention)); err != nil {
 		return fmt.Errorf("prune refusals: %w", err)
 	}
 	if _, err := r.store.PruneAlerts(ctx, now.Add(-r.alertKeep)); err != nil {
@@ -341,7 +341,7 @@ func (r *Recorder) Prune(ctx context.Context) error {
 
 // Flush writes the pending first refusals, then the refusal counts, then
 // (once the counts are committed) the alert checks. What fails stays
-// pending for the next flush (first refusals and counts as batches sent
+// pending for the next flush (first refusals and counts as flushes sent
 // again under their ids, so that they count once); the errors are returned
 // joined.
 func (r *Recorder) Flush(ctx context.Context) error {
@@ -360,11 +360,11 @@ func (r *Recorder) Flush(ctx context.Context) error {
 
 // Pending returns the number of first refusals, hourly counts and alert
 // checks waiting to be written, and the windows remembered locally. First
-// refusals and counts include those of a failed batch: up to the bounds of
+// refusals and counts include those of a failed flush: up to the bounds of
 // the queue more.
 func (r *Recorder) Pending() (firsts, counts, checks, seen int) {
 	r.flushMu.Lock()
-	heldCounts, heldFirsts := r.countBatches.Held(), r.firstBatches.Held()
+	heldCounts, heldFirsts := r.countFlushes.Held(), r.firstFlushes.Held()
 	r.flushMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -35,18 +35,18 @@ type countingStore struct {
 	raiseCalls int
 }
 
-func (s *countingStore) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBatch) (int64, error) {
+func (s *countingStore) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalFlush) (int64, error) {
 	s.mu.Lock()
 	s.firsts += len(b.Refusals)
 	s.mu.Unlock()
 	return s.Audit.RecordFirstRefusals(ctx, b)
 }
 
-func (s *countingStore) CountRefusals(ctx context.Context, batchID string, budget int, cs []audit.RefusalCount) ([]audit.Watch, error) {
+func (s *countingStore) CountRefusals(ctx context.Context, flushID string, budget int, cs []audit.RefusalCount) ([]audit.Watch, error) {
 	s.mu.Lock()
 	s.counts += len(cs)
 	s.mu.Unlock()
-	return s.Audit.CountRefusals(ctx, batchID, budget, cs)
+	return s.Audit.CountRefusals(ctx, flushID, budget, cs)
 }
 
 func (s *countingStore) RaiseAlerts(ctx context.Context, budget int, cs []audit.AlertCheck) (int64, error) {
@@ -326,7 +326,7 @@ func TestRecorderCountsLostAfterCommitCountOnce(t *testing.T) {
 	r, st := newCountingRecorder(t, pool, audit.RecorderConfig{})
 	ctx := context.Background()
 	// The key's first refusal is written first, so that the flush below
-	// sends counts alone: its batch is the one whose answer is lost.
+	// sends counts alone: its flush is the one whose answer is lost.
 	refuse := func() {
 		r.Observe(ctx, admission.Event{At: t0, TenantID: tenant, Refusals: []admission.Refusal{policyRefusal("k", t0.Add(time.Minute), 5)}})
 	}
@@ -425,7 +425,7 @@ func TestRecorderPendingStaysBoundedWhileTheStoreIsDown(t *testing.T) {
 				t.Fatalf("Flush after %d keys with the database cut off: got nil error", i+1)
 			}
 		}
-		// Counts may hold a failed batch besides: up to twice the bound.
+		// Counts may hold a failed flush besides: up to twice the bound.
 		if f, c, k, _ := r.Pending(); f > maxPending || c > 2*maxPending || k > maxPending {
 			t.Fatalf("Pending() = %d, %d, %d after %d keys, want at most %d, %d, %d", f, c, k, i+1, maxPending, 2*maxPending, maxPending)
 		}

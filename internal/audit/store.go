@@ -19,13 +19,13 @@ type Store interface {
 	// refusals that no instance has recorded for their (tenant, key, window
 	// end), those of each tenant and minute get an audit entry of kind
 	// KindRefusal, in order of time, while the minute's b.Budget lasts
-	// (over every batch of every instance); the rest, and b.Overflow, are
+	// (over every flush of every instance); the rest, and b.Overflow, are
 	// added to the minute's one KindRefusalFlood entry. It returns the
 	// entries written one by one. Keys are distinct.
-	RecordFirstRefusals(ctx context.Context, b FirstRefusalBatch) (int64, error)
-	// CountRefusals adds counts, all or none, once per batchID (a UUID): a
-	// call with the id of a batch applied before adds nothing and returns
-	// nothing, so that a batch whose fate an error left unknown can be sent
+	RecordFirstRefusals(ctx context.Context, b FirstRefusalFlush) (int64, error)
+	// CountRefusals adds counts, all or none, once per flushID (a UUID): a
+	// call with the id of a flush applied before adds nothing and returns
+	// nothing, so that a flush whose fate an error left unknown can be sent
 	// again. A subject gets counts of its own on a UTC day when it has some
 	// that day already or while its tenant has watched fewer than budget
 	// subjects that day (over every call of every instance); the refusals
@@ -33,7 +33,7 @@ type Store interface {
 	// their policy's count of the hour under AggregateSubject. It returns
 	// whether each subject (but AggregateSubject) is watched. Rows are
 	// distinct.
-	CountRefusals(ctx context.Context, batchID string, budget int, cs []RefusalCount) ([]Watch, error)
+	CountRefusals(ctx context.Context, flushID string, budget int, cs []RefusalCount) ([]Watch, error)
 	// RaiseAlerts raises or updates the alert of each check whose count
 	// reaches its AlertAfter, from the counts committed before it starts,
 	// and returns how many it raised or updated. A subject without an
@@ -50,15 +50,15 @@ type Store interface {
 	ListAlerts(ctx context.Context, tenantID string, since time.Time, limit int) ([]alert.Alert, error)
 	// RecordNotes applies b once per b.ID, all or nothing: the notes of
 	// each tenant, scope and minute are written, in order of time, while
-	// the minute's b.Budget lasts (over every batch of every instance); the
+	// the minute's b.Budget lasts (over every flush of every instance); the
 	// rest, and b.Overflow, are added to the minute's one flood entry (kind
 	// Kind+FloodSuffix). It returns the entries written one by one.
-	RecordNotes(ctx context.Context, b NoteBatch) (int64, error)
+	RecordNotes(ctx context.Context, b NoteFlush) (int64, error)
 	// PruneRefusals deletes the windows that ended before windowsBefore
 	// and the audit budgets of minutes before it, the hourly counts of
 	// hours before hoursBefore and the alert budgets of days before its
-	// day, and the ids of batches applied before batchesBefore.
-	PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, batchesBefore time.Time) error
+	// day, and the ids of flushes applied before flushesBefore.
+	PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, flushesBefore time.Time) error
 	// PruneAlerts deletes the alerts whose LastAt is before before and
 	// returns how many it deleted.
 	PruneAlerts(ctx context.Context, before time.Time) (int64, error)

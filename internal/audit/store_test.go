@@ -90,7 +90,7 @@ func TestFirstRefusalOncePerWindowAcrossInstances(t *testing.T) {
 	var written sync.Map
 	for g := range 20 {
 		wg.Go(func() {
-			n, err := st.RecordFirstRefusals(context.Background(), audit.FirstRefusalBatch{
+			n, err := st.RecordFirstRefusals(context.Background(), audit.FirstRefusalFlush{
 				ID: uuid.NewString(), Budget: audit.DefaultAuditBudget,
 				Refusals: []audit.FirstRefusal{{
 					TenantID: tenant, Key: "digest-2", WindowEnd: end, At: t0, Detail: map[string]any{"key": "digest-2", "g": g},
@@ -373,7 +373,7 @@ func TestRecorderDropsUnknownTenants(t *testing.T) {
 	}
 }
 
-func TestCountRefusalsAppliesABatchOnce(t *testing.T) {
+func TestCountRefusalsAppliesAFlushOnce(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	tenant := pgtest.Tenant(t, pool, "starter")

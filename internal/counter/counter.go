@@ -1,6 +1,6 @@
 // Package counter is the contract between Tollgate's admission pipeline and
 // the places counters live: memory, PostgreSQL and Redis. A Store answers a
-// batch of counter items in one round trip, all or nothing (in two tiers when
+// request's counter items in one round trip, all or nothing (in two tiers when
 // the request has ceilings, and with advisory items that never block), with
 // the arithmetic of internal/limit.
 //
@@ -79,8 +79,8 @@ type Item struct {
 	Advisory bool
 }
 
-// Request is one all-or-nothing batch, or two tiers of it: the service's
-// ceilings, then a tenant's policies.
+// Request is one all-or-nothing group of items, or two tiers of it: the
+// service's ceilings, then a tenant's policies.
 //
 // Items are decided in order, each against the state left by the earlier
 // items of the request on the same key (their tentative consumption, if they

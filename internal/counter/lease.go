@@ -9,13 +9,13 @@ import (
 	"github.com/tollgate/tollgate/internal/limit"
 )
 
-// Leases: concurrency limits. A lease is a slot among at most Limit holders
-// of one key, held from Acquire until Release or until it expires, whichever
-// comes first; a holder that crashed gives its slot back at the expiry
-// without any call. Leases live beside the counters of the same store, named
-// by Group and Key like them, in a namespace of their own (a lease key and a
-// counter key that are the same string are two things), except for Reset,
-// which forgets both.
+// Leases: concurrency limits. A lease holds a place among at most Limit
+// holders of one key, held from Acquire until Release or until it expires,
+// whichever comes first; a holder that crashed gives its place back at the
+// expiry without any call. Leases live beside the counters of the same store,
+// named by Group and Key like them, in a namespace of their own (a lease key
+// and a counter key that are the same string are two things), except for
+// Reset, which forgets both.
 
 // ErrNoLease is returned (wrapped) by Renew and Release when the group holds
 // no live lease by that id: it was never acquired, or it was released, or it
@@ -82,8 +82,8 @@ type Acquired struct {
 	// were not looked at).
 	InFlight int64
 	// ExpiresAt is the new lease's expiry when Allowed. When refused for
-	// want of a slot, it is the earliest expiry among Key's live leases: a
-	// slot is free by then at the latest, unless the leases are renewed. It
+	// want of a place, it is the earliest expiry among Key's live leases: a
+	// place is free by then at the latest, unless the leases are renewed. It
 	// is zero when a ceiling refused.
 	ExpiresAt time.Time
 	// Now is the store clock reading the request was decided at.
@@ -108,7 +108,7 @@ type LeaseRef struct {
 // wrap ErrUnavailable, ErrInvalid or ErrNoLease.
 type Leaser interface {
 	// Acquire decides the ceilings, then takes a lease when they allowed
-	// and a slot is free.
+	// and a place is free.
 	Acquire(ctx context.Context, a Acquire) (Acquired, error)
 	// Renew gives a live lease a new expiry, now + TTL (which may be
 	// earlier than its current one), and returns it; ErrNoLease when the

@@ -17,7 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/digest"
+	"github.com/tollgate/tollgate/internal/kit/digest"
 	"github.com/tollgate/tollgate/web"
 )
 

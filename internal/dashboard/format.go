@@ -118,18 +118,18 @@ func usageBar(used int64, allotment *int64) web.UsageBar {
 }
 
 // minuteSeries turns per-minute counts into one series per outcome over
-// the slots from `from`, one a minute; outcomes without any count are left
+// the columns from `from`, one a minute; outcomes without any count are left
 // out. It also returns the totals per outcome, in chart order.
-func minuteSeries(rows []traffic.MinuteCount, from time.Time, slots int) ([]web.Series, map[string]int64) {
+func minuteSeries(rows []traffic.MinuteCount, from time.Time, columns int) ([]web.Series, map[string]int64) {
 	values := map[string][]float64{}
 	totals := map[string]int64{}
 	for _, r := range rows {
 		i := int(r.Minute.Sub(from) / time.Minute)
-		if i < 0 || i >= slots {
+		if i < 0 || i >= columns {
 			continue
 		}
 		if values[r.Outcome] == nil {
-			values[r.Outcome] = make([]float64, slots)
+			values[r.Outcome] = make([]float64, columns)
 		}
 		values[r.Outcome][i] += float64(r.Count)
 		totals[r.Outcome] += r.Count
@@ -163,13 +163,13 @@ func outcomeTotals(totals map[string]int64) []web.OutcomeTotal {
 	return out
 }
 
-// clockTicks labels the minute slots from `from` every `every`.
-func clockTicks(from time.Time, slots int, every time.Duration) []web.Tick {
+// clockTicks labels the minute columns from `from` every `every`.
+func clockTicks(from time.Time, columns int, every time.Duration) []web.Tick {
 	var ts []web.Tick
-	for i := range slots {
+	for i := range columns {
 		t := from.Add(time.Duration(i) * time.Minute)
 		if t.Sub(t.Truncate(every)) == 0 {
-			ts = append(ts, web.Tick{Slot: i, Label: t.UTC().Format("15:04")})
+			ts = append(ts, web.Tick{Column: i, Label: t.UTC().Format("15:04")})
 		}
 	}
 	return ts

@@ -6,8 +6,8 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/kit/digest"
 )
 
 // The sign-in limits (DESIGN §7's sign-in protection, applied to Tollgate's

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"testing"
 
-	"github.com/tollgate/tollgate/internal/digest"
+	"github.com/tollgate/tollgate/internal/kit/digest"
 )
 
 // TestLimiterKeysSurviveUpgrades: the sign-in limits' counter keys are what

@@ -58,7 +58,7 @@ func (d *Dashboard) overview(c echo.Context, s *signedIn) error {
 	hourSeries, hourTotals := minuteSeries(rows, hourFrom, 60)
 	v.Hour = web.Chart{
 		ID: "chart-hour", Title: "Checks per minute, last hour", YUnit: "checks per minute", XLabel: "time (UTC)",
-		Kind: web.StackedBars, Slots: 60, Series: hourSeries, XTicks: clockTicks(hourFrom, 60, 10*time.Minute),
+		Kind: web.StackedBars, Columns: 60, Series: hourSeries, XTicks: clockTicks(hourFrom, 60, 10*time.Minute),
 		Bands: degradedBands(degraded, hourFrom, 60),
 	}
 	v.Hour.Summary = chartSummary(hourTotals, "in the last hour")
@@ -67,7 +67,7 @@ func (d *Dashboard) overview(c echo.Context, s *signedIn) error {
 	daySeries, dayTotals := minuteSeries(rows, dayFrom, 24*60)
 	v.Day = web.Chart{
 		ID: "chart-day", Title: "Checks per minute, last 24 hours", YUnit: "checks per minute", XLabel: "time (UTC)",
-		Kind: web.StackedArea, Slots: 24 * 60, Series: daySeries, XTicks: clockTicks(dayFrom, 24*60, 3*time.Hour),
+		Kind: web.StackedArea, Columns: 24 * 60, Series: daySeries, XTicks: clockTicks(dayFrom, 24*60, 3*time.Hour),
 		Bands: degradedBands(degraded, dayFrom, 24*60),
 	}
 	v.Day.Summary = chartSummary(dayTotals, "in the last 24 hours")
@@ -104,17 +104,17 @@ func chartSummary(totals map[string]int64, span string) string {
 	return fmt.Sprintf("%s checks %s, %s refused (%s).", count(all), span, count(refused), share(refused, all))
 }
 
-// degradedBands shades the degraded minutes among the slots from `from`,
+// degradedBands shades the degraded minutes among the columns from `from`,
 // runs of consecutive minutes as one band.
-func degradedBands(ds []traffic.Degraded, from time.Time, slots int) []web.Band {
+func degradedBands(ds []traffic.Degraded, from time.Time, columns int) []web.Band {
 	var bands []web.Band
 	for _, p := range runs(ds) {
 		a := int(p.from.Sub(from) / time.Minute)
 		b := int(p.to.Sub(from)/time.Minute) + 1
-		if b <= 0 || a >= slots {
+		if b <= 0 || a >= columns {
 			continue
 		}
-		bands = append(bands, web.Band{From: max(a, 0), To: min(b, slots),
+		bands = append(bands, web.Band{From: max(a, 0), To: min(b, columns),
 			Label: fmt.Sprintf("degraded %s to %s: %s answers", p.from.UTC().Format("15:04"), p.to.Add(time.Minute).UTC().Format("15:04"), count(p.answers))})
 	}
 	return bands

@@ -20,8 +20,8 @@ import (
 // TestSignInHashesAreBounded: forty sign-ins at once, each from an address
 // of its own (so that the sign-in limiter lets every one through), against
 // a hash at the real cost (19 MiB of argon2 each). At most the Hasher's
-// bound run at once, the Hasher's own count says so, and whoever finds no
-// free slot within the wait is told 503 with Retry-After, never left to pile
+// bound run at once, the Hasher's own count says so, and whoever gets no
+// turn within the wait is told 503 with Retry-After, never left to pile
 // up memory.
 func TestSignInHashesAreBounded(t *testing.T) {
 	t.Parallel()

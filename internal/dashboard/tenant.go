@@ -164,7 +164,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 	series, totals := minuteSeries(td.minutes, td.dayFrom, 24*60)
 	v.Minutes = web.Chart{
 		ID: "chart-tenant-minutes", Title: "Checks per minute, last 24 hours", YUnit: "checks per minute", XLabel: "time (UTC)",
-		Kind: web.StackedArea, Slots: 24 * 60, Series: series, XTicks: clockTicks(td.dayFrom, 24*60, 3*time.Hour),
+		Kind: web.StackedArea, Columns: 24 * 60, Series: series, XTicks: clockTicks(td.dayFrom, 24*60, 3*time.Hour),
 		Summary: chartSummary(totals, "in the last 24 hours"),
 	}
 	if len(td.minutes) == 0 {
@@ -296,31 +296,31 @@ func shortDigest(k string) string {
 // allotment: where the tenant stands, and how fast it gets there.
 func monthChart(days []traffic.DayCount, ms, now time.Time, allotment *int64) web.Chart {
 	n := ms.AddDate(0, 1, 0).Sub(ms) / (24 * time.Hour)
-	slots := int(n)
+	columns := int(n)
 	today := int(now.Sub(ms) / (24 * time.Hour))
-	perDay := make([]float64, slots)
+	perDay := make([]float64, columns)
 	var total int64
 	for _, d := range days {
-		if i := int(d.Day.Sub(ms) / (24 * time.Hour)); i >= 0 && i < slots {
+		if i := int(d.Day.Sub(ms) / (24 * time.Hour)); i >= 0 && i < columns {
 			perDay[i] += float64(d.Count)
 			total += d.Count
 		}
 	}
-	cum := make([]float64, slots)
+	cum := make([]float64, columns)
 	run := 0.0
-	for i := 0; i <= today && i < slots; i++ {
+	for i := 0; i <= today && i < columns; i++ {
 		run += perDay[i]
 		cum[i] = run
 	}
 	c := web.Chart{
 		ID: "chart-tenant-month", Title: "Live checks this month, cumulative, against the allotment",
 		YUnit: "live checks", XLabel: "day of " + ms.Format("January 2006") + " (UTC)",
-		Kind: web.StackedBars, Slots: slots,
+		Kind: web.StackedBars, Columns: columns,
 		Series: []web.Series{{Name: "live checks so far", Class: "s-checks", Values: cum}},
 	}
-	for i := 0; i < slots; i++ {
+	for i := 0; i < columns; i++ {
 		if day := i + 1; day == 1 || day%5 == 0 {
-			c.XTicks = append(c.XTicks, web.Tick{Slot: i, Label: ms.AddDate(0, 0, i).Format(dayFormat)})
+			c.XTicks = append(c.XTicks, web.Tick{Column: i, Label: ms.AddDate(0, 0, i).Format(dayFormat)})
 		}
 	}
 	if allotment != nil {

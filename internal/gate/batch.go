@@ -36,12 +36,12 @@ type batchCheck struct {
 	ceilings []layerItem
 	pols     []policyItem
 	spent    []*units
-	// slot is where the check's counter request sits in the batch's store
-	// call; noSlot when it needs none (refused by L1, or every ceiling
+	// index is where the check's counter request sits in the batch's store
+	// call; noIndex when it needs none (refused by L1, or every ceiling
 	// served by its advance and no policy).
-	slot int
-	creq counter.Request
-	done bool
+	index int
+	creq  counter.Request
+	done  bool
 }
 
 // batchBufs holds the slices a batch's checks take their parts from, one
@@ -161,7 +161,7 @@ func (g *Gate) batchItems(p *passage, checks []Check, bufs *batchBufs, items int
 
 // batchRequests passes each check through the per-IP L1 and lays out its
 // counter request (storeRequest), as Admit does for one check; it returns
-// the requests that need the store, each check's slot among them set. The
+// the requests that need the store, each check's index among them set. The
 // ceilings, spent units and counter items are laid out in bufs; the items
 // the store is given are then copied into one slice of the batch's own.
 //
@@ -178,7 +178,7 @@ func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, 
 	ipLimit, ipKey := ipPerMinute(t, effective), g.clients.get(p.req.ClientIP.Unmap(), g.ipDigest).route(p.req.Route)
 	passed := g.batchL1(ctx, p, bcs, ipKey, ipLimit)
 	// Every check passes the same ceilings: laid out once, copied for each
-	// check (storeRequest writes each copy's slots).
+	// check (storeRequest writes each copy's indexes).
 	var shared [4]layerItem
 	ceilings := sharedCeilings(shared[:0], t, key, effective, ipKey, ipLimit, true)
 	var paid [len(shared)]paidUnit
@@ -217,7 +217,7 @@ func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, 
 			continue
 		}
 		creq.Items, bc.spent = its, slices.Clip(sp)
-		bc.creq, bc.slot = creq, len(creqs)
+		bc.creq, bc.index = creq, len(creqs)
 		creqs = append(creqs, creq)
 		stored += len(its)
 	}
@@ -226,24 +226,24 @@ func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, 
 	own := make([]counter.Item, 0, stored)
 	for i := range bcs {
 		bc := &bcs[i]
-		if bc.slot == noSlot {
+		if bc.index == noIndex {
 			continue
 		}
 		n := len(own)
 		own = append(own, bc.creq.Items...)
 		bc.creq.Items = own[n:len(own):len(own)]
-		creqs[bc.slot].Items = bc.creq.Items
+		creqs[bc.index].Items = bc.creq.Items
 	}
 	return creqs, nil
 }
 
 // batchL1 passes the batch's checks through the per-IP L1: at once when it
 // admits them all, else one by one, a check it refuses done with its
-// refusal. It returns how many passed. Every check's slot is noSlot after
+// refusal. It returns how many passed. Every check's index is noIndex after
 // it.
 func (g *Gate) batchL1(ctx context.Context, p *passage, bcs []batchCheck, ipKey string, ipLimit int64) int64 {
 	for i := range bcs {
-		bcs[i].slot = noSlot
+		bcs[i].index = noIndex
 	}
 	if !g.takeAlone && g.l1Check(ctx, p.now, p.v.Tenant.ID, ipKey, limit.SlidingWindow, ipLimit, limit.Every(time.Minute), int64(len(bcs))).Allowed {
 		return int64(len(bcs))
@@ -297,10 +297,10 @@ func (g *Gate) batchSettle(ctx context.Context, p *passage, bv BatchVerdict, bcs
 			bc.p.at = at
 			n := len(ivs)
 			out := ivs[n : n : n+len(bc.pols)]
-			if err := errs[bc.slot]; err != nil {
+			if err := errs[bc.index]; err != nil {
 				bc.p.v = g.degraded(ctx, &bc.p, bc.ceilings, bc.pols, err, out)
 			} else {
-				bc.p.v = g.settle(ctx, &bc.p, bc.ceilings, bc.pols, bc.spent, bc.creq, results[bc.slot], out)
+				bc.p.v = g.settle(ctx, &bc.p, bc.ceilings, bc.pols, bc.spent, bc.creq, results[bc.index], out)
 			}
 			ivs = ivs[:n+len(bc.p.v.Items)]
 		}

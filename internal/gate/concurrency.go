@@ -1,6 +1,6 @@
 package gate
 
-// Leases of concurrency policies: a tenant's slots in flight, the only
+// Leases of concurrency policies: a tenant's places in flight, the only
 // leases in Tollgate (the ceiling units an instance takes ahead are
 // advances, advance.go). A tenant holds at most
 // Config.TenantMaxLeases of them at once, across policies and subjects. A policy of algorithm "concurrency"
@@ -9,7 +9,7 @@ package gate
 // pipeline's first steps with its Lease, the ceilings count it (the allotment
 // included), spending this instance's advances as a check's do, and the
 // lease is taken in the same round trip as the ceilings whose advance ran
-// out (counter.Store's Acquire). Releasing and renewing take no new slot:
+// out (counter.Store's Acquire). Releasing and renewing take no new place:
 // their routes pass Admit, as the policy routes do, and then call Release
 // and Renew.
 
@@ -48,7 +48,7 @@ type Lease struct {
 // LeaseVerdict answers a Lease.
 type LeaseVerdict struct {
 	Policy string
-	// Allowed says a slot was taken: ID names the lease, and ExpiresAt is
+	// Allowed says a place was taken: ID names the lease, and ExpiresAt is
 	// when it ends unless renewed or released.
 	Allowed   bool
 	ID        string
@@ -58,11 +58,11 @@ type LeaseVerdict struct {
 	// how many it may hold, after overrides.
 	InFlight, Limit int64
 	// RetryAfter is zero when Allowed; otherwise the wait until the earliest
-	// lease in flight expires, when a slot is free unless it is renewed
+	// lease in flight expires, when a place is free unless it is renewed
 	// (one may be released sooner).
 	RetryAfter time.Duration
 	// Degraded says the counter store could not be asked, and the policy's
-	// fail_mode decided: a lease allowed so holds no slot, and its ID is
+	// fail_mode decided: a lease allowed so holds no place, and its ID is
 	// known to no store.
 	Degraded bool
 	// TenantFull says the lease was refused because the tenant holds
@@ -209,7 +209,7 @@ func (g *Gate) storeAcquire(ctx context.Context, tenantID string, a counter.Acqu
 
 // leaseDegraded answers without the shared store: the ceilings have passed
 // L1 and allow; the policy's fail mode decides. An open policy hands out a
-// lease that holds no slot, under an id no store knows (releasing it
+// lease that holds no place, under an id no store knows (releasing it
 // answers that it is gone); a closed one refuses for a second.
 func (g *Gate) leaseDegraded(ctx context.Context, pass *passage, ceilings []layerItem, p policy.Policy, id string, lim int64, cause error) Verdict {
 	v := pass.v
@@ -239,7 +239,7 @@ func (g *Gate) leaseRef(tenantID string, test bool, id string, ttl time.Duration
 	return counter.LeaseRef{Group: tenantID, ID: storeLeaseID(id, test), TTL: ttl}, nil
 }
 
-// Release ends a tenant's lease at once, freeing its slot: the tenant's
+// Release ends a tenant's lease at once, freeing its place: the tenant's
 // alone, and one taken with a key of the same kind (live or test). Errors:
 // a *policy.FieldError for an id of the wrong form, counter.ErrNoLease
 // (wrapped) when no such lease is live (never taken, released, expired, or

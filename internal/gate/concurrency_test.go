@@ -85,7 +85,7 @@ func mustAdmit(t *testing.T, g *gate.Gate, req gate.Request) gate.Verdict {
 // TestLeasesUpToTheLimit: a concurrency policy hands out its limit of
 // leases per subject, each in one round trip with the ceilings and none to
 // Check; the next is refused with the wait until the earliest expires, and
-// a release gives the slot back.
+// a release gives the place back.
 func TestLeasesUpToTheLimit(t *testing.T) {
 	t.Parallel()
 	dir := directory{tenants: map[string]tenant.Tenant{"t1": {ID: "t1", Plan: tenant.PlanPro}}}
@@ -107,7 +107,7 @@ func TestLeasesUpToTheLimit(t *testing.T) {
 	if ids[0] == ids[1] {
 		t.Fatalf("two leases with one id %s", ids[0])
 	}
-	// Another subject has slots of its own.
+	// Another subject has places of its own.
 	if v := mustAcquire(t, g, "t1", "jobs", "bob"); !v.Allowed {
 		t.Fatalf("another subject: %+v", v.Lease)
 	}
@@ -229,7 +229,7 @@ func TestLeaseCeilingsAreTakenInAdvance(t *testing.T) {
 }
 
 // TestTestKeysLeaseInTheSandbox: a test key's leases are apart from the
-// live key's: they take no live slot, and neither key can release the
+// live key's: they take no live place, and neither key can release the
 // other's.
 func TestTestKeysLeaseInTheSandbox(t *testing.T) {
 	t.Parallel()
@@ -308,7 +308,7 @@ func TestLeaseRequestsTheClientGotWrong(t *testing.T) {
 }
 
 // TestLeasesWhenTheStoreIsDown follow the policy's fail mode: open hands
-// out a lease that holds no slot (its release says it is gone), closed
+// out a lease that holds no place (its release says it is gone), closed
 // refuses for a second; both say degraded.
 func TestLeasesWhenTheStoreIsDown(t *testing.T) {
 	t.Parallel()

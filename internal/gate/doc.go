@@ -19,12 +19,12 @@
 // store anyway and spends them locally, so that the store sees about one
 // write per check; the fleet never admits more than a ceiling's limit, and
 // under-admits only by what other instances hold when a counter runs out.
-// (Leases are something else: the slots of concurrency policies that
+// (Leases are something else: the places of concurrency policies that
 // tenants take with /v1/leases, concurrency.go.)
 //
 // Each kind of request has one door, and the HTTP layer calls each by its
 // name (httpapi.Gate): Identify (the headers, before a body is read),
-// Admit (a check, or any other /v1 request that takes no new slot),
+// Admit (a check, or any other /v1 request that takes no new place),
 // AdmitBatch (POST /v1/check/batch), Acquire (POST /v1/leases, with its
 // Lease), Release, Renew and Reset. No door hands a request to another.
 //
@@ -45,7 +45,7 @@
 //	    ceilings          the per-IP L1, then the shared ceilings to ask for
 //	  policyItems       the check's policy items (validate.go)
 //	  storeRequest      the ceilings' advances and the one counter.Request,
-//	                    each item in its named slot
+//	                    each item at its named index
 //	  Store.Check       the round trip, through the tenant's breaker
 //	                    (degraded.go when it fails)
 //	  settle            a ceiling's refusal, or renewAdvances then

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
-	"github.com/tollgate/tollgate/internal/digest"
+	"github.com/tollgate/tollgate/internal/kit/digest"
 	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/policy"

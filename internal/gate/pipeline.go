@@ -23,12 +23,12 @@ type layerItem struct {
 	payment      bool
 	plan         string
 	// advance names the ceiling's advance and size the units its items
-	// asked for; slot is where its item sits in the counter request and
-	// topUp where the advisory top-up of a larger advance sits (noSlot: its
+	// asked for; index is where its item sits in the counter request and
+	// topUp where the advisory top-up of a larger advance sits (noIndex: its
 	// advance served it, or it asked for one unit).
-	advance     advanceID
-	slot, topUp int
-	size        int64
+	advance      advanceID
+	index, topUp int
+	size         int64
 	// paid is the ceiling's unit when a batch took it from the advance
 	// for this check beforehand (batchRequests); its from is nil otherwise.
 	paid paidUnit
@@ -42,8 +42,8 @@ type paidUnit struct {
 	resetIn   time.Duration
 }
 
-// noSlot is the slot of an item that is not in the counter request.
-const noSlot = -1
+// noIndex is the index of an item that is not in the counter request.
+const noIndex = -1
 
 // passage is one request on its way through the pipeline: what each step
 // learned, for the steps after it. It lives on its entry point's stack.
@@ -66,7 +66,7 @@ type passage struct {
 }
 
 // Admit runs the pipeline for a check, or for any other /v1 request that
-// takes no new slot (the policy routes, releasing and renewing a lease, a
+// takes no new place (the policy routes, releasing and renewing a lease, a
 // reset, a body too malformed to be a check, a batch or a lease). A batch
 // of checks enters by AdmitBatch and a lease by Acquire. Errors:
 // tenant.ErrUnauthorized for a bad key, ErrInvalid for a malformed check; a
@@ -366,7 +366,7 @@ func ipPerMinute(t tenant.Tenant, effective tenant.Plan) int64 {
 
 // storeRequest builds the one counter request, its items appended to items:
 // the ceilings' (ceilingItems), then the policies', which always go to the
-// store, exact per check. It sets every item's slot.
+// store, exact per check. It sets every item's index.
 func (g *Gate) storeRequest(p *passage, ceilings []layerItem, pols []policyItem, items []counter.Item, spent []*units) (counter.Request, []counter.Item, []*units) {
 	creq := counter.Request{Group: p.v.Tenant.ID}
 	if p.req.Check != nil {
@@ -375,7 +375,7 @@ func (g *Gate) storeRequest(p *passage, ceilings []layerItem, pols []policyItem,
 	items, spent = g.ceilingItems(p, ceilings, items, spent)
 	creq.Ceilings = len(items)
 	for i := range pols {
-		pols[i].slot = len(items)
+		pols[i].index = len(items)
 		items = append(items, pols[i].Item)
 	}
 	return creq, items, spent
@@ -387,7 +387,7 @@ func (g *Gate) storeRequest(p *passage, ceilings []layerItem, pols []policyItem,
 // (advance.go; the unit is appended to spent, to be given back if another
 // ceiling refuses), or goes to the
 // store in this request, renewing the advance on the way. It sets every
-// ceiling's slot.
+// ceiling's index.
 func (g *Gate) ceilingItems(p *passage, ceilings []layerItem, items []counter.Item, spent []*units) ([]counter.Item, []*units) {
 	t, now := p.v.Tenant, p.now
 	for i := range ceilings {
@@ -396,7 +396,7 @@ func (g *Gate) ceilingItems(p *passage, ceilings []layerItem, items []counter.It
 		// ceiling is as good as none.
 		c.Limit = min(c.Limit, limit.MaxLimit)
 		c.advance = advanceID{t.ID, c.Key}
-		c.slot, c.topUp = noSlot, noSlot
+		c.index, c.topUp = noIndex, noIndex
 		ok, remaining, resetIn, from := c.paid.from != nil, c.paid.remaining, c.paid.resetIn, c.paid.from
 		if !ok {
 			ok, remaining, resetIn, from = g.advances.take(c.advance, now)
@@ -406,10 +406,10 @@ func (g *Gate) ceilingItems(p *passage, ceilings []layerItem, items []counter.It
 			p.v.Tightest = tighter(p.v.Tightest, Quota{Name: c.layer, Limit: c.Limit, Remaining: remaining, Window: windowLength(c.Window, now), ResetIn: resetIn})
 			continue
 		}
-		c.slot = len(items)
+		c.index = len(items)
 		c.size = g.advances.size(c.advance, now, advanceEnd(c.Window, now, now))
 		if c.size > 1 {
-			c.topUp = c.slot + 1
+			c.topUp = c.index + 1
 		}
 		items = append(items, advanceItems(c.Item, c.size)...)
 	}
@@ -431,10 +431,10 @@ func (g *Gate) settle(ctx context.Context, p *passage, ceilings []layerItem, pol
 // ceilings, and what the advances spent is given back.
 func (g *Gate) ceilingRefused(ctx context.Context, p *passage, ceilings []layerItem, spent []*units, res counter.Result) bool {
 	for _, c := range ceilings {
-		if c.slot == noSlot {
+		if c.index == noIndex {
 			continue
 		}
-		if d := res.Decisions[c.slot]; !d.Allowed {
+		if d := res.Decisions[c.index]; !d.Allowed {
 			for _, u := range spent {
 				g.advances.giveBack(u)
 			}
@@ -453,12 +453,12 @@ func (g *Gate) ceilingRefused(ctx context.Context, p *passage, ceilings []layerI
 // was granted, the rest.
 func (g *Gate) renewAdvances(p *passage, ceilings []layerItem, creq counter.Request, res counter.Result) {
 	for _, c := range ceilings {
-		if c.slot == noSlot {
+		if c.index == noIndex {
 			continue
 		}
-		d := res.Decisions[c.slot]
+		d := res.Decisions[c.index]
 		granted, remaining := int64(1), d.Remaining
-		if c.topUp != noSlot && res.Decisions[c.topUp].Allowed {
+		if c.topUp != noIndex && res.Decisions[c.topUp].Allowed {
 			granted, remaining = 1+creq.Items[c.topUp].Cost, res.Decisions[c.topUp].Remaining
 		}
 		g.advances.grant(c.advance, p.now, advanceEnd(c.Window, p.now, res.Now), c.Limit, granted, remaining)
@@ -478,7 +478,7 @@ func (g *Gate) policyVerdict(ctx context.Context, p *passage, pols []policyItem,
 		v.Items = make([]ItemVerdict, 0, len(pols))
 	}
 	for _, pol := range pols {
-		d := res.Decisions[pol.slot]
+		d := res.Decisions[pol.index]
 		iv := ItemVerdict{Policy: pol.name, Decision: d, Window: windowLength(pol.Window, res.Now), Shadow: pol.shadow}
 		if !d.Allowed {
 			refusals = append(refusals, admission.Refusal{Layer: admission.LayerPolicy, Policy: pol.name, Limit: pol.Limit, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: pol.Key, Shadow: pol.shadow, AlertAfter: pol.alertAfter})

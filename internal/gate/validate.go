@@ -57,8 +57,8 @@ type policyItem struct {
 	shadow     bool
 	failOpen   bool
 	alertAfter int64
-	// slot is where its item sits in the counter request (storeRequest).
-	slot int
+	// index is where its item sits in the counter request (storeRequest).
+	index int
 }
 
 // policyItems resolves a check's items. A test key's counters are the

@@ -14,8 +14,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/billing"
-	"github.com/tollgate/tollgate/internal/digest"
 	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/kit/digest"
 )
 
 // BillingLinkLifetime is how long the billing_url of a 402 answer opens the

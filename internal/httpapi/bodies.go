@@ -11,7 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/admission"
-	"github.com/tollgate/tollgate/internal/atomicmap"
+	"github.com/tollgate/tollgate/internal/kit/atomicmap"
 	"github.com/tollgate/tollgate/internal/metrics"
 )
 

@@ -30,7 +30,7 @@ import (
 type Gate interface {
 	Identify(ctx context.Context, req gate.Request) (gate.Identity, gate.Verdict, error)
 	// Admit admits a check (req.Check), or any other /v1 request that
-	// takes no new slot.
+	// takes no new place.
 	Admit(ctx context.Context, req gate.Request) (gate.Verdict, error)
 	// AdmitBatch admits POST /v1/check/batch.
 	AdmitBatch(ctx context.Context, req gate.Request, checks []gate.Check) (gate.BatchVerdict, error)

@@ -62,7 +62,7 @@ type renewAnswer struct {
 }
 
 // expiresAt formats a lease's expiry to the millisecond, rounded down: a
-// holder that renews by then still holds its slot.
+// holder that renews by then still holds its place.
 func expiresAt(t time.Time) string {
 	return t.UTC().Truncate(time.Millisecond).Format("2006-01-02T15:04:05.000Z07:00")
 }
@@ -142,7 +142,7 @@ func (h leaseHandlers) acquire(c echo.Context) error {
 
 // release answers DELETE /v1/leases/{id}: 204 when the lease was live and
 // is now released, 404 when it was not (never taken, already released,
-// expired, dropped by a reset). Either way the caller holds no slot
+// expired, dropped by a reset). Either way the caller holds no place
 // afterwards, so a client may treat 404 as done.
 func (h leaseHandlers) release(c echo.Context) error {
 	id, err := pathParam(c, "id")
@@ -157,7 +157,7 @@ func (h leaseHandlers) release(c echo.Context) error {
 }
 
 // renew answers POST /v1/leases/{id}/renew: the new expiry, now + ttl; 404
-// when the lease is gone, so that its holder knows it lost the slot.
+// when the lease is gone, so that its holder knows it lost the place.
 func (h leaseHandlers) renew(c echo.Context) error {
 	id, err := pathParam(c, "id")
 	if err != nil {

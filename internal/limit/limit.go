@@ -217,7 +217,7 @@ type Decision struct {
 	// Remaining is the largest cost a request could be admitted for next,
 	// from 0 to Limit: Left of the state Decide returns (after consuming the
 	// request when Allowed). The counter stores report what the counter
-	// holds once a whole batch is done instead (counter.Result).
+	// holds once the whole request is done instead (counter.Result).
 	Remaining int64
 	// ResetAt is when the counter is whole again: the window's end, or for a
 	// token bucket the moment it has drained completely.

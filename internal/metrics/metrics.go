@@ -76,7 +76,7 @@ const LayerNone = "none"
 // The queues whose backlog Backlog reports.
 const (
 	// QueueUsageRows: usage counts (tenant, minute, key kind) waiting to be
-	// written, a failed batch included.
+	// written, a failed flush included.
 	QueueUsageRows = "usage_rows"
 	// QueueAuditFirstRefusals: first refusals waiting for the audit log.
 	QueueAuditFirstRefusals = "audit_first_refusals"

@@ -13,13 +13,13 @@ import (
 )
 
 // CountRefusals implements audit.Store in one transaction, applying
-// audit.PlanCounts: claim the batch id (a batch applied before does
+// audit.PlanCounts: claim the flush id (a flush applied before does
 // nothing), lock the (tenant, day) rows that hold the watch budgets, then
 // count in one statement (see sql/alerts.sql).
-func (s *Audit) CountRefusals(ctx context.Context, batchID string, budget int, cs []audit.RefusalCount) ([]audit.Watch, error) {
-	id, ok := uuidOf(batchID)
+func (s *Audit) CountRefusals(ctx context.Context, flushID string, budget int, cs []audit.RefusalCount) ([]audit.Watch, error) {
+	id, ok := uuidOf(flushID)
 	if !ok {
-		return nil, fmt.Errorf("count refusals: batch id %q is not a UUID", batchID)
+		return nil, fmt.Errorf("count refusals: flush id %q is not a UUID", flushID)
 	}
 	plan := audit.PlanCounts(budget, ofTenants(cs, func(c *audit.RefusalCount) *string { return &c.TenantID }))
 	p := sqlcgen.CountRefusalsParams{}
@@ -189,19 +189,19 @@ func (s *Audit) ListAlerts(ctx context.Context, tenantID string, since time.Time
 	return out, nil
 }
 
-// PruneAlerts implements audit.Store, a batch of rows per statement so that
-// no statement holds many locks.
+// PruneAlerts implements audit.Store, at most pruneRows rows a statement so
+// that no statement holds many locks.
 func (s *Audit) PruneAlerts(ctx context.Context, before time.Time) (int64, error) {
 	var total int64
 	for {
 		n, err := s.q.PruneAlerts(ctx, sqlcgen.PruneAlertsParams{
-			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneBatch,
+			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneRows,
 		})
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("alerts: %w", dbErr(err, auditErrors))
 		}
-		if n < pruneBatch {
+		if n < pruneRows {
 			return total, nil
 		}
 	}

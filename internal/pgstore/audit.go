@@ -35,8 +35,8 @@ func NewAudit(pool *pgxpool.Pool) *Audit {
 	return &Audit{pool: pool, q: sqlcgen.New(pool)}
 }
 
-// pruneBatch bounds the rows one prune statement deletes.
-const pruneBatch = 5000
+// pruneRows bounds the rows one prune statement deletes.
+const pruneRows = 5000
 
 // InsertAudit implements audit.LogStore.
 func (s *Audit) InsertAudit(ctx context.Context, e audit.Entry) (audit.Entry, error) {
@@ -80,14 +80,14 @@ func (s *Audit) ListAudit(ctx context.Context, f audit.Filter) ([]audit.Entry, e
 }
 
 // RecordFirstRefusals implements audit.Store in one transaction, applying
-// audit.PlanFirstRefusals: claim the batch id (a batch applied before does
+// audit.PlanFirstRefusals: claim the flush id (a flush applied before does
 // nothing), lock the (tenant, minute) rows that hold the budgets, write the
 // first refusals that fit (see sql/audit.sql), then write the flood entries
 // and budgets the plan settles.
-func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBatch) (int64, error) {
-	batchID, ok := uuidOf(b.ID)
+func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalFlush) (int64, error) {
+	flushID, ok := uuidOf(b.ID)
 	if !ok {
-		return 0, fmt.Errorf("record first refusals: batch id %q is not a UUID", b.ID)
+		return 0, fmt.Errorf("record first refusals: flush id %q is not a UUID", b.ID)
 	}
 	b.Refusals = ofTenants(b.Refusals, func(r *audit.FirstRefusal) *string { return &r.TenantID })
 	b.Overflow = ofTenants(b.Overflow, func(o *audit.RefusalOverflow) *string { return &o.TenantID })
@@ -106,7 +106,7 @@ func (s *Audit) RecordFirstRefusals(ctx context.Context, b audit.FirstRefusalBat
 	}
 	defer tx.Rollback(ctx)
 	q := s.q.WithTx(tx)
-	if n, err := q.ClaimBatch(ctx, batchID); err != nil {
+	if n, err := q.ClaimBatch(ctx, flushID); err != nil {
 		return 0, dbErr(err, auditErrors)
 	} else if n == 0 {
 		return 0, nil // applied before
@@ -229,46 +229,46 @@ func settleRefusalMinutes(ctx context.Context, q *sqlcgen.Queries, ws []audit.Mi
 	return written, nil
 }
 
-// PruneAudit implements audit.Store, a batch of rows per statement, oldest
+// PruneAudit implements audit.Store, at most pruneRows rows a statement, oldest
 // first, so that no statement holds many locks.
 func (s *Audit) PruneAudit(ctx context.Context, before time.Time) (int64, error) {
 	var total int64
 	for {
 		n, err := s.q.PruneAudit(ctx, sqlcgen.PruneAuditParams{
-			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneBatch,
+			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneRows,
 		})
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("audit entries: %w", dbErr(err, auditErrors))
 		}
-		if n < pruneBatch {
+		if n < pruneRows {
 			return total, nil
 		}
 	}
 }
 
-// PruneRefusals implements audit.Store, a batch of rows per statement so
+// PruneRefusals implements audit.Store, at most pruneRows rows a statement so
 // that no statement holds many locks.
-func (s *Audit) PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, batchesBefore time.Time) error {
+func (s *Audit) PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, flushesBefore time.Time) error {
 	for {
 		n, err := s.q.PruneRefusalWindows(ctx, sqlcgen.PruneRefusalWindowsParams{
-			Before: pgtype.Timestamptz{Time: windowsBefore, Valid: true}, MaxRows: pruneBatch,
+			Before: pgtype.Timestamptz{Time: windowsBefore, Valid: true}, MaxRows: pruneRows,
 		})
 		if err != nil {
 			return fmt.Errorf("refusal windows: %w", dbErr(err, auditErrors))
 		}
-		if n < pruneBatch {
+		if n < pruneRows {
 			break
 		}
 	}
 	for {
 		n, err := s.q.PruneRefusalHours(ctx, sqlcgen.PruneRefusalHoursParams{
-			Before: pgtype.Timestamptz{Time: hoursBefore, Valid: true}, MaxRows: pruneBatch,
+			Before: pgtype.Timestamptz{Time: hoursBefore, Valid: true}, MaxRows: pruneRows,
 		})
 		if err != nil {
 			return fmt.Errorf("refusal hours: %w", dbErr(err, auditErrors))
 		}
-		if n < pruneBatch {
+		if n < pruneRows {
 			break
 		}
 	}
@@ -281,19 +281,19 @@ func (s *Audit) PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, b
 	}{
 		{"refusal minutes", func() (int64, error) {
 			return s.q.PruneRefusalMinutes(ctx, sqlcgen.PruneRefusalMinutesParams{
-				Before: pgtype.Timestamptz{Time: windowsBefore, Valid: true}, MaxRows: pruneBatch,
+				Before: pgtype.Timestamptz{Time: windowsBefore, Valid: true}, MaxRows: pruneRows,
 			})
 		}},
 		{"audit minutes", func() (int64, error) {
 			return s.q.PruneAuditMinutes(ctx, sqlcgen.PruneAuditMinutesParams{
-				Before: pgtype.Timestamptz{Time: windowsBefore, Valid: true}, MaxRows: pruneBatch,
+				Before: pgtype.Timestamptz{Time: windowsBefore, Valid: true}, MaxRows: pruneRows,
 			})
 		}},
 		{"alert days", func() (int64, error) {
-			return s.q.PruneAlertDays(ctx, sqlcgen.PruneAlertDaysParams{Before: day, MaxRows: pruneBatch})
+			return s.q.PruneAlertDays(ctx, sqlcgen.PruneAlertDaysParams{Before: day, MaxRows: pruneRows})
 		}},
 		{"alert overflow", func() (int64, error) {
-			return s.q.PruneAlertOverflow(ctx, sqlcgen.PruneAlertOverflowParams{Before: day, MaxRows: pruneBatch})
+			return s.q.PruneAlertOverflow(ctx, sqlcgen.PruneAlertOverflowParams{Before: day, MaxRows: pruneRows})
 		}},
 	} {
 		for {
@@ -301,12 +301,12 @@ func (s *Audit) PruneRefusals(ctx context.Context, windowsBefore, hoursBefore, b
 			if err != nil {
 				return fmt.Errorf("%s: %w", prune.what, dbErr(err, auditErrors))
 			}
-			if n < pruneBatch {
+			if n < pruneRows {
 				break
 			}
 		}
 	}
-	return pruneBatches(ctx, s.q, batchesBefore)
+	return pruneFlushes(ctx, s.q, flushesBefore)
 }
 
 // auditEntryOf turns an audit row into an audit.Entry.

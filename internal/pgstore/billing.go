@@ -184,18 +184,18 @@ func eventRecordOf(r sqlcgen.GetStripeEventRow) billing.EventRecord {
 	return e
 }
 
-// PruneEvents implements billing.EventPruner, a batch of rows per statement
-// so that no statement holds many locks. Events held for their customer
-// (unknown_customer) are kept, however old.
+// PruneEvents implements billing.EventPruner, at most pruneRows rows a
+// statement so that no statement holds many locks. Events held for their
+// customer (unknown_customer) are kept, however old.
 func (s *Billing) PruneEvents(ctx context.Context, before time.Time) (int64, error) {
 	var total int64
 	for {
-		n, err := s.q.PruneStripeEvents(ctx, sqlcgen.PruneStripeEventsParams{Before: ts(before), MaxRows: pruneBatch})
+		n, err := s.q.PruneStripeEvents(ctx, sqlcgen.PruneStripeEventsParams{Before: ts(before), MaxRows: pruneRows})
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("prune events: %w", dbErr(err, billingErrors))
 		}
-		if n < pruneBatch {
+		if n < pruneRows {
 			return total, nil
 		}
 	}

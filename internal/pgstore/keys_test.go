@@ -100,7 +100,7 @@ func TestTouchKeys(t *testing.T) {
 	if err := s.TouchKeys(ctx, map[string]time.Time{a.ID: t0, b.ID: t0.Add(time.Second), "key_unknown": t0}); err != nil {
 		t.Fatal(err)
 	}
-	// Never backwards: an instance whose batch is older loses.
+	// Never backwards: an instance whose flush is older loses.
 	if err := s.TouchKeys(ctx, map[string]time.Time{a.ID: t0.Add(-time.Hour), b.ID: t0.Add(2 * time.Second)}); err != nil {
 		t.Fatal(err)
 	}

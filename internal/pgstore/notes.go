@@ -11,14 +11,14 @@ import (
 )
 
 // RecordNotes implements audit.Store in one transaction, applying
-// audit.PlanNotes: claim the batch id (a batch applied before does
+// audit.PlanNotes: claim the flush id (a flush applied before does
 // nothing), lock the (tenant, scope, minute) rows that hold the budgets,
 // then write each minute's notes that fit, its flood entry, grown or made,
 // and its budget.
-func (s *Audit) RecordNotes(ctx context.Context, b audit.NoteBatch) (int64, error) {
-	batchID, ok := uuidOf(b.ID)
+func (s *Audit) RecordNotes(ctx context.Context, b audit.NoteFlush) (int64, error) {
+	flushID, ok := uuidOf(b.ID)
 	if !ok {
-		return 0, fmt.Errorf("record noted entries: batch id %q is not a UUID", b.ID)
+		return 0, fmt.Errorf("record noted entries: flush id %q is not a UUID", b.ID)
 	}
 	b.Notes = ofTenants(b.Notes, func(n *audit.Note) *string { return &n.Entry.TenantID })
 	b.Overflow = ofTenants(b.Overflow, func(o *audit.NoteOverflow) *string { return &o.TenantID })
@@ -33,7 +33,7 @@ func (s *Audit) RecordNotes(ctx context.Context, b audit.NoteBatch) (int64, erro
 	}
 	defer tx.Rollback(ctx)
 	q := s.q.WithTx(tx)
-	if n, err := q.ClaimBatch(ctx, batchID); err != nil {
+	if n, err := q.ClaimBatch(ctx, flushID); err != nil {
 		return 0, dbErr(err, auditErrors)
 	} else if n == 0 {
 		return 0, nil // applied before

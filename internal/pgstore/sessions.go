@@ -59,17 +59,17 @@ func (s *Admins) DeleteSession(ctx context.Context, tokenHash []byte) error {
 	return nil
 }
 
-// PruneSessions implements admin.Store, a batch of rows per statement so
+// PruneSessions implements admin.Store, at most pruneRows rows a statement so
 // that no statement holds many locks.
 func (s *Admins) PruneSessions(ctx context.Context, before time.Time) error {
 	for {
 		n, err := s.q.PruneSessions(ctx, sqlcgen.PruneSessionsParams{
-			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneBatch,
+			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneRows,
 		})
 		if err != nil {
 			return fmt.Errorf("prune sessions: %w", dbErr(err, adminErrors))
 		}
-		if n < pruneBatch {
+		if n < pruneRows {
 			return nil
 		}
 	}

@@ -28,10 +28,10 @@ func NewUsage(pool *pgxpool.Pool) *Usage {
 
 // AddUsage implements usage.Store in one statement. Rows whose tenant id is
 // not a UUID name no tenant and are dropped, like those of deleted tenants.
-func (s *Usage) AddUsage(ctx context.Context, batchID string, rows []usage.Row) error {
-	id, ok := uuidOf(batchID)
+func (s *Usage) AddUsage(ctx context.Context, flushID string, rows []usage.Row) error {
+	id, ok := uuidOf(flushID)
 	if !ok {
-		return fmt.Errorf("add usage: batch id %q is not a UUID", batchID)
+		return fmt.Errorf("add usage: flush id %q is not a UUID", flushID)
 	}
 	p := sqlcgen.AddUsageParams{
 		BatchID:   id,
@@ -81,35 +81,35 @@ func (s *Usage) UsageTotals(ctx context.Context, tenantID string, from, until ti
 	return out, nil
 }
 
-// BatchApplied implements usage.Store.
-func (s *Usage) BatchApplied(ctx context.Context, batchID string) (bool, error) {
-	id, ok := uuidOf(batchID)
+// FlushApplied implements usage.Store.
+func (s *Usage) FlushApplied(ctx context.Context, flushID string) (bool, error) {
+	id, ok := uuidOf(flushID)
 	if !ok {
 		return false, nil
 	}
 	applied, err := s.q.BatchApplied(ctx, id)
 	if err != nil {
-		return false, fmt.Errorf("batch %s applied: %w", batchID, dbErr(err, auditErrors))
+		return false, fmt.Errorf("flush %s applied: %w", flushID, dbErr(err, auditErrors))
 	}
 	return applied, nil
 }
 
-// PruneBatches implements usage.Store.
-func (s *Usage) PruneBatches(ctx context.Context, before time.Time) error {
-	return pruneBatches(ctx, s.q, before)
+// PruneFlushes implements usage.Store.
+func (s *Usage) PruneFlushes(ctx context.Context, before time.Time) error {
+	return pruneFlushes(ctx, s.q, before)
 }
 
-// pruneBatches deletes the ids of batches applied before before, a batch
-// of rows per statement so that no statement holds many locks.
-func pruneBatches(ctx context.Context, q *sqlcgen.Queries, before time.Time) error {
+// pruneFlushes deletes the ids of flushes applied before before, at most
+// pruneRows rows a statement so that no statement holds many locks.
+func pruneFlushes(ctx context.Context, q *sqlcgen.Queries, before time.Time) error {
 	for {
 		n, err := q.PruneAppliedBatches(ctx, sqlcgen.PruneAppliedBatchesParams{
-			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneBatch,
+			Before: pgtype.Timestamptz{Time: before, Valid: true}, MaxRows: pruneRows,
 		})
 		if err != nil {
-			return fmt.Errorf("prune applied batches: %w", dbErr(err, auditErrors))
+			return fmt.Errorf("prune applied flush ids: %w", dbErr(err, auditErrors))
 		}
-		if n < pruneBatch {
+		if n < pruneRows {
 			return nil
 		}
 	}

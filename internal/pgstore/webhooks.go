@@ -349,7 +349,7 @@ func (s *Webhooks) Sweep(ctx context.Context, now, pruneBefore time.Time) (int64
 	if err != nil {
 		return n1, fmt.Errorf("sweep resolved alerts: %w", dbErr(err, webhookErrors))
 	}
-	if _, err := s.q.PruneWebhookEvents(ctx, sqlcgen.PruneWebhookEventsParams{Before: ts(pruneBefore), MaxRows: pruneBatch}); err != nil {
+	if _, err := s.q.PruneWebhookEvents(ctx, sqlcgen.PruneWebhookEventsParams{Before: ts(pruneBefore), MaxRows: pruneRows}); err != nil {
 		return n1 + n2, fmt.Errorf("prune webhook events: %w", dbErr(err, webhookErrors))
 	}
 	return n1 + n2, nil

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/cache"
+	"github.com/tollgate/tollgate/internal/kit/cache"
 )
 
 // CatalogConfig tunes a Catalog; the zero value takes the defaults.

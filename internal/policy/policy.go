@@ -4,7 +4,7 @@
 // each tenant's policies (Catalog) in front of the Loader, and the Service
 // that changes them through the Store; pgstore implements both.
 //
-// policy imports internal/limit, internal/cache and the standard library
+// policy imports internal/limit, internal/kit/cache and the standard library
 // only: no driver, no HTTP framework.
 package policy
 

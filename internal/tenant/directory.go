@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/atomicmap"
-	"github.com/tollgate/tollgate/internal/batch"
-	"github.com/tollgate/tollgate/internal/cache"
+	"github.com/tollgate/tollgate/internal/kit/atomicmap"
+	"github.com/tollgate/tollgate/internal/kit/cache"
+	"github.com/tollgate/tollgate/internal/kit/writebehind"
 )
 
 // storeTimeout bounds one call of the store: a load (which runs detached
@@ -240,10 +240,10 @@ func (d *Directory) InvalidateAll() {
 
 // Run writes the keys' last use every FlushEvery, all keys in one store
 // call, and forgets expired entries, until ctx is cancelled; then it writes
-// what is left and returns that write's error (batch.Loop). A failed write
+// what is left and returns that write's error (writebehind.Loop). A failed write
 // is logged and tried again at the next tick. Run it once per Directory.
 func (d *Directory) Run(ctx context.Context) error {
-	return batch.Loop{
+	return writebehind.Loop{
 		What: "api key last uses", Every: d.flushEvery, Timeout: storeTimeout, Flush: d.flush,
 		Tick: func() {
 			d.keys.Sweep()

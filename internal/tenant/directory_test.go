@@ -538,7 +538,7 @@ func lastUsed(t *testing.T, db *db, tenantID string) map[string]time.Time {
 	return m
 }
 
-func TestRunWritesUsesInOneBatch(t *testing.T) {
+func TestRunWritesUsesInOneFlush(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
 	clk := &clock{t: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}

@@ -1,9 +1,9 @@
 // Package tenant holds Tollgate's tenants, their API keys and plans, the
 // rules that turn a purchased plan and a billing status into the plan that
 // applies (the effective plan), and the Directory that answers who a key
-// belongs to from memory (package cache) and writes the keys' last use in
-// batches (package batch). It imports no driver: pgstore implements the
-// Store it declares.
+// belongs to from memory (package cache) and writes the keys' last use
+// behind the requests (package writebehind). It imports no driver: pgstore
+// implements the Store it declares.
 package tenant
 
 import (

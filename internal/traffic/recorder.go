@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
-	"github.com/tollgate/tollgate/internal/batch"
+	"github.com/tollgate/tollgate/internal/kit/writebehind"
 )
 
 // DegradedStore keeps degraded minutes; pgstore implements it.
@@ -43,7 +43,7 @@ type Recorder struct {
 	now   func() time.Time
 
 	// drops counts answers past maxPending minutes, since last logged.
-	drops batch.Drops
+	drops writebehind.Drops
 
 	mu      sync.Mutex
 	pending map[time.Time]int64
@@ -80,9 +80,9 @@ func (r *Recorder) Observe(_ context.Context, e admission.Event) {
 
 // Run flushes the counts every few seconds and prunes old minutes every
 // hour, until ctx ends; then it flushes once more and returns that flush's
-// error, nil when every count was written (batch.Loop).
+// error, nil when every count was written (writebehind.Loop).
 func (r *Recorder) Run(ctx context.Context) error {
-	return batch.Loop{
+	return writebehind.Loop{
 		What: "degraded minutes", Every: flushEvery, Timeout: flushTimeout, Flush: r.Flush,
 		PruneEvery: pruneEvery,
 		Prune: func(ctx context.Context) error {
@@ -96,7 +96,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 // are kept for the next flush: the statement is all or nothing. A flush
 // whose fate an error left unknown (a timeout after the commit) may count
 // twice; for a chart of outage minutes that is harmless, so the store keeps
-// no batch ids as usage's and audit's do.
+// no flush ids as usage's and audit's do.
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	counts := r.pending

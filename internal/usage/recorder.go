@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
-	"github.com/tollgate/tollgate/internal/atomicmap"
-	"github.com/tollgate/tollgate/internal/batch"
+	"github.com/tollgate/tollgate/internal/kit/atomicmap"
+	"github.com/tollgate/tollgate/internal/kit/writebehind"
 )
 
 // cell is a row's key within one minute.
@@ -35,7 +35,7 @@ type taken struct {
 // Recorder counts events in memory and flushes them to its Store. It is safe
 // for concurrent use. Counts are lost only if the process dies or if more
 // than MaxPending rows wait for a database that stays down; none counts
-// twice, even when a flush fails after its statement committed (the batch is
+// twice, even when a flush fails after its statement committed (the flush is
 // sent again under its id). A process that dies loses the counts observed
 // since the last flush whose statement reached the database: those of one
 // FlushEvery and of the time the next flush took to be sent (a statement
@@ -51,15 +51,15 @@ type Recorder struct {
 	alertWindow time.Duration
 	now         func() time.Time
 
-	// flushMu is held for writing by a flush from taking its batch to
-	// settling it, and for reading by Usage: a report never sees a batch
+	// flushMu is held for writing by a flush from taking its counts to
+	// settling them, and for reading by Usage: a report never sees a flush
 	// both in the table and in memory, nor in neither.
 	flushMu sync.RWMutex
-	// batches sends each flush's counts once, a failed batch again under
+	// flushes sends each flush's counts once, a failed flush again under
 	// its id before any other; guarded by flushMu.
-	batches *batch.Resender[taken]
+	flushes *writebehind.Resender[taken]
 	// drops counts events dropped since last logged.
-	drops batch.Drops
+	drops writebehind.Drops
 
 	mu      sync.Mutex
 	pending minutes
@@ -114,7 +114,7 @@ func NewRecorder(cfg Config) (*Recorder, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	r.batches = batch.NewResender(func(ctx context.Context, id string, t taken) error {
+	r.flushes = writebehind.NewResender(func(ctx context.Context, id string, t taken) error {
 		return r.store.AddUsage(ctx, id, t.counts.rows())
 	})
 	return r, nil
@@ -215,26 +215,26 @@ func (r *Recorder) evictOlderLocked(m int64) bool {
 
 // Run flushes the pending counts every FlushEvery until ctx ends, then
 // flushes once more and returns that flush's error, nil when every count was
-// written (batch.Loop). Counts observed after Run returns wait for a Flush.
-// Run also prunes the Store's old batch ids.
+// written (writebehind.Loop). Counts observed after Run returns wait for a Flush.
+// Run also prunes the Store's old flush ids.
 func (r *Recorder) Run(ctx context.Context) error {
-	return batch.Loop{
+	return writebehind.Loop{
 		What: "usage counts", Every: r.every, Timeout: r.timeout, Flush: r.Flush,
 		PruneEvery: pruneEvery,
 		Prune: func(ctx context.Context) error {
-			return r.store.PruneBatches(ctx, r.now().Add(-batchRetention))
+			return r.store.PruneFlushes(ctx, r.now().Add(-flushRetention))
 		},
 		Drops: &r.drops, DropAttrs: []any{"max_pending", r.maxPending}, Pending: r.Pending, Log: r.log,
 	}.Run(ctx)
 }
 
 // Flush writes the pending counts in one Store call. On error they stay
-// pending, as a batch sent again before any other, and the error is
+// pending, as a flush sent again before any other, and the error is
 // returned.
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
-	if err := r.batches.Resend(ctx); err != nil {
+	if err := r.flushes.Resend(ctx); err != nil {
 		return fmt.Errorf("flush usage: %w", err)
 	}
 	r.mu.Lock()
@@ -245,17 +245,17 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	if len(t.counts) == 0 {
 		return nil
 	}
-	if err := r.batches.Send(ctx, t); err != nil {
+	if err := r.flushes.Send(ctx, t); err != nil {
 		return fmt.Errorf("flush usage: %w", err)
 	}
 	return nil
 }
 
 // Pending returns the number of rows waiting to be flushed: at most
-// MaxPending new ones, and up to as many in a failed batch.
+// MaxPending new ones, and up to as many in a failed flush.
 func (r *Recorder) Pending() int {
 	r.flushMu.RLock()
-	held := r.batches.Held()
+	held := r.flushes.Held()
 	r.flushMu.RUnlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -66,7 +66,7 @@ func TestRecorderFlushLostAfterCommitCountsOnce(t *testing.T) {
 	if err := pgtest.FlushLosingTheAnswer(t, direct, proxy, func() error { return r.Flush(ctx) }); err == nil {
 		t.Fatal("Flush with the answer lost: got nil error")
 	}
-	// The batch is in the table all the same.
+	// The flush is in the table all the same.
 	if got, want := stored(t, direct), (map[rowKey]int64{checks(tenant, 0): 10}); !maps.Equal(got, want) {
 		t.Fatalf("usage_minutes after the lost answer = %v, want %v", got, want)
 	}
@@ -74,14 +74,14 @@ func TestRecorderFlushLostAfterCommitCountsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Observe(ctx, admission.Event{At: base, TenantID: tenant, Live: true, Checked: true, Outcome: admission.OutcomeAllowed})
-	// The report, too, counts the batch once while it waits to be sent
+	// The report, too, counts the flush once while it waits to be sent
 	// again.
 	rep, err := r.Usage(ctx, tenant, base)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.ChecksUsed != 11 {
-		t.Errorf("ChecksUsed before the batch is sent again = %d, want 11", rep.ChecksUsed)
+		t.Errorf("ChecksUsed before the flush is sent again = %d, want 11", rep.ChecksUsed)
 	}
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func TestRecorderPendingStaysBounded(t *testing.T) {
 		for _, tenant := range tenants {
 			r.Observe(ctx, admission.Event{At: base.Add(time.Duration(m) * time.Minute), TenantID: tenant, Checked: true, Outcome: admission.OutcomeAllowed})
 		}
-		// New rows, and a failed batch of as many at most.
+		// New rows, and a failed flush of as many at most.
 		if got := r.Pending(); got > 2*maxPending {
 			t.Fatalf("Pending() = %d after minute %d, want at most %d", got, m, 2*maxPending)
 		}
@@ -122,7 +122,7 @@ func TestRecorderPendingStaysBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := stored(t, direct)
-	// What was kept is the first failed batch and the newest minutes.
+	// What was kept is the first failed flush and the newest minutes.
 	for m := 200 - maxPending/3 + 1; m < 200; m++ {
 		for _, tenant := range tenants {
 			k := rowKey{tenant, base.Add(time.Duration(m) * time.Minute), false, true, admission.OutcomeAllowed}

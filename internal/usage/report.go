@@ -72,9 +72,9 @@ func (r *Recorder) Usage(ctx context.Context, tenantID string, now time.Time) (R
 	for _, t := range roll {
 		rep.addRolling(t)
 	}
-	if b := r.batches.Held(); b != nil {
-		// A failed batch may have been applied all the same.
-		applied, err := r.store.BatchApplied(ctx, b.ID)
+	if b := r.flushes.Held(); b != nil {
+		// A failed flush may have been applied all the same.
+		applied, err := r.store.FlushApplied(ctx, b.ID)
 		if err != nil {
 			return Report{}, fmt.Errorf("usage of tenant %s: %w", tenantID, err)
 		}

@@ -199,14 +199,14 @@ func TestUsageCountsChecksAndSandbox(t *testing.T) {
 	r := newRecorder(t, pool, usage.Config{})
 	ctx := context.Background()
 
-	type batch struct {
+	type flush struct {
 		n int
 		e admission.Event
 	}
 	ev := func(at time.Time, tenant string, live, checked bool, outcome string) admission.Event {
 		return admission.Event{At: at, TenantID: tenant, Live: live, Checked: checked, Outcome: outcome}
 	}
-	batches := []batch{
+	flushes := []flush{
 		// Live checks this month: allowed and refused by a policy count.
 		{7, ev(now.Add(-time.Hour), tenant, true, true, admission.OutcomeAllowed)},
 		{3, ev(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), tenant, true, true, admission.LayerPolicy)},
@@ -229,9 +229,9 @@ func TestUsageCountsChecksAndSandbox(t *testing.T) {
 		{12, ev(now, other, true, true, admission.OutcomeAllowed)},
 		{13, ev(now, other, false, true, admission.OutcomeAllowed)},
 	}
-	// Half of each batch reaches the table, half stays in memory: the
+	// Half of each flush reaches the table, half stays in memory: the
 	// report adds them.
-	for _, b := range batches {
+	for _, b := range flushes {
 		for range b.n / 2 {
 			r.Observe(ctx, b.e)
 		}
@@ -239,7 +239,7 @@ func TestUsageCountsChecksAndSandbox(t *testing.T) {
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range batches {
+	for _, b := range flushes {
 		for range b.n - b.n/2 {
 			r.Observe(ctx, b.e)
 		}
@@ -350,7 +350,7 @@ func jsonKeys(t *testing.T, v any) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-func TestAddUsageAppliesABatchOnce(t *testing.T) {
+func TestAddUsageAppliesAFlushOnce(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	tenant := pgtest.Tenant(t, pool, "starter")
@@ -359,8 +359,8 @@ func TestAddUsageAppliesABatchOnce(t *testing.T) {
 	minute := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 	rows := []usage.Row{{TenantID: tenant, Minute: minute, Live: true, Checked: true, Outcome: admission.OutcomeAllowed, Count: 5}}
 	const id = "0b7f3a52-4e2c-4b8e-9d0a-5f1c2e3d4a5b"
-	if applied, err := st.BatchApplied(ctx, id); err != nil || applied {
-		t.Fatalf("BatchApplied before = %t, %v; want false", applied, err)
+	if applied, err := st.FlushApplied(ctx, id); err != nil || applied {
+		t.Fatalf("FlushApplied before = %t, %v; want false", applied, err)
 	}
 	// Sent again, as after an error that hid its commit: counted once.
 	for range 3 {
@@ -371,27 +371,27 @@ func TestAddUsageAppliesABatchOnce(t *testing.T) {
 	if err := st.AddUsage(ctx, "1b7f3a52-4e2c-4b8e-9d0a-5f1c2e3d4a5b", rows); err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := st.BatchApplied(ctx, id); err != nil || !applied {
-		t.Fatalf("BatchApplied after = %t, %v; want true", applied, err)
+	if applied, err := st.FlushApplied(ctx, id); err != nil || !applied {
+		t.Fatalf("FlushApplied after = %t, %v; want true", applied, err)
 	}
 	want := map[rowKey]int64{{tenant, minute, true, true, admission.OutcomeAllowed}: 10}
 	if got := stored(t, pool); !maps.Equal(got, want) {
 		t.Errorf("usage_minutes = %v, want %v", got, want)
 	}
 	if err := st.AddUsage(ctx, "not-a-uuid", rows); err == nil {
-		t.Error("AddUsage with a batch id that is not a UUID: got nil error")
+		t.Error("AddUsage with a flush id that is not a UUID: got nil error")
 	}
-	// Pruning forgets old batch ids only.
-	if err := st.PruneBatches(ctx, time.Now().Add(-time.Hour)); err != nil {
+	// Pruning forgets old flush ids only.
+	if err := st.PruneFlushes(ctx, time.Now().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := st.BatchApplied(ctx, id); err != nil || !applied {
-		t.Errorf("BatchApplied after pruning older ids = %t, %v; want true", applied, err)
+	if applied, err := st.FlushApplied(ctx, id); err != nil || !applied {
+		t.Errorf("FlushApplied after pruning older ids = %t, %v; want true", applied, err)
 	}
-	if err := st.PruneBatches(ctx, time.Now().Add(time.Hour)); err != nil {
+	if err := st.PruneFlushes(ctx, time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := st.BatchApplied(ctx, id); err != nil || applied {
-		t.Errorf("BatchApplied after pruning = %t, %v; want false", applied, err)
+	if applied, err := st.FlushApplied(ctx, id); err != nil || applied {
+		t.Errorf("FlushApplied after pruning = %t, %v; want false", applied, err)
 	}
 }

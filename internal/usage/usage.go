@@ -47,10 +47,10 @@ const (
 	DefaultMaxPending = 1_000_000
 	// DefaultAlertWindow is how far back the report lists alerts.
 	DefaultAlertWindow = 7 * 24 * time.Hour
-	// batchRetention is how long the Store remembers applied batch ids: far
-	// longer than any batch waits to be sent again.
-	batchRetention = 24 * time.Hour
-	// pruneEvery is how often Run prunes batch ids.
+	// flushRetention is how long the Store remembers applied flush ids: far
+	// longer than any flush waits to be sent again.
+	flushRetention = 24 * time.Hour
+	// pruneEvery is how often Run prunes flush ids.
 	pruneEvery = 10 * time.Minute
 	// SandboxWindow is the rolling period of the sandbox allotment.
 	SandboxWindow = 30 * 24 * time.Hour
@@ -82,16 +82,16 @@ type Total struct {
 // Store keeps the counts. Implementations are safe for concurrent use.
 type Store interface {
 	// AddUsage adds rows to the stored counts, all or none, in one
-	// statement, once per batchID (a UUID): a call with the id of a batch
-	// applied before adds nothing, so that a batch whose fate an error left
+	// statement, once per flushID (a UUID): a call with the id of a flush
+	// applied before adds nothing, so that a flush whose fate an error left
 	// unknown can be sent again. Rows name each (tenant, minute, live,
 	// checked, outcome) at most once; rows of tenants that do not exist are
 	// dropped.
-	AddUsage(ctx context.Context, batchID string, rows []Row) error
-	// BatchApplied reports whether the batch batchID was applied.
-	BatchApplied(ctx context.Context, batchID string) (bool, error)
-	// PruneBatches forgets the ids of batches applied before before.
-	PruneBatches(ctx context.Context, before time.Time) error
+	AddUsage(ctx context.Context, flushID string, rows []Row) error
+	// FlushApplied reports whether the flush flushID was applied.
+	FlushApplied(ctx context.Context, flushID string) (bool, error)
+	// PruneFlushes forgets the ids of flushes applied before before.
+	PruneFlushes(ctx context.Context, before time.Time) error
 	// UsageTotals sums a tenant's counts over the minutes in [from, until),
 	// one Total per (live, checked, outcome). An unknown tenant has none.
 	UsageTotals(ctx context.Context, tenantID string, from, until time.Time) ([]Total, error)

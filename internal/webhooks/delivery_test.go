@@ -267,7 +267,7 @@ func TestHangingEndpointDoesNotDelayAnotherTenant(t *testing.T) {
 	e.endpoint(ta, hang.srv.URL)
 	e.endpoint(tb, healthy.srv.URL)
 	e.emit(ta, 20)
-	e.run(webhooks.WorkerConfig{Client: webhooks.NewClient(true, time.Hour), Slots: 8})
+	e.run(webhooks.WorkerConfig{Client: webhooks.NewClient(true, time.Hour), MaxInFlight: 8})
 	eventually.True(t, 10*time.Second, "A's receiver holding two requests", func() bool { return len(hang.requests()) == 2 })
 	e.emit(tb, 20)
 	eventually.True(t, 10*time.Second, "B's 20 events delivered", func() bool { return healthy.distinct() == 20 })

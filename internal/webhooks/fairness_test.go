@@ -65,16 +65,16 @@ func TestOldestDueFirstAcrossEndpoints(t *testing.T) {
 	e.emit(tb, 1)
 	e.exec(`UPDATE webhook_deliveries SET next_attempt_at = now() - interval '1 minute' WHERE tenant_id = $1`, ta)
 	e.exec(`UPDATE webhook_deliveries SET next_attempt_at = now() - interval '1 hour' WHERE tenant_id = $1`, tb)
-	e.run(webhooks.WorkerConfig{Client: webhooks.NewClient(true, time.Hour), Slots: 2})
+	e.run(webhooks.WorkerConfig{Client: webhooks.NewClient(true, time.Hour), MaxInFlight: 2})
 	eventually.True(t, 10*time.Second, "B's delivery, the oldest due, delivered", func() bool { return healthy.distinct() == 1 })
 }
 
-// TestTenantsHoldAShareOfTheSlots: five tenants whose receivers never
-// answer, each with two endpoints and a backlog, hold at most their share
-// of an instance's 16 slots (an eighth: two each, where their endpoints
-// would take four), so that tenant C's event, queued once they hold
-// them, is delivered while they hang.
-func TestTenantsHoldAShareOfTheSlots(t *testing.T) {
+// TestTenantsHoldAShareOfTheDeliveriesInFlight: five tenants whose receivers
+// never answer, each with two endpoints and a backlog, hold at most their
+// share of an instance's 16 deliveries in flight (an eighth: two each, where
+// their endpoints would take four), so that tenant C's event, queued once
+// they hold them, is delivered while they hang.
+func TestTenantsHoldAShareOfTheDeliveriesInFlight(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	hang, _, stop := hangingReceiver(t)
@@ -88,23 +88,23 @@ func TestTenantsHoldAShareOfTheSlots(t *testing.T) {
 	}
 	tc := e.tenant()
 	e.renumber(e.endpoint(tc, healthy.srv.URL), highID)
-	e.run(webhooks.WorkerConfig{Client: webhooks.NewClient(true, time.Hour), Slots: 16})
-	eventually.True(t, 10*time.Second, "the hanging tenants holding their slots", func() bool { return hang.inFlight() >= 10 })
+	e.run(webhooks.WorkerConfig{Client: webhooks.NewClient(true, time.Hour), MaxInFlight: 16})
+	eventually.True(t, 10*time.Second, "the hanging tenants holding their share", func() bool { return hang.inFlight() >= 10 })
 	e.emit(tc, 1)
 	eventually.True(t, 10*time.Second, "C's event delivered while the others hang", func() bool { return healthy.distinct() == 1 })
 	hang.mu.Lock()
 	defer hang.mu.Unlock()
 	if hang.maxIn > 10 {
-		t.Errorf("the five hanging tenants held %d slots at once, want at most 10 (two each)", hang.maxIn)
+		t.Errorf("the five hanging tenants held %d in flight at once, want at most 10 (two each)", hang.maxIn)
 	}
 }
 
-// TestFreedSlotGoesToTheTenantWithFewestInFlight: two tenants whose
-// receivers hang hold all four slots of an instance, two each, with older
-// deliveries waiting; when one of their requests is answered, the slot it
-// frees goes to tenant C, which has nothing in flight, not to the
-// backlog that has waited longer.
-func TestFreedSlotGoesToTheTenantWithFewestInFlight(t *testing.T) {
+// TestRoomGoesToTheTenantWithFewestInFlight: two tenants whose receivers hang
+// hold all four deliveries in flight of an instance, two each, with older
+// deliveries waiting; when one of their requests is answered, the room it
+// frees goes to tenant C, which has nothing in flight, not to the backlog
+// that has waited longer.
+func TestRoomGoesToTheTenantWithFewestInFlight(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	hang, release, stop := hangingReceiver(t)
@@ -117,9 +117,9 @@ func TestFreedSlotGoesToTheTenantWithFewestInFlight(t *testing.T) {
 	}
 	tc := e.tenant()
 	e.renumber(e.endpoint(tc, healthy.srv.URL), highID)
-	e.run(webhooks.WorkerConfig{Client: webhooks.NewClient(true, time.Hour), Slots: 4})
-	eventually.True(t, 10*time.Second, "the hanging tenants holding the four slots", func() bool { return hang.inFlight() == 4 })
+	e.run(webhooks.WorkerConfig{Client: webhooks.NewClient(true, time.Hour), MaxInFlight: 4})
+	eventually.True(t, 10*time.Second, "the hanging tenants holding all four in flight", func() bool { return hang.inFlight() == 4 })
 	e.emit(tc, 1)
 	release <- struct{}{}
-	eventually.True(t, 10*time.Second, "C's event delivered in the freed slot", func() bool { return healthy.distinct() == 1 })
+	eventually.True(t, 10*time.Second, "C's event delivered in the room freed", func() bool { return healthy.distinct() == 1 })
 }

@@ -146,7 +146,8 @@ type ClaimRequest struct {
 	// Until is when the claim runs out: past it, the deliveries are due
 	// again (their instance died).
 	Until time.Time
-	// Max bounds the deliveries claimed: this instance's free slots.
+	// Max bounds the deliveries claimed: as many as may start on this
+	// instance.
 	Max int
 	// PerEndpoint bounds the deliveries in flight to one endpoint across
 	// every instance, those claimed included.

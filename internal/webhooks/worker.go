@@ -25,21 +25,22 @@ type WorkerConfig struct {
 	// attempt.
 	Client *http.Client
 	Logger *slog.Logger
-	// Slots bounds the deliveries in flight on this instance (default 64).
-	Slots int
+	// MaxInFlight bounds the deliveries in flight on this instance
+	// (default 64).
+	MaxInFlight int
 	// PerEndpoint bounds the deliveries in flight to one endpoint across
 	// every instance (default 2), so that an endpoint that hangs holds
-	// two slots, not the queue.
+	// two deliveries in flight, not the queue.
 	PerEndpoint int
 	// PerTenant bounds one tenant's deliveries in flight on this instance
-	// (default an eighth of Slots, at least PerEndpoint: 8 of 64). A
+	// (default an eighth of MaxInFlight, at least PerEndpoint: 8 of 64). A
 	// tenant's endpoints could hold MaxEndpoints × PerEndpoint = 10; at 8,
-	// seven tenants whose receivers all hang hold 56 slots and leave the
-	// rest to every other tenant, and with more of them each freed slot
-	// goes to the tenant with fewest in flight (Store.Claim), so none
-	// waits behind another's backlog for longer than an attempt lasts.
-	// The share is this instance's, counted here: exact without a lock
-	// across instances, and each instance added adds slots for everyone.
+	// seven tenants whose receivers all hang hold 56 in flight and leave the
+	// rest to every other tenant, and with more of them each delivery that
+	// ends makes room for the tenant with fewest in flight (Store.Claim), so
+	// none waits behind another's backlog for longer than an attempt lasts.
+	// The share is this instance's, counted here: exact without a lock across
+	// instances, and each instance added adds room for everyone.
 	PerTenant int
 	// Claim is how long a claimed delivery is this instance's: past it, an
 	// instance that died has its deliveries claimed by another (default
@@ -64,9 +65,9 @@ type WorkerConfig struct {
 type Worker struct {
 	cfg  WorkerConfig
 	wake chan struct{}
-	free chan struct{} // one token per free slot
-	// finished is signalled by each delivery that ends: its slot is free
-	// and its endpoint has room for the next of its backlog.
+	free chan struct{} // one token per delivery that may start
+	// finished is signalled by each delivery that ends: it makes room
+	// for another, and its endpoint has room for the next of its backlog.
 	finished chan struct{}
 	backlog  atomic.Int64
 	dropped  atomic.Int64
@@ -78,14 +79,14 @@ type Worker struct {
 
 // NewWorker returns a Worker.
 func NewWorker(cfg WorkerConfig) *Worker {
-	if cfg.Slots <= 0 {
-		cfg.Slots = 64
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 64
 	}
 	if cfg.PerEndpoint <= 0 {
 		cfg.PerEndpoint = 2
 	}
 	if cfg.PerTenant <= 0 {
-		cfg.PerTenant = max(cfg.PerEndpoint, cfg.Slots/8)
+		cfg.PerTenant = max(cfg.PerEndpoint, cfg.MaxInFlight/8)
 	}
 	if cfg.Claim <= 0 {
 		cfg.Claim = 30 * time.Second
@@ -105,9 +106,9 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	w := &Worker{cfg: cfg, wake: make(chan struct{}, 1), free: make(chan struct{}, cfg.Slots), finished: make(chan struct{}, 1),
+	w := &Worker{cfg: cfg, wake: make(chan struct{}, 1), free: make(chan struct{}, cfg.MaxInFlight), finished: make(chan struct{}, 1),
 		tenants: map[string]int{}}
-	for range cfg.Slots {
+	for range cfg.MaxInFlight {
 		w.free <- struct{}{}
 	}
 	return w
@@ -147,7 +148,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// claim claims as many due deliveries as there are free slots and starts
+// claim claims as many due deliveries as may start and starts
 // them; it reports whether it claimed any.
 func (w *Worker) claim(ctx, record context.Context, inflight *sync.WaitGroup) bool {
 	n := len(w.free)
@@ -255,8 +256,8 @@ func (w *Worker) label(ctx context.Context) int {
 	return n
 }
 
-// release frees the slot of a delivery of tenantID and tells Run that
-// one ended.
+// release counts a delivery of tenantID out of those in flight and tells
+// Run that one ended.
 func (w *Worker) release(tenantID string) {
 	w.mu.Lock()
 	if w.tenants[tenantID]--; w.tenants[tenantID] == 0 {

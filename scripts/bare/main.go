@@ -3,9 +3,9 @@
 // least an HTTP service on this machine can do per request. Tollgate's
 // throughput is reported as a ratio to it, measured in the same run.
 //
-// With -wait, each request instead waits for a batch, as a check waits for
-// its store: requests arriving while a batch is out gather into the next,
-// and a batch is answered -wait after it leaves, without spending any CPU
+// With -wait, each request instead waits for a round trip, as a check waits
+// for its store: requests arriving while one is out gather into the next,
+// and a round trip is answered -wait after it leaves, without spending any CPU
 // meanwhile. It measures what waiting alone costs the HTTP layer (goroutines
 // parked and woken, reads that find nothing yet), apart from any store's work.
 package main
@@ -21,10 +21,10 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:18180", "listen address")
-	wait := flag.Duration("wait", 0, "answer each request with the batch it joins, this long after the batch leaves (0: at once)")
+	wait := flag.Duration("wait", 0, "answer each request with the round trip it joins, this long after the round trip leaves (0: at once)")
 	flag.Parse()
 	body := []byte(`{"allowed":true,"degraded":false,"items":[{"policy":"bench","allowed":true,"limit":1000000000,"remaining":999999999,"reset_at":"2026-12-01T01:00:00Z","retry_after_ms":0,"shadow":false}]}` + "\n")
-	b := &batcher{kick: make(chan struct{}, 1)}
+	b := &coalescer{kick: make(chan struct{}, 1)}
 	if *wait > 0 {
 		go b.loop(*wait)
 	}
@@ -39,15 +39,16 @@ func main() {
 	log.Fatal(http.ListenAndServe(*addr, h))
 }
 
-// batcher sends one batch at a time, as the PostgreSQL counter store does.
-type batcher struct {
+// coalescer sends one round trip at a time, as the PostgreSQL counter store
+// sends one statement.
+type coalescer struct {
 	mu      sync.Mutex
 	pending []chan struct{}
 	kick    chan struct{}
 }
 
-// join waits for the batch the caller joins to be answered.
-func (b *batcher) join() {
+// join waits for the round trip the caller joins to be answered.
+func (b *coalescer) join() {
 	done := make(chan struct{}, 1)
 	b.mu.Lock()
 	b.pending = append(b.pending, done)
@@ -59,17 +60,17 @@ func (b *batcher) join() {
 	<-done
 }
 
-func (b *batcher) loop(wait time.Duration) {
+func (b *coalescer) loop(wait time.Duration) {
 	for range b.kick {
 		b.mu.Lock()
-		batch := b.pending
+		joined := b.pending
 		b.pending = nil
 		b.mu.Unlock()
-		if len(batch) == 0 {
+		if len(joined) == 0 {
 			continue
 		}
 		time.Sleep(wait)
-		for _, done := range batch {
+		for _, done := range joined {
 			done <- struct{}{}
 		}
 	}

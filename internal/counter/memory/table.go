@@ -28,23 +28,23 @@ import (
 //
 // Of that group's counters, one not used lately goes (CLOCK, the usual
 // approximation of least recently used): each group's counters are a ring
-// (links, beside the slots), round which the group's hand goes, forgetting
+// (links, beside the entries), round which the group's hand goes, forgetting
 // the first counter that has expired or has not been written since the
 // hand last passed it, and marking the others as passed. A new counter
 // joins its ring just behind the hand, unmarked, so a stream of subjects
 // seen once forgets its own before a counter written twice. A ring per
-// group, not one hand over the slots, finds a group's counter in a few
-// steps however few of the slots are the group's: one hand passed over a
-// thousand slots of others for each of a group's when a thousand tenants
+// group, not one hand over the entries, finds a group's counter in a few
+// steps however few of the entries are the group's: one hand passed over a
+// thousand entries of others for each of a group's when a thousand tenants
 // filled the store (five times the CPU a check). The rings cost 8 bytes a
-// slot, about 16 a counter (135 → 151 bytes). Expired counters of the
+// entry, about 16 a counter (135 → 151 bytes). Expired counters of the
 // other groups wait for prune.
 type shard struct {
-	mu    sync.Mutex
-	slots []entry // a power of two long, at most three quarters full; nil when empty
-	links []link  // beside slots: the ring of each counter's group
-	n     int     // counters held
-	max   int     // counters held at most
+	mu      sync.Mutex
+	entries []entry // a power of two long, at most three quarters full; nil when empty
+	links   []link  // beside entries: the ring of each counter's group
+	n       int     // counters held
+	max     int     // counters held at most
 
 	// groups are the groups holding counters, and some that held them
 	// (free), each entry's group an index in it; byID finds a group holding
@@ -61,43 +61,43 @@ type shard struct {
 type group struct {
 	id   uint64 // the group's digest
 	n    int    // counters held, and while add runs the one it adds
-	hand uint32 // the slot of the counter its hand looks at next; noSlot when none
+	hand uint32 // the entry of the counter its hand looks at next; noEntry when none
 }
 
-// link is a slot's neighbours in its group's ring.
+// link is an entry's neighbours in its group's ring.
 type link struct{ prev, next uint32 }
 
-const noSlot = ^uint32(0)
+const noEntry = ^uint32(0)
 
 // digest is a key's 128-bit digest (the store's seeds, random per process,
 // key it): two keys share one with a chance of about 2^-128, and a client
 // cannot choose keys that do, not knowing the seeds. Its a picks the shard,
-// its b the slot.
+// its b the entry.
 type digest struct{ a, b uint64 }
 
-// entry is a slot: 64 bytes, a cache line.
+// entry is one cell of the table: 64 bytes, a cache line.
 type entry struct {
 	key     digest
 	state   limit.State
 	expires int64  // Unix µs
-	used    bool   // the slot holds a counter
+	used    bool   // the entry holds a counter
 	written bool   // written since the clock hand last passed it
 	group   uint32 // the index of its group in the shard's groups
 }
 
-const minSlots = 16
+const minEntries = 16
 
-// home is the slot where k's probe starts.
-func (sh *shard) home(k digest) int { return int(k.b) & (len(sh.slots) - 1) }
+// home is the entry where k's probe starts.
+func (sh *shard) home(k digest) int { return int(k.b) & (len(sh.entries) - 1) }
 
-// find returns the slot holding k, or -1.
+// find returns the entry holding k, or -1.
 func (sh *shard) find(k digest) int {
 	if sh.n == 0 {
 		return -1
 	}
-	mask := len(sh.slots) - 1
+	mask := len(sh.entries) - 1
 	for i := sh.home(k); ; i = (i + 1) & mask {
-		e := &sh.slots[i]
+		e := &sh.entries[i]
 		if !e.used {
 			return -1
 		}
@@ -110,7 +110,7 @@ func (sh *shard) find(k digest) int {
 // get returns the state k holds, or the zero state.
 func (sh *shard) get(k digest) limit.State {
 	if i := sh.find(k); i >= 0 {
-		return sh.slots[i].state
+		return sh.entries[i].state
 	}
 	return limit.State{}
 }
@@ -122,7 +122,7 @@ func (sh *shard) update(k digest, st limit.State, exp int64) bool {
 	if i < 0 {
 		return false
 	}
-	e := &sh.slots[i]
+	e := &sh.entries[i]
 	e.state, e.expires, e.written = st, exp, true
 	return true
 }
@@ -138,7 +138,7 @@ func (sh *shard) add(k digest, g uint64, st limit.State, exp, now int64) {
 	if sh.n >= sh.max {
 		sh.evict(now, gi)
 	}
-	if (sh.n+1)*4 > len(sh.slots)*3 {
+	if (sh.n+1)*4 > len(sh.entries)*3 {
 		sh.grow()
 	}
 	sh.join(gi, sh.insert(entry{key: k, state: st, expires: exp, used: true, group: gi}))
@@ -160,30 +160,30 @@ func (sh *shard) group(g uint64) uint32 {
 		i = uint32(len(sh.groups))
 		sh.groups = append(sh.groups, group{})
 	}
-	sh.groups[i] = group{id: g, hand: noSlot}
+	sh.groups[i] = group{id: g, hand: noEntry}
 	sh.byID[g] = i
 	return i
 }
 
-// insert places e in the first free slot of its probe, there being one,
-// and returns the slot.
+// insert places e in the first free entry of its probe, there being one,
+// and returns the entry.
 func (sh *shard) insert(e entry) int {
-	mask := len(sh.slots) - 1
+	mask := len(sh.entries) - 1
 	i := sh.home(e.key)
-	for sh.slots[i].used {
+	for sh.entries[i].used {
 		i = (i + 1) & mask
 	}
-	sh.slots[i] = e
+	sh.entries[i] = e
 	sh.n++
 	return i
 }
 
-// join links slot i into the ring of group gi, just behind its hand: the
+// join links entry i into the ring of group gi, just behind its hand: the
 // last the hand comes to.
 func (sh *shard) join(gi uint32, i int) {
 	gr := &sh.groups[gi]
 	s := uint32(i)
-	if gr.hand == noSlot {
+	if gr.hand == noEntry {
 		sh.links[i] = link{s, s}
 		gr.hand = s
 		return
@@ -196,16 +196,16 @@ func (sh *shard) join(gi uint32, i int) {
 }
 
 // grow doubles the table and places every counter again. The rings are
-// made again in the order of the old slots, read one after the other
+// made again in the order of the old entries, read one after the other
 // (following the old rings would read them in no order); the counters
 // keep their marks.
 func (sh *shard) grow() {
-	old := sh.slots
-	sh.slots = make([]entry, max(minSlots, 2*len(old)))
-	sh.links = make([]link, len(sh.slots))
+	old := sh.entries
+	sh.entries = make([]entry, max(minEntries, 2*len(old)))
+	sh.links = make([]link, len(sh.entries))
 	sh.n = 0
 	for i := range sh.groups {
-		sh.groups[i].hand = noSlot
+		sh.groups[i].hand = noEntry
 	}
 	for _, e := range old {
 		if e.used {
@@ -232,7 +232,7 @@ func (sh *shard) evict(now int64, gi uint32) {
 	gr := &sh.groups[gi]
 	for {
 		h := gr.hand
-		e := &sh.slots[h]
+		e := &sh.entries[h]
 		if !e.written || e.expires <= now {
 			sh.removeAt(int(h))
 			return
@@ -252,11 +252,11 @@ func (sh *shard) overShare(g int) uint32 {
 	for range len(sh.groups) {
 		gi := sh.over
 		gr := &sh.groups[gi]
-		if gr.hand != noSlot {
+		if gr.hand != noEntry {
 			if gr.n*g > sh.max {
 				return gi
 			}
-			if m := &sh.groups[most]; m.hand == noSlot || gr.n > m.n {
+			if m := &sh.groups[most]; m.hand == noEntry || gr.n > m.n {
 				most = gi
 			}
 		}
@@ -265,17 +265,17 @@ func (sh *shard) overShare(g int) uint32 {
 	return most
 }
 
-// removeAt empties slot i, moving back the counters after it in its run
+// removeAt empties entry i, moving back the counters after it in its run
 // that could not be found past the hole (backward-shift deletion: linear
 // probing without tombstones), each ring following its counters.
 func (sh *shard) removeAt(i int) {
-	gi := sh.slots[i].group
+	gi := sh.entries[i].group
 	sh.leave(gi, uint32(i))
-	mask := len(sh.slots) - 1
-	for j := (i + 1) & mask; sh.slots[j].used; j = (j + 1) & mask {
+	mask := len(sh.entries) - 1
+	for j := (i + 1) & mask; sh.entries[j].used; j = (j + 1) & mask {
 		// The counter in j stays when its home is in (i, j], cyclically:
 		// its probe reaches j without passing i.
-		h := sh.home(sh.slots[j].key)
+		h := sh.home(sh.entries[j].key)
 		if i <= j {
 			if i < h && h <= j {
 				continue
@@ -286,7 +286,7 @@ func (sh *shard) removeAt(i int) {
 		sh.move(j, i)
 		i = j
 	}
-	sh.slots[i] = entry{}
+	sh.entries[i] = entry{}
 	sh.n--
 	gr := &sh.groups[gi]
 	gr.n--
@@ -296,13 +296,13 @@ func (sh *shard) removeAt(i int) {
 	}
 }
 
-// leave unlinks slot s from the ring of group gi; its hand moves on if it
+// leave unlinks entry s from the ring of group gi; its hand moves on if it
 // was at s.
 func (sh *shard) leave(gi uint32, s uint32) {
 	gr := &sh.groups[gi]
 	l := sh.links[s]
 	if l.next == s {
-		gr.hand = noSlot
+		gr.hand = noEntry
 		return
 	}
 	sh.links[l.prev].next = l.next
@@ -312,12 +312,12 @@ func (sh *shard) leave(gi uint32, s uint32) {
 	}
 }
 
-// move moves the counter in slot from to the empty slot to, its ring
+// move moves the counter in entry from to the empty entry to, its ring
 // following.
 func (sh *shard) move(from, to int) {
-	sh.slots[to] = sh.slots[from]
+	sh.entries[to] = sh.entries[from]
 	f, t := uint32(from), uint32(to)
-	gr := &sh.groups[sh.slots[to].group]
+	gr := &sh.groups[sh.entries[to].group]
 	if l := sh.links[from]; l.next == f {
 		sh.links[to] = link{t, t}
 	} else {
@@ -333,10 +333,10 @@ func (sh *shard) move(from, to int) {
 // prune forgets every counter expired at now and returns how many.
 func (sh *shard) prune(now int64) int {
 	n := 0
-	for i := 0; i < len(sh.slots); i++ {
+	for i := 0; i < len(sh.entries); i++ {
 		// A removal moves a later counter into i: it is looked at too.
 		// Counters only move back, into the hole, so none is passed over.
-		for sh.slots[i].used && sh.slots[i].expires <= now {
+		for sh.entries[i].used && sh.entries[i].expires <= now {
 			sh.removeAt(i)
 			n++
 		}

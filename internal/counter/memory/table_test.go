@@ -11,7 +11,7 @@ import (
 
 // TestShardTableAgainstAMap runs random puts, removals, prunes and
 // evictions on one shard beside a Go map of what it should hold. Digests
-// are drawn from a few dozen slot numbers, so probes collide, runs wrap
+// are drawn from a few dozen entry numbers, so probes collide, runs wrap
 // round the table's end and removals move counters back; counters belong
 // to one of four groups. After every step each counter the map holds is
 // found with its state, the shard holds no other, every held counter is
@@ -93,9 +93,9 @@ func TestShardTableAgainstAMap(t *testing.T) {
 				// (the hand unmarking all in a round) the first.
 				next := map[uint64]digest{}
 				for grp, ring := range rings(sh) {
-					next[grp] = sh.slots[ring[0]].key
+					next[grp] = sh.entries[ring[0]].key
 					for _, s := range ring {
-						if e := sh.slots[s]; !e.written || e.expires <= now {
+						if e := sh.entries[s]; !e.written || e.expires <= now {
 							next[grp] = e.key
 							break
 						}
@@ -108,7 +108,7 @@ func TestShardTableAgainstAMap(t *testing.T) {
 				want[k] = h
 				// A new counter is the last its group's hand comes to.
 				if ring := rings(sh)[h.group]; len(ring) == 0 || int(ring[len(ring)-1]) != sh.find(k) {
-					t.Fatalf("step %d: new counter %v in slot %d, its group's ring %v", step, k, sh.find(k), ring)
+					t.Fatalf("step %d: new counter %v in entry %d, its group's ring %v", step, k, sh.find(k), ring)
 				}
 				if full {
 					var gone []digest
@@ -148,49 +148,49 @@ func TestShardTableAgainstAMap(t *testing.T) {
 			}
 			for grp, ring := range rings(sh) {
 				if len(ring) != counts[grp] {
-					t.Fatalf("step %d: group %d's ring holds %d slots, the group %d counters", step, grp, len(ring), counts[grp])
+					t.Fatalf("step %d: group %d's ring holds %d entries, the group %d counters", step, grp, len(ring), counts[grp])
 				}
 				for _, s := range ring {
-					if e := sh.slots[s]; !e.used || sh.groups[e.group].id != grp {
-						t.Fatalf("step %d: group %d's ring holds slot %d, %+v", step, grp, s, e)
+					if e := sh.entries[s]; !e.used || sh.groups[e.group].id != grp {
+						t.Fatalf("step %d: group %d's ring holds entry %d, %+v", step, grp, s, e)
 					}
 				}
 			}
 			for k, h := range want {
 				i := sh.find(k)
-				if i < 0 || sh.slots[i].state != h.st || sh.slots[i].expires != h.exp || sh.groups[sh.slots[i].group].id != h.group {
-					t.Fatalf("step %d: counter %v not found as put (slot %d)", step, k, i)
+				if i < 0 || sh.entries[i].state != h.st || sh.entries[i].expires != h.exp || sh.groups[sh.entries[i].group].id != h.group {
+					t.Fatalf("step %d: counter %v not found as put (entry %d)", step, k, i)
 				}
 			}
 			used := 0
-			for i, e := range sh.slots {
+			for i, e := range sh.entries {
 				if e.used {
 					used++
 					if sh.find(e.key) != i {
-						t.Fatalf("step %d: slot %d holds %v where its probe does not find it", step, i, e.key)
+						t.Fatalf("step %d: entry %d holds %v where its probe does not find it", step, i, e.key)
 					}
 				} else if e != (entry{}) {
-					t.Fatalf("step %d: empty slot %d not zeroed", step, i)
+					t.Fatalf("step %d: empty entry %d not zeroed", step, i)
 				}
 			}
-			if used != sh.n || (len(sh.slots) > 0 && used*4 > len(sh.slots)*3) {
-				t.Fatalf("step %d: %d slots of %d used, count %d", step, used, len(sh.slots), sh.n)
+			if used != sh.n || (len(sh.entries) > 0 && used*4 > len(sh.entries)*3) {
+				t.Fatalf("step %d: %d entries of %d used, count %d", step, used, len(sh.entries), sh.n)
 			}
 		}
 	})
 }
 
-// rings returns each group's ring of slots, from its hand, checking that
+// rings returns each group's ring of entries, from its hand, checking that
 // every link goes both ways.
 func rings(sh *shard) map[uint64][]uint32 {
 	out := map[uint64][]uint32{}
 	for _, i := range sh.byID {
 		gr := sh.groups[i]
 		var ring []uint32
-		for s := gr.hand; s != noSlot && len(ring) <= len(sh.slots); {
+		for s := gr.hand; s != noEntry && len(ring) <= len(sh.entries); {
 			ring = append(ring, s)
 			if n := sh.links[s].next; sh.links[n].prev != s {
-				ring = append(ring, noSlot) // a one-way link: no group holds it
+				ring = append(ring, noEntry) // a one-way link: no group holds it
 				break
 			}
 			if s = sh.links[s].next; s == gr.hand {

@@ -10,7 +10,7 @@ import (
 
 // CheckBatch implements counter.Store: the requests go through the
 // batches' lane (fairlane.go), in their order, in one statement when they
-// hold at most Config.MaxBatch items, else in statements of at most that
+// hold at most Config.MaxItems items, else in statements of at most that
 // many, one after the other; a batch's place in the lane is its first
 // request's Group (the gate's batches are one tenant's). Requests with a
 // Now of their own (tests, replays) go the same way when they all name the
@@ -47,7 +47,7 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 	s.mu.Lock()
 	expired := s.expiry(time.Now())
 	s.mu.Unlock()
-	start, ok := s.batchLane.add(calls[0].req.Group, cut(calls, s.maxBatch, now))
+	start, ok := s.batchLane.add(calls[0].req.Group, cut(calls, s.maxItems, now))
 	if !ok {
 		for _, i := range at {
 			errs[i] = errClosed
@@ -82,7 +82,7 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 // the group whose turn it is, one after the other, until none is waiting.
 func (s *Store) sendBatches() {
 	for {
-		g, calls, now, ok := s.batchLane.next(s.maxBatch)
+		g, calls, now, ok := s.batchLane.next(s.maxItems)
 		if !ok {
 			return
 		}

@@ -112,9 +112,9 @@ func TestBatchWaitsItsTurnWhileTheStoreAnswers(t *testing.T) {
 	if _, err := tx.Exec(ctx, "SELECT 1 FROM counters WHERE key = '1:a/locked' FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
-	// A batch of MaxBatch one-item checks is one statement, which no other
-	// batch joins.
-	batch := slices.Repeat([]counter.Request{locked}, postgres.DefaultMaxBatch)
+	// A batch of DefaultMaxItems one-item checks is one statement, which no
+	// other batch joins.
+	batch := slices.Repeat([]counter.Request{locked}, postgres.DefaultMaxItems)
 	var answered atomic.Int64
 	var wg sync.WaitGroup
 	for range 4 {

@@ -2,7 +2,7 @@ package postgres
 
 import "time"
 
-// enqueue adds c to the batch being gathered, or, when c has a Now of its
+// enqueue adds c to the statement being gathered, or, when c has a Now of its
 // own, sends it on its own. It returns the channel that is closed when c's
 // wait is over.
 func (s *Store) enqueue(c *call) (<-chan struct{}, error) {
@@ -26,9 +26,9 @@ func (s *Store) enqueue(c *call) (<-chan struct{}, error) {
 	before := s.items
 	s.items += len(c.req.Items)
 	// The loop needs waking for a first call (it may send it at once) and for
-	// a batch that just filled up; otherwise it is waiting for a timer or a
-	// batch in flight, and will look then.
-	wake := len(s.pending) == 1 || (before < s.maxBatch && s.items >= s.maxBatch)
+	// a statement that just filled up; otherwise it is waiting for a timer or
+	// a statement in flight, and will look then.
+	wake := len(s.pending) == 1 || (before < s.maxItems && s.items >= s.maxItems)
 	s.mu.Unlock()
 	if wake {
 		select {
@@ -54,12 +54,12 @@ func (s *Store) expiry(now time.Time) <-chan struct{} {
 	return s.expired
 }
 
-// loop sends the gathered calls as batches: at once when no batch is in
-// flight (waiting would only add latency), else when the window has passed
-// since the oldest call or the batch is full; and never more than
-// s.inflight batches at once, so that calls keep gathering while the
-// database is busy instead of queueing for connections one by one. A batch
-// decides its requests in the order they arrived.
+// loop sends the gathered calls as statements: at once when no statement
+// is in flight (waiting would only add latency), else when the window has
+// passed since the oldest call or the statement is full; and never more
+// than s.inflight statements at once, so that calls keep gathering while
+// the database is busy instead of queueing for connections one by one. A
+// statement decides its requests in the order they arrived.
 func (s *Store) loop() {
 	defer close(s.loopDone)
 	timer := time.NewTimer(time.Hour)
@@ -87,8 +87,8 @@ func (s *Store) loop() {
 			return
 		}
 		for inflight < s.inflight {
-			batch, wait := s.take(inflight == 0)
-			if batch == nil {
+			calls, wait := s.take(inflight == 0)
+			if calls == nil {
 				if wait > 0 {
 					timer.Reset(wait)
 				}
@@ -96,32 +96,32 @@ func (s *Store) loop() {
 			}
 			inflight++
 			go func() {
-				s.send(batch, nil)
+				s.send(calls, nil)
 				s.freed <- struct{}{}
 			}()
 		}
 	}
 }
 
-// take removes a batch from the pending calls if one is due, or returns how
-// long until it is (zero when nothing is pending).
+// take removes a statement's calls from the pending ones if one is due, or
+// returns how long until it is (zero when nothing is pending).
 func (s *Store) take(idle bool) ([]*call, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.pending) == 0 {
 		return nil, 0
 	}
-	if !idle && s.items < s.maxBatch {
+	if !idle && s.items < s.maxItems {
 		if wait := s.window - time.Since(s.firstAt); wait > 0 {
 			return nil, wait
 		}
 	}
 	n, items := 0, 0
-	for n < len(s.pending) && (n == 0 || items+len(s.pending[n].req.Items) <= s.maxBatch) {
+	for n < len(s.pending) && (n == 0 || items+len(s.pending[n].req.Items) <= s.maxItems) {
 		items += len(s.pending[n].req.Items)
 		n++
 	}
-	batch := s.pending[:n:n]
+	calls := s.pending[:n:n]
 	if n == len(s.pending) {
 		s.pending = nil
 	} else {
@@ -129,5 +129,5 @@ func (s *Store) take(idle bool) ([]*call, time.Duration) {
 		s.pending = s.pending[n:]
 	}
 	s.items -= items
-	return batch, 0
+	return calls, 0
 }

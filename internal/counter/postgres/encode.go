@@ -6,13 +6,13 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// registerArrayEncoders makes m encode the slices a batch sends ([]string,
-// []int64, []int32, []int16, []bool) as PostgreSQL arrays of the matching
-// type straight into the message. pgx's generic path boxes every element
-// in an interface on its way out (an allocation for each string and each
-// number above 255) and picks an encode plan per element: about a third of
-// the store's own CPU per batch. Anything else, and decoding, is left to the
-// codecs m had.
+// registerArrayEncoders makes m encode the slices a statement sends
+// ([]string, []int64, []int32, []int16, []bool) as PostgreSQL arrays of the
+// matching type straight into the message. pgx's generic path boxes every
+// element in an interface on its way out (an allocation for each string and
+// each number above 255) and picks an encode plan per element: about a third
+// of the store's own CPU per statement. Anything else, and decoding, is left
+// to the codecs m had.
 func registerArrayEncoders(m *pgtype.Map) {
 	register(m, pgtype.TextArrayOID, pgtype.TextOID, func(b []byte, v string) []byte {
 		return append(binary.BigEndian.AppendUint32(b, uint32(len(v))), v...)

@@ -6,16 +6,16 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 )
 
-// Batches returns the number of function calls s has sent.
-func Batches(s *Store) int64 { return s.batches.Load() }
+// Statements returns the number of function calls s has sent.
+func Statements(s *Store) int64 { return s.statements.Load() }
 
-// FixedBatches returns the number of those that went to
+// FixedStatements returns the number of those that went to
 // tollgate_check_fixed_packed.
-func FixedBatches(s *Store) int64 { return s.fixedBatches.Load() }
+func FixedStatements(s *Store) int64 { return s.fixedStatements.Load() }
 
-// CheckBatch sends reqs as one batch decided at instant now, as the
-// coalescer would send concurrent Checks, and answers each.
-func CheckBatch(s *Store, reqs []counter.Request, now time.Time) ([]counter.Result, error) {
+// CheckCoalesced sends reqs as one statement decided at instant now, as
+// the coalescer would send concurrent Checks, and answers each.
+func CheckCoalesced(s *Store, reqs []counter.Request, now time.Time) ([]counter.Result, error) {
 	calls := make([]*call, len(reqs))
 	for i, r := range reqs {
 		if err := counter.Validate(r); err != nil {

@@ -17,14 +17,14 @@ import "sync"
 //     instance, and the groups waiting are served in turn, round-robin: a
 //     tenant's flood of batches queues behind itself, and another tenant's
 //     batch waits for at most one statement of each tenant ahead of it.
-//   - A batch of more than Config.MaxBatch items (512 by default) is cut
+//   - A batch of more than Config.MaxItems items (512 by default) is cut
 //     into statements of at most that many, whole requests each, sent one
 //     after the other in its order: no statement of a big batch runs long
 //     enough, on a busy server, to reach statement_timeout (each item costs
 //     the database some 7 to 15 µs), and each lets the other groups' turns
 //     in. A batch within the bound stays one statement, one round trip.
 //   - The statements a group has waiting when its turn comes are sent as
-//     one, up to MaxBatch items and never cutting one of them (whole
+//     one, up to MaxItems items and never cutting one of them (whole
 //     batches of the client's 16 or 100 checks), as the coalescer does for
 //     Checks: a tenant's concurrent batches cost the database one call a
 //     turn, not one each.
@@ -57,7 +57,7 @@ type laneGroup struct {
 	busy    bool // a statement of the group is in flight
 }
 
-// batchPart is whole requests of one batch, in order, of at most MaxBatch
+// batchPart is whole requests of one batch, in order, of at most MaxItems
 // items unless it is a single request: the most a statement of the batch
 // holds.
 type batchPart struct {
@@ -68,14 +68,14 @@ type batchPart struct {
 }
 
 // cut splits calls, in order, into parts of whole requests of at most
-// maxBatch items each (a request of more is a part of its own), at
+// maxItems items each (a request of more is a part of its own), at
 // instant now.
-func cut(calls []*call, maxBatch int, now *int64) []batchPart {
+func cut(calls []*call, maxItems int, now *int64) []batchPart {
 	var parts []batchPart
 	first, items := 0, 0
 	for i, c := range calls {
 		n := len(c.req.Items)
-		if i > first && items+n > maxBatch {
+		if i > first && items+n > maxItems {
 			parts = append(parts, batchPart{calls: calls[first:i:i], items: items, now: now})
 			first, items = i, 0
 		}
@@ -113,11 +113,11 @@ func (l *fairLane) add(group string, parts []batchPart) (start, ok bool) {
 }
 
 // next takes the statement of the group whose turn it is: the group's
-// waiting parts from the first, merged while they hold at most maxBatch
+// waiting parts from the first, merged while they hold at most maxItems
 // items in all and name the same instant, in a slice of their own (send
 // filters it in place). A sender calls it until ok is false, which ends
 // the sender, and calls done(g) after each statement.
-func (l *fairLane) next(maxBatch int) (g *laneGroup, calls []*call, now *int64, ok bool) {
+func (l *fairLane) next(maxItems int) (g *laneGroup, calls []*call, now *int64, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.turns) == 0 {
@@ -130,7 +130,7 @@ func (l *fairLane) next(maxBatch int) (g *laneGroup, calls []*call, now *int64, 
 	g.busy = true
 	first := g.waiting[0]
 	n, items := 1, first.items
-	for n < len(g.waiting) && sameNow(g.waiting[n].now, first.now) && items+g.waiting[n].items <= maxBatch {
+	for n < len(g.waiting) && sameNow(g.waiting[n].now, first.now) && items+g.waiting[n].items <= maxItems {
 		items += g.waiting[n].items
 		n++
 	}

@@ -25,15 +25,15 @@ func newLaneRun(t *testing.T, senders int) *laneRun {
 }
 
 // add queues a batch, named label, of requests of items items each, in
-// group, cut at maxBatch items; it returns whether a sender is to start.
-func (r *laneRun) add(group, label string, requests, items, maxBatch int, now *int64) bool {
+// group, cut at maxItems items; it returns whether a sender is to start.
+func (r *laneRun) add(group, label string, requests, items, maxItems int, now *int64) bool {
 	r.t.Helper()
 	calls := make([]*call, requests)
 	for i := range calls {
 		calls[i] = &call{req: counter.Request{Group: group, Items: make([]counter.Item, items)}}
 		calls[i].req.Items[0].Key = label
 	}
-	start, ok := r.l.add(group, cut(calls, maxBatch, now))
+	start, ok := r.l.add(group, cut(calls, maxItems, now))
 	if !ok {
 		r.t.Fatalf("add %s: lane closed", label)
 	}
@@ -42,9 +42,9 @@ func (r *laneRun) add(group, label string, requests, items, maxBatch int, now *i
 
 // next returns the labels of the next statement's batches, joined by "+",
 // and its size ("a1+a2 32"), or "" when no statement is due.
-func (r *laneRun) next(maxBatch int) string {
+func (r *laneRun) next(maxItems int) string {
 	r.t.Helper()
-	g, calls, _, ok := r.l.next(maxBatch)
+	g, calls, _, ok := r.l.next(maxItems)
 	if !ok {
 		return ""
 	}
@@ -74,7 +74,7 @@ func (r *laneRun) done(group string) {
 
 // TestFairLaneOrder holds the lane to its rules: one statement of a group
 // in flight at a time, the groups waiting served in turn, a batch cut into
-// statements of at most MaxBatch items, and a group's waiting batches sent
+// statements of at most MaxItems items, and a group's waiting batches sent
 // as one statement when they fit.
 func TestFairLaneOrder(t *testing.T) {
 	t.Parallel()

@@ -24,16 +24,16 @@ import (
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
-// TestFixedBatchesMatchSequentialModel sends random batches of one-item
+// TestFixedStatementsMatchSequentialModel sends random sets of one-item
 // consuming fixed-window requests as one call each: keys named once or by
-// several requests of the batch (with one cost for the batch's requests on a
+// several requests of the set (with one cost for the set's requests on a
 // key), costs up to one above the limit, second, minute, hour and month
 // windows, a clock that jumps ahead and steps back, keys new and old,
-// advisory items and ceilings. Every batch must take the set-based path and
+// advisory items and ceilings. Every call must take the set-based path and
 // answer, to the microsecond of each reset and retry, what the model
 // answers, and each row an admitted item wrote must expire when its window
 // ends (limit.Expiry), no sooner: the pruner deletes by it.
-func TestFixedBatchesMatchSequentialModel(t *testing.T) {
+func TestFixedStatementsMatchSequentialModel(t *testing.T) {
 	dsn := pgtest.New(t)
 	s := open(t, postgres.Config{DSN: dsn, Timeout: 10 * time.Second})
 	conn := connect(t, dsn)
@@ -52,7 +52,7 @@ func TestFixedBatchesMatchSequentialModel(t *testing.T) {
 		m := countertest.NewModel()
 		now := base.Add(time.Duration(rapid.Int64Range(0, int64(60*24*time.Hour)).Draw(rt, "start"))).Truncate(time.Microsecond)
 		rounds := rapid.IntRange(1, 10).Draw(rt, "rounds")
-		before := postgres.FixedBatches(s)
+		before := postgres.FixedStatements(s)
 		for round := range rounds {
 			now = now.Add(rapid.SampledFrom([]time.Duration{0, time.Microsecond, 300 * time.Millisecond, time.Second, time.Minute, 24 * time.Hour, -time.Millisecond, -time.Second}).Draw(rt, "jump"))
 			costs := make([]int64, len(defs))
@@ -67,7 +67,7 @@ func TestFixedBatchesMatchSequentialModel(t *testing.T) {
 				it.Advisory = rapid.IntRange(0, 3).Draw(rt, "advisory") == 0
 				reqs = append(reqs, counter.Request{Group: group, Items: []counter.Item{it}, Ceilings: rapid.IntRange(0, 1).Draw(rt, "ceilings")})
 			}
-			got, err := postgres.CheckBatch(s, reqs, now)
+			got, err := postgres.CheckCoalesced(s, reqs, now)
 			if err != nil {
 				rt.Fatalf("round %d: %v", round, err)
 			}
@@ -89,20 +89,19 @@ func TestFixedBatchesMatchSequentialModel(t *testing.T) {
 				}
 			}
 		}
-		if fast := postgres.FixedBatches(s) - before; fast != int64(rounds) {
-			rt.Fatalf("%d of %d batches took the set-based path", fast, rounds)
+		if fast := postgres.FixedStatements(s) - before; fast != int64(rounds) {
+			rt.Fatalf("%d of %d statements took the set-based path", fast, rounds)
 		}
 	})
 }
 
-// TestFixedAndItemwiseBatchesRaceExactly races three stores on one database:
-// on each, two goroutines a key send one-item checks (the set-based path,
-// with a key named once or twice in a batch) and others send two-item checks
-// over neighbouring keys (the item-by-item path), all on the same rows at
-// once.
-// Each key must end with exactly its limit admitted, counted from the
-// answers, and no batch may deadlock or fail.
-func TestFixedAndItemwiseBatchesRaceExactly(t *testing.T) {
+// TestFixedAndItemwiseStatementsRaceExactly races three stores on one
+// database: on each, two goroutines a key send one-item checks (the set-based
+// path, with a key named once or twice in a statement) and others send
+// two-item checks over neighbouring keys (the item-by-item path), all on the
+// same rows at once. Each key must end with exactly its limit admitted,
+// counted from the answers, and no statement may deadlock or fail.
+func TestFixedAndItemwiseStatementsRaceExactly(t *testing.T) {
 	dsn := pgtest.New(t)
 	var stores []*postgres.Store
 	for range 3 {
@@ -159,10 +158,10 @@ func TestFixedAndItemwiseBatchesRaceExactly(t *testing.T) {
 	}
 	var fast, all int64
 	for _, s := range stores {
-		fast, all = fast+postgres.FixedBatches(s), all+postgres.Batches(s)
+		fast, all = fast+postgres.FixedStatements(s), all+postgres.Statements(s)
 	}
 	if fast == 0 || fast == all {
-		t.Errorf("%d of %d batches set-based: the race did not mix the two paths", fast, all)
+		t.Errorf("%d of %d statements set-based: the race did not mix the two paths", fast, all)
 	}
-	t.Logf("%d of %d batches set-based", fast, all)
+	t.Logf("%d of %d statements set-based", fast, all)
 }

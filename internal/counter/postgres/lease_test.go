@@ -11,14 +11,14 @@ import (
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
-// TestPruneDeletesExpiredLeases prunes, in batches smaller than their
+// TestPruneDeletesExpiredLeases prunes, in statements smaller than their
 // number, the leases that expired over a minute ago by the database's
 // clock; the live ones and the ones just expired stay (a minute of grace
 // for instances whose clocks run behind the database's).
 func TestPruneDeletesExpiredLeases(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.New(t)
-	s := open(t, postgres.Config{DSN: dsn, PruneBatch: 2, Timeout: 5 * time.Second})
+	s := open(t, postgres.Config{DSN: dsn, PruneRows: 2, Timeout: 5 * time.Second})
 	ctx := context.Background()
 	// Each on a key of its own: an acquire forgets its key's expired leases.
 	acquire := func(id string, at time.Time) {

@@ -13,11 +13,11 @@ import (
 )
 
 // Lease operations are coalesced as Checks are, on a lane of their own:
-// acquires, renewals and releases arriving while a batch of them is in the
-// database gather into the next one, and a batch is one call of
+// acquires, renewals and releases arriving while a statement of them is in
+// the database gather into the next one, and a statement is one call of
 // tollgate_lease_ops (migrations/000016_lease_ops.up.sql), one transaction,
 // decided in arrival order. A burst on one hot key then costs one
-// connection and one turn of the key's lock a batch, instead of a
+// connection and one turn of the key's lock a statement, instead of a
 // connection each waiting for the lock: no burst of leases, however large,
 // holds more than the lane's one connection, and Checks keep theirs.
 
@@ -30,12 +30,12 @@ const (
 
 // Statuses of a refused acquire, as tollgate_lease_ops answers them.
 const (
-	statusIDInUse    = 1
-	statusGroupFull  = 4
-	maxLeaseOpsBatch = 512
+	statusIDInUse   = 1
+	statusGroupFull = 4
+	maxLeaseOps     = 512
 )
 
-// leaseOp is one lease operation on its way through a batch.
+// leaseOp is one lease operation on its way through a statement.
 type leaseOp struct {
 	kind int16
 	acq  counter.Acquire  // opAcquire
@@ -48,16 +48,16 @@ type leaseOp struct {
 	ceil []sqlcgen.LeaseOpsRow
 	row  sqlcgen.LeaseOpsRow
 	err  error
-	// abandoned is set by a caller that stopped waiting: a batch not yet
-	// sent leaves the operation out.
+	// abandoned is set by a caller that stopped waiting: a statement not
+	// yet sent leaves the operation out.
 	abandoned bool
 }
 
-// leaseLane gathers lease operations and sends them a batch at a time.
+// leaseLane gathers lease operations and sends them a statement at a time.
 type leaseLane struct {
 	mu      sync.Mutex
 	pending []*leaseOp
-	busy    bool // a batch is in the database
+	busy    bool // a statement is in the database
 	closed  bool
 }
 
@@ -105,21 +105,21 @@ func (s *Store) abandon(op *leaseOp) {
 	s.leases.mu.Unlock()
 }
 
-// leaseLoop sends the pending operations, a batch at a time, until none is
-// left; one runs while the lane is busy.
+// leaseLoop sends the pending operations, a statement at a time, until
+// none is left; one runs while the lane is busy.
 func (s *Store) leaseLoop() {
 	l := &s.leases
 	for {
 		l.mu.Lock()
-		batch := make([]*leaseOp, 0, min(len(l.pending), maxLeaseOpsBatch))
+		ops := make([]*leaseOp, 0, min(len(l.pending), maxLeaseOps))
 		n := 0
 		for _, op := range l.pending {
-			if len(batch) == maxLeaseOpsBatch {
+			if len(ops) == maxLeaseOps {
 				break
 			}
 			n++
 			if !op.abandoned {
-				batch = append(batch, op)
+				ops = append(ops, op)
 			}
 		}
 		l.pending = l.pending[n:]
@@ -130,8 +130,8 @@ func (s *Store) leaseLoop() {
 			return
 		}
 		l.mu.Unlock()
-		if len(batch) > 0 {
-			s.sendLeaseOps(batch, nil)
+		if len(ops) > 0 {
+			s.sendLeaseOps(ops, nil)
 		}
 	}
 }
@@ -154,7 +154,7 @@ func (s *Store) closeLeases() {
 // or, when nil, the database's, and answers every op. Like send, it runs
 // under its own deadline, not a caller's.
 func (s *Store) sendLeaseOps(ops []*leaseOp, now *int64) {
-	s.leaseBatches.Add(1)
+	s.leaseStatements.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), s.sendTimeout)
 	defer cancel()
 	p := leaseOpsParams(ops)
@@ -223,7 +223,7 @@ func leaseOpsParams(ops []*leaseOp) sqlcgen.LeaseOpsParams {
 }
 
 // Acquire implements counter.Store: coalesced with the other lease
-// operations of this store into one round trip a batch. It returns within
+// operations of this store into one round trip a statement. It returns within
 // about cfg.Timeout (or ctx's deadline); errors wrap counter.ErrUnavailable,
 // or counter.ErrInvalid for a malformed request or an id in use.
 func (s *Store) Acquire(ctx context.Context, a counter.Acquire) (counter.Acquired, error) {
@@ -312,12 +312,12 @@ func (s *Store) direct(ctx context.Context, what string, f func(ctx context.Cont
 	go func() {
 		defer close(done)
 		select {
-		case s.directSlots <- struct{}{}:
+		case s.directConns <- struct{}{}:
 		case <-ctx.Done():
 			err = fmt.Errorf("%w: %w", errDirectBusy, ctx.Err())
 			return
 		}
-		defer func() { <-s.directSlots }()
+		defer func() { <-s.directConns }()
 		if err = f(ctx); err == nil {
 			s.lastAnswer.Store(time.Now().UnixNano())
 		}

@@ -3,23 +3,23 @@
 // its counts exactly. The arithmetic runs inside the database, in the
 // function tollgate_check (migrations/000013_counter_check_lean.up.sql),
 // which reproduces internal/limit's steps operation for operation, and, for
-// the common batch of one-item consuming fixed-window checks, in
+// the common statement of one-item consuming fixed-window checks, in
 // tollgate_check_fixed_packed (migrations/000015_counter_check_fixed_packed.up.sql),
 // one set-based statement with the same answers.
 //
 // Throughput comes from coalescing: concurrent Checks are gathered while the
-// previous batch is in the database and decided by one function call, one
-// round trip and one transaction, in arrival order, so that a hot key (a
-// tenant's quota) costs one row update per batch instead of one per request,
-// and the call's fixed cost (most of a lone Check's) is shared. What a
-// Check costs Tollgate on its own is kept to a pooled call, a share of a
-// timer and its Answer; the rest is per batch.
+// previous statement is in the database and decided by one function call,
+// one round trip and one transaction, in arrival order, so that a hot key (a
+// tenant's quota) costs one row update per statement instead of one per
+// request, and the call's fixed cost (most of a lone Check's) is shared.
+// What a Check costs Tollgate on its own is kept to a pooled call, a share
+// of a timer and its Answer; the rest is per statement.
 //
 // Every tenant shares the store's connections, so each kind of work has a
 // lane of its own and takes no other's: the coalesced Checks, the lease
 // operations (leaseops.go), and CheckBatch's batches (fairlane.go), which
 // send one statement of a tenant at a time, tenants in turn, in statements
-// of at most Config.MaxBatch items, on connections the pool opens for them
+// of at most Config.MaxItems items, on connections the pool opens for them
 // alone. Reset, Held and pruning take the connections left.
 //
 // postgres imports internal/counter, internal/limit, pgx and its own sqlc
@@ -56,9 +56,9 @@ const (
 	DefaultTimeout    = 50 * time.Millisecond
 	DefaultInflight   = 1
 	DefaultWindow     = 200 * time.Microsecond
-	DefaultMaxBatch   = 512
+	DefaultMaxItems   = 512
 	DefaultPruneEvery = time.Minute
-	DefaultPruneBatch = 1000
+	DefaultPruneRows  = 1000
 )
 
 // Config configures a Store.
@@ -72,8 +72,8 @@ type Config struct {
 	// this store alone.
 	DSN string
 	// MaxConns bounds the connections of the lanes every tenant shares: at
-	// least 3, for the Checks' batches (Inflight of them), the lease
-	// operations' batches (one) and the rest (Reset, Held, pruning: those
+	// least 3, for the Checks' statements (Inflight of them), the lease
+	// operations' statements (one) and the rest (Reset, Held, pruning: those
 	// left). The pool opens Inflight more for CheckBatch's lane
 	// (fairlane.go), so that no tenant's batches take a connection of the
 	// Checks' lane, and one more for probes of a server that seems silent
@@ -85,42 +85,41 @@ type Config struct {
 	// answering, queueing included (rounded up to a whole millisecond, so
 	// that the Checks of one millisecond share a timer); zero means
 	// DefaultTimeout. A call still waiting then waits on while the store
-	// keeps answering batches, up to ten times as long (at least half a
-	// second), and CheckBatch's behind its own group's statements for as
-	// long as it keeps answering them: a busy store is not an outage
-	// (await). A batch whose callers have given up still runs for up to ten
-	// times as long (at least half a second) before its connection is
-	// dropped, so that a server that is only slow keeps its warm
-	// connections; its counts may then apply although its callers were told
-	// ErrUnavailable.
+	// keeps answering statements, up to ten times as long (at least half a
+	// second), and CheckBatch's behind its own group's statements for as long
+	// as it keeps answering them: a busy store is not an outage (await). A
+	// statement whose callers have given up still runs for up to ten times as
+	// long (at least half a second) before its connection is dropped, so that
+	// a server that is only slow keeps its warm connections; its counts may
+	// then apply although its callers were told ErrUnavailable.
 	Timeout time.Duration
-	// Inflight bounds the batches in the database at once (MaxConns bounds
+	// Inflight bounds the statements in the database at once (MaxConns bounds
 	// it too), of the Checks' lane and as many of CheckBatch's lane; zero
 	// means DefaultInflight. Checks arriving meanwhile gather into the next
-	// batch. More batches at once use more database cores on distinct
+	// statement. More statements at once use more database cores on distinct
 	// keys, but on a hot key they only queue for its row lock, and fewer,
-	// larger batches do the same work in fewer statements: on a 2-core box
-	// a call costs the database about 130 µs of CPU, and each item about
-	// 15 µs more. There, with Tollgate on the same cores, 2
-	// batches at once (a Window of 0.2 to 1 ms) cost the database 10 to
-	// 40 % more CPU a check than 1, for no more checks a second.
+	// larger statements do the same work in fewer round trips: on a 2-core
+	// box a call costs the database about 130 µs of CPU, and each item about
+	// 15 µs more. There, with Tollgate on the same cores, 2 statements at
+	// once (a Window of 0.2 to 1 ms) cost the database 10 to 40 % more CPU a
+	// check than 1, for no more checks a second.
 	Inflight int
-	// Window is how long a batch gathers once its first Check has arrived,
-	// when fewer than Inflight batches are in flight but some are (an idle
-	// store sends at once); zero means DefaultWindow. It matters only with
-	// Inflight above 1.
+	// Window is how long a statement gathers once its first Check has
+	// arrived, when fewer than Inflight statements are in flight but some are
+	// (an idle store sends at once); zero means DefaultWindow. It matters
+	// only with Inflight above 1.
 	Window time.Duration
-	// MaxBatch is the number of items after which a batch stops gathering,
-	// and the most one statement of CheckBatch's lane holds (a longer batch
-	// is cut into statements of at most that many); zero means
-	// DefaultMaxBatch.
-	MaxBatch int
+	// MaxItems is the number of items after which a statement of Checks
+	// stops gathering, and the most one statement of CheckBatch's lane
+	// holds (a longer batch is cut into statements of at most that many);
+	// zero means DefaultMaxItems.
+	MaxItems int
 	// PruneEvery is how often Run deletes expired counters; zero means
 	// DefaultPruneEvery.
 	PruneEvery time.Duration
-	// PruneBatch is the number of rows each pruning statement deletes at
-	// most; zero means DefaultPruneBatch.
-	PruneBatch int32
+	// PruneRows is the number of rows each pruning statement deletes at
+	// most; zero means DefaultPruneRows.
+	PruneRows int32
 	// Logger receives what Run cannot return; nil discards it.
 	Logger *slog.Logger
 }
@@ -131,12 +130,12 @@ type Store struct {
 	q           *sqlcgen.Queries
 	log         *slog.Logger
 	timeout     time.Duration // a caller's wait
-	sendTimeout time.Duration // a batch's round trip
+	sendTimeout time.Duration // a statement's round trip
 	window      time.Duration
-	maxBatch    int
+	maxItems    int
 	inflight    int
 	pruneEvery  time.Duration
-	pruneBatch  int32
+	pruneRows   int32
 
 	mu      sync.Mutex
 	pending []*call
@@ -150,7 +149,7 @@ type Store struct {
 	expiredMs int64
 
 	kick      chan struct{} // wakes the loop: capacity 1
-	freed     chan struct{} // a batch of the loop's finished: capacity inflight
+	freed     chan struct{} // a statement of the loop's finished: capacity inflight
 	quit      chan struct{}
 	loopDone  chan struct{}
 	closeOnce sync.Once
@@ -159,24 +158,24 @@ type Store struct {
 	// may have broken connections: connections idle since before it are
 	// pinged before their next use.
 	lastFailure atomic.Int64
-	// lastAnswer is when (Unix ns) a batch of any lane last came back
+	// lastAnswer is when (Unix ns) a statement of any lane last came back
 	// answered: the store is making progress (await).
 	lastAnswer atomic.Int64
 	// probing is set while a probe is in flight.
 	probing atomic.Bool
-	// batches counts the function calls sent, and fixedBatches those of
-	// them that went to tollgate_check_fixed_packed, for tests;
-	// leaseBatches the calls of tollgate_lease_ops.
-	batches      atomic.Int64
-	fixedBatches atomic.Int64
-	leaseBatches atomic.Int64
+	// statements counts the function calls sent, and fixedStatements those
+	// of them that went to tollgate_check_fixed_packed, for tests;
+	// leaseStatements the calls of tollgate_lease_ops.
+	statements      atomic.Int64
+	fixedStatements atomic.Int64
+	leaseStatements atomic.Int64
 
 	// leases is the lane of lease operations (leaseops.go), which holds one
-	// connection at most; directSlots bounds the calls outside both lanes
+	// connection at most; directConns bounds the calls outside both lanes
 	// (Reset, Held) to the connections the lanes leave. batchLane is
 	// CheckBatch's (fairlane.go), on connections of its own.
 	leases      leaseLane
-	directSlots chan struct{}
+	directConns chan struct{}
 	batchLane   fairLane
 }
 
@@ -195,9 +194,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		log:        cfg.Logger,
 		timeout:    orDefault(cfg.Timeout, DefaultTimeout),
 		window:     orDefault(cfg.Window, DefaultWindow),
-		maxBatch:   orDefault(cfg.MaxBatch, DefaultMaxBatch),
+		maxItems:   orDefault(cfg.MaxItems, DefaultMaxItems),
 		pruneEvery: orDefault(cfg.PruneEvery, DefaultPruneEvery),
-		pruneBatch: orDefault(cfg.PruneBatch, DefaultPruneBatch),
+		pruneRows:  orDefault(cfg.PruneRows, DefaultPruneRows),
 		opened:     time.Now(),
 		kick:       make(chan struct{}, 1),
 		quit:       make(chan struct{}),
@@ -228,7 +227,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 // sizeLanes divides pc's connections among the lanes (Config.MaxConns and
-// Config.Inflight say how): Inflight batches of the Checks' lane, one
+// Config.Inflight say how): Inflight statements of the Checks' lane, one
 // connection for the lease operations, the rest for the direct calls, and
 // as many more for CheckBatch's lane, plus one for probes.
 func (s *Store) sizeLanes(pc *pgxpool.Config, maxConns int32, inflight int) {
@@ -241,7 +240,7 @@ func (s *Store) sizeLanes(pc *pgxpool.Config, maxConns int32, inflight int) {
 	}
 	s.inflight = min(orDefault(inflight, DefaultInflight), int(pc.MaxConns)-2)
 	s.freed = make(chan struct{}, s.inflight)
-	s.directSlots = make(chan struct{}, int(pc.MaxConns)-s.inflight-1)
+	s.directConns = make(chan struct{}, int(pc.MaxConns)-s.inflight-1)
 	// As many connections more for CheckBatch's lane, held by its senders
 	// alone, and one, which nothing but a probe waits for.
 	s.batchLane.max = s.inflight
@@ -256,8 +255,8 @@ func (s *Store) sizeLanes(pc *pgxpool.Config, maxConns int32, inflight int) {
 }
 
 // configureConns sets up the sessions of pc's connections: commits that do
-// not wait for their WAL, statements that end before their batch gives up,
-// bounded dials, a warm-up and pings after a failure.
+// not wait for their WAL, statements that end before their round trip gives
+// up, bounded dials, a warm-up and pings after a failure.
 func (s *Store) configureConns(pc *pgxpool.Config) {
 	params := pc.ConnConfig.RuntimeParams
 	params["synchronous_commit"] = "off"
@@ -272,14 +271,14 @@ func (s *Store) configureConns(pc *pgxpool.Config) {
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		// A dial that the server never answers goes on in the background
-		// after its batch has given up, holding a slot of the pool.
+		// after its statement has given up, holding a connection of the pool.
 		pc.ConnConfig.ConnectTimeout = 2 * time.Second
 	}
 	pc.AfterConnect = warmUp
 	pc.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
 		// pgxpool's rule (idle over a second), and any connection that was
 		// idle when another one failed: it may be dead too, and would fail a
-		// whole batch.
+		// whole statement.
 		last := s.lastFailure.Load()
 		return p.IdleDuration > time.Second || (last != 0 && p.IdleDuration > time.Since(time.Unix(0, last)))
 	}
@@ -312,10 +311,10 @@ func orDefault[T int | int32 | time.Duration](v, def T) T {
 	return v
 }
 
-// call is one Check on its way through a batch. Calls are reused: one
+// call is one Check on its way through a statement. Calls are reused: one
 // whose caller has read its answer goes back to callPool, while one whose
-// caller stopped waiting is left to the garbage collector, since its batch
-// may still answer it.
+// caller stopped waiting is left to the garbage collector, since its
+// statement may still answer it.
 type call struct {
 	req counter.Request
 	// done receives one value once seen and now, or err, are set; it has
@@ -324,8 +323,8 @@ type call struct {
 	seen []counter.Seen
 	now  time.Time
 	err  error
-	// abandoned is set by a caller that stopped waiting, so that a batch not
-	// yet sent leaves its request out.
+	// abandoned is set by a caller that stopped waiting, so that a statement
+	// not yet sent leaves its request out.
 	abandoned atomic.Bool
 }
 
@@ -333,12 +332,12 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 
 // Check implements counter.Store. It returns within two to three times
 // cfg.Timeout when the store answers nothing, within ten when it keeps
-// answering other batches but not this one, or by ctx's deadline if
-// sooner: a store that has not answered by then, is closed, or whose
-// caller's ctx ends, returns an error wrapping counter.ErrUnavailable, and context.DeadlineExceeded or
-// ctx's error for the first and the last. A malformed request wraps
-// counter.ErrInvalid. Requests without a Now are coalesced; one with a Now
-// is sent on its own.
+// answering other statements but not this one, or by ctx's deadline if
+// sooner: a store that has not answered by then, is closed, or whose caller's
+// ctx ends, returns an error wrapping counter.ErrUnavailable, and
+// context.DeadlineExceeded or ctx's error for the first and the last. A
+// malformed request wraps counter.ErrInvalid. Requests without a Now are
+// coalesced; one with a Now is sent on its own.
 func (s *Store) Check(ctx context.Context, req counter.Request) (counter.Result, error) {
 	return s.CheckInto(ctx, req, nil)
 }
@@ -372,20 +371,20 @@ func (s *Store) CheckInto(ctx context.Context, req counter.Request, into []limit
 
 var errClosed = fmt.Errorf("check counters: store closed: %w", counter.ErrUnavailable)
 
-// await waits for done until ctx ends or the store is failing. The
-// deadline (Config.Timeout, when expired is closed) is how long a call
-// waits for a store that has stopped answering: a call still waiting then
-// goes on waiting, a deadline at a time, until the store has been silent
-// for two deadlines (no batch of any lane answered since the call began
-// or since the last answer, whichever is later: one batch in flight may
-// take longer than one deadline on a starved CPU) and, when bounded, at
-// most until its round trip's own bound (sendTimeout). A store that
-// answers late because it is busy (this machine's CPU taken by a burst, a
-// hot row, a long queue of batches) is not an outage, and its answers stay
-// exact; one that answers nothing is given up on within two to three
-// deadlines. A call of CheckBatch's lane is not bounded: it may wait its
-// turn behind its own group's statements, and its own statement, once
-// sent, is bounded by send's deadline.
+// await waits for done until ctx ends or the store is failing. The deadline
+// (Config.Timeout, when expired is closed) is how long a call waits for a
+// store that has stopped answering: a call still waiting then goes on
+// waiting, a deadline at a time, until the store has been silent for two
+// deadlines (no statement of any lane answered since the call began or since
+// the last answer, whichever is later: one statement in flight may take
+// longer than one deadline on a starved CPU) and, when bounded, at most until
+// its round trip's own bound (sendTimeout). A store that answers late because
+// it is busy (this machine's CPU taken by a burst, a hot row, a long queue of
+// statements) is not an outage, and its answers stay exact; one that answers
+// nothing is given up on within two to three deadlines. A call of
+// CheckBatch's lane is not bounded: it may wait its turn behind its own
+// group's statements, and its own statement, once sent, is bounded by send's
+// deadline.
 func (s *Store) await(ctx context.Context, done <-chan struct{}, expired <-chan struct{}, bounded bool) error {
 	select {
 	case <-done:
@@ -427,12 +426,12 @@ func (s *Store) await(ctx context.Context, done <-chan struct{}, expired <-chan 
 	}
 }
 
-// probe asks the server a trivial question on the connection the pool
-// keeps for it, once at a time, when the lanes have been silent for half a
-// deadline: batches may wait on row locks or a starved CPU for longer than
-// a deadline while the server is up, and its answer to the probe says so
-// (it counts as an answer, for await). A server that is down or stalled
-// answers no probe either.
+// probe asks the server a trivial question on the connection the pool keeps
+// for it, once at a time, when the lanes have been silent for half a
+// deadline: statements may wait on row locks or a starved CPU for longer than
+// a deadline while the server is up, and its answer to the probe says so (it
+// counts as an answer, for await). A server that is down or stalled answers
+// no probe either.
 func (s *Store) probe() {
 	if !s.probing.CompareAndSwap(false, true) {
 		return
@@ -448,7 +447,7 @@ func (s *Store) probe() {
 }
 
 // Close stops the store: Checks not yet sent fail with
-// counter.ErrUnavailable, batches in flight finish, and the pool is closed.
+// counter.ErrUnavailable, statements in flight finish, and the pool is closed.
 // It is safe to call more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
@@ -476,7 +475,7 @@ func (s *Store) send(calls []*call, now *int64) {
 		return
 	}
 	calls = live
-	s.batches.Add(1)
+	s.statements.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), s.sendTimeout)
 	defer cancel()
 
@@ -507,17 +506,17 @@ func (s *Store) send(calls []*call, now *int64) {
 	}
 }
 
-// decide makes the round trip for reqs, of n items in all, and returns
-// what each item saw, in order, in one slice for the batch (each call's part
-// is read by Answer before its caller returns), and the instant used. A batch
-// of one-item consuming fixed-window requests, those on one key alike, the
-// common one, goes to tollgate_check_fixed_packed, set-based; any other to
-// tollgate_check, which decides item by item.
+// decide makes the round trip for reqs, of n items in all, and returns what
+// each item saw, in order, in one slice for the statement (each call's part
+// is read by Answer before its caller returns), and the instant used. A
+// statement of one-item consuming fixed-window requests, those on one key
+// alike, the common one, goes to tollgate_check_fixed_packed, set-based; any
+// other to tollgate_check, which decides item by item.
 func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *int64) ([]counter.Seen, time.Time, error) {
 	seen := make([]counter.Seen, n)
 	keys, order := rowKeys(reqs, n)
 	if p, at, ok := fixedParams(reqs, keys, order); ok {
-		s.fixedBatches.Add(1)
+		s.fixedStatements.Add(1)
 		p.Now = now
 		r, err := s.q.CheckCountersFixedPacked(ctx, p)
 		if err == nil && (len(r.Starts) != len(p.Keys) || len(r.Counts) != len(p.Keys) || len(r.Admitted) != len(p.Keys)) {
@@ -557,8 +556,8 @@ func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *
 	return seen, time.UnixMicro(rows[0].NowUs).UTC(), nil
 }
 
-// fixedAt places a request of a tollgate_check_fixed_packed batch: the index of
-// its key, and how many requests on that key came before it.
+// fixedAt places a request of a tollgate_check_fixed_packed statement: the
+// index of its key, and how many requests on that key came before it.
 type fixedAt struct{ key, nth int32 }
 
 // fixedParams lays out reqs, whose row keys and their order rowKeys gave,
@@ -607,8 +606,8 @@ func fixedParams(reqs []counter.Request, keys []string, order []int32) (p sqlcge
 }
 
 // checkParams lays out reqs, of n items in all, whose row keys and their
-// order rowKeys gave, as tollgate_check takes them: the batch's distinct row
-// keys in byte order (its lock order), and each item's request, position
+// order rowKeys gave, as tollgate_check takes them: the statement's distinct
+// row keys in byte order (its lock order), and each item's request, position
 // among them and arguments.
 func checkParams(reqs []counter.Request, n int, keys []string, order []int32) sqlcgen.CheckCountersParams {
 	p := sqlcgen.CheckCountersParams{
@@ -646,7 +645,7 @@ func checkParams(reqs []counter.Request, n int, keys []string, order []int32) sq
 
 // rowKeys returns the row key of each of reqs' n items, in order, and the
 // items' indexes sorted by it, bytewise (the lock order). The keys are built
-// into one buffer and cut out of one string: an allocation a batch rather
+// into one buffer and cut out of one string: an allocation a statement rather
 // than one an item. Items on one key keep their order.
 func rowKeys(reqs []counter.Request, n int) (keys []string, order []int32) {
 	size := 0
@@ -696,7 +695,7 @@ func (s *Store) failed(ctx context.Context, what string, err error) error {
 }
 
 // maxRowKey bounds the bytes of a row key: a B-tree entry must fit a third
-// of an 8 kB page, and one oversized key would fail its whole batch.
+// of an 8 kB page, and one oversized key would fail its whole statement.
 const maxRowKey = 2000
 
 // The longest row key is an "x" and the hex of up to three digits of
@@ -728,7 +727,7 @@ const warmUpKey = "~warm-up"
 // store's array encoders, prepares the statements and runs each path of
 // tollgate_check, tollgate_check_fixed_packed and the lease functions once, since
 // PL/pgSQL plans each statement on its first use in a session, so that no
-// caller's batch pays for it. The first call in a session takes far longer
+// caller's statement pays for it. The first call in a session takes far longer
 // than the sessions' statement_timeout allows a Check, hence a transaction
 // with its own, rolled back: prepared statements and plans outlive it.
 func warmUp(ctx context.Context, conn *pgx.Conn) error {
@@ -784,7 +783,7 @@ func warmUp(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	// tollgate_lease_ops, each way: an acquire with a ceiling taken, one
-	// refused for want of a slot, one over its group's cap, a renewal and
+	// refused for want of a place, one over its group's cap, a renewal and
 	// a release.
 	for range 2 {
 		acq := []*leaseOp{

@@ -112,7 +112,7 @@ func BenchmarkCheck(b *testing.B) {
 		s := open(b, postgres.Config{DSN: dsn, Timeout: 5 * time.Second})
 		run(b, s, func() counter.Request { return counter.Request{Items: []counter.Item{item("one")}} })
 	})
-	b.Run("batch-of-four", func(b *testing.B) {
+	b.Run("four-items", func(b *testing.B) {
 		s := open(b, postgres.Config{DSN: dsn, Timeout: 5 * time.Second})
 		req := counter.Request{Items: []counter.Item{item("four-a"), item("four-b"), item("four-c"), item("four-d")}}
 		run(b, s, func() counter.Request { return req })
@@ -125,7 +125,7 @@ func BenchmarkCheck(b *testing.B) {
 	})
 	// The same without coalescing, for the ratio: one request per function
 	// call, on four connections at once.
-	uncoalesced := postgres.Config{DSN: dsn, MaxBatch: 1, MaxConns: 4, Inflight: 4, Timeout: 5 * time.Second}
+	uncoalesced := postgres.Config{DSN: dsn, MaxItems: 1, MaxConns: 4, Inflight: 4, Timeout: 5 * time.Second}
 	b.Run("parallel-hot-key-uncoalesced", func(b *testing.B) {
 		parallel(b, open(b, uncoalesced), hot)
 	})

@@ -15,19 +15,19 @@ const pruneStatementTimeout = "10s"
 // Prune deletes the counters whose state has expired by the database's
 // clock (a counter past limit.Expiry is the same as none), then the leases
 // that expired a minute or more ago, in statements of at most
-// cfg.PruneBatch rows that skip rows a Check or an acquire holds, until a
+// cfg.PruneRows rows that skip rows a Check or an acquire holds, until a
 // statement finds fewer than that. It returns the number deleted; its errors
 // wrap counter.ErrUnavailable.
 func (s *Store) Prune(ctx context.Context) (int64, error) {
 	var total int64
 	for _, leases := range []bool{false, true} {
 		for {
-			n, err := s.pruneBatchOnce(ctx, leases)
+			n, err := s.pruneOnce(ctx, leases)
 			total += n
 			if err != nil {
 				return total, fmt.Errorf("prune counters: %w: %v", counter.ErrUnavailable, err)
 			}
-			if n < int64(s.pruneBatch) {
+			if n < int64(s.pruneRows) {
 				break
 			}
 		}
@@ -35,14 +35,14 @@ func (s *Store) Prune(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-func (s *Store) pruneBatchOnce(ctx context.Context, leases bool) (int64, error) {
+func (s *Store) pruneOnce(ctx context.Context, leases bool) (int64, error) {
 	// A connection of those left by the lanes.
 	select {
-	case s.directSlots <- struct{}{}:
+	case s.directConns <- struct{}{}:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	defer func() { <-s.directSlots }()
+	defer func() { <-s.directConns }()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, err
@@ -56,7 +56,7 @@ func (s *Store) pruneBatchOnce(ctx context.Context, leases bool) (int64, error) 
 	if leases {
 		prune = q.PruneLeases
 	}
-	n, err := prune(ctx, s.pruneBatch)
+	n, err := prune(ctx, s.pruneRows)
 	if err != nil {
 		return 0, err
 	}

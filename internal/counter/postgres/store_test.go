@@ -1,7 +1,7 @@
 package postgres_test
 
-// What the conformance suite cannot see from outside a Store: batches of
-// several requests decided in one call, pruning, lock order, key encoding,
+// What the conformance suite cannot see from outside a Store: statements
+// of several requests decided in one call, pruning, lock order, key encoding,
 // a server that is slow rather than gone, and opening and closing.
 
 import (
@@ -57,13 +57,13 @@ func fixed(key string, lim int64, w limit.Window) counter.Item {
 	return counter.Item{Key: key, Algorithm: limit.FixedWindow, Limit: lim, Window: w, Cost: 1}
 }
 
-// TestBatchMatchesSequentialModel sends random batches of requests, with
-// any number of ceilings and any items advisory, as one function call each:
-// every request must be decided as if the requests had come one after the
-// other (countertest.Model is what one batch must decide for the requests in
-// its order), each seeing what the ones before it kept: all of a request,
-// its ceilings alone, or nothing, less its refused advisory items.
-func TestBatchMatchesSequentialModel(t *testing.T) {
+// TestStatementMatchesSequentialModel sends random sets of requests, with any
+// number of ceilings and any items advisory, as one function call each: every
+// request must be decided as if the requests had come one after the other
+// (countertest.Model is what one statement must decide for the requests in
+// its order), each seeing what the ones before it kept: all of a request, its
+// ceilings alone, or nothing, less its refused advisory items.
+func TestStatementMatchesSequentialModel(t *testing.T) {
 	t.Parallel()
 	s := open(t, postgres.Config{DSN: pgtest.New(t), Timeout: 10 * time.Second})
 	windows := []limit.Window{limit.Every(time.Second), limit.Every(time.Minute), limit.Every(time.Hour), limit.Month}
@@ -97,7 +97,7 @@ func TestBatchMatchesSequentialModel(t *testing.T) {
 				req.Ceilings = rapid.IntRange(0, len(req.Items)).Draw(rt, "ceilings")
 				reqs = append(reqs, req)
 			}
-			got, err := postgres.CheckBatch(s, reqs, now)
+			got, err := postgres.CheckCoalesced(s, reqs, now)
 			if err != nil {
 				rt.Fatalf("round %d: %v", round, err)
 			}
@@ -150,7 +150,7 @@ func TestEdgesMatchModel(t *testing.T) {
 func TestCoalescedChecksAreExact(t *testing.T) {
 	t.Parallel()
 	s := open(t, postgres.Config{DSN: pgtest.New(t), Timeout: 10 * time.Second})
-	before := postgres.Batches(s)
+	before := postgres.Statements(s)
 	const callers, lim = 200, 50
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		it := counter.Item{Key: "hot-" + alg.String(), Algorithm: alg, Limit: lim, Window: limit.Every(24 * time.Hour), Cost: 1}
@@ -171,7 +171,7 @@ func TestCoalescedChecksAreExact(t *testing.T) {
 			t.Errorf("%s: %d callers at limit %d: %d allowed", alg, callers, lim, got)
 		}
 	}
-	if sent := postgres.Batches(s) - before; sent >= 3*callers {
+	if sent := postgres.Statements(s) - before; sent >= 3*callers {
 		t.Errorf("%d round trips for %d checks: nothing was coalesced", sent, 3*callers)
 	} else {
 		t.Logf("%d checks in %d round trips", 3*callers, sent)
@@ -233,12 +233,12 @@ func TestKeysAreOpaque(t *testing.T) {
 	}
 }
 
-// TestPruneDeletesExpiredKeepsLive prunes in batches smaller than the
+// TestPruneDeletesExpiredKeepsLive prunes in statements smaller than the
 // expired rows.
 func TestPruneDeletesExpiredKeepsLive(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.New(t)
-	s := open(t, postgres.Config{DSN: dsn, PruneBatch: 2})
+	s := open(t, postgres.Config{DSN: dsn, PruneRows: 2})
 	hour := limit.Every(time.Hour)
 	past := time.Now().Add(-48 * time.Hour)
 	for i := range 5 {
@@ -398,9 +398,9 @@ func TestNew(t *testing.T) {
 	})
 }
 
-// TestMalformedBatchesAreRefused calls tollgate_check with arguments the
+// TestMalformedCallsAreRefused calls tollgate_check with arguments the
 // store never sends: each must raise, and count nothing.
-func TestMalformedBatchesAreRefused(t *testing.T) {
+func TestMalformedCallsAreRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, pgtest.New(t))
@@ -408,39 +408,39 @@ func TestMalformedBatchesAreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	// A batch of one request of two items on keys a and b, which each case
+	// A call of one request of two items on keys a and b, which each case
 	// breaks in one place.
-	type batch struct {
+	type args struct {
 		keys              []string
 		reqs, slots       []any
 		advisory          []any
 		consume, ceilings []any
 	}
-	ok := func() batch {
-		return batch{
+	ok := func() args {
+		return args{
 			keys: []string{"a", "b"}, reqs: []any{1, 1}, slots: []any{1, 2}, advisory: []any{false, false},
 			consume: []any{true}, ceilings: []any{0},
 		}
 	}
 	cases := []struct {
 		name  string
-		spoil func(*batch)
+		spoil func(*args)
 	}{
-		{"item arrays of different lengths", func(b *batch) { b.slots = []any{1} }},
-		{"a NULL advisory", func(b *batch) { b.advisory = []any{false, nil} }},
-		{"keys out of order", func(b *batch) { b.keys = []string{"b", "a"} }},
-		{"a key twice", func(b *batch) { b.keys = []string{"a", "a"} }},
-		{"a request without consume", func(b *batch) { b.consume = []any{} }},
-		{"a request without ceilings", func(b *batch) { b.ceilings = []any{nil} }},
-		{"more ceilings than items", func(b *batch) { b.ceilings = []any{3} }},
-		{"negative ceilings", func(b *batch) { b.ceilings = []any{-1} }},
-		{"a NULL request number", func(b *batch) { b.reqs = []any{1, nil} }},
+		{"item arrays of different lengths", func(b *args) { b.slots = []any{1} }},
+		{"a NULL advisory", func(b *args) { b.advisory = []any{false, nil} }},
+		{"keys out of order", func(b *args) { b.keys = []string{"b", "a"} }},
+		{"a key twice", func(b *args) { b.keys = []string{"a", "a"} }},
+		{"a request without consume", func(b *args) { b.consume = []any{} }},
+		{"a request without ceilings", func(b *args) { b.ceilings = []any{nil} }},
+		{"more ceilings than items", func(b *args) { b.ceilings = []any{3} }},
+		{"negative ceilings", func(b *args) { b.ceilings = []any{-1} }},
+		{"a NULL request number", func(b *args) { b.reqs = []any{1, nil} }},
 	}
 	const call = `SELECT * FROM tollgate_check($1::text[], $2::integer[], $3::integer[], '{1,1}', '{10,10}',
 		'{3600000000,3600000000}', '{1,1}', $4::boolean[], $5::boolean[], $6::integer[], NULL)`
 	b := ok()
 	if _, err := conn.Exec(ctx, call, b.keys, b.reqs, b.slots, b.advisory, b.consume, b.ceilings); err != nil {
-		t.Fatalf("the well-formed batch: %v", err)
+		t.Fatalf("the well-formed call: %v", err)
 	}
 	for _, c := range cases {
 		b := ok()
@@ -451,14 +451,14 @@ func TestMalformedBatchesAreRefused(t *testing.T) {
 		}
 	}
 	if counted := countedOn(t, conn, "a", "b"); counted != 2 {
-		t.Errorf("a and b counted %d in all, want 2 (the well-formed batch alone)", counted)
+		t.Errorf("a and b counted %d in all, want 2 (the well-formed call alone)", counted)
 	}
 }
 
-// TestMalformedFixedBatchesAreRefused: tollgate_check_fixed_packed refuses
-// a batch it cannot read as one, counting nothing: arrays of different
+// TestMalformedFixedCallsAreRefused: tollgate_check_fixed_packed refuses
+// a call it cannot read as one, counting nothing: arrays of different
 // lengths, a key without requests (none, or NULL).
-func TestMalformedFixedBatchesAreRefused(t *testing.T) {
+func TestMalformedFixedCallsAreRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, pgtest.New(t))
@@ -468,7 +468,7 @@ func TestMalformedFixedBatchesAreRefused(t *testing.T) {
 	defer conn.Close(ctx)
 	const call = `SELECT * FROM tollgate_check_fixed_packed('{a,b}', $1::integer[], $2::bigint[], '{3600000000,3600000000}', '{1,1}', NULL)`
 	if _, err := conn.Exec(ctx, call, []any{1, 2}, []any{10, 10}); err != nil {
-		t.Fatalf("the well-formed batch: %v", err)
+		t.Fatalf("the well-formed call: %v", err)
 	}
 	cases := []struct {
 		name   string
@@ -486,7 +486,7 @@ func TestMalformedFixedBatchesAreRefused(t *testing.T) {
 		}
 	}
 	if counted := countedOn(t, conn, "a", "b"); counted != 3 {
-		t.Errorf("a and b counted %d in all, want 3 (the well-formed batch alone)", counted)
+		t.Errorf("a and b counted %d in all, want 3 (the well-formed call alone)", counted)
 	}
 }
 

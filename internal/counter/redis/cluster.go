@@ -28,7 +28,7 @@ import (
 // EOF, the deadline, a master killed) leaves it unknown whether it ran: it
 // may have been applied and its answer lost. go-redis's ClusterClient
 // resends a command on such errors, and in a pipeline resends the whole
-// node's batch when one command fails on the connection or when the first
+// node's part when one command fails on the connection or when the first
 // command's reply is TRYAGAIN or CLUSTERDOWN, the others included: a check
 // resent after it was applied counts twice. So every script the store sends
 // says NoRetry (onceCmd), which turns those resends off while go-redis still
@@ -52,7 +52,7 @@ import (
 // promoted replica serves within moments of its promotion, not at the next
 // periodic reload.
 //
-// Checks wait for a sending slot in a queue per master (lane, batch.go), so
+// Checks wait for a sender in a queue per master (lane, coalesce.go), so
 // that a master that stops answering holds up only its own tenants.
 
 // Schemes of cluster URLs, and the go-redis schemes they stand for.

@@ -72,7 +72,7 @@ func (s *Store) eval(ctx context.Context, body, sha string, keys []string, args 
 }
 
 // queued runs one of the lease scripts through the lanes of the checks
-// (batch.go), pipelined with them on the lanes' few connections, under the
+// (coalesce.go), pipelined with them on the lanes' few connections, under the
 // store's timeout (or ctx's earlier deadline): a burst of lease operations
 // waits its turn in the lane rather than holding a connection each. keys
 // share the group's hash tag.

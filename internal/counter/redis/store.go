@@ -3,7 +3,7 @@
 // and writes all of a request's counters atomically with the arithmetic of
 // internal/limit, in one round trip. Concurrent Checks share round trips
 // and scripts: one script decides the checks that met in the queue, one
-// after the other, each seeing what the ones before it counted (batch.go).
+// after the other, each seeing what the ones before it counted (coalesce.go).
 // The store turns every go-redis and network error into
 // counter.ErrUnavailable within its deadline.
 //
@@ -55,7 +55,7 @@ var (
 	checkTailLua string
 )
 
-// checkLua decides a batch of checks; checkSHA names it for EVALSHA.
+// checkLua decides the checks of one script; checkSHA names it for EVALSHA.
 var (
 	checkLua = checkLibLua + checkTailLua
 	checkSHA = goredis.NewScript(checkLua).Hash()
@@ -119,9 +119,9 @@ type Store struct {
 
 	mu     sync.Mutex
 	one    *lane            // the queue of a single server
-	lanes  map[string]*lane // a cluster's queues, by master address (batch.go)
+	lanes  map[string]*lane // a cluster's queues, by master address (coalesce.go)
 	closed bool
-	// inflight counts slot holders, which Close waits for.
+	// inflight counts senders at work, which Close waits for.
 	inflight sync.WaitGroup
 	quit     chan struct{} // closed by Close
 }
@@ -202,7 +202,7 @@ func bound(opt *goredis.Options, timeout time.Duration) {
 	opt.DialTimeout = timeout
 	opt.DialerRetries = 1
 	// A script's round trip may take up to twice the deadline from a
-	// server that is answering, late (late, in batch.go).
+	// server that is answering, late (late, in coalesce.go).
 	opt.ReadTimeout = 2 * timeout
 	opt.WriteTimeout = 2 * timeout
 	opt.PoolTimeout = timeout
@@ -232,7 +232,7 @@ func (s *Store) Close() error {
 }
 
 // Check decides req in one script, alone or among the checks queued with
-// it (batch.go), under the store's timeout (or ctx's earlier deadline).
+// it (coalesce.go), under the store's timeout (or ctx's earlier deadline).
 // Errors wrap counter.ErrInvalid for a malformed request
 // (counter.Validate's bounds on Now keep it below 2^53 µs, which the
 // script's Lua numbers hold exactly) and counter.ErrUnavailable for anything
@@ -365,7 +365,7 @@ const (
 // across slots, which would give up their atomicity. What relieves its
 // shard: the gate's own ceilings are taken in advance (an instance takes a block of
 // units per shared write and spends it locally), and the checks of one
-// tenant that meet in a queue are decided by one script (batch.go).
+// tenant that meet in a queue are decided by one script (coalesce.go).
 //
 // A request without a Group gets the fixed tag noGroup: one slot too.
 func (s *Store) encode(j *job, req counter.Request) {

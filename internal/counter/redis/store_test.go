@@ -212,10 +212,10 @@ func unpackFloat(b []byte, i int) float64 {
 	return math.Float64frombits(u)
 }
 
-// TestWritesOnlyWhenAllAdmitted checks the keys themselves: a refused batch
-// and a peek leave every stored byte and expiry as it was, a batch's keys
-// are prefix{group}:key, and a batch refused by a policy writes its ceiling
-// as a batch of the ceiling alone would.
+// TestWritesOnlyWhenAllAdmitted checks the keys themselves: a refused request
+// and a peek leave every stored byte and expiry as it was, a request's keys
+// are prefix{group}:key, and a request refused by a policy writes its ceiling
+// as a request of the ceiling alone would.
 func TestWritesOnlyWhenAllAdmitted(t *testing.T) {
 	t.Parallel()
 	s, raw, prefix := newStore(t, 5*time.Second)
@@ -225,7 +225,7 @@ func TestWritesOnlyWhenAllAdmitted(t *testing.T) {
 	b := counter.Item{Key: "b", Algorithm: limit.TokenBucket, Limit: 1, Window: limit.Every(time.Hour), Cost: 1}
 	res, err := s.Check(ctx, counter.Request{Group: "t1", Items: []counter.Item{a, b}, Now: now})
 	if err != nil || !res.Allowed {
-		t.Fatalf("first batch: %+v, %v", res, err)
+		t.Fatalf("first request: %+v, %v", res, err)
 	}
 	keys := []string{prefix + "{t1}:a", prefix + "{t1}:b"}
 	snapshot := func() []string {
@@ -247,7 +247,7 @@ func TestWritesOnlyWhenAllAdmitted(t *testing.T) {
 	later := now.Add(time.Second)
 	res, err = s.Check(ctx, counter.Request{Group: "t1", Items: []counter.Item{a, b}, Now: later})
 	if err != nil || res.Allowed || !res.Decisions[0].Allowed || res.Decisions[1].Allowed {
-		t.Fatalf("second batch: %+v, %v; want refused by b alone", res, err)
+		t.Fatalf("second request: %+v, %v; want refused by b alone", res, err)
 	}
 	a.Cost = 4
 	res, err = s.Check(ctx, counter.Request{Mode: counter.Peek, Group: "t1", Items: []counter.Item{a}, Now: later})
@@ -255,7 +255,7 @@ func TestWritesOnlyWhenAllAdmitted(t *testing.T) {
 		t.Fatalf("peek: %+v, %v", res, err)
 	}
 	if after := snapshot(); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Fatalf("keys changed by a refused batch and a peek:\n before %v\n after  %v", before, after)
+		t.Fatalf("keys changed by a refused request and a peek:\n before %v\n after  %v", before, after)
 	}
 	if n, err := raw.Exists(ctx, prefix+"{~}:a").Result(); err != nil || n != 0 {
 		t.Fatalf("a key outside the group's tag exists: %d, %v", n, err)

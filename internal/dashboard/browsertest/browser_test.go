@@ -23,12 +23,22 @@ import (
 	"github.com/tollgate/tollgate/internal/testkit/bintest"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/solo"
 )
 
 var binary string
 
+// TestMain runs the suite alone on the machine: one Chromium beside the
+// black-box suite would squeeze the timing of both on 2 cores.
 func TestMain(m *testing.M) {
-	bintest.Main(m, &binary)
+	release, err := solo.Exclusive()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := bintest.Run(m, &binary)
+	release()
+	os.Exit(code)
 }
 
 const (

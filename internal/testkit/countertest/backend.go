@@ -1,7 +1,7 @@
 // Package countertest is the conformance suite every counter.Store backend
 // passes: the same answers as internal/limit (through Model) on the same
 // request streams, peek that never counts but ceilings, all-or-nothing
-// batches and their two tiers (ceilings, then policies), advisory items
+// requests and their two tiers (ceilings, then policies), advisory items
 // that never block a tier and count only when it is kept, window roll-over,
 // exact admission counts under concurrency and across independent store
 // instances, and ErrUnavailable within the deadline when the server is gone.

@@ -47,7 +47,8 @@ func threeInstances(t *testing.T, b Backend) {
 				defer func() { <-sem }()
 				req := counter.Request{Items: []counter.Item{it}}
 				if i%7 == 0 {
-					// A second item of its own keeps batches mixed.
+					// A second item of its own keeps what the store coalesces
+					// mixed.
 					req.Items = append(req.Items, item(fmt.Sprintf("own-%s-%d", alg, i), alg, 5, limit.Every(time.Hour)))
 				}
 				if check(t, stores[i%3], req).Allowed {

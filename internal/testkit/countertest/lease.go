@@ -18,8 +18,8 @@ import (
 // backend holds leases.
 func runLeases(t *testing.T, b Backend) {
 	t.Run("LeasesUpToTheLimit", func(t *testing.T) { t.Parallel(); leasesUpToLimit(t, b) })
-	t.Run("LeaseReleaseGivesTheSlotBack", func(t *testing.T) { t.Parallel(); leaseRelease(t, b) })
-	t.Run("LeaseExpiryGivesTheSlotBack", func(t *testing.T) { t.Parallel(); leaseExpiry(t, b) })
+	t.Run("LeaseReleaseGivesThePlaceBack", func(t *testing.T) { t.Parallel(); leaseRelease(t, b) })
+	t.Run("LeaseExpiryGivesThePlaceBack", func(t *testing.T) { t.Parallel(); leaseExpiry(t, b) })
 	t.Run("LeaseRenew", func(t *testing.T) { t.Parallel(); leaseRenew(t, b) })
 	t.Run("LeaseGroupsAreSeparate", func(t *testing.T) { t.Parallel(); leaseGroups(t, b) })
 	t.Run("LeaseCeilings", func(t *testing.T) { t.Parallel(); leaseCeilings(t, b) })
@@ -95,7 +95,7 @@ func wantAcquired(t testing.TB, what string, res counter.Acquired, allowed bool,
 
 // leasesUpToLimit takes leases of one key up to its limit: each answers
 // the holders in flight and its expiry; the one past the limit is refused
-// with the earliest expiry, when a slot is free at the latest.
+// with the earliest expiry, when a place is free at the latest.
 func leasesUpToLimit(t *testing.T, b Backend) {
 	_, l := openLeaser(t, b)
 	for i := range 3 {
@@ -110,11 +110,11 @@ func leasesUpToLimit(t *testing.T, b Backend) {
 	a := lease("k", "id-3", 3)
 	a.Now = base.Add(10 * time.Second)
 	wantAcquired(t, "lease 4 of 3", acquire(t, l, a), false, 3, base.Add(time.Minute))
-	// Another key has slots of its own.
+	// Another key has places of its own.
 	wantAcquired(t, "another key", acquire(t, l, lease("other", "id-4", 1)), true, 1, base.Add(time.Minute))
 }
 
-// leaseRelease releases a lease: its slot is free at once, and it is gone:
+// leaseRelease releases a lease: its place is free at once, and it is gone:
 // releasing or renewing it again is ErrNoLease, as for an id never seen.
 func leaseRelease(t *testing.T, b Backend) {
 	_, l := openLeaser(t, b)
@@ -148,7 +148,7 @@ func leaseRelease(t *testing.T, b Backend) {
 }
 
 // leaseExpiry lets leases run out: a holder that never comes back gives its
-// slot back at its expiry exactly, without any call, and the expired lease
+// place back at its expiry exactly, without any call, and the expired lease
 // can be neither renewed nor released.
 func leaseExpiry(t *testing.T, b Backend) {
 	_, l := openLeaser(t, b)
@@ -178,7 +178,7 @@ func leaseExpiry(t *testing.T, b Backend) {
 }
 
 // leaseRenew renews a lease: it lives on past its first expiry, holding its
-// slot, until the new one; a renewal may shorten it too.
+// place, until the new one; a renewal may shorten it too.
 func leaseRenew(t *testing.T, b Backend) {
 	_, l := openLeaser(t, b)
 	acquire(t, l, lease("k", "held", 1))
@@ -199,7 +199,7 @@ func leaseRenew(t *testing.T, b Backend) {
 }
 
 // leaseGroups: a lease is its group's. Another group's leases on the same
-// key do not take its slots, and another group cannot renew or release it
+// key do not take its places, and another group cannot renew or release it
 // by its id.
 func leaseGroups(t *testing.T, b Backend) {
 	_, l := openLeaser(t, b)
@@ -225,7 +225,7 @@ func leaseGroups(t *testing.T, b Backend) {
 }
 
 // leaseCeilings acquires with the service's ceilings: they count every
-// acquire that passes them, taken or refused for want of a slot, and a
+// acquire that passes them, taken or refused for want of a place, and a
 // ceiling that refuses counts nothing and takes no lease.
 func leaseCeilings(t *testing.T, b Backend) {
 	s, l := openLeaser(t, b)
@@ -241,7 +241,7 @@ func leaseCeilings(t *testing.T, b Backend) {
 	}
 	a.ID = "two"
 	res = acquire(t, l, a)
-	wantAcquired(t, "no slot left", res, false, 1, base.Add(time.Minute))
+	wantAcquired(t, "no place left", res, false, 1, base.Add(time.Minute))
 	if !res.Ceilings.Allowed || res.Ceilings.Decisions[0].Remaining != 8 {
 		t.Fatalf("ceiling of a refused lease: %+v, want allowed and counted, 8 left", res.Ceilings)
 	}
@@ -369,7 +369,7 @@ func leaseGroupLimit(t *testing.T, b Backend) {
 }
 
 // resetForgets resets keys: a counter starts afresh, the leases under a key
-// are gone (their slots free, their ids unknown), and other keys and groups
+// are gone (their places free, their ids unknown), and other keys and groups
 // keep theirs.
 func resetForgets(t *testing.T, b Backend) {
 	s, l := openLeaser(t, b)
@@ -460,9 +460,9 @@ func invalidLeases(t *testing.T, b Backend) {
 	}
 }
 
-// leasesThreeInstances races 200 acquirers for 10 slots of one key through
+// leasesThreeInstances races 200 acquirers for 10 places of one key through
 // three store instances on one namespace, on the store's own clock: exactly
-// 10 are taken; released, the 10 slots go to 10 more of another 200.
+// 10 are taken; released, the 10 places go to 10 more of another 200.
 func leasesThreeInstances(t *testing.T, b Backend) {
 	newStore := opener(t, b)
 	var ls []counter.Leaser

@@ -42,16 +42,16 @@ func allOrNothing(t *testing.T, b Backend) {
 	w := limit.Every(time.Hour)
 	wide, narrow := item("wide", limit.FixedWindow, 5, w), item("narrow", limit.TokenBucket, 1, w)
 	if res := check(t, s, counter.Request{Items: []counter.Item{wide, narrow}, Now: base}); !res.Allowed {
-		t.Fatalf("first batch refused: %+v", res)
+		t.Fatalf("first request refused: %+v", res)
 	}
 	res := check(t, s, counter.Request{Items: []counter.Item{wide, narrow}, Now: base})
 	if res.Allowed || !res.Decisions[0].Allowed || res.Decisions[1].Allowed || res.Decisions[0].Remaining != 4 {
-		t.Fatalf("second batch: got %+v, want refused by the narrow item only, the wide one with its 4 left", res)
+		t.Fatalf("second request: got %+v, want refused by the narrow item only, the wide one with its 4 left", res)
 	}
-	// The refused batch consumed nothing from the item that allowed.
+	// The refused request consumed nothing from the item that allowed.
 	res = check(t, s, counter.Request{Mode: counter.Peek, Items: []counter.Item{wide}, Now: base})
 	if got := res.Decisions[0].Remaining; got != 4 {
-		t.Fatalf("wide remaining after a refused batch: got %d, want 4", got)
+		t.Fatalf("wide remaining after a refused request: got %d, want 4", got)
 	}
 }
 

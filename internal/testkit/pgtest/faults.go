@@ -62,7 +62,7 @@ func WaitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // FlushLosingTheAnswer runs flush, over a pool behind proxy, so that the
-// transaction applying a batch (the one inserting into applied_batches,
+// transaction applying a flush (the one inserting into applied_batches,
 // one statement or several) commits but its answer never comes back: a
 // trigger deferred to the commit makes it wait on an advisory lock the test
 // holds, the proxy is cut while it waits, then the lock is released and the
@@ -98,7 +98,7 @@ func FlushLosingTheAnswer(t *testing.T, direct *pgxpool.Pool, proxy *faultnet.Pr
 
 	done := make(chan error, 1)
 	go func() { done <- flush() }()
-	WaitFor(t, "the batch's statement to wait on the lock", func() bool {
+	WaitFor(t, "the flush's statement to wait on the lock", func() bool {
 		var waiting bool
 		err := direct.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
 			WHERE locktype = 'advisory' AND objid = $1 AND NOT granted

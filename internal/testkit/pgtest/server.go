@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/pglocal"
+	"github.com/tollgate/tollgate/internal/kit/pglocal"
 )
 
 // startThrowaway starts a PostgreSQL server from the machine's binaries in a

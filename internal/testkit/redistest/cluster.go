@@ -489,11 +489,11 @@ func (c *Cluster) unhealthy(ctx context.Context) string {
 }
 
 // MoveSlot migrates slot to the master at to while traffic may run, as
-// redis-cli --cluster reshard does: IMPORTING on the target, MIGRATING on
-// the source, then MIGRATE of batch keys at a time (between is called after
+// redis-cli --cluster reshard does: IMPORTING on the target, MIGRATING on the
+// source, then MIGRATE of perMigrate keys at a time (between is called after
 // each), then SETSLOT NODE on both and on every other master. It returns the
 // number of keys moved.
-func (c *Cluster) MoveSlot(t testing.TB, slot int, to string, batch int, between func()) int {
+func (c *Cluster) MoveSlot(t testing.TB, slot int, to string, perMigrate int, between func()) int {
 	t.Helper()
 	ctx := context.Background()
 	from := c.MasterOf(t, slot)
@@ -522,7 +522,7 @@ func (c *Cluster) MoveSlot(t testing.TB, slot int, to string, batch int, between
 	host, port, _ := net.SplitHostPort(to)
 	moved := 0
 	for {
-		keys, err := src.ClusterGetKeysInSlot(ctx, slot, batch).Result()
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, perMigrate).Result()
 		must("GETKEYSINSLOT", err)
 		if len(keys) == 0 {
 			break

@@ -1,13 +1,20 @@
-// Package solo keeps the tests that load both cores on purpose (a noisy
-// neighbour, a lease burst, the fault suite) from running beside Tollgate's
-// other test binaries, whose timing they would squeeze and which would
-// squeeze theirs. Every test binary that starts through pgtest or redistest
-// holds a shared lock on one file for its run (Hold); Alone turns it into an
-// exclusive lock for one test. Under a plain `go test ./...` such a test
-// waits for the packages running beside it to finish, and packages that
-// start meanwhile wait for it. The lock is flock(2) on a file in the temp
-// folder, so it also orders test runs of several checkouts on one machine.
-// Test-only.
+// Package solo orders Tollgate's test binaries on one machine, so that the
+// tests that load both cores on purpose (a noisy neighbour, a lease burst,
+// the fault suite, the browser and TypeScript suites) never run beside
+// others, whose timing they would squeeze and which would squeeze theirs.
+// `make test` is one `go test ./...`: this lock, not the Makefile, keeps
+// such tests apart.
+//
+// Every test binary holds a shared lock for its run (Hold, through its
+// TestMain: Main, or pgtest's, redistest's, bintest's; internal/archtest
+// checks that every package's tests do). Alone turns it into an exclusive
+// lock for one test, and Exclusive takes it for a whole binary. A test that
+// asks to be alone waits for the binaries running beside it to finish, and
+// binaries that start meanwhile wait for it: it takes a second lock, the
+// intent, before the exclusive one, and Hold passes through the intent, so
+// a stream of new binaries cannot starve it. The locks are flock(2) on two
+// files in the temp folder, so they also order test runs of several
+// checkouts on one machine. Test-only.
 package solo
 
 import (
@@ -20,75 +27,164 @@ import (
 	"time"
 )
 
+// hold is what this process holds of the machine's lock.
+type hold int
+
+const (
+	none      hold = iota
+	shared         // Hold: Alone returns to it
+	exclusive      // Exclusive: Hold and Alone have nothing to take
+)
+
 var (
-	mu     sync.Mutex
-	file   *os.File
-	shared bool // Hold took the shared lock: Alone returns to it
-	// path is the lock file; solo's own test uses one of its own.
-	path = filepath.Join(os.TempDir(), "tollgate-tests.lock")
+	mu           sync.Mutex
+	state        hold
+	lock, intent *os.File
+	// dir holds the lock files; solo's own test uses one of its own.
+	dir = os.TempDir()
 )
 
 // Path is the lock file.
-func Path() string { return path }
+func Path() string { return filepath.Join(dir, "tollgate-tests.lock") }
+
+// intentPath is the file a test that waits to be alone holds.
+func intentPath() string { return filepath.Join(dir, "tollgate-tests.intent.lock") }
 
 func open() error {
-	if file != nil {
+	if lock != nil {
 		return nil
 	}
-	f, err := os.OpenFile(Path(), os.O_CREATE|os.O_RDWR, 0o666)
+	l, err := os.OpenFile(Path(), os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		return fmt.Errorf("solo: open %s: %w", Path(), err)
 	}
-	file = f
+	i, err := os.OpenFile(intentPath(), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("solo: open %s: %w", intentPath(), err)
+	}
+	lock, intent = l, i
 	return nil
 }
 
-func flock(how int) error {
+func flock(f *os.File, how int) error {
 	for {
-		err := syscall.Flock(int(file.Fd()), how)
+		err := syscall.Flock(int(f.Fd()), how)
 		if err != syscall.EINTR {
 			return err
 		}
 	}
 }
 
+// Main is a TestMain for a package whose tests need no server: it holds
+// the shared lock while they run (Run), then exits with their code.
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run runs m under the shared lock and returns its code, for a TestMain
+// with more to do before it exits.
+func Run(m *testing.M) int {
+	release, err := Hold()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer release()
+	return m.Run()
+}
+
 // Hold takes the shared lock for the rest of this test binary's run; it
-// waits while a test of another binary is Alone. Release it with the
-// function it returns, before os.Exit.
+// waits while a test of another binary is alone or waits to be. Release it
+// with the function it returns, before os.Exit.
 func Hold() (release func(), err error) {
 	mu.Lock()
 	defer mu.Unlock()
+	if state == exclusive {
+		return func() {}, nil
+	}
 	if err := open(); err != nil {
 		return nil, err
 	}
-	if err := flock(syscall.LOCK_SH); err != nil {
+	// Through the intent: while a test waits to be alone, nobody new comes in.
+	if err := flock(intent, syscall.LOCK_SH); err != nil {
+		return nil, fmt.Errorf("solo: shared lock on %s: %w", intentPath(), err)
+	}
+	err = flock(lock, syscall.LOCK_SH)
+	_ = flock(intent, syscall.LOCK_UN)
+	if err != nil {
 		return nil, fmt.Errorf("solo: shared lock on %s: %w", Path(), err)
 	}
-	shared = true
+	state = shared
 	return func() {
 		mu.Lock()
 		defer mu.Unlock()
-		shared = false
-		_ = flock(syscall.LOCK_UN)
+		state = none
+		_ = flock(lock, syscall.LOCK_UN)
 	}, nil
+}
+
+// Exclusive makes this binary the only Tollgate test binary running on the
+// machine until release: it waits for the others to finish, and those that
+// start meanwhile wait for it. Call it first thing in a TestMain, before
+// any work that loads the machine; Hold and Alone then take nothing.
+func Exclusive() (release func(), err error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if state != none {
+		return nil, fmt.Errorf("solo: Exclusive after Hold: call it first in TestMain")
+	}
+	if err := open(); err != nil {
+		return nil, err
+	}
+	if err := takeExclusive(); err != nil {
+		return nil, err
+	}
+	state = exclusive
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		state = none
+		_ = flock(lock, syscall.LOCK_UN)
+		_ = flock(intent, syscall.LOCK_UN)
+	}, nil
+}
+
+// takeExclusive takes the intent, then the lock, exclusively.
+func takeExclusive() error {
+	if err := flock(intent, syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("solo: exclusive lock on %s: %w", intentPath(), err)
+	}
+	if err := flock(lock, syscall.LOCK_EX); err != nil {
+		_ = flock(intent, syscall.LOCK_UN)
+		return fmt.Errorf("solo: exclusive lock on %s: %w", Path(), err)
+	}
+	return nil
 }
 
 // Alone makes t the only test running in any Tollgate test binary on this
 // machine until it ends: it waits for every other binary's shared lock to
-// go. Tests calling it must not be parallel with the rest of their package.
+// go, and binaries that start meanwhile wait for it. Tests calling it must
+// not be parallel with the rest of their package.
 func Alone(t testing.TB) {
 	t.Helper()
 	mu.Lock()
+	if state == exclusive {
+		mu.Unlock()
+		return
+	}
 	if err := open(); err != nil {
 		mu.Unlock()
 		t.Fatal(err)
 	}
 	start := time.Now()
-	// From shared to exclusive, flock drops the shared lock first: two
-	// binaries asking at once cannot hold each other up.
-	if err := flock(syscall.LOCK_EX); err != nil {
+	// This binary's own shared lock goes first: a binary that held it while
+	// waiting for the intent would hold up the one holding the intent,
+	// which waits for every shared lock to go.
+	if state == shared {
+		_ = flock(lock, syscall.LOCK_UN)
+	}
+	if err := takeExclusive(); err != nil {
 		mu.Unlock()
-		t.Fatalf("solo: exclusive lock on %s: %v", Path(), err)
+		t.Fatal(err)
 	}
 	if waited := time.Since(start); waited > time.Second {
 		t.Logf("solo: waited %s for the other test binaries to finish", waited.Round(time.Second))
@@ -96,11 +192,12 @@ func Alone(t testing.TB) {
 	t.Cleanup(func() {
 		defer mu.Unlock()
 		how := syscall.LOCK_UN
-		if shared {
+		if state == shared {
 			how = syscall.LOCK_SH
 		}
-		if err := flock(how); err != nil {
+		if err := flock(lock, how); err != nil {
 			t.Errorf("solo: unlock %s: %v", Path(), err)
 		}
+		_ = flock(intent, syscall.LOCK_UN)
 	})
 }

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testkit/solo"
 )
 
 var (
@@ -59,7 +61,7 @@ func Stop() {
 // Main runs a package's tests, then stops stripe-mock:
 // func TestMain(m *testing.M) { stripemocktest.Main(m) }.
 func Main(m *testing.M) {
-	code := m.Run()
+	code := solo.Run(m)
 	Stop()
 	os.Exit(code)
 }

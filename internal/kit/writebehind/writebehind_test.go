@@ -1,4 +1,4 @@
-package batch_test
+package writebehind_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/batch"
+	"github.com/tollgate/tollgate/internal/kit/writebehind"
 	"github.com/tollgate/tollgate/internal/testkit/bg"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/logbuf"
@@ -23,7 +23,7 @@ func TestLoopFinalFlushOutlivesTheStop(t *testing.T) {
 	t.Parallel()
 	for _, fail := range []bool{false, true} {
 		var calls int
-		l := batch.Loop{What: "test items", Every: time.Hour, Timeout: time.Second, Log: slog.New(slog.DiscardHandler),
+		l := writebehind.Loop{What: "test items", Every: time.Hour, Timeout: time.Second, Log: slog.New(slog.DiscardHandler),
 			Flush: func(ctx context.Context) error {
 				calls++
 				if ctx.Err() != nil {
@@ -54,9 +54,9 @@ func TestLoopKeepsFlushingAndLogsDrops(t *testing.T) {
 	logs := &logbuf.Buffer{}
 	var mu sync.Mutex
 	flushes, ticks := 0, 0
-	drops := &batch.Drops{}
+	drops := &writebehind.Drops{}
 	drops.Add(3)
-	l := batch.Loop{What: "test items", Every: 5 * time.Millisecond, Timeout: time.Second,
+	l := writebehind.Loop{What: "test items", Every: 5 * time.Millisecond, Timeout: time.Second,
 		Log: slog.New(slog.NewTextHandler(logs, nil)), Drops: drops, DropAttrs: []any{"max_pending", 10},
 		Pending: func() int { return 7 },
 		Flush: func(context.Context) error {
@@ -86,10 +86,10 @@ func TestLoopKeepsFlushingAndLogsDrops(t *testing.T) {
 	}
 }
 
-// TestResenderSendsAFailedBatchAgainUnderItsID: a batch whose write failed
-// is sent again, as it was, under its id, before any newer one; new batches
+// TestResenderSendsAFailedFlushAgainUnderItsID: a flush whose write failed
+// is sent again, as it was, under its id, before any newer one; new flushes
 // get new UUIDs.
-func TestResenderSendsAFailedBatchAgainUnderItsID(t *testing.T) {
+func TestResenderSendsAFailedFlushAgainUnderItsID(t *testing.T) {
 	t.Parallel()
 	type write struct {
 		id    string
@@ -97,7 +97,7 @@ func TestResenderSendsAFailedBatchAgainUnderItsID(t *testing.T) {
 	}
 	var writes []write
 	down := true
-	r := batch.NewResender(func(_ context.Context, id string, items []int) error {
+	r := writebehind.NewResender(func(_ context.Context, id string, items []int) error {
 		writes = append(writes, write{id, items})
 		if down {
 			return errors.New("timeout after the commit, maybe")
@@ -113,9 +113,9 @@ func TestResenderSendsAFailedBatchAgainUnderItsID(t *testing.T) {
 	}
 	id := writes[0].id
 	if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(id) {
-		t.Errorf("batch id %q, want a random UUID", id)
+		t.Errorf("flush id %q, want a random UUID", id)
 	}
-	if err := r.Resend(ctx); err == nil || !strings.Contains(err.Error(), "batch "+id+" again") {
+	if err := r.Resend(ctx); err == nil || !strings.Contains(err.Error(), "flush "+id+" again") {
 		t.Errorf("Resend to a failing store: %v", err)
 	}
 	down = false
@@ -127,6 +127,6 @@ func TestResenderSendsAFailedBatchAgainUnderItsID(t *testing.T) {
 	}
 	if len(writes) != 4 || writes[1].id != id || writes[2].id != id || writes[3].id == id ||
 		len(writes[2].items) != 2 || writes[2].items[1] != 2 {
-		t.Errorf("writes %v: want the failed batch twice more under %s, then a new one", writes, id)
+		t.Errorf("writes %v: want the failed flush twice more under %s, then a new one", writes, id)
 	}
 }

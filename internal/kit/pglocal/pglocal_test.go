@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgate/tollgate/internal/pglocal"
+	"github.com/tollgate/tollgate/internal/kit/pglocal"
 )
 
 // tempDir returns a new directory, removed after the test, that the user

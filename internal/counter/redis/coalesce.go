@@ -15,12 +15,12 @@ import (
 	"github.com/tollgate/tollgate/internal/counter"
 )
 
-// Coalescing: a Check sends its own script while a slot is free, else queues for the first slot to free, which sends up to maxBatch checks as one check.lua a server (a tenant, on a cluster).
-// Four slots, not one: one batched more but let a tenant's flood, or a migrating hash slot, hold up other checks (the measurements are in this file's git history).
+// Coalescing: a Check sends its own script while a sender is free, else queues for the first sender to free, which sends up to maxPipeline checks as one check.lua a server (a tenant, on a cluster).
+// Four senders, not one: one coalesced more but let a tenant's flood, or a migrating hash slot, hold up other checks (the measurements are in this file's git history).
 const (
-	senders  = 4
-	maxBatch = 64
-	// maxQueue bounds the checks waiting for a slot. Healthy, the queue holds
+	senders     = 4
+	maxPipeline = 64
+	// maxQueue bounds the checks waiting for a sender. Healthy, the queue holds
 	// about one check per concurrent caller; past this the server is not
 	// keeping up, and a check fails at once rather than wait out its deadline.
 	maxQueue = 4096
@@ -41,8 +41,8 @@ var errOverloaded = errors.New("too many checks waiting for the server")
 // (MasterForKey), and go-redis still routes the pipeline; a lane only groups
 // the waiting. Lanes are kept per master address ever seen, a handful.
 type lane struct {
-	queue  []*job // checks waiting for a slot
-	active int    // slots taken, by callers sending alone and by drains
+	queue  []*job // checks waiting for a sender
+	active int    // senders at work: callers sending alone and drains
 	// lastAnswer is when (Unix ns) the lane's server last answered a
 	// script (late): a cluster master that stopped answering is silent
 	// while the others answer.
@@ -73,8 +73,8 @@ type job struct {
 	done chan struct{}
 	// seen is decode's buffer.
 	seen []counter.Seen
-	// lane is the lane the job waits in (call), nil for a batch put
-	// together by a test.
+	// lane is the lane the job waits in (call), nil for CheckBatch's jobs
+	// and a test's.
 	lane *lane
 	// lua, when set, makes the job a script of its own (a lease
 	// operation, lease.go) rather than a check: it goes through the lane
@@ -168,11 +168,11 @@ func (s *Store) call(ctx context.Context, j *job) error {
 	}
 }
 
-// runOne sends j's script on the caller's goroutine and context, bounded
-// by j's deadline, holding a slot of l, which it gives back. A refusal that
-// proves the script did not run (cluster.go) is sent again after a pause,
-// with the slot given back first: a migrating hash slot then holds up only
-// its own checks, not every check bound for its master.
+// runOne sends j's script on the caller's goroutine and context, bounded by
+// j's deadline, taking one of l's senders, which it gives back. A refusal
+// that proves the script did not run (cluster.go) is sent again after a
+// pause, with the sender given back first: a migrating hash slot then holds
+// up only its own checks, not every check bound for its master.
 func (s *Store) runOne(ctx context.Context, j *job, l *lane) error {
 	held := true
 	defer func() {
@@ -278,8 +278,8 @@ func pause(ctx context.Context, n int) bool {
 	}
 }
 
-// release gives back a caller's slot, or hands it to a drain when checks
-// queued meanwhile: a queued check always has a slot holder who will see it.
+// release gives back a caller's sender, or hands it to a drain when checks
+// queued meanwhile: a queued check always has a sender who will see it.
 func (s *Store) release(l *lane) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -291,11 +291,11 @@ func (s *Store) release(l *lane) {
 	s.inflight.Done()
 }
 
-// drain holds a slot of l and sends its queue in pipelines until it is
+// drain takes one of l's senders and sends its queue in pipelines until it is
 // empty.
 func (s *Store) drain(l *lane) {
-	batch := make([]*job, 0, maxBatch)
-	var calls []batchCall
+	taken := make([]*job, 0, maxPipeline)
+	var calls []scriptCall
 	for {
 		s.mu.Lock()
 		if len(l.queue) == 0 || s.closed {
@@ -304,45 +304,45 @@ func (s *Store) drain(l *lane) {
 			s.mu.Unlock()
 			return
 		}
-		// Take up to maxBatch live checks, dropping the ones whose callers
+		// Take up to maxPipeline live checks, dropping the ones whose callers
 		// gave up: after an outage the queue empties at once.
 		now := time.Now()
 		n := 0
-		batch = batch[:0]
-		for ; n < len(l.queue) && len(batch) < maxBatch; n++ {
+		taken = taken[:0]
+		for ; n < len(l.queue) && len(taken) < maxPipeline; n++ {
 			if j := l.queue[n]; j.gone.Load() || s.late(j, now) {
 				j.err = context.DeadlineExceeded
 				j.answered()
 			} else {
-				batch = append(batch, j)
+				taken = append(taken, j)
 			}
 		}
 		rest := copy(l.queue, l.queue[n:])
 		clear(l.queue[rest:])
 		l.queue = l.queue[:rest]
 		s.mu.Unlock()
-		calls = s.flush(batch, calls[:0])
-		clear(batch)
+		calls = s.flush(taken, calls[:0])
+		clear(taken)
 		clear(calls[:cap(calls)])
 	}
 }
 
-// A batchCall is one script of a flush: it decides the requests of its
-// jobs in their order.
-type batchCall struct {
+// A scriptCall is one script of a flush's pipeline: it decides the
+// requests of its jobs in their order.
+type scriptCall struct {
 	jobs []*job
 	cmd  *goredis.Cmd
 }
 
-// flush decides the live jobs of batch in as few scripts as it may (split),
+// flush decides the live ones of jobs in as few scripts as it may (split),
 // sent in one pipeline, falling back to EVAL when the server has no script,
 // and hands every job its answer; those a cluster refused before running
 // them (cluster.go) are answered later, by resend.
-func (s *Store) flush(batch []*job, calls []batchCall) []batchCall {
+func (s *Store) flush(jobs []*job, calls []scriptCall) []scriptCall {
 	now := time.Now()
-	live := batch[:0]
+	live := jobs[:0]
 	var deadline time.Time
-	for _, j := range batch {
+	for _, j := range jobs {
 		if j.gone.Load() || s.late(j, now) {
 			j.err = context.DeadlineExceeded
 			j.answered()
@@ -357,7 +357,7 @@ func (s *Store) flush(batch []*job, calls []batchCall) []batchCall {
 	if len(live) == 0 {
 		return calls
 	}
-	// The earliest hard deadline of the batch bounds the pipeline, so that
+	// The earliest hard deadline of the jobs bounds the pipeline, so that
 	// no caller waits past its own (call), and so does twice the store's
 	// deadline: a busy server answers a pipeline within it, one that has
 	// stopped answering does not.
@@ -370,12 +370,12 @@ func (s *Store) flush(batch []*job, calls []batchCall) []batchCall {
 		return calls
 	}
 	// Scripts a cluster refused before running them (their hash slot is
-	// migrating) are sent again after a pause, off the lane's slot, which
+	// migrating) are sent again after a pause, off the lane's sender, which
 	// goes on with the lane's other checks meanwhile. Their jobs leave the
 	// drain's buffers, which it reuses.
-	resend := make([]batchCall, len(again))
+	resend := make([]scriptCall, len(again))
 	for i, c := range again {
-		resend[i] = batchCall{jobs: slices.Clone(c.jobs)}
+		resend[i] = scriptCall{jobs: slices.Clone(c.jobs)}
 	}
 	clear(again)
 	s.inflight.Add(1)
@@ -389,7 +389,7 @@ func (s *Store) flush(batch []*job, calls []batchCall) []batchCall {
 
 // resend sends calls again, after a pause each time, until a cluster
 // runs them or ctx ends (cluster.go), and hands every job its answer.
-func (s *Store) resend(ctx context.Context, calls []batchCall) {
+func (s *Store) resend(ctx context.Context, calls []scriptCall) {
 	for n := 0; len(calls) > 0; n++ {
 		if !pause(ctx, n) {
 			for _, c := range calls {
@@ -411,7 +411,7 @@ func (s *Store) resend(ctx context.Context, calls []batchCall) {
 // settle hands each job of calls, whose scripts exec sent, its answer, but
 // for the scripts a cluster refused before running them: it returns those,
 // without the jobs whose callers gave up meanwhile, in calls' own array.
-func (s *Store) settle(calls []batchCall) []batchCall {
+func (s *Store) settle(calls []scriptCall) []scriptCall {
 	again := calls[:0]
 	for _, c := range calls {
 		err := c.cmd.Err()
@@ -426,7 +426,7 @@ func (s *Store) settle(calls []batchCall) []batchCall {
 				}
 			}
 			if len(waiting) > 0 {
-				again = append(again, batchCall{jobs: waiting})
+				again = append(again, scriptCall{jobs: waiting})
 			}
 			continue
 		}
@@ -441,14 +441,14 @@ func (s *Store) settle(calls []batchCall) []batchCall {
 	return again
 }
 
-// split groups the jobs of a batch into scripts of at most maxScriptItems
+// split groups jobs into scripts of at most maxScriptItems
 // items, each deciding its requests in their order of arrival. On a single
 // server one script takes any requests: every key is on it, and a request
 // that fails (a key holding something else than a counter) fails alone.
 // On a cluster a script takes the requests of one group, whose keys share
 // a hash slot; jobs is reordered so that each group's are together, in
 // their order.
-func (s *Store) split(jobs []*job, calls []batchCall) []batchCall {
+func (s *Store) split(jobs []*job, calls []scriptCall) []scriptCall {
 	if s.cluster != nil {
 		slices.SortStableFunc(jobs, func(a, b *job) int { return strings.Compare(a.group, b.group) })
 	}
@@ -458,20 +458,20 @@ func (s *Store) split(jobs []*job, calls []batchCall) []batchCall {
 		// A script of its own stands alone, and so does the check after it.
 		alone := j.lua != nil || jobs[first].lua != nil
 		if i > first && (alone || items+n > maxScriptItems || s.cluster != nil && j.group != jobs[first].group) {
-			calls = append(calls, batchCall{jobs: jobs[first:i]})
+			calls = append(calls, scriptCall{jobs: jobs[first:i]})
 			first, items = i, 0
 		}
 		items += n
 	}
 	if first < len(jobs) {
-		calls = append(calls, batchCall{jobs: jobs[first:]})
+		calls = append(calls, scriptCall{jobs: jobs[first:]})
 	}
 	return calls
 }
 
 // exec sends the scripts of calls in one pipeline, and again by body those
 // the server had no script for.
-func (s *Store) exec(ctx context.Context, calls []batchCall) {
+func (s *Store) exec(ctx context.Context, calls []scriptCall) {
 	pipe := s.c.Pipeline()
 	for i := range calls {
 		calls[i].cmd = script(ctx, false, calls[i].jobs)

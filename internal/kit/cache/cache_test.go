@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/cache"
+	"github.com/tollgate/tollgate/internal/kit/cache"
 )
 
 var errUnknown = errors.New("unknown")
@@ -80,7 +80,7 @@ func TestMissesAreRememberedAndBounded(t *testing.T) {
 		t.Errorf("3 asks of a miss and of a failure: %d loads, want 1 and 3", n)
 	}
 	c.Get(ctx, "y")
-	c.Get(ctx, "z") // x's slot goes
+	c.Get(ctx, "z") // x's entry goes
 	if c.Misses() != 2 {
 		t.Errorf("%d misses held, want 2", c.Misses())
 	}

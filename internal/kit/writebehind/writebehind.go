@@ -1,17 +1,17 @@
-// Package batch is the write-behind machinery of Tollgate's recorders
+// Package writebehind is the write-behind machinery of Tollgate's recorders
 // (usage, audit, traffic, the keys' last use): what they gather in memory on
-// the request path is written by one loop (Loop), in batches, off the
+// the request path is written by one loop (Loop), a flush at a time, off the
 // request path. The loop's rules are the same for every recorder: a flush
 // every period under a deadline of its own, a failed flush kept for the
 // next one and logged, the items a full queue had no room for counted and
 // logged once per flush (Drops), and a final flush when the recorder is
-// stopped that the stop does not cut short. A batch written to a store that
-// applies each batch id once is sent again, as it was and under its id,
+// stopped that the stop does not cut short. A flush written to a store that
+// applies each flush id once is sent again, as it was and under its id,
 // until it is written (Resender), so that a write whose fate an error left
 // unknown counts once.
 //
-// batch imports only the standard library and github.com/google/uuid.
-package batch
+// writebehind imports only the standard library and github.com/google/uuid.
+package writebehind
 
 import (
 	"context"
@@ -114,8 +114,8 @@ type Drops struct{ n atomic.Int64 }
 // Add counts n more.
 func (d *Drops) Add(n int64) { d.n.Add(n) }
 
-// Resender writes batches to a store that applies each batch id once: each
-// new batch gets a new id (a random UUID), and a batch whose write failed is
+// Resender writes flushes to a store that applies each flush id once: each
+// new flush gets a new id (a random UUID), and a flush whose write failed is
 // held and sent again, as it was and under its id, before any newer one. It
 // is not safe for concurrent use: its caller runs one flush at a time.
 type Resender[T any] struct {
@@ -123,7 +123,7 @@ type Resender[T any] struct {
 	held  *Held[T]
 }
 
-// Held is a batch whose write failed.
+// Held is a flush whose write failed.
 type Held[T any] struct {
 	ID    string
 	Items T
@@ -134,30 +134,30 @@ func NewResender[T any](write func(ctx context.Context, id string, items T) erro
 	return &Resender[T]{write: write}
 }
 
-// Resend writes the held batch, if there is one; once written it is held no
+// Resend writes the held flush, if there is one; once written it is held no
 // more. An error leaves it held.
 func (r *Resender[T]) Resend(ctx context.Context) error {
 	if r.held == nil {
 		return nil
 	}
 	if err := r.write(ctx, r.held.ID, r.held.Items); err != nil {
-		return fmt.Errorf("batch %s again: %w", r.held.ID, err)
+		return fmt.Errorf("flush %s again: %w", r.held.ID, err)
 	}
 	r.held = nil
 	return nil
 }
 
-// Send writes items as a new batch, under a new id; when the write fails,
-// the batch is held for Resend. Call it only when Held is nil (Resend
-// succeeded), so that batches are applied in order.
+// Send writes items as a new flush, under a new id; when the write fails,
+// the flush is held for Resend. Call it only when Held is nil (Resend
+// succeeded), so that flushes are applied in order.
 func (r *Resender[T]) Send(ctx context.Context, items T) error {
 	id := uuid.NewString()
 	if err := r.write(ctx, id, items); err != nil {
 		r.held = &Held[T]{ID: id, Items: items}
-		return fmt.Errorf("batch %s: %w", id, err)
+		return fmt.Errorf("flush %s: %w", id, err)
 	}
 	return nil
 }
 
-// Held returns the batch whose write failed, or nil.
+// Held returns the flush whose write failed, or nil.
 func (r *Resender[T]) Held() *Held[T] { return r.held }

@@ -105,7 +105,7 @@ type Cache[V any] struct {
 	flights map[string]*flight[V]
 	misses  map[string]miss
 	// ring holds the keys of misses in insertion order; a new miss takes
-	// the oldest slot and forgets whatever miss was there, so misses never
+	// the oldest entry and forgets whatever miss was there, so misses never
 	// outgrow len(ring).
 	ring []string
 	next int
@@ -362,7 +362,7 @@ func (c *Cache[V]) victim(now time.Time) string {
 func (c *Cache[V]) remember(key string, m miss) {
 	if _, ok := c.misses[key]; !ok {
 		if old := c.ring[c.next]; old != "" {
-			// The oldest miss goes, or key's own earlier slot if it was
+			// The oldest miss goes, or key's own earlier entry if it was
 			// dropped and came back: either way one more load, no more.
 			delete(c.misses, old)
 		}
