@@ -139,6 +139,8 @@ func New(cfg Config) *echo.Echo {
 		v1 := e.Group("/v1")
 		v1.POST("/check", a.check)
 		v1.POST("/check/batch", a.checkBatch)
+		// Proxies may forward the original request's method.
+		v1.Any("/forward-auth/:policy", a.forwardAuth)
 		registerPolicies(v1.Group("", a.admit("policies")), cfg.Policies)
 		v1.GET("/usage", a.usage, a.admit("usage"))
 		registerBilling(v1.Group("/billing", a.admit("billing")), a)
