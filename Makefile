@@ -19,7 +19,7 @@ run:
 
 ## test: every test, against real PostgreSQL and Redis (found or started)
 test: check-generated vet lint-openapi
-	@scripts/deps.sh postgres redis chromium node
+	@scripts/deps.sh postgres redis chromium node nginx caddy
 	$(GO) test -count=1 -timeout 14m ./...
 	@# The race detector's build is another binary per package: one more
 	@# go test, of the packages whose concurrency it proves.

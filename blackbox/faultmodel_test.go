@@ -57,6 +57,9 @@ type record struct {
 	// instance has read: during an outage of the database it is answered
 	// by the policy's fail mode, never 503 (issue 23, item 3).
 	strictConfig bool
+	// forward is set for a check of one item sent as a proxy would, to
+	// /v1/forward-auth (stack.forward).
+	forward bool
 }
 
 // itemRec is one item of a check.
@@ -68,6 +71,20 @@ type itemRec struct {
 
 // decode fills what the record's answer says.
 func (r *record) decode() {
+	if r.forward && r.err == nil {
+		// Forward auth answers in statuses: 200 allowed, 429 of layer
+		// "policy" refused by the policy, which the model reads as
+		// /v1/check's 200 with allowed false; any other answer as it is.
+		r.degraded = r.header.Get("X-Tollgate-Degraded") == "true"
+		switch {
+		case r.status == 200:
+			r.allowed = true
+			return
+		case r.status == 429 && forwardLayer(r.answer) == "policy":
+			r.status = 200
+			return
+		}
+	}
 	if r.err != nil || len(r.body) == 0 {
 		return
 	}

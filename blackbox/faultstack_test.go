@@ -417,7 +417,9 @@ type answer struct {
 	start, end time.Time
 }
 
-func (c *faultClient) do(method, u, key string, body any) answer {
+// do sends one request with key (none when ""), body as JSON (none when
+// nil) and headers in pairs.
+func (c *faultClient) do(method, u, key string, body any, headers ...string) answer {
 	a := answer{start: time.Now()}
 	defer func() { a.end = time.Now() }()
 	var r io.Reader
@@ -437,6 +439,9 @@ func (c *faultClient) do(method, u, key string, body any) answer {
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -473,6 +478,37 @@ func (st *stack) callWith(c *faultClient, tn *fTenant, method string, m *member,
 		tn.counted(test, 0, 1)
 	}
 	return a
+}
+
+// forwardSubjectHeader is the header the suite's forward-auth requests
+// name their subject in (?subject_header=): every request of the suite
+// comes from the loopback, so the client's address would be one subject.
+const forwardSubjectHeader = "X-Fault-Subject"
+
+// forward asks m as a proxy would, GET /v1/forward-auth/{policy}, on behalf
+// of tn for subject, and counts it in tn's usage tallies: an answer 200, or
+// a 429 of the policy (a check decided), is counted by /v1/usage; one
+// unanswered or answered 5xx may be.
+func (st *stack) forward(tn *fTenant, m *member, key, policy, subject string) answer {
+	a := st.s.http.do("GET", m.base()+"/v1/forward-auth/"+policy+"?subject_header="+forwardSubjectHeader, key, nil, forwardSubjectHeader, subject)
+	st.s.ops.Add(1)
+	test := strings.HasPrefix(key, "tg_test_")
+	switch {
+	case a.err == nil && (a.status == 200 || a.status == 429 && forwardLayer(a) == "policy"):
+		tn.counted(test, 1, 0)
+	case a.err != nil || a.status >= 500:
+		tn.counted(test, 0, 1)
+	}
+	return a
+}
+
+// forwardLayer is the layer a forward-auth refusal's problem names.
+func forwardLayer(a answer) string {
+	var p struct {
+		Layer string `json:"layer"`
+	}
+	_ = json.Unmarshal(a.body, &p)
+	return p.Layer
 }
 
 // counted notes checks (and acquires) of tn's live or test key that its

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what Tollgate's commands need from the machine when it is missing:
-#   scripts/deps.sh postgres redis chromium redocly node
+#   scripts/deps.sh postgres redis chromium redocly node nginx caddy
 # Debian/Ubuntu packages through apt-get (as root, or with sudo). Elsewhere it
 # says what to install and stops.
 #
@@ -36,6 +36,11 @@ have_postgres() {
 have_redis() { command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; }
 have_chromium() { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; }
 have_redocly() { [ -x "$(redocly_bin)" ]; }
+# nginx and Caddy are the proxies blackbox/gateways runs docs/gateways.md's
+# recipes in (as child processes on free ports; a packaged service that
+# starts on install is not used).
+have_nginx() { command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; }
+have_caddy() { command -v caddy >/dev/null 2>&1; }
 # node is Node.js 20.9 or later and npm, which the TypeScript client's tests
 # (clients/typescript) run with: Next.js needs 20.9.
 have_node() {
@@ -82,6 +87,8 @@ for want in "$@"; do
     chromium) have_chromium || missing+=(chromium) ;;
     redocly) have_redocly || redocly=1 ;;
     node) have_node || missing+=(nodejs npm) ;;
+    nginx) have_nginx || missing+=(nginx) ;;
+    caddy) have_caddy || missing+=(caddy) ;;
     *) echo "deps.sh: unknown dependency $want" >&2; exit 2 ;;
   esac
 done

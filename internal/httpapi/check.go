@@ -311,7 +311,12 @@ func bearer(c echo.Context) string {
 // held back when its handler is done, and admits req, which carries the
 // Identity.
 func (a *api) open(c echo.Context, route string, bound int64) (req gate.Request, held bodyHold, done bool, err error) {
-	req = gate.Request{Route: route, ClientIP: clientIP(c), Bearer: bearer(c)}
+	return a.openWith(c, route, bearer(c), bound)
+}
+
+// openWith is open for a request whose API key is key.
+func (a *api) openWith(c echo.Context, route, key string, bound int64) (req gate.Request, held bodyHold, done bool, err error) {
+	req = gate.Request{Route: route, ClientIP: clientIP(c), Bearer: key}
 	id, v, err := a.gate.Identify(c.Request().Context(), req)
 	if err != nil || v.Refusal != nil {
 		if hasBody(c.Request()) {
@@ -396,26 +401,31 @@ type refusalProblem struct {
 // writeRefusal answers a ceiling's refusal: 429 with every header a client
 // needs to back off, or 402 for a tenant that must pay.
 func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {
-	r := v.Refusal
 	h := c.Response().Header()
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(r.Limit, 10))
-	h.Set("X-RateLimit-Remaining", "0")
-	h.Set("X-RateLimit-Layer", r.Layer)
-	if r.Scope != "" {
-		h.Set("X-RateLimit-Scope", r.Scope)
-	}
-	if r.Degraded || v.Degraded {
+	setRefusalHeaders(h, v)
+	if v.Refusal.Degraded || v.Degraded {
 		h.Set("X-RateLimit-Degraded", "true")
 	}
-	// The ceiling that refused, its t Retry-After (the rule in
-	// gate/ratelimit.go).
-	writeRateLimit(h, v.RateLimit())
 	p := a.refusalProblem(v)
 	body, err := json.Marshal(p)
 	if err != nil {
 		return err
 	}
 	return c.Blob(p.Status, "application/problem+json", body)
+}
+
+// setRefusalHeaders writes the headers of v's refusal by a ceiling: its
+// limit, layer and scope, and the RateLimit fields and Retry-After naming
+// it (the rule in gate/ratelimit.go).
+func setRefusalHeaders(h http.Header, v gate.Verdict) {
+	r := v.Refusal
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(r.Limit, 10))
+	h.Set("X-RateLimit-Remaining", "0")
+	h.Set("X-RateLimit-Layer", r.Layer)
+	if r.Scope != "" {
+		h.Set("X-RateLimit-Scope", r.Scope)
+	}
+	writeRateLimit(h, v.RateLimit())
 }
 
 // refusalProblem is the problem that answers v's refusal by a ceiling.

@@ -82,6 +82,9 @@ type apiOptions struct {
 	storeName string
 	// log receives the API's log lines (nil: nowhere).
 	log *slog.Logger
+	// clientIP says whom the API believes about client addresses (the
+	// zero value: the TCP peer is the client).
+	clientIP ClientIPConfig
 }
 
 // newTenantAPIWith builds the API on a database of its own, wired as serve
@@ -132,6 +135,7 @@ func newTenantAPIWith(t testing.TB, dsn string, o apiOptions) *tenantAPI {
 		Envoy:       envoyconf.Service{Store: envoyDomains, Catalog: a.envoy},
 		Usage:       usageOf{rec, dir},
 		Webhooks:    testWebhooks(t, pool),
+		ClientIP:    o.clientIP,
 		PublicURL:   "https://tollgate.example",
 		BillingKey:  []byte("billing-key"),
 		LinkLimiter: gate.NewLimiter("billing link limits", nil, local, nil),

@@ -143,6 +143,8 @@ func New(cfg Config) *echo.Echo {
 		v1 := e.Group("/v1")
 		v1.POST("/check", a.check)
 		v1.POST("/check/batch", a.checkBatch)
+		// Proxies may forward the original request's method.
+		v1.Any("/forward-auth/:policy", a.forwardAuth)
 		registerPolicies(v1.Group("", a.admit("policies")), cfg.Policies)
 		if cfg.Envoy != nil {
 			registerEnvoy(v1.Group("/envoy", a.admit("envoy")), cfg.Envoy)

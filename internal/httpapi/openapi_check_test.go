@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -97,16 +96,18 @@ func checkOpenAPI(t testing.TB, req *http.Request, reqBody []byte, resp *http.Re
 	}
 }
 
-// bearerPresent checks the one security scheme the document has: an
-// Authorization header with a bearer token. Whether the token is a valid key
-// is the auth middleware's business, not the document's.
+// bearerPresent checks the security schemes the document has: an
+// Authorization header with a bearer token, or (forward auth only) Basic
+// credentials. Whether the token is a valid key is the auth middleware's
+// business, not the document's.
 func bearerPresent(_ context.Context, in *openapi3filter.AuthenticationInput) error {
-	if in.SecuritySchemeName != "bearerAuth" {
+	want := map[string]string{"bearerAuth": "bearer", "basicKeyAuth": "basic"}[in.SecuritySchemeName]
+	if want == "" {
 		return fmt.Errorf("unknown security scheme %q", in.SecuritySchemeName)
 	}
 	scheme, token, ok := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
-		return errors.New("no bearer token")
+	if !ok || !strings.EqualFold(scheme, want) || token == "" {
+		return fmt.Errorf("no %s credentials", want)
 	}
 	return nil
 }

@@ -44,6 +44,9 @@ var problemKinds = []problemKind{
 	{errBadRequest, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	// Leases (leases.go).
 	{gate.ErrNoLease, http.StatusNotFound, "lease-not-found", "No such lease: it was released, it expired, or it never was"},
+	// Forward auth (forwardauth.go): the tenant held back is the proxy's
+	// fail mode's to decide, so not a 429 its users would see as theirs.
+	{errTenantHeldBack, http.StatusServiceUnavailable, "tenant-busy", "Too many of this tenant's requests are in progress on this instance; retry after a second"},
 	{gate.ErrBusy, http.StatusTooManyRequests, "tenant-busy", "Too many of this tenant's requests are in progress on this instance; retry after a second"},
 	{gate.ErrStoreUnavailable, http.StatusServiceUnavailable, "store-unavailable", "The counter store is unavailable; retry"},
 	{policy.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Tollgate cannot reach its database right now; retry"},

@@ -145,6 +145,36 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/forward-auth/{policy}": {
+        parameters: {
+            query?: {
+                /** @description A request header whose value is the subject, such as `X-User-Id` (one the proxy sets, or clients could choose their own). Absent, or when the request has no such header: the client's address is the subject, as the per-IP layers resolve it (`TOLLGATE_TRUSTED_PROXIES`; an IPv6 client's /64, such as `2001:db8:1:2::`). A value longer than 512 bytes or not UTF-8 is counted by its SHA-256 (`sha256:` and 64 hex digits). */
+                subject_header?: string;
+                /** @description How much the request counts (default 1). */
+                cost?: number;
+                /** @description The status of a refusal: 429 (default), or 403 for nginx, whose `auth_request` treats any other status than 2xx, 401 and 403 as its own error. */
+                refusal_status?: 429 | 403;
+            };
+            header?: never;
+            path: {
+                /** @description The policy to check, of any algorithm but `concurrency`. */
+                policy: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * Check one request a proxy is about to pass on, and count it
+         * @description One check of the policy (a `consume` of one item), through the same pipeline as `POST /v1/check`: the ceilings, quotas, allotments, audit and usage count it as a check. Any method is answered the same way (proxies may forward the original request's), and a request body is never read: the connection is closed after the answer instead. A refusal by a ceiling that holds back the whole tenant (`instance`, `quota`, `allotment`, `sandbox`, `inflight`, and unpaid billing, whose answer carries no billing link) is a 503, so that the proxy's own fail mode decides, as a client's `FailMode` does. Recipes for nginx, Caddy and Traefik are in docs/gateways.md.
+         */
+        get: operations["forwardAuth"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/usage": {
         parameters: {
             query?: never;
@@ -1196,6 +1226,44 @@ export interface components {
             results: (components["schemas"]["CheckResponse"] | components["schemas"]["QuotaExceededProblem"] | components["schemas"]["PaymentRequiredProblem"])[];
         };
         /**
+         * @example {
+         *       "type": "https://tollgate.dev/problems/rate-limited",
+         *       "title": "Too many requests",
+         *       "status": 429,
+         *       "detail": "The policy \"pages\" allows 10 in its window; retry in 42 s.",
+         *       "layer": "policy",
+         *       "limit": 10,
+         *       "remaining": 0,
+         *       "retry_after_seconds": 42,
+         *       "violated-policies": [
+         *         "pages"
+         *       ]
+         *     }
+         */
+        ForwardAuthProblem: components["schemas"]["Problem"] & {
+            /**
+             * @description `policy` when the tenant's policy refused; otherwise the ceiling, as in `Layer`.
+             * @enum {string}
+             */
+            layer: "policy" | "instance" | "ip" | "quota" | "allotment" | "sandbox" | "inflight";
+            /**
+             * Format: int64
+             * @description The limit that refused.
+             */
+            limit: number;
+            /** Format: int64 */
+            remaining: number;
+            /**
+             * Format: int64
+             * @description As in Retry-After.
+             */
+            retry_after_seconds: number;
+            /** @description The policy or ceiling that refused, as named in RateLimit-Policy. */
+            "violated-policies"?: string[];
+            /** @description The policy's fail mode refused: the counter store did not answer in time. */
+            degraded?: boolean;
+        };
+        /**
          * @description A configuration file of envoyproxy/ratelimit, as YAML: its `domain` (which must be the one in the path) and nested `descriptors`, each a `key`, an optional `value`, an optional `rate_limit` and the `descriptors` under it. Tollgate reads it as envoyproxy/ratelimit does and refuses, naming the line, what it cannot honour or what envoyproxy/ratelimit would silently ignore (a misspelled or misplaced field, `quota_mode`, a unit of `year` without a `window`, a `replaces` naming no rule, …); see docs/api.md. At most 65,536 bytes, 1,000 `rate_limit` blocks and 8 levels.
          * @example {
          *       "domain": "edge",
@@ -1435,6 +1503,8 @@ export interface components {
         RateLimit: string;
         /** @description Present when the tenant's policies refused the check: seconds until the refusing item with the longest wait would allow (its `retry_after_ms`, rounded up, at least 1); the RateLimit field's `t` says the same. */
         "Retry-After-Check": number;
+        /** @description Present on a forward-auth answer the policy's fail mode decided, the counter store not answering in time. */
+        "X-Tollgate-Degraded": "true";
     };
     pathItems: never;
 }
@@ -1772,6 +1842,82 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
+        };
+    };
+    forwardAuth: {
+        parameters: {
+            query?: {
+                /** @description A request header whose value is the subject, such as `X-User-Id` (one the proxy sets, or clients could choose their own). Absent, or when the request has no such header: the client's address is the subject, as the per-IP layers resolve it (`TOLLGATE_TRUSTED_PROXIES`; an IPv6 client's /64, such as `2001:db8:1:2::`). A value longer than 512 bytes or not UTF-8 is counted by its SHA-256 (`sha256:` and 64 hex digits). */
+                subject_header?: string;
+                /** @description How much the request counts (default 1). */
+                cost?: number;
+                /** @description The status of a refusal: 429 (default), or 403 for nginx, whose `auth_request` treats any other status than 2xx, 401 and 403 as its own error. */
+                refusal_status?: 429 | 403;
+            };
+            header?: never;
+            path: {
+                /** @description The policy to check, of any algorithm but `concurrency`. */
+                policy: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Allowed (also by a fail-open policy when the counter store did not answer in time, with `X-Tollgate-Degraded`). No body; the RateLimit fields name the tightest quota, as on `/v1/check`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Tollgate-Degraded": components["headers"]["X-Tollgate-Degraded"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
+            /** @description Refused, answered 403 because the request asked for it (`refusal_status=403`, for nginx): the policy refused (`layer` `policy`; with `X-Tollgate-Degraded` when its fail mode `closed` did), or the per-IP ceiling, which limits the client's address (`layer` `ip`). Nothing was counted. The proxy passes Retry-After and the RateLimit fields on to the client. */
+            403: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    /** @description Present when a ceiling refused rather than the policy: `ip`. */
+                    "X-RateLimit-Layer"?: components["schemas"]["Layer"];
+                    "X-Tollgate-Degraded": components["headers"]["X-Tollgate-Degraded"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForwardAuthProblem"];
+                };
+            };
+            /** @description Refused: the policy refused (`layer` `policy`; with `X-Tollgate-Degraded` when its fail mode `closed` did), or the per-IP ceiling, which limits the client's address (`layer` `ip`). Nothing was counted. The proxy passes Retry-After and the RateLimit fields on to the client. */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    /** @description Present when a ceiling refused rather than the policy: `ip`. */
+                    "X-RateLimit-Layer"?: components["schemas"]["Layer"];
+                    "X-Tollgate-Degraded": components["headers"]["X-Tollgate-Degraded"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForwardAuthProblem"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            /** @description No decision for this tenant now: a ceiling holds back the whole tenant (`X-RateLimit-Layer` names it), or what decides the request could not be read. The proxy's fail mode decides; retry after Retry-After seconds. */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    /** @description The ceiling that holds back the tenant, when one does. */
+                    "X-RateLimit-Layer"?: components["schemas"]["Layer"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     usage: {

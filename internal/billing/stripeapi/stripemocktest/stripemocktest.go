@@ -17,8 +17,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/tollgate/tollgate/internal/testkit/solo"
 )
 
 var (
@@ -61,7 +59,7 @@ func Stop() {
 // Main runs a package's tests, then stops stripe-mock:
 // func TestMain(m *testing.M) { stripemocktest.Main(m) }.
 func Main(m *testing.M) {
-	code := solo.Run(m)
+	code := m.Run()
 	Stop()
 	os.Exit(code)
 }

@@ -2,11 +2,21 @@ package stripemocktest
 
 import (
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/tollgate/tollgate/internal/testkit/solo"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+// TestMain holds the machine's test lock (internal/testkit/solo), then
+// stops stripe-mock. Main itself takes no lock: stripemocktest stands
+// beside the adapter it stands in for, below the test kits.
+func TestMain(m *testing.M) {
+	code := solo.Run(m)
+	Stop()
+	os.Exit(code)
+}
 
 func TestURLServesTheStripeAPI(t *testing.T) {
 	u := URL(t)
