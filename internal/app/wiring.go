@@ -291,7 +291,8 @@ func (a *App) listenGRPC() error {
 	}
 	a.grpcLn = ln
 	a.closing = append(a.closing, func() { _ = ln.Close() })
-	svc := rls.New(rls.Config{Gate: a.Parts.Gate, Log: a.log, IPv6Prefix: cfg.IPv6Prefix})
+	// A domain with an uploaded file is matched by it; any other is native.
+	svc := rls.New(rls.Config{Gate: a.Parts.Gate, Domains: a.Parts.EnvoyDomains.Config, Log: a.log, IPv6Prefix: cfg.IPv6Prefix})
 	a.grpcSrv = rls.NewServer(svc, rls.ServerConfig{TLS: tlsConf, ShutdownTimeout: cfg.ShutdownTimeout})
 	return nil
 }

@@ -165,6 +165,18 @@ func (c *Catalog) For(ctx context.Context, tenantID string) (Domains, error) {
 	return d, err
 }
 
+// Config is For and Domains.Lookup in one: the parsed file of a tenant's
+// domain, or nil (and no error) when the tenant has none that parses, as
+// the rate limit service asks for it (rls.Domains). Errors are For's.
+func (c *Catalog) Config(ctx context.Context, tenantID, domain string) (*Config, error) {
+	d, err := c.For(ctx, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	conf, _ := d.Lookup(domain)
+	return conf, nil
+}
+
 // Invalidate marks a tenant's Domains stale: the next For loads them again
 // (and falls back on them only when the load fails), and a load already in
 // flight is not kept.

@@ -369,6 +369,9 @@ func TestServiceInvalidatesAndAudits(t *testing.T) {
 	if err != nil || limitOf(t, ds, "edge") != 7 {
 		t.Errorf("For after Put: %v, limit %d, want 7", err, limitOf(t, ds, "edge"))
 	}
+	if conf, err := c.Config(ctx, a, "edge"); err != nil || conf == nil || conf.Rules[0].Policy.Limit != 7 {
+		t.Errorf("Config after Put: %v, %v", conf, err)
+	}
 	got, err := svc.Get(ctx, a, "edge")
 	if err != nil || string(got.Source) != string(file("edge", 7)) {
 		t.Errorf("Get: %q, %v", got.Source, err)
@@ -418,6 +421,9 @@ func TestServiceInvalidatesAndAudits(t *testing.T) {
 	ds, err = c.For(ctx, a)
 	if err != nil || ds.Len() != 0 {
 		t.Errorf("For after Delete: %d domains, %v", ds.Len(), err)
+	}
+	if conf, err := c.Config(ctx, a, "edge"); err != nil || conf != nil {
+		t.Errorf("Config after Delete: %v, %v; want nil, nil", conf, err)
 	}
 	if err := svc.Delete(ctx, a, "edge"); !errors.Is(err, policy.ErrNotFound) {
 		t.Errorf("deleting again: %v, want not found", err)
