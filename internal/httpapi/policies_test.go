@@ -370,6 +370,11 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 			// A group's catch-all, which answers 404.
 			continue
 		}
+		if rt.Path == "/v1/forward-auth/:policy" && rt.Method != http.MethodGet {
+			// Any method is answered as GET (proxies may forward the
+			// original request's), which the document says of its GET.
+			continue
+		}
 		segs := strings.Split(rt.Path, "/")
 		for i, s := range segs {
 			if strings.HasPrefix(s, ":") {

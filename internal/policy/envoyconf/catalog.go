@@ -82,8 +82,8 @@ func (d Domains) Stale() bool { return d.stale }
 // fetches and parses only the files whose version it does not hold, so
 // that a tenant changing one file again and again costs each instance the
 // parsing of that file, not of all of them. A stored file that does not
-// parse (a bound tightened since it was uploaded) is logged once and left
-// out: its domain has no Config. Invalidate marks a tenant's Domains stale
+// parse (a bound tightened since it was uploaded) is logged when it is
+// first loaded and left out: its domain has no Config. Invalidate marks a tenant's Domains stale
 // when its files change (the serve wiring calls it on the
 // "envoy:<tenant_id>" notification); TTL is the safety net. The rules are
 // policy.Catalog's: stale Domains are read again by the next For; while the
@@ -144,6 +144,8 @@ func (c *Catalog) load(ctx context.Context, tenantID string) (Domains, error) {
 			f = parsed{version: d.Version, size: len(d.Source)}
 			var err error
 			if f.config, err = Parse(d.Name, d.Source); err != nil {
+				// Kept by its version only, which holds no memory.
+				f.size = 0
 				c.log.ErrorContext(ctx, "stored envoy configuration does not parse; its domain is left out",
 					"tenant_id", tenantID, "domain", d.Name, "version", d.Version, "err", err)
 			}

@@ -33,7 +33,7 @@ const (
 var ErrInvalid = errors.New("invalid configuration")
 
 // ErrTooManyDomains is a put of a new domain beyond MaxDomains.
-var ErrTooManyDomains = &policy.FieldError{Field: "domain",
+var ErrTooManyDomains = &policy.FieldError{
 	Reason: fmt.Sprintf("a tenant may hold at most %d domains: delete one first", MaxDomains)}
 
 // TooManyRulesError is a put that would take a tenant's domains past
