@@ -40,6 +40,9 @@ const pepper = "blackbox-pepper-0123456789abcdef0123456789"
 // instance is one running `tollgate serve`.
 type instance struct {
 	base string
+	// grpc is where its rate limit service listens, when it was started
+	// with one (startWithRLS).
+	grpc string
 	logs *logbuf.Buffer
 	cmd  *exec.Cmd
 	srv  *bintest.Server

@@ -58,8 +58,9 @@ type record struct {
 	// by the policy's fail mode, never 503 (issue 23, item 3).
 	strictConfig bool
 	// forward is set for a check of one item sent as a proxy would, to
-	// /v1/forward-auth (stack.forward).
-	forward bool
+	// /v1/forward-auth (stack.forward); viaRLS for one sent as Envoy
+	// would, to the rate limit service (stack.rls).
+	forward, viaRLS bool
 }
 
 // itemRec is one item of a check.

@@ -434,6 +434,10 @@ func (pr *phaseRun) send(r *record, m *member, key string) {
 			r.answer = st.forward(r.tenant, m, key, r.items[0].policy, r.items[0].subject)
 			return
 		}
+		if r.viaRLS {
+			r.answer = st.rls(r.tenant, m, key, r.items[0].policy, r.items[0].subject)
+			return
+		}
 		r.answer = st.call(r.tenant, "POST", m, key, "/v1/check", checkBody(r))
 	})
 	r.decode()
@@ -728,9 +732,10 @@ func (pr *phaseRun) floodOp(rng *rand.Rand, c *faultClient, m *member, owner int
 
 // startQuiet has the quiet tenant check its "2 an hour", ten subjects in
 // turn on every instance, until the returned function is called; the
-// phase then holds those answers to quietInvariants. Half the subjects are
-// checked as a proxy checks them, through /v1/forward-auth: a bystander's
-// gateway is held to the same counts.
+// phase then holds those answers to quietInvariants. Three subjects of ten
+// are checked as a proxy checks them, through /v1/forward-auth, and three
+// as Envoy does, through the rate limit service (gRPC): a bystander's
+// gateways are held to the same counts.
 func (pr *phaseRun) startQuiet() (stop func()) {
 	st := pr.st
 	pr.quietChecked = true
@@ -745,7 +750,7 @@ func (pr *phaseRun) startQuiet() (stop func()) {
 			}
 			m := st.members[i%len(st.members)]
 			subject := fmt.Sprintf("%s.q%d", pr.name, i%10)
-			r := &record{phase: pr.name, kind: opCheck, tenant: st.quiet, member: m.idx, quiet: true, forward: i%10 >= 5,
+			r := &record{phase: pr.name, kind: opCheck, tenant: st.quiet, member: m.idx, quiet: true, forward: i%10 >= 4 && i%10 < 7, viaRLS: i%10 >= 7,
 				items: []itemRec{{policy: twoAnHour.name, subject: subject, cost: 1}}}
 			pr.send(r, m, st.quiet.nt.LiveKey)
 			time.Sleep(5 * time.Millisecond)

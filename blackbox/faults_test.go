@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/testkit/solo"
+
+	"google.golang.org/grpc"
 )
 
 // knownOpen lists what fails on main because of a defect still open, with
@@ -190,7 +192,11 @@ func TestFaultSuite(t *testing.T) {
 
 // suite is one run of TestFaultSuite.
 type suite struct {
-	t        *testing.T
+	t *testing.T
+	// rlsConns are the suite's connections to the instances' rate limit
+	// services, by address.
+	rlsMu    sync.Mutex
+	rlsConns map[string]*grpc.ClientConn
 	seed     uint64
 	rng      *rand.Rand
 	duration time.Duration

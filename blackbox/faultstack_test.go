@@ -3,10 +3,12 @@ package blackbox
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +16,13 @@ import (
 	"syscall"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/tollgate/tollgate/internal/testkit/bintest"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/faultnet"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
@@ -185,7 +194,7 @@ func (s *suite) newStack(name string, served, dsn string, n int, env ...string) 
 		model: &model{}, leases: &leaseBook{byID: map[string]*leaseRec{}}, lossySince: map[*fTenant][]time.Time{}}
 	st.subjects.m = map[string]*subjectState{}
 	for i := range n {
-		st.members = append(st.members, &member{idx: i, in: start(t, served, env...)})
+		st.members = append(st.members, &member{idx: i, in: st.start()})
 	}
 	for i := range 3 {
 		st.tenants = append(st.tenants, &fTenant{label: fmt.Sprintf("t%d", i), nt: createTenant(t, dsn, "pro")})
@@ -308,10 +317,19 @@ func (st *stack) term(m *member) (time.Duration, error) {
 	}
 }
 
+// start starts an instance of the stack, with its rate limit service on a
+// port of its own.
+func (st *stack) start() *instance {
+	addr := bintest.FreePort(st.s.t)
+	in := start(st.s.t, st.served, append(slices.Clip(st.env), "TOLLGATE_GRPC_ADDR="+addr)...)
+	in.grpc = addr
+	return in
+}
+
 // restart starts a new process in m's position, on a new port, and waits until
 // it is ready.
 func (st *stack) restart(m *member) {
-	in := start(st.s.t, st.served, st.env...)
+	in := st.start()
 	m.mu.Lock()
 	m.in = in
 	m.down[len(m.down)-1].to = time.Now()
@@ -500,6 +518,73 @@ func (st *stack) forward(tn *fTenant, m *member, key, policy, subject string) an
 		tn.counted(test, 0, 1)
 	}
 	return a
+}
+
+// rls asks m as Envoy would, ShouldRateLimit in the domain "fault" with one
+// native descriptor (policy, subject), on behalf of tn, and counts it in
+// tn's usage tallies as forward does. The answer is put as HTTP's: 200 for
+// a decision of the policy (OK or OVER_LIMIT, read by decode), 429 for a
+// ceiling's refusal, the response headers as headers; a gRPC error is err.
+func (st *stack) rls(tn *fTenant, m *member, key, policy, subject string) answer {
+	a := answer{start: time.Now(), header: http.Header{}}
+	defer func() { a.end = time.Now() }()
+	client, err := st.s.rlsClient(m.current().grpc)
+	if err != nil {
+		a.err = err
+		return a
+	}
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key), 15*time.Second)
+	defer cancel()
+	res, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "fault", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "policy", Value: policy}, {Key: "subject", Value: subject}}}}})
+	st.s.ops.Add(1)
+	test := strings.HasPrefix(key, "tg_test_")
+	if err != nil {
+		a.err = err
+		tn.counted(test, 0, 1)
+		return a
+	}
+	for _, h := range res.GetResponseHeadersToAdd() {
+		a.header.Add(h.GetKey(), h.GetValue())
+	}
+	if sts := res.GetStatuses(); len(sts) == 1 && sts[0].GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT && sts[0].GetCurrentLimit().GetName() != policy {
+		// A ceiling refused, as /v1/check's 429 says.
+		a.status = 429
+		a.body = []byte(`{"type":"https://tollgate.dev/problems/quota-exceeded"}`)
+		return a
+	}
+	// A decision of the policy, as /v1/check's 200 says it.
+	a.status = 200
+	a.body, _ = json.Marshal(map[string]bool{"allowed": res.GetOverallCode() == rlsv3.RateLimitResponse_OK,
+		"degraded": a.header.Get("X-Tollgate-Degraded") == "true"})
+	tn.counted(test, 1, 0)
+	return a
+}
+
+// rlsClient is the suite's client of the rate limit service at addr, one
+// connection an address.
+func (s *suite) rlsClient(addr string) (rlsv3.RateLimitServiceClient, error) {
+	s.rlsMu.Lock()
+	defer s.rlsMu.Unlock()
+	if c, ok := s.rlsConns[addr]; ok {
+		return rlsv3.NewRateLimitServiceClient(c), nil
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	if s.rlsConns == nil {
+		s.rlsConns = map[string]*grpc.ClientConn{}
+		s.t.Cleanup(func() {
+			s.rlsMu.Lock()
+			defer s.rlsMu.Unlock()
+			for _, c := range s.rlsConns {
+				c.Close()
+			}
+		})
+	}
+	s.rlsConns[addr] = c
+	return rlsv3.NewRateLimitServiceClient(c), nil
 }
 
 // forwardLayer is the layer a forward-auth refusal's problem names.
