@@ -108,6 +108,19 @@ var commands = []command{
 		run:     overridesCmd,
 	},
 	{
+		name: "envoy",
+		synopses: []string{
+			"envoy import FILE --tenant TENANT_ID [--domain DOMAIN]",
+			"envoy list --tenant TENANT_ID",
+			"envoy export DOMAIN --tenant TENANT_ID",
+			"envoy delete DOMAIN --tenant TENANT_ID",
+		},
+		summary: "upload an envoyproxy/ratelimit configuration file as one of a tenant's domains (the file's own domain unless --domain), refused as PUT /v1/envoy/domains/DOMAIN refuses it and reported as FILE:LINE: reason; list a tenant's domains, print a domain's file as uploaded, or delete one; changes are audited as cli:<os user>",
+		env:     storeEnv,
+		config:  loadStoreConfig,
+		run:     envoyCmd,
+	},
+	{
 		name:     "subjects",
 		synopses: []string{subjectsSynopsis},
 		summary:  "clear a subject's counter of a policy (a concurrency policy's leases), live or with --test the sandbox's, as DELETE /v1/policies/NAME/subjects/SUBJECT does: on the PostgreSQL or Redis counter store the servers use, never the memory store's, which lives in the serving process; audited as cli:<os user>",

@@ -16,7 +16,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/limit"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/policy"
@@ -45,14 +44,9 @@ type policyStores struct {
 func openPolicies(ctx context.Context, cfg Config, log *slog.Logger) (policyStores, func(), error) {
 	actor := cliActor()
 	return openStore(ctx, cfg, log, func(pool *pgxpool.Pool) policyStores {
-		l := audit.NewLog(pgstore.NewAudit(pool))
 		return policyStores{
 			tenants: pgstore.NewTenants(pool),
-			svc: policy.Service{Store: pgstore.NewPolicies(pool), Audit: func(ctx context.Context, tenantID, kind string, detail map[string]any) {
-				if err := l.Record(ctx, audit.Entry{TenantID: tenantID, Actor: actor, Kind: kind, Detail: detail}); err != nil {
-					log.ErrorContext(ctx, "audit entry lost", "tenant_id", tenantID, "kind", kind, "err", err)
-				}
-			}},
+			svc:     policy.Service{Store: pgstore.NewPolicies(pool), Audit: cliAudit(pool, actor, log)},
 		}
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	"github.com/tollgate/tollgate/internal/dashboard"
 	"github.com/tollgate/tollgate/internal/httpapi"
+	"github.com/tollgate/tollgate/internal/policy/envoyconf"
 	"github.com/tollgate/tollgate/internal/rls"
 )
 
@@ -134,6 +135,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (_ *App, err error) {
 	}
 	return a, nil
 }
+
+// EnvoyDomains is every tenant's envoyproxy/ratelimit files, parsed, by
+// domain: what the gRPC rate limit service matches Envoy's descriptors
+// against, without a database round trip. The change listener keeps it
+// current (an upload on any instance reaches it within about a second).
+func (a *App) EnvoyDomains() *envoyconf.Catalog { return a.Parts.EnvoyDomains }
 
 // Addr is where the server listens.
 func (a *App) Addr() string { return a.ln.Addr().String() }

@@ -81,9 +81,9 @@ func httpServer(cfg Config, h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-// policyAudit writes a tenant's policy and override changes, and counter
-// resets, to the audit log; the actor is the tenant API, on the tenant's own
-// key.
+// policyAudit writes a tenant's changes of policies, overrides and
+// envoyproxy/ratelimit files to the audit log, every one; the actor is the
+// tenant API, on the tenant's own key.
 func policyAudit(l *audit.Log, log *slog.Logger) func(ctx context.Context, tenantID, kind string, detail map[string]any) {
 	return func(ctx context.Context, tenantID, kind string, detail map[string]any) {
 		if err := l.Record(ctx, audit.Entry{TenantID: tenantID, Actor: "tenant api", Kind: kind, Detail: detail}); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/policy/envoyconf"
 	"github.com/tollgate/tollgate/internal/rls"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
@@ -28,20 +29,24 @@ import (
 // Parts are the services New built, each once, that the HTTP layers and
 // the background loops share.
 type Parts struct {
-	Tenants    *tenant.Directory
-	Policies   *pgstore.Policies
-	Catalog    *policy.Catalog
-	AuditStore *pgstore.Audit
-	Audit      *audit.Recorder
-	Usage      *usage.Recorder
-	Hooks      *webhooks.Service
-	HookWorker *webhooks.Worker
-	Metrics    *metrics.Metrics
-	Traffic    *pgstore.Traffic
-	Degraded   *traffic.Recorder
-	Gate       *gate.Gate
-	Billing    *billing.Service
-	Dashboard  *dashboard.Dashboard
+	Tenants  *tenant.Directory
+	Policies *pgstore.Policies
+	Catalog  *policy.Catalog
+	// EnvoyDomains holds every tenant's envoyproxy/ratelimit files,
+	// parsed, by domain; Envoy is their store.
+	EnvoyDomains *envoyconf.Catalog
+	Envoy        *pgstore.EnvoyDomains
+	AuditStore   *pgstore.Audit
+	Audit        *audit.Recorder
+	Usage        *usage.Recorder
+	Hooks        *webhooks.Service
+	HookWorker   *webhooks.Worker
+	Metrics      *metrics.Metrics
+	Traffic      *pgstore.Traffic
+	Degraded     *traffic.Recorder
+	Gate         *gate.Gate
+	Billing      *billing.Service
+	Dashboard    *dashboard.Dashboard
 
 	stripeWebhooks httpapi.WebhookVerifier
 	billingLoops   *billingLoops
@@ -76,6 +81,8 @@ func (a *App) buildDomain() error {
 	p.Tenants = tenant.NewDirectory(tenant.DirectoryConfig{Store: pgstore.NewTenants(a.Pool), Logger: log})
 	p.Policies = pgstore.NewPolicies(a.Pool)
 	p.Catalog = policy.NewCatalog(p.Policies, policy.CatalogConfig{})
+	p.Envoy = pgstore.NewEnvoyDomains(a.Pool)
+	p.EnvoyDomains = envoyconf.NewCatalog(p.Envoy, envoyconf.CatalogConfig{Logger: log})
 	p.AuditStore = pgstore.NewAudit(a.Pool)
 	var err error
 	p.Audit, err = audit.NewRecorder(audit.RecorderConfig{Store: p.AuditStore, Logger: log, AuditRetention: cfg.AuditRetention})
@@ -133,8 +140,11 @@ func (a *App) invalidate(kind, id string) {
 		return
 	}
 	p.Tenants.Invalidate(kind, id)
-	if kind == "policy" {
+	switch kind {
+	case "policy":
 		p.Catalog.Invalidate(id)
+	case "envoy":
+		p.EnvoyDomains.Invalidate(id)
 	}
 }
 
@@ -155,7 +165,12 @@ func (a *App) startLoops(dsn string) {
 	// again on its next use), since notifications may have been missed.
 	a.running.Go(func() {
 		logRun(log, "change listener", pgstore.Listen(a.bg, dsn, log, a.invalidate,
-			func() { p.Tenants.InvalidateAll(); p.Catalog.InvalidateAll(); p.HookWorker.Wake() }))
+			func() {
+				p.Tenants.InvalidateAll()
+				p.Catalog.InvalidateAll()
+				p.EnvoyDomains.InvalidateAll()
+				p.HookWorker.Wake()
+			}))
 	})
 	if p.billingLoops != nil {
 		a.running.Go(func() { logRun(log, "billing loops (usage reporting, event retention)", p.billingLoops.Run(a.bg)) })
@@ -204,6 +219,7 @@ func (a *App) apiConfig(hook func(*httpapi.Config)) httpapi.Config {
 		CounterReady: counterReady,
 		Gate:         p.Gate,
 		Policies:     policy.Service{Store: p.Policies, Catalog: p.Catalog, Audit: policyAudit(audit.NewLog(p.AuditStore), log)},
+		Envoy:        envoyconf.Service{Store: p.Envoy, Catalog: p.EnvoyDomains, Audit: policyAudit(audit.NewLog(p.AuditStore), log)},
 		// Counter resets (DELETE /v1/policies/{name}/subjects/{subject}),
 		// under the tenant's audit budget.
 		Audit:    notedAudit(p.Audit),
@@ -275,7 +291,8 @@ func (a *App) listenGRPC() error {
 	}
 	a.grpcLn = ln
 	a.closing = append(a.closing, func() { _ = ln.Close() })
-	svc := rls.New(rls.Config{Gate: a.Parts.Gate, Log: a.log, IPv6Prefix: cfg.IPv6Prefix})
+	// A domain with an uploaded file is matched by it; any other is native.
+	svc := rls.New(rls.Config{Gate: a.Parts.Gate, Domains: a.Parts.EnvoyDomains.Config, Log: a.log, IPv6Prefix: cfg.IPv6Prefix})
 	a.grpcSrv = rls.NewServer(svc, rls.ServerConfig{TLS: tlsConf, ShutdownTimeout: cfg.ShutdownTimeout})
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/policy/envoyconf"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -36,6 +37,8 @@ type tenantAPI struct {
 	pool    *pgxpool.Pool
 	tenants *pgstore.Tenants
 	met     *metrics.Metrics
+	// envoy is the Catalog the envoy routes' Service invalidates.
+	envoy *envoyconf.Catalog
 	// audits are the entries Config.Audit was given.
 	auditMu sync.Mutex
 	audits  []auditEntry
@@ -122,12 +125,14 @@ func newTenantAPIWith(t testing.TB, dsn string, o apiOptions) *tenantAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &tenantAPI{t: t, pool: pool, tenants: tenants, met: met}
+	envoyDomains := pgstore.NewEnvoyDomains(pool)
+	a := &tenantAPI{t: t, pool: pool, tenants: tenants, met: met, envoy: envoyconf.NewCatalog(envoyDomains, envoyconf.CatalogConfig{Logger: log})}
 	a.e = New(Config{
 		Logger:      log,
 		Ready:       pool.Ping,
 		Gate:        g,
 		Policies:    policy.Service{Store: policies, Catalog: catalog},
+		Envoy:       envoyconf.Service{Store: envoyDomains, Catalog: a.envoy},
 		Usage:       usageOf{rec, dir},
 		Webhooks:    testWebhooks(t, pool),
 		ClientIP:    o.clientIP,

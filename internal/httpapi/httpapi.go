@@ -1,5 +1,6 @@
 // Package httpapi is Tollgate's HTTP surface: the tenant API under /v1
-// (checks, leases, policies, usage, billing), the billing links of 402
+// (checks, leases, policies, envoyproxy/ratelimit files, usage, billing),
+// the billing links of 402
 // answers, Stripe webhooks, the OpenAPI document and its rendered reference
 // (/docs), health, readiness and metrics, and the Echo instance the
 // dashboard mounts on, with the client-IP rules, body budgets and
@@ -45,6 +46,9 @@ type Config struct {
 	Gate     Gate
 	Policies PolicyService
 	Usage    UsageService
+	// Envoy serves /v1/envoy/domains, the tenant's envoyproxy/ratelimit
+	// files; nil serves none.
+	Envoy EnvoyService
 	// Audit records a tenant's change that is not a policy's (a counter
 	// reset, by kind counter_reset, naming the key that did it, with detail
 	// sandbox for a test key); nil records nothing. It must not block on
@@ -142,6 +146,9 @@ func New(cfg Config) *echo.Echo {
 		// Proxies may forward the original request's method.
 		v1.Any("/forward-auth/:policy", a.forwardAuth)
 		registerPolicies(v1.Group("", a.admit("policies")), cfg.Policies)
+		if cfg.Envoy != nil {
+			registerEnvoy(v1.Group("/envoy", a.admit("envoy")), cfg.Envoy)
+		}
 		v1.GET("/usage", a.usage, a.admit("usage"))
 		registerBilling(v1.Group("/billing", a.admit("billing")), a)
 		registerLeases(v1, a)

@@ -360,15 +360,19 @@ func TestOpenAPIDocumentNamesItsLicense(t *testing.T) {
 	}
 }
 
-// TestOpenAPIDocumentsEveryRoute fails when a /v1 route registered here is
+// TestOpenAPIDocumentsEveryRoute fails when a /v1 route New registers is
 // missing from the document.
 func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	t.Parallel()
 	_, router := openAPIRouter(t)
-	e, _ := newTestEcho(failingService{})
-	for _, rt := range e.Routes() {
-		if !strings.HasPrefix(rt.Path, "/v1/") || strings.HasSuffix(rt.Path, "*") {
+	for _, rt := range newTenantAPI(t, pgtest.New(t), nil).e.Routes() {
+		if !strings.HasPrefix(rt.Path, "/v1/") || strings.HasSuffix(rt.Path, "*") || rt.Method == echo.RouteNotFound {
 			// A group's catch-all, which answers 404.
+			continue
+		}
+		if rt.Path == "/v1/forward-auth/:policy" && rt.Method != http.MethodGet {
+			// Any method is answered as GET (proxies may forward the
+			// original request's), which the document says of its GET.
 			continue
 		}
 		segs := strings.Split(rt.Path, "/")

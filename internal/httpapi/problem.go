@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/policy/envoyconf"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/webhooks"
 )
@@ -33,6 +34,9 @@ var problemKinds = []problemKind{
 	{tenant.ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Invalid API key"},
 	{tenant.ErrTestKey, http.StatusForbidden, "test-key-read-only", "Test keys may read but not change the tenant's configuration: use a live key"},
 	{tenant.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
+	// A configuration file Parse refuses (envoy.go): before policy's
+	// ErrInvalid, which it wraps too.
+	{envoyconf.ErrInvalid, http.StatusBadRequest, "invalid-configuration", "Invalid configuration"},
 	{policy.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	{policy.ErrNotFound, http.StatusNotFound, "not-found", "Not found"},
 	{policy.ErrConflict, http.StatusConflict, "conflict", "Conflict"},
@@ -105,6 +109,16 @@ type problem struct {
 	// Field names the JSON member or path parameter at fault in an
 	// invalid request; empty when the body as a whole is.
 	Field string `json:"field,omitempty"`
+	// Errors are the faults of an invalid configuration file, each with
+	// its line (omitted when the file as a whole is at fault). Parse stops
+	// at the first, so there is one; a list so that more may come.
+	Errors []fileFault `json:"errors,omitempty"`
+}
+
+// fileFault is one fault of a configuration file.
+type fileFault struct {
+	Line   int    `json:"line,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // problemFor returns the problem that answers err, and whether err is one the
@@ -122,6 +136,9 @@ func problemFor(err error) (problem, bool) {
 		p := problem{Problem: Problem{Type: problemBase + k.slug, Title: k.title, Status: k.status}}
 		if ce, ok := errors.AsType[clientError](err); ok {
 			p.Field, p.Detail = ce.ClientFault()
+		}
+		if fe, ok := errors.AsType[*envoyconf.Error](err); ok {
+			p.Errors = []fileFault{{Line: fe.Line, Reason: fe.Reason}}
 		}
 		return p, true
 	}

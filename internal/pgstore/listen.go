@@ -43,7 +43,8 @@ var defaultListenTiming = listenTiming{
 // is cancelled, then returns nil; it returns an error only when dsn is not
 // a PostgreSQL URL. It calls onChange(kind, id) for each notification
 // ("tenant", tenant ID; "key", key prefix; "plan", plan name; "policy",
-// tenant ID), and onReconnect each time it has connected and is listening,
+// tenant ID; "envoy", tenant ID, of its envoyproxy/ratelimit files), and
+// onReconnect each time it has connected and is listening,
 // the first time included: notifications sent while it was not listening
 // are lost, so the caller refreshes every cache then. It reconnects after any
 // failure, with backoff, and notices a dead connection within about 20 s

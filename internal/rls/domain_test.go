@@ -2,6 +2,7 @@ package rls_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net"
 	"testing"
@@ -10,8 +11,11 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/policy/envoyconf"
 	"github.com/tollgate/tollgate/internal/rls"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
@@ -57,9 +61,16 @@ func withDomains(t *testing.T, in *instance, confs ...string) rlsv3.RateLimitSer
 		}
 		byDomain[c.Domain] = c
 	}
-	svc := rls.New(rls.Config{Gate: in.app.Parts.Gate, Domains: func(_ context.Context, _ string, domain string) (*envoyconf.Config, error) {
+	return withDomainsFunc(t, in, func(_ context.Context, _ string, domain string) (*envoyconf.Config, error) {
 		return byDomain[domain], nil
-	}})
+	})
+}
+
+// withDomainsFunc serves in's gate through a rate limit service whose
+// tenants' configurations domains returns.
+func withDomainsFunc(t *testing.T, in *instance, domains rls.Domains) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	svc := rls.New(rls.Config{Gate: in.app.Parts.Gate, Domains: domains})
 	srv := rls.NewServer(svc, rls.ServerConfig{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -144,5 +155,22 @@ func TestConfiguredDomain(t *testing.T) {
 	// No rule: OK, nothing counted.
 	if res := ask(desc("unknown", "k")); res.OverallCode != ok || res.Statuses[0].CurrentLimit != nil {
 		t.Errorf("unmatched: %v", res)
+	}
+}
+
+// TestDomainsUnreadable: a tenant's files that cannot be read (the
+// database down before they were ever loaded) answer UNAVAILABLE, which
+// Envoy's failure_mode_deny decides, never INTERNAL.
+func TestDomainsUnreadable(t *testing.T) {
+	in := start(t, pgtest.New(t))
+	acme := newTenant(t, in.app, "pro")
+	client := withDomainsFunc(t, in, func(context.Context, string, string) (*envoyconf.Config, error) {
+		return nil, fmt.Errorf("load envoy domains of tenant: %w", policy.ErrUnavailable)
+	})
+	ctx, cancel := context.WithTimeout(as(t.Context(), acme.Live), 10*time.Second)
+	defer cancel()
+	_, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("remote_address", "10.0.0.1")}})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("files unreadable: %v, want Unavailable", err)
 	}
 }

@@ -210,7 +210,7 @@ func (s *Service) statusOf(err error) error {
 		return status.Error(codes.InvalidArgument, "invalid request")
 	case errors.Is(err, gate.ErrBusy):
 		return status.Error(codes.ResourceExhausted, "the tenant's work in progress is at its bound on this instance: retry in a second")
-	case errors.Is(err, gate.ErrUnavailable), errors.Is(err, gate.ErrStoreUnavailable):
+	case errors.Is(err, gate.ErrUnavailable), errors.Is(err, gate.ErrStoreUnavailable), errors.Is(err, policy.ErrUnavailable):
 		return status.Error(codes.Unavailable, "the tenant's configuration cannot be read now: retry")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()

@@ -145,6 +145,36 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/forward-auth/{policy}": {
+        parameters: {
+            query?: {
+                /** @description A request header whose value is the subject, such as `X-User-Id` (one the proxy sets, or clients could choose their own). Absent, or when the request has no such header: the client's address is the subject, as the per-IP layers resolve it (`TOLLGATE_TRUSTED_PROXIES`; an IPv6 client's /64, such as `2001:db8:1:2::`). A value longer than 512 bytes or not UTF-8 is counted by its SHA-256 (`sha256:` and 64 hex digits). */
+                subject_header?: string;
+                /** @description How much the request counts (default 1). */
+                cost?: number;
+                /** @description The status of a refusal: 429 (default), or 403 for nginx, whose `auth_request` treats any other status than 2xx, 401 and 403 as its own error. */
+                refusal_status?: 429 | 403;
+            };
+            header?: never;
+            path: {
+                /** @description The policy to check, of any algorithm but `concurrency`. */
+                policy: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * Check one request a proxy is about to pass on, and count it
+         * @description One check of the policy (a `consume` of one item), through the same pipeline as `POST /v1/check`: the ceilings, quotas, allotments, audit and usage count it as a check. Any method is answered the same way (proxies may forward the original request's), and a request body is never read: the connection is closed after the answer instead. A refusal by a ceiling that holds back the whole tenant (`instance`, `quota`, `allotment`, `sandbox`, `inflight`, and unpaid billing, whose answer carries no billing link) is a 503, so that the proxy's own fail mode decides, as a client's `FailMode` does. Recipes for nginx, Caddy and Traefik are in docs/gateways.md.
+         */
+        get: operations["forwardAuth"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/usage": {
         parameters: {
             query?: never;
@@ -317,6 +347,54 @@ export interface paths {
          * @description Clears the subject's counter of the policy, as if it had never been counted ("unlock the account after support verified the user"); for a policy of algorithm `concurrency`, drops the subject's leases (their holders get 404 when they renew or release). A live key resets the live counter, a test key the sandbox's: test keys may call it. Every reset is written to the audit log (kind `counter_reset`) with the key's id and the subject's digest, never the subject. 404 for a policy the tenant does not have; 400 naming `subject` for a policy of scope `global`, which counts no subject.
          */
         delete: operations["resetSubject"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/envoy/domains": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the tenant's domains, sorted by name */
+        get: operations["listEnvoyDomains"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/envoy/domains/{domain}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The domain, as Envoy's rate limit filter names it (`domain` of `envoy.filters.http.ratelimit`): 1 to 255 bytes of printable ASCII, path-escaped, without `/` and neither `.` nor `..` (none of which reaches Tollgate intact through every proxy). Anything else is answered 400 naming the field `domain`.
+                 * @example edge
+                 */
+                domain: string;
+            };
+            cookie?: never;
+        };
+        /** Read a domain's configuration file */
+        get: operations["getEnvoyDomain"];
+        /**
+         * Upload a domain's configuration file
+         * @description Creates the domain, or replaces its file (`created_at` is kept). The body is the file as it is, sent as YAML (`Content-Type: application/yaml`; `text/yaml` and `application/x-yaml` are taken too, anything else is answered 415), at most 65,536 bytes (413 past it). Its `domain` must be the one in the path. `GET` answers it byte for byte.
+         */
+        put: operations["putEnvoyDomain"];
+        post?: never;
+        /**
+         * Delete a domain's configuration file
+         * @description Envoy's requests for the domain are then answered as in a domain without a file.
+         */
+        delete: operations["deleteEnvoyDomain"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1147,6 +1225,149 @@ export interface components {
             /** @description `results[i]` answers `checks[i]`. */
             results: (components["schemas"]["CheckResponse"] | components["schemas"]["QuotaExceededProblem"] | components["schemas"]["PaymentRequiredProblem"])[];
         };
+        /**
+         * @example {
+         *       "type": "https://tollgate.dev/problems/rate-limited",
+         *       "title": "Too many requests",
+         *       "status": 429,
+         *       "detail": "The policy \"pages\" allows 10 in its window; retry in 42 s.",
+         *       "layer": "policy",
+         *       "limit": 10,
+         *       "remaining": 0,
+         *       "retry_after_seconds": 42,
+         *       "violated-policies": [
+         *         "pages"
+         *       ]
+         *     }
+         */
+        ForwardAuthProblem: components["schemas"]["Problem"] & {
+            /**
+             * @description `policy` when the tenant's policy refused; otherwise the ceiling, as in `Layer`.
+             * @enum {string}
+             */
+            layer: "policy" | "instance" | "ip" | "quota" | "allotment" | "sandbox" | "inflight";
+            /**
+             * Format: int64
+             * @description The limit that refused.
+             */
+            limit: number;
+            /** Format: int64 */
+            remaining: number;
+            /**
+             * Format: int64
+             * @description As in Retry-After.
+             */
+            retry_after_seconds: number;
+            /** @description The policy or ceiling that refused, as named in RateLimit-Policy. */
+            "violated-policies"?: string[];
+            /** @description The policy's fail mode refused: the counter store did not answer in time. */
+            degraded?: boolean;
+        };
+        /**
+         * @description A configuration file of envoyproxy/ratelimit, as YAML: its `domain` (which must be the one in the path) and nested `descriptors`, each a `key`, an optional `value`, an optional `rate_limit` and the `descriptors` under it. Tollgate reads it as envoyproxy/ratelimit does and refuses, naming the line, what it cannot honour or what envoyproxy/ratelimit would silently ignore (a misspelled or misplaced field, `quota_mode`, a unit of `year` without a `window`, a `replaces` naming no rule, …); see docs/api.md. At most 65,536 bytes, 1,000 `rate_limit` blocks and 8 levels.
+         * @example {
+         *       "domain": "edge",
+         *       "descriptors": [
+         *         {
+         *           "key": "remote_address",
+         *           "rate_limit": {
+         *             "unit": "second",
+         *             "requests_per_unit": 10
+         *           }
+         *         },
+         *         {
+         *           "key": "remote_address",
+         *           "value": "50.0.0.5",
+         *           "rate_limit": {
+         *             "unit": "second",
+         *             "requests_per_unit": 0
+         *           }
+         *         }
+         *       ]
+         *     }
+         */
+        EnvoyConfigFile: {
+            domain: string;
+            descriptors?: components["schemas"]["EnvoyDescriptor"][];
+        };
+        /** @description One descriptor: requests whose descriptor entry has this key (and this value, when given; `*` in either matches any run of characters) meet its `rate_limit`, or go on to the `descriptors` under it. */
+        EnvoyDescriptor: {
+            /**
+             * @description Text: a string, or a number or boolean read as the text written.
+             * @example remote_address
+             */
+            key: unknown;
+            /**
+             * @description Text as `key`; absent or empty: each value counts apart.
+             * @example 50.0.0.5
+             */
+            value?: unknown;
+            rate_limit?: components["schemas"]["EnvoyRateLimit"];
+            descriptors?: components["schemas"]["EnvoyDescriptor"][];
+            /** @description Count, and answer OK even over the limit. */
+            shadow_mode?: boolean;
+            detailed_metric?: boolean;
+            value_to_metric?: boolean;
+            /** @description For a value with `*`: every value it matches shares one counter. */
+            share_threshold?: boolean;
+        };
+        /** @description envoyproxy/ratelimit's `rate_limit`, with Tollgate's own fields beside: `algorithm`, `window` (which replaces `unit`: `requests_per_unit` is then per window), `fail_mode` and `scope`. */
+        EnvoyRateLimit: {
+            /**
+             * @description second, minute, hour, day, week or month, in any case; month is the calendar month in UTC.
+             * @example second
+             */
+            unit?: string;
+            /**
+             * Format: int64
+             * @description 0 refuses every request.
+             */
+            requests_per_unit?: number;
+            unlimited?: boolean;
+            name?: string;
+            replaces?: {
+                name: string;
+            }[];
+            /** @enum {string} */
+            algorithm?: "fixed_window" | "sliding_window" | "token_bucket";
+            window?: components["schemas"]["Window"];
+            fail_mode?: components["schemas"]["FailMode"];
+            scope?: components["schemas"]["Scope"];
+        };
+        EnvoyDomain: {
+            domain: string;
+            /** @description The file's `rate_limit` blocks, unlimited ones included: what counts against the tenant's 1,000. */
+            rules: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        EnvoyDomainList: {
+            domains: components["schemas"]["EnvoyDomain"][];
+        };
+        /**
+         * @example {
+         *       "type": "https://tollgate.dev/problems/invalid-configuration",
+         *       "title": "Invalid configuration",
+         *       "status": 400,
+         *       "detail": "line 7: requests_per_unit must be an integer from 0 to 1000000000",
+         *       "errors": [
+         *         {
+         *           "line": 7,
+         *           "reason": "requests_per_unit must be an integer from 0 to 1000000000"
+         *         }
+         *       ]
+         *     }
+         */
+        InvalidConfigurationProblem: components["schemas"]["InvalidRequestProblem"] & {
+            /** @description Present when the file is at fault: where and why (one, the first found). */
+            errors?: {
+                /** @description The line at fault; absent when the file as a whole is. */
+                line?: number;
+                reason: string;
+            }[];
+        };
     };
     responses: {
         /** @description The request is malformed; `field` names the member or path parameter at fault when there is one. */
@@ -1232,7 +1453,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request would change the tenant's policies, overrides or billing and came with a test key (`tg_test_…`). Test keys live in the sandbox: their checks count on counters of their own, apart from live traffic's, and they may read the configuration but not change it. Use a live key. */
+        /** @description The request would change the tenant's policies, overrides, envoyproxy/ratelimit files or billing and came with a test key (`tg_test_…`). Test keys live in the sandbox: their checks count on counters of their own, apart from live traffic's, and they may read the configuration but not change it. Use a live key. */
         TestKeyReadOnly: {
             headers: {
                 [name: string]: unknown;
@@ -1282,6 +1503,8 @@ export interface components {
         RateLimit: string;
         /** @description Present when the tenant's policies refused the check: seconds until the refusing item with the longest wait would allow (its `retry_after_ms`, rounded up, at least 1); the RateLimit field's `t` says the same. */
         "Retry-After-Check": number;
+        /** @description Present on a forward-auth answer the policy's fail mode decided, the counter store not answering in time. */
+        "X-Tollgate-Degraded": "true";
     };
     pathItems: never;
 }
@@ -1621,6 +1844,82 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    forwardAuth: {
+        parameters: {
+            query?: {
+                /** @description A request header whose value is the subject, such as `X-User-Id` (one the proxy sets, or clients could choose their own). Absent, or when the request has no such header: the client's address is the subject, as the per-IP layers resolve it (`TOLLGATE_TRUSTED_PROXIES`; an IPv6 client's /64, such as `2001:db8:1:2::`). A value longer than 512 bytes or not UTF-8 is counted by its SHA-256 (`sha256:` and 64 hex digits). */
+                subject_header?: string;
+                /** @description How much the request counts (default 1). */
+                cost?: number;
+                /** @description The status of a refusal: 429 (default), or 403 for nginx, whose `auth_request` treats any other status than 2xx, 401 and 403 as its own error. */
+                refusal_status?: 429 | 403;
+            };
+            header?: never;
+            path: {
+                /** @description The policy to check, of any algorithm but `concurrency`. */
+                policy: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Allowed (also by a fail-open policy when the counter store did not answer in time, with `X-Tollgate-Degraded`). No body; the RateLimit fields name the tightest quota, as on `/v1/check`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Tollgate-Degraded": components["headers"]["X-Tollgate-Degraded"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
+            /** @description Refused, answered 403 because the request asked for it (`refusal_status=403`, for nginx): the policy refused (`layer` `policy`; with `X-Tollgate-Degraded` when its fail mode `closed` did), or the per-IP ceiling, which limits the client's address (`layer` `ip`). Nothing was counted. The proxy passes Retry-After and the RateLimit fields on to the client. */
+            403: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    /** @description Present when a ceiling refused rather than the policy: `ip`. */
+                    "X-RateLimit-Layer"?: components["schemas"]["Layer"];
+                    "X-Tollgate-Degraded": components["headers"]["X-Tollgate-Degraded"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForwardAuthProblem"];
+                };
+            };
+            /** @description Refused: the policy refused (`layer` `policy`; with `X-Tollgate-Degraded` when its fail mode `closed` did), or the per-IP ceiling, which limits the client's address (`layer` `ip`). Nothing was counted. The proxy passes Retry-After and the RateLimit fields on to the client. */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    /** @description Present when a ceiling refused rather than the policy: `ip`. */
+                    "X-RateLimit-Layer"?: components["schemas"]["Layer"];
+                    "X-Tollgate-Degraded": components["headers"]["X-Tollgate-Degraded"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForwardAuthProblem"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            /** @description No decision for this tenant now: a ceiling holds back the whole tenant (`X-RateLimit-Layer` names it), or what decides the request could not be read. The proxy's fail mode decides; retry after Retry-After seconds. */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    /** @description The ceiling that holds back the tenant, when one does. */
+                    "X-RateLimit-Layer"?: components["schemas"]["Layer"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     usage: {
         parameters: {
             query?: never;
@@ -1907,6 +2206,189 @@ export interface operations {
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listEnvoyDomains: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tenant's domains (at most 100), without their files. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvoyDomainList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getEnvoyDomain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The domain, as Envoy's rate limit filter names it (`domain` of `envoy.filters.http.ratelimit`): 1 to 255 bytes of printable ASCII, path-escaped, without `/` and neither `.` nor `..` (none of which reaches Tollgate intact through every proxy). Anything else is answered 400 naming the field `domain`.
+                 * @example edge
+                 */
+                domain: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file, byte for byte as uploaded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/yaml": components["schemas"]["EnvoyConfigFile"];
+                };
+            };
+            /** @description The domain in the path is not a valid one; `field` is `domain`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description This tenant has no such domain. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    putEnvoyDomain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The domain, as Envoy's rate limit filter names it (`domain` of `envoy.filters.http.ratelimit`): 1 to 255 bytes of printable ASCII, path-escaped, without `/` and neither `.` nor `..` (none of which reaches Tollgate intact through every proxy). Anything else is answered 400 naming the field `domain`.
+                 * @example edge
+                 */
+                domain: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/yaml": components["schemas"]["EnvoyConfigFile"];
+                "text/yaml": components["schemas"]["EnvoyConfigFile"];
+                "application/x-yaml": components["schemas"]["EnvoyConfigFile"];
+            };
+        };
+        responses: {
+            /** @description The domain as stored. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvoyDomain"];
+                };
+            };
+            /** @description The file is refused (type `…/invalid-configuration`: `detail` and `errors` name the line and the reason), or the domain in the path is not a valid one (`field` is `domain`), or the tenant's domains would pass 100, or their rules 1,000. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidConfigurationProblem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TestKeyReadOnly"];
+            /** @description The body is longer than 65,536 bytes. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as YAML. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteEnvoyDomain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The domain, as Envoy's rate limit filter names it (`domain` of `envoy.filters.http.ratelimit`): 1 to 255 bytes of printable ASCII, path-escaped, without `/` and neither `.` nor `..` (none of which reaches Tollgate intact through every proxy). Anything else is answered 400 naming the field `domain`.
+                 * @example edge
+                 */
+                domain: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The domain in the path is not a valid one; `field` is `domain`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TestKeyReadOnly"];
+            /** @description This tenant has no such domain. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];

@@ -249,6 +249,10 @@ func (c *Cache[V]) start(ctx context.Context, key string) *flight[V] {
 	return f
 }
 
+// Held returns the value held for key, fresh or stale, without loading
+// it: for a Load that reuses what it can of the value it replaces.
+func (c *Cache[V]) Held(key string) (V, bool) { return c.held(key) }
+
 // held returns the value held for key, fresh or not.
 func (c *Cache[V]) held(key string) (V, bool) {
 	c.mu.RLock()

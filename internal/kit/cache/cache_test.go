@@ -374,3 +374,31 @@ func TestMarkAllStale(t *testing.T) {
 		t.Errorf("%d misses after MarkAllStale, want 0", c.Misses())
 	}
 }
+
+// TestHeld: Held answers the value held, fresh or marked stale, and
+// nothing for a key never loaded or dropped, without loading.
+func TestHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var loads atomic.Int64
+	c := cache.New(cache.Config[string]{
+		Load:  func(_ context.Context, k string) (string, error) { loads.Add(1); return k + "!", nil },
+		TTL:   time.Hour,
+		Stale: func(error) bool { return true },
+	})
+	if v, ok := c.Held("a"); ok {
+		t.Errorf("Held before a load: %q", v)
+	}
+	c.Get(ctx, "a")
+	c.MarkStale("a")
+	if v, ok := c.Held("a"); !ok || v != "a!" {
+		t.Errorf("Held of a stale value: %q, %v", v, ok)
+	}
+	c.Drop("a")
+	if v, ok := c.Held("a"); ok {
+		t.Errorf("Held after a drop: %q", v)
+	}
+	if n := loads.Load(); n != 1 {
+		t.Errorf("%d loads, want 1: Held loads nothing", n)
+	}
+}

@@ -120,6 +120,16 @@ type DegradedMinute struct {
 	Answers int64
 }
 
+type EnvoyDomain struct {
+	TenantID  pgtype.UUID
+	Domain    string
+	Source    string
+	Rules     int32
+	Version   int64
+	CreatedAt pgtype.Timestamptz
+	UpdatedAt pgtype.Timestamptz
+}
+
 type Lease struct {
 	Grp       string
 	ID        []byte

@@ -7,8 +7,13 @@
 // policy (Rule.Policy); Match and MatchAll say which one a descriptor
 // meets, and under which subject it counts.
 //
-// It is pure: no storage, no HTTP, no gRPC. It imports the standard
-// library, internal/policy, internal/limit and gopkg.in/yaml.v3 only.
+// Tenants upload such files by domain (Service: at most MaxDomains of them
+// and MaxTenantRules rules together), and every instance keeps them parsed
+// in memory (Catalog), so that a request of Envoy's finds its domain's
+// Config without a database round trip. The Store they are kept in is
+// declared here and implemented by pgstore: no storage, no HTTP, no gRPC
+// here. It imports the standard library, internal/policy, internal/limit,
+// internal/kit/cache and gopkg.in/yaml.v3 only.
 //
 // # What envoyproxy/ratelimit does
 //

@@ -44,7 +44,7 @@ const (
 
 // Error is a file Parse refuses: the line at fault (1-based; 0 when the file
 // as a whole is) and a reason meant for the tenant who uploaded it. It
-// unwraps to policy.ErrInvalid.
+// unwraps to ErrInvalid and policy.ErrInvalid.
 type Error struct {
 	Line   int
 	Reason string
@@ -57,8 +57,8 @@ func (e *Error) Error() string {
 	return "line " + strconv.Itoa(e.Line) + ": " + e.Reason
 }
 
-// Unwrap returns policy.ErrInvalid.
-func (e *Error) Unwrap() error { return policy.ErrInvalid }
+// Unwrap returns ErrInvalid and policy.ErrInvalid.
+func (e *Error) Unwrap() []error { return []error{ErrInvalid, policy.ErrInvalid} }
 
 // ClientFault returns no field and the error's text, line included, for the
 // HTTP layer to show.
