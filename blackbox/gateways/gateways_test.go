@@ -294,11 +294,17 @@ func run(t *testing.T, name, listen, dir string, env []string, argv ...string) *
 			t.Logf("%s's log (tail):\n%s%s", name, bintest.Tail(string(errlog), 3000), bintest.Tail(p.logs.String(), 3000))
 		}
 	})
+	taken := false
 	eventually.NoError(t, 20*time.Second, name+" listening", func() error {
 		select {
 		case err := <-exited:
 			exited <- err
 			errlog, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			if strings.Contains(strings.ToLower(string(errlog)+p.logs.String()), "address already in use") {
+				// Another process bound the port after FreePort let it go.
+				taken = true
+				return nil
+			}
 			t.Fatalf("%s exited: %v\n%s%s", name, err, errlog, p.logs.String())
 		default:
 		}
@@ -308,7 +314,26 @@ func run(t *testing.T, name, listen, dir string, env []string, argv ...string) *
 		}
 		return err
 	})
+	if taken {
+		return nil
+	}
 	return p
+}
+
+// startOn starts a proxy with start on a free port, the site for that port
+// from site; when another process took the port between FreePort and the
+// proxy's own bind (tests beside this one start servers too), on another.
+func startOn(t *testing.T, start func(t *testing.T, name, site, listen string) *proxy, name string, site func(listen string) string) *proxy {
+	t.Helper()
+	for range 5 {
+		listen := bintest.FreePort(t)
+		if p := start(t, name, site(listen), listen); p != nil {
+			return p
+		}
+		t.Logf("%s: port %s taken meanwhile, trying another", name, listen)
+	}
+	t.Fatalf("%s: five ports taken before it could bind one", name)
+	return nil
 }
 
 // client is one end user, at a loopback address of its own.
@@ -430,8 +455,7 @@ func TestGateways(t *testing.T) {
 	for _, k := range kinds {
 		for _, mode := range []string{"open", "closed"} {
 			name := k.name + "-" + mode
-			listen := bintest.FreePort(t)
-			proxies = append(proxies, k.start(t, name, recipe(t, name, s.vars(s.key, listen)), listen))
+			proxies = append(proxies, startOn(t, k.start, name, func(listen string) string { return recipe(t, name, s.vars(s.key, listen)) }))
 		}
 	}
 
@@ -468,8 +492,9 @@ func TestGateways(t *testing.T) {
 		// A key Tollgate does not know is the configuration's fault: 500,
 		// and nothing reaches the upstream, even when failing open.
 		for _, k := range kinds {
-			listen := bintest.FreePort(t)
-			p := k.start(t, k.name+"-open-wrong-key", recipe(t, k.name+"-open", s.vars("tg_live_"+strings.Repeat("x", 40), listen)), listen)
+			p := startOn(t, k.start, k.name+"-open-wrong-key", func(listen string) string {
+				return recipe(t, k.name+"-open", s.vars("tg_live_"+strings.Repeat("x", 40), listen))
+			})
 			c := newClient(p.name, "127.0.1.2")
 			if r := c.get(t, p, http.MethodGet, ""); r.status != 500 || s.up.count(c.name) != 0 {
 				t.Errorf("%s: %d %q, %d reached the upstream", p.name, r.status, r.body, s.up.count(c.name))
@@ -483,8 +508,9 @@ func TestGateways(t *testing.T) {
 		key := s.heldBack(t)
 		for _, k := range kinds {
 			for _, mode := range []string{"open", "closed"} {
-				listen := bintest.FreePort(t)
-				p := k.start(t, k.name+"-"+mode+"-held-back", recipe(t, k.name+"-"+mode, s.vars(key, listen)), listen)
+				p := startOn(t, k.start, k.name+"-"+mode+"-held-back", func(listen string) string {
+					return recipe(t, k.name+"-"+mode, s.vars(key, listen))
+				})
 				c := newClient(p.name, "127.0.1.3")
 				r := c.get(t, p, http.MethodGet, "")
 				switch {
