@@ -20,6 +20,10 @@ run:
 ## test: every test, against real PostgreSQL and Redis (found or started)
 test: check-generated vet lint-openapi
 	@scripts/deps.sh postgres redis chromium node nginx caddy
+	@# Every test binary compiled first: the tests that must run alone hold
+	@# the machine's test lock (internal/testkit/solo), which the go
+	@# command's compiles know nothing of.
+	$(GO) test -count=1 -exec /bin/true ./... > /dev/null
 	$(GO) test -count=1 -timeout 14m ./...
 	@# The race detector's build is another binary per package: one more
 	@# go test, of the packages whose concurrency it proves.
