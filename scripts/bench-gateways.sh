@@ -30,7 +30,7 @@
 #   server_us  the three together: what a decision costs the servers
 #   dec/cpu_s  decisions per server CPU second (1e6 / server_us)
 #   load_us    the load generator's CPU per decision
-#   rcmd       Redis commands per decision
+#   rcmd       Redis commands run a decision, those that scripts run included
 #   p50_ms p99_ms  latency one caller saw, per request
 #
 # and the verdict of issue 39's target: Tollgate on Redis at least 2 ×
@@ -55,7 +55,10 @@
 # ("bare envoy redis postgres memory"), EACH (1: every run's row too, to
 # stderr), PROFILE (a directory: CPU profiles of each service during the
 # last run, <target>.cpu, for go tool pprof; envoyproxy/ratelimit's from its
-# debug port).
+# debug port), TOLLGATE_BIN (other builds of Tollgate than this tree's,
+# space-separated: a target redis:2 is the second build on Redis, so that
+# builds are measured in turns in one sitting), TOLLGATE_ENV ("GOMAXPROCS=1
+# GODEBUG=…": more environment for Tollgate).
 # Like scripts/bench-batch.sh it starts a PostgreSQL and a Redis of its own
 # (ports 18432, 18379), so their CPU is the benchmark's alone; every figure
 # is a whole-box figure: the load average is printed beside them.
@@ -79,6 +82,8 @@ mkdir -p bin
 go build -o bin/rlsload ./scripts/rlsload
 go build -o bin/rlsbare ./scripts/rlsbare
 go build -o bin/tollgate ./cmd/tollgate
+read -r -a tgbins <<<"${TOLLGATE_BIN:-bin/tollgate}"
+read -r -a tgenv <<<"${TOLLGATE_ENV:-}"
 tick=$(getconf CLK_TCK)
 cpu() {
   local sum=0 p
@@ -232,11 +237,14 @@ start() {
         "${extra[@]}" "$rl_bin" >"$work/svc.log" 2>&1 &
       load+=(-policy "")
       ;;
-    redis | postgres | memory)
+    redis | postgres | memory | redis:* | postgres:* | memory:*)
       addr=127.0.0.1:18081 debug=http://127.0.0.1:18381
+      local build=1
+      [[ $t != *:* ]] || build=${t#*:}
+      [ -n "${tgbins[build - 1]:-}" ] || { echo "bench-gateways: $t: TOLLGATE_BIN has no build $build" >&2; exit 2; }
       env DATABASE_URL="$dsn" TOLLGATE_DEV=1 TOLLGATE_ADDR=127.0.0.1:18281 TOLLGATE_GRPC_ADDR="$addr" \
-        TOLLGATE_DEBUG_ADDR=127.0.0.1:18381 TOLLGATE_LOG_LEVEL=error TOLLGATE_COUNTER_STORE="$t" \
-        REDIS_URL=redis://127.0.0.1:18379/1 bin/tollgate serve 2>"$work/svc.log" &
+        TOLLGATE_DEBUG_ADDR=127.0.0.1:18381 TOLLGATE_LOG_LEVEL=error TOLLGATE_COUNTER_STORE="${t%%:*}" \
+        REDIS_URL=redis://127.0.0.1:18379/1 "${tgenv[@]}" "${tgbins[build - 1]}" serve 2>"$work/svc.log" &
       load+=(-key "$key")
       ;;
     *) echo "bench-gateways: unknown target $t" >&2; exit 2 ;;
@@ -279,7 +287,11 @@ measure() {
 }
 
 echo "machine: $(nproc) cores, $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), $(free -g | awk '/^Mem:/ {print $2}') GiB"
-echo "tollgate: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- cmd internal go.mod || echo ' (modified)')"
+if [ -n "${TOLLGATE_BIN:-}" ]; then
+  for i in "${!tgbins[@]}"; do echo "tollgate build $((i + 1)): ${tgbins[i]}${TOLLGATE_ENV:+ with $TOLLGATE_ENV}"; done
+else
+  echo "tollgate: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- cmd internal go.mod || echo ' (modified)')${TOLLGATE_ENV:+ with $TOLLGATE_ENV}"
+fi
 for t in "${targets[@]}"; do [ "$t" != envoy ] || echo "envoyproxy/ratelimit: $rl_commit"; done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$work/rows"
@@ -296,7 +308,7 @@ printf '%-9s %8s %6s %7s %9s %6s %10s %10s %8s %5s %7s %7s\n' target "dec/s" rat
 for t in "${targets[@]}"; do
   row="$t"
   for col in 3 13 4 5 6 7 8 9 10 11 12; do row="$row $(awk -v t="$t" -v c=$col '$2 == t {print $c}' "$work/rated" | median)"; done
-  awk '{printf "%-9s %8s %6.2f %7s %9s %6s %10s %10s %8s %5s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}' <<<"$row"
+  awk '{printf "%-9s %8.0f %6.2f %7.1f %9.1f %6.1f %10.1f %10.0f %8.1f %5.2f %7.2f %7.2f\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}' <<<"$row"
 done
 if [[ " ${targets[*]} " == *" envoy "* && " ${targets[*]} " == *" redis "* ]]; then
   x=$(awk 'NR == FNR { if ($2 == "envoy") e[$1] = $8; next } $2 == "redis" { print $8 / e[$1] }' "$work/rows" "$work/rows" | median)
