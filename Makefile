@@ -6,7 +6,7 @@ GO    ?= go
 # for a race (the body budget's, the keys' last use) run under it too.
 RACE_PKGS := ./internal/kit/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
 
-.PHONY: run test soak generate check-generated build bench bench-batch bench-pgcall deps vet lint-openapi
+.PHONY: run test soak generate check-generated build bench bench-batch bench-gateways bench-pgcall deps vet lint-openapi
 
 ## run: build and serve a demo on 127.0.0.1:8080 (TOLLGATE_ADDR=:9090 for another port; embedded PostgreSQL unless DATABASE_URL is set)
 # PostgreSQL's packages, when missing, install while Go builds: on a fresh
@@ -88,6 +88,11 @@ bench:
 ## bench-batch: batched checks through the Go client against one check per request and a bare handler (scripts/bench-batch.sh)
 bench-batch:
 	scripts/bench-batch.sh
+
+## bench-gateways: Envoy's rate limit service, Tollgate against envoyproxy/ratelimit on the same Redis and a bare gRPC handler (scripts/bench-gateways.sh; RATELIMIT_SRC=checkout)
+bench-gateways:
+	@scripts/deps.sh postgres redis
+	scripts/bench-gateways.sh
 
 ## bench-pgcall: what one call of the PostgreSQL counter store costs PostgreSQL, by keys a call (scripts/bench-pgcall.sh)
 bench-pgcall:
