@@ -36,10 +36,18 @@ const (
 	exclusive      // Exclusive: Hold and Alone have nothing to take
 )
 
+// lingerFor is how long a binary keeps the machine after a test that was
+// alone, for its next test that must be: consecutive lone tests of one
+// binary then wait for the others once, not once each.
+var lingerFor = 2 * time.Second
+
 var (
 	mu           sync.Mutex
 	state        hold
 	lock, intent *os.File
+	// linger is the timer that gives the machine back after a lone test;
+	// nil when this binary does not hold it.
+	linger *time.Timer
 	// dir holds the lock files; solo's own test uses one of its own.
 	dir = os.TempDir()
 )
@@ -118,6 +126,11 @@ func Hold() (release func(), err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		state = none
+		if linger != nil {
+			linger.Stop()
+			linger = nil
+			_ = flock(intent, syscall.LOCK_UN)
+		}
 		_ = flock(lock, syscall.LOCK_UN)
 	}, nil
 }
@@ -176,28 +189,41 @@ func Alone(t testing.TB) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	// This binary's own shared lock goes first: a binary that held it while
-	// waiting for the intent would hold up the one holding the intent,
-	// which waits for every shared lock to go.
-	if state == shared {
-		_ = flock(lock, syscall.LOCK_UN)
+	if linger == nil || !linger.Stop() {
+		// This binary's own shared lock goes first: a binary that held it
+		// while waiting for the intent would hold up the one holding the
+		// intent, which waits for every shared lock to go.
+		if state == shared {
+			_ = flock(lock, syscall.LOCK_UN)
+		}
+		if err := takeExclusive(); err != nil {
+			linger = nil
+			mu.Unlock()
+			t.Fatal(err)
+		}
 	}
-	if err := takeExclusive(); err != nil {
-		mu.Unlock()
-		t.Fatal(err)
-	}
+	// Else the lone test before this one left the machine to it.
+	linger = nil
 	if waited := time.Since(start); waited > time.Second {
 		t.Logf("solo: waited %s for the other test binaries to finish", waited.Round(time.Second))
 	}
 	t.Cleanup(func() {
 		defer mu.Unlock()
-		how := syscall.LOCK_UN
-		if state == shared {
-			how = syscall.LOCK_SH
-		}
-		if err := flock(lock, how); err != nil {
-			t.Errorf("solo: unlock %s: %v", Path(), err)
-		}
-		_ = flock(intent, syscall.LOCK_UN)
+		var timer *time.Timer
+		timer = time.AfterFunc(lingerFor, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if linger != timer {
+				return // taken by the next lone test, or let go with the binary
+			}
+			linger = nil
+			how := syscall.LOCK_UN
+			if state == shared {
+				how = syscall.LOCK_SH
+			}
+			_ = flock(lock, how)
+			_ = flock(intent, syscall.LOCK_UN)
+		})
+		linger = timer
 	})
 }

@@ -10,15 +10,27 @@ import (
 )
 
 // fresh gives the test lock files of its own: the machine's would make it
-// wait for every test binary running beside it.
+// wait for every test binary running beside it. A lone test keeps the
+// machine a short while after it.
 func fresh(t *testing.T) {
 	t.Helper()
 	mu.Lock()
 	defer mu.Unlock()
-	if state != none {
+	if state != none || linger != nil {
 		t.Fatal("a lock is still held from an earlier test")
 	}
 	dir, lock, intent = t.TempDir(), nil, nil
+	lingerFor = 300 * time.Millisecond
+}
+
+// waitUntil polls cond for up to 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+	}
 }
 
 // binary is another test binary: its own open files of the two locks,
@@ -119,9 +131,13 @@ func TestAloneWaitsForOthersAndHoldsThemOff(t *testing.T) {
 			t.Fatal("a shared hold while a test is alone")
 		}
 	})
-	if !try(t, starting.intent, syscall.LOCK_SH) || !try(t, starting.lock, syscall.LOCK_SH) {
-		t.Fatal("no shared hold after the test that was alone")
+	// It keeps the machine a while for a next lone test, then gives it back.
+	if try(t, starting.intent, syscall.LOCK_SH) {
+		t.Fatal("a binary came in right after the lone test, before the linger")
 	}
+	waitUntil(t, "the machine given back after the linger", func() bool {
+		return try(t, starting.intent, syscall.LOCK_SH) && try(t, starting.lock, syscall.LOCK_SH)
+	})
 	if try(t, starting.lock, syscall.LOCK_EX) {
 		t.Fatal("an exclusive hold while this binary holds its shared lock")
 	}
@@ -201,5 +217,41 @@ func TestExclusiveHoldsTheWholeBinary(t *testing.T) {
 	release()
 	if !try(t, b.intent, syscall.LOCK_SH) || !try(t, b.lock, syscall.LOCK_EX) {
 		t.Fatal("the lock is still held after Exclusive's release")
+	}
+}
+
+// TestLoneTestsInARowWaitOnce: a lone test right after another of the same
+// binary finds the machine still its own (no wait for the others again),
+// and a binary that starts between them waits for both.
+func TestLoneTestsInARowWaitOnce(t *testing.T) {
+	fresh(t)
+	release, err := Hold()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	starting := other(t)
+	t.Run("first", func(t *testing.T) { Alone(t) })
+	if try(t, starting.intent, syscall.LOCK_SH) {
+		t.Fatal("a binary came in between two lone tests")
+	}
+	t.Run("second", func(t *testing.T) {
+		began := time.Now()
+		Alone(t)
+		if took := time.Since(began); took > 100*time.Millisecond {
+			t.Errorf("the second lone test waited %s", took)
+		}
+		if try(t, starting.intent, syscall.LOCK_SH) || try(t, starting.lock, syscall.LOCK_SH) {
+			t.Error("a shared hold during the second lone test")
+		}
+	})
+	waitUntil(t, "the machine given back after the linger", func() bool {
+		return try(t, starting.intent, syscall.LOCK_SH) && try(t, starting.lock, syscall.LOCK_SH)
+	})
+	// And the binary's release lets a linger go at once.
+	t.Run("third", func(t *testing.T) { Alone(t) })
+	release()
+	if !try(t, starting.intent, syscall.LOCK_EX) || !try(t, starting.lock, syscall.LOCK_EX) {
+		t.Error("the lock still held after the binary let go")
 	}
 }
