@@ -181,17 +181,7 @@ func (s *Service) callerOf(ctx context.Context) netip.Addr {
 	if !ok || p.Addr == nil {
 		return netip.Addr{}
 	}
-	ap, err := netip.ParseAddrPort(p.Addr.String())
-	if err != nil {
-		return netip.Addr{}
-	}
-	a := ap.Addr().Unmap()
-	if a.Is6() {
-		if pfx, err := a.Prefix(s.cfg.IPv6Prefix); err == nil {
-			a = pfx.Addr()
-		}
-	}
-	return a
+	return addrOf(p.Addr, s.cfg.IPv6Prefix)
 }
 
 // statusOf is the gRPC status of the pipeline's error.

@@ -50,6 +50,9 @@ type Server struct {
 	g      *grpc.Server
 	health *health.Server
 	cfg    ServerConfig
+	// prefix is the IPv6 network a peer's connections count against, as
+	// its calls do in the per-IP layers.
+	prefix int
 }
 
 // NewServer returns a Server of s.
@@ -77,7 +80,7 @@ func NewServer(s *Service, cfg ServerConfig) *Server {
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	srv := &Server{g: grpc.NewServer(opts...), health: health.NewServer(), cfg: cfg}
+	srv := &Server{g: grpc.NewServer(opts...), health: health.NewServer(), cfg: cfg, prefix: s.cfg.IPv6Prefix}
 	s.Register(srv.g)
 	healthpb.RegisterHealthServer(srv.g, srv.health)
 	srv.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -89,7 +92,7 @@ func NewServer(s *Service, cfg ServerConfig) *Server {
 // Serve serves on ln, each address holding at most its share of
 // connections, until Stop.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.g.Serve(&shareListener{Listener: ln, perIP: s.cfg.ConnsPerIP, total: s.cfg.Conns, byAddr: map[netip.Addr]int{}})
+	return s.g.Serve(&shareListener{Listener: ln, perIP: s.cfg.ConnsPerIP, total: s.cfg.Conns, prefix: s.prefix, byAddr: map[netip.Addr]int{}})
 }
 
 // Stop reports NOT_SERVING, lets the calls in flight finish within the
@@ -113,7 +116,7 @@ func (s *Server) Stop() {
 // address that holds its share, or one past the total.
 type shareListener struct {
 	net.Listener
-	perIP, total int
+	perIP, total, prefix int
 
 	mu     sync.Mutex
 	byAddr map[netip.Addr]int
@@ -126,7 +129,7 @@ func (l *shareListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		a := addrOf(c.RemoteAddr())
+		a := addrOf(c.RemoteAddr(), l.prefix)
 		l.mu.Lock()
 		if l.n >= l.total || l.byAddr[a] >= l.perIP {
 			l.mu.Unlock()
@@ -149,16 +152,18 @@ func (l *shareListener) release(a netip.Addr) {
 	}
 }
 
-// addrOf is a peer's address, an IPv6 one cut to its /64.
-func addrOf(na net.Addr) netip.Addr {
+// addrOf is a peer's address, an IPv6 one cut to its network of bits
+// (the per-IP layers' keying); the zero Addr when it has none.
+func addrOf(na net.Addr, bits int) netip.Addr {
 	ap, err := netip.ParseAddrPort(na.String())
 	if err != nil {
 		return netip.Addr{}
 	}
 	a := ap.Addr().Unmap()
 	if a.Is6() {
-		p, _ := a.Prefix(64)
-		return p.Addr()
+		if p, err := a.Prefix(bits); err == nil {
+			return p.Addr()
+		}
 	}
 	return a
 }
