@@ -153,12 +153,14 @@ type Result struct {
 }
 
 // Store is everything every counter backend does: it checks counters, one
-// request or a batch of them, holds leases (Leaser), and forgets a counter.
+// request or a batch of them, holds leases (Leaser) and reservations
+// (Reserver), and forgets a counter.
 // Implementations are safe for concurrent use and make one round trip to
 // their server per call (several concurrent calls may share one); each
 // asserts the interface at compile time beside its type, and countertest.Run
 // holds it to the contract. Errors wrap ErrUnavailable or ErrInvalid (and
-// ErrNoLease, for Leaser's).
+// ErrNoLease, for Leaser's; ErrNoReservation and ErrSettled, for
+// Reserver's).
 type Store interface {
 	Check(ctx context.Context, req Request) (Result, error)
 	// CheckInto is Check with the Result's decisions written into into when
@@ -177,6 +179,7 @@ type Store interface {
 	// are all ErrInvalid (TooLarge).
 	CheckBatch(ctx context.Context, reqs []Request) (results []Result, errs []error)
 	Leaser
+	Reserver
 	// Reset forgets the counter named key in group, and every lease held
 	// under key: what follows counts as on a counter never used. A key that
 	// holds nothing is no error. Errors wrap ErrUnavailable or ErrInvalid (a

@@ -1,8 +1,8 @@
-// Package memory is the in-process counter.Store and counter.Leaser: sharded
+// Package memory is the in-process counter.Store: sharded
 // tables with a bounded number of keys, each shared fairly by the groups
 // (tenants) holding counters in it, one not used lately of a group past its
-// share forgotten first (table.go), expired keys pruned, and a bounded table
-// of leases. It holds across
+// share forgotten first (table.go), expired keys pruned, and bounded tables
+// of leases and reservations (reserve.go). It holds across
 // goroutines, not across processes: a single Tollgate instance's shared
 // store, each instance's own counters (the gate's instance ceiling and per-IP
 // L1 damper, the fallbacks of the sign-in and billing-link limits), and
@@ -58,6 +58,10 @@ type Config struct {
 	// an Acquire beyond it fails with counter.ErrUnavailable. Zero means
 	// DefaultMaxLeases.
 	MaxLeases int
+	// MaxReservations bounds the reservations kept, live, settled and kept
+	// for a repeat, or expired and not yet pruned; a Reserve beyond it
+	// fails with counter.ErrUnavailable. Zero means DefaultMaxReservations.
+	MaxReservations int
 }
 
 // Store is the in-memory counter.Store. It is safe for concurrent use; a
@@ -74,6 +78,10 @@ type Store struct {
 
 	leaseMu sync.Mutex
 	leases  leases
+
+	// reserveMu is taken before any shard's lock.
+	reserveMu    sync.Mutex
+	reservations reservations
 }
 
 var _ counter.Store = (*Store)(nil)
@@ -91,6 +99,10 @@ func New(cfg Config) *Store {
 	}
 	s := &Store{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, now: cfg.Now, stop: make(chan struct{})}
 	s.leases.init(cfg.MaxLeases)
+	if cfg.MaxReservations <= 0 {
+		cfg.MaxReservations = DefaultMaxReservations
+	}
+	s.reservations = reservations{byGroup: map[string]map[string]*reservation{}, max: cfg.MaxReservations}
 	n := maxShards
 	for n > 1 && cfg.MaxKeys/n < minShardKeys {
 		n /= 2
@@ -129,7 +141,8 @@ func (s *Store) pruneLoop(every time.Duration) {
 }
 
 // Prune removes every counter whose state has expired, and every expired
-// lease, and returns how many.
+// lease, expires the reservations due (releasing those that say so) and
+// forgets settled ones no longer kept, and returns how many.
 func (s *Store) Prune() int {
 	now := s.now().UnixMicro()
 	n := 0
@@ -142,6 +155,9 @@ func (s *Store) Prune() int {
 	s.leaseMu.Lock()
 	n += s.leases.prune(now)
 	s.leaseMu.Unlock()
+	s.reserveMu.Lock()
+	n += s.pruneReservations(now)
+	s.reserveMu.Unlock()
 	return n
 }
 
@@ -175,43 +191,45 @@ func (s *Store) CheckInto(_ context.Context, req counter.Request, into []limit.D
 	if err := counter.Validate(req); err != nil {
 		return counter.Result{}, err
 	}
-	now := req.Now
-	if now.IsZero() {
-		now = s.now()
-	}
-	now = now.Truncate(time.Microsecond)
-	us := now.UnixMicro()
-
+	now := s.clock(req.Now)
 	// Up to eight items, the bookkeeping stays on the stack.
+	var seenArr [8]counter.Seen
+	seen := s.decide(req, now.UnixMicro(), seenArr[:0])
+	// The answer is arithmetic on what was seen: out of the locks, which
+	// every check of a hot key (one client address, one tenant) waits for.
+	return counter.AnswerInto(req, seen, now, into), nil
+}
+
+// decide decides and counts req, which is valid, at us under the locks of
+// its keys' shards, and appends what each item saw to seen.
+func (s *Store) decide(req counter.Request, us int64, seen []counter.Seen) []counter.Seen {
 	var keysArr [8]digest
 	var idxArr, lockedArr [8]int
 	keys, idx := s.digests(req, keysArr[:0], idxArr[:0])
-	locked := append(lockedArr[:0], idx...)
-	slices.Sort(locked)
-	locked = slices.Compact(locked)
-	for _, i := range locked {
+	locked := s.lock(append(lockedArr[:0], idx...))
+	// A bug's panic must not leave the shards locked.
+	defer s.unlock(locked)
+	var workArr [8]pending
+	keep, seen := s.admit(req, keys, idx, us, workArr[:0], seen)
+	s.store(keep, req.Group, us)
+	return seen
+}
+
+// lock takes the locks of the shards idx names, in index order (the lock
+// order), and returns the shards locked, for unlock; idx is sorted in place.
+func (s *Store) lock(idx []int) []int {
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
 		s.shards[i].mu.Lock()
 	}
-	unlock := func() {
-		for _, i := range locked {
-			s.shards[i].mu.Unlock()
-		}
-		locked = nil
+	return idx
+}
+
+func (s *Store) unlock(locked []int) {
+	for _, i := range locked {
+		s.shards[i].mu.Unlock()
 	}
-	// A bug's panic must not leave the shards locked.
-	defer func() {
-		if locked != nil {
-			unlock()
-		}
-	}()
-	var workArr [8]pending
-	var seenArr [8]counter.Seen
-	keep, seen := s.admit(req, keys, idx, us, workArr[:0], seenArr[:0])
-	s.store(keep, req.Group, us)
-	// The answer is arithmetic on what was seen: out of the locks, which
-	// every check of a hot key (one client address, one tenant) waits for.
-	unlock()
-	return counter.AnswerInto(req, seen, now, into), nil
 }
 
 // digests appends to keys and idx each item's digest, of its key (group,
