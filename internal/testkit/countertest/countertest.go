@@ -36,6 +36,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("ThreeInstancesAdvisory", func(t *testing.T) { t.Parallel(); threeInstancesAdvisory(t, b) })
 	runBatches(t, b)
 	runLeases(t, b)
+	runReservations(t, b)
 	if b.Breakable != nil {
 		t.Run("Unavailable", func(t *testing.T) { unavailable(t, b) })
 		if b.Patient {

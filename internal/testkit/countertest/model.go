@@ -24,6 +24,11 @@ func NewModel() *Model { return &Model{states: map[[2]string]limit.State{}} }
 
 // Check decides req at instant now (req.Now is not read), as a store must.
 func (m *Model) Check(req counter.Request, now time.Time) counter.Result {
+	return counter.Answer(req, m.decide(req, now), now)
+}
+
+// decide counts req at now as Check does and returns what each item saw.
+func (m *Model) decide(req counter.Request, now time.Time) []counter.Seen {
 	us := now.UnixMicro()
 	// work holds the tentative states of the request's keys: every item sees
 	// the admitted items before it, ceilings and policies, enforced and
@@ -57,7 +62,7 @@ func (m *Model) Check(req counter.Request, now time.Time) counter.Result {
 	case ceilingsOK:
 		maps.Copy(m.states, ceilings)
 	}
-	return counter.Answer(req, seen, now)
+	return seen
 }
 
 func sameResult(t fataler, step int, req counter.Request, got, want counter.Result) {
