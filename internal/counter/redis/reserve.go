@@ -1,0 +1,154 @@
+package redis
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/limit"
+)
+
+// Reservations are kept in three keys per group (reserve.lua), named
+// prefix{group}!rv, !rl and !rs beside the lease keys: one script reserves
+// (deciding the request with checklib.lua's decide and recording what it
+// charged) or settles, on the group's keys and counters alone, so on a
+// cluster it runs on the node of the group's slot. It goes through the
+// checks' lanes as a lease operation does (queued).
+
+//go:embed reserve.lua
+var reserveTailLua string
+
+var (
+	reserveLua = checkLibLua + reserveTailLua
+	reserveSHA = goredis.NewScript(reserveLua).Hash()
+)
+
+// reserveKeys returns the group's three reservation keys.
+func (s *Store) reserveKeys(group string) []string {
+	head := s.prefix + "{" + cmp.Or(group, noGroup) + "}!"
+	return []string{head + "rv", head + "rl", head + "rs"}
+}
+
+// Reserve implements counter.Store in one script. Errors wrap
+// counter.ErrInvalid (a malformed request, an id in use) or
+// counter.ErrUnavailable.
+func (s *Store) Reserve(ctx context.Context, r counter.Reservation) (counter.Reserved, error) {
+	if err := counter.ValidateReserve(r); err != nil {
+		return counter.Reserved{}, err
+	}
+	req := r.Request
+	keys := make([]string, 0, len(req.Items)+3)
+	for _, it := range req.Items {
+		keys = append(keys, s.key(req.Group, it.Key))
+	}
+	keys = append(keys, s.reserveKeys(req.Group)...)
+	release := 0
+	if r.OnExpiryRelease {
+		release = 1
+	}
+	v, err := s.queued(ctx, reserveLua, reserveSHA, req.Group, keys, "reserve", appendRequest(nil, req), r.ID, r.TTL.Microseconds(), release, r.GroupLimit)
+	if err != nil {
+		if goredis.HasErrorPrefix(err, "tollgate: reservation id in use") {
+			return counter.Reserved{}, fmt.Errorf("reserve: id in use: %w", counter.ErrInvalid)
+		}
+		return counter.Reserved{}, failed(ctx, "reserve", err)
+	}
+	reply, ok := v.([]any)
+	if !ok || len(reply) != 4 {
+		return counter.Reserved{}, fmt.Errorf("reserve: %w: %w", counter.ErrUnavailable, errReply)
+	}
+	checked, _ := reply[0].(string)
+	held, ok1 := reply[1].(int64)
+	full, ok2 := reply[2].(int64)
+	exp, ok3 := reply[3].(int64)
+	us, seen, err := decode(checked, nil, len(req.Items))
+	if err != nil || !ok1 || !ok2 || !ok3 {
+		return counter.Reserved{}, fmt.Errorf("reserve: %w: %w", counter.ErrUnavailable, errReply)
+	}
+	now := time.UnixMicro(us).UTC()
+	if !req.Now.IsZero() {
+		now = req.Now.Truncate(time.Microsecond)
+	}
+	if full == 1 {
+		req.Mode = counter.Peek
+	}
+	s.verify(ctx, req, seen, now)
+	res := counter.Reserved{Result: counter.Answer(req, seen, now), Allowed: held == 1, GroupFull: full == 1}
+	if res.Allowed {
+		res.ExpiresAt = time.UnixMicro(exp).UTC()
+	}
+	return res, nil
+}
+
+// Settle implements counter.Store in one script.
+func (s *Store) Settle(ctx context.Context, ref counter.SettleRef) (counter.Settlement, error) {
+	if err := counter.ValidateSettle(ref); err != nil {
+		return counter.Settlement{}, err
+	}
+	v, err := s.queued(ctx, reserveLua, reserveSHA, ref.Group, s.reserveKeys(ref.Group), "settle", instant(ref.Now), ref.ID, ref.Used, counter.SettledKept.Microseconds())
+	if err != nil {
+		return counter.Settlement{}, failed(ctx, "settle reservation", err)
+	}
+	reply, ok := v.([]any)
+	if !ok || len(reply) == 0 {
+		return counter.Settlement{}, fmt.Errorf("settle reservation: %w: %w", counter.ErrUnavailable, errReply)
+	}
+	status, _ := reply[0].(int64)
+	if status == 0 {
+		return counter.Settlement{}, fmt.Errorf("settle reservation: %w", counter.ErrNoReservation)
+	}
+	rec, _ := reply[len(reply)-1].(string)
+	out, err := s.settlement(ref.Group, rec)
+	if err != nil || len(reply) != 2 || status > 3 {
+		return counter.Settlement{}, fmt.Errorf("settle reservation: %w: %w", counter.ErrUnavailable, errReply)
+	}
+	if status == 3 {
+		return counter.Settlement{}, fmt.Errorf("settle reservation with %d: settled with %d: %w", ref.Used, out.Used, counter.ErrSettled)
+	}
+	out.Repeat = status == 2
+	return out, nil
+}
+
+// settlement reads a settled record of reserve.lua's in group.
+func (s *Store) settlement(group, rec string) (counter.Settlement, error) {
+	const header, charge = 27, 1 + 4*8 + 32 + 2
+	if len(rec) < header || rec[0] != 1 {
+		return counter.Settlement{}, errReply
+	}
+	n := int(rec[2])
+	at := time.UnixMicro(int64(f64(rec[19:]))).UTC()
+	out := counter.Settlement{Used: int64(f64(rec[11:])), Now: at, Items: make([]counter.SettledItem, n)}
+	head := s.key(group, "")
+	b := rec[header:]
+	for i := range n {
+		if len(b) < charge {
+			return counter.Settlement{}, errReply
+		}
+		kl := int(binary.LittleEndian.Uint16([]byte(b[charge-2 : charge])))
+		if len(b) < charge+kl || !strings.HasPrefix(b[charge:charge+kl], head) {
+			return counter.Settlement{}, errReply
+		}
+		c := counter.Charge{
+			Key:       b[charge+len(head) : charge+kl],
+			Algorithm: limit.Algorithm(b[0]),
+			Limit:     int64(f64(b[1:])),
+			Window:    limit.WindowFromMicros(int64(f64(b[9:]))),
+			Amount:    int64(f64(b[17:])),
+			Charged:   int64(f64(b[25:])),
+		}
+		after := limit.State{Start: int64(f64(b[33:])), Count: int64(f64(b[41:])), Prev: int64(f64(b[49:])), TAT: f64(b[57:])}
+		out.Items[i] = c.Settled(after, at)
+		b = b[charge+kl:]
+	}
+	if len(b) != 0 {
+		return counter.Settlement{}, errReply
+	}
+	return out, nil
+}
