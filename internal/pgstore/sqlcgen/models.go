@@ -199,6 +199,27 @@ type RefusalWindow struct {
 	WindowEnd  pgtype.Timestamptz
 }
 
+type Reservation struct {
+	Grp       string
+	ID        []byte
+	ExpiresUs int64
+	Release   bool
+	SettledUs *int64
+	Used      int64
+	DueUs     int64
+	Keys      []string
+	ItemKeys  [][]byte
+	Algs      []int16
+	Limits    []int64
+	Windows   []int64
+	Amounts   []int64
+	Charged   []int64
+	AStart    []int64
+	ACount    []int64
+	APrev     []int64
+	ATat      []float64
+}
+
 type StripeEvent struct {
 	ID               string
 	Type             string

@@ -1,0 +1,129 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/counter"
+	"github.com/tollgate/tollgate/internal/counter/postgres/sqlcgen"
+	"github.com/tollgate/tollgate/internal/limit"
+)
+
+// Reservations live in the reservations table, one row per reservation
+// with its charges in arrays (migrations/000027_reservations.up.sql). A
+// reservation is one call of tollgate_reserve, which decides its request
+// with tollgate_check and records it in the same transaction; a settlement
+// one call of tollgate_settle. Both take a transaction-scoped advisory lock
+// on the group first, so that one group's reservations and settlements,
+// and the expiries they deal with, are applied one at a time by any number
+// of instances, then the counter rows they touch in the order every batch
+// of checks locks them. They run on the connections outside the lanes
+// (direct), as Reset does: a flood of them queues behind itself, not in
+// front of the checks.
+
+// Statuses of a reservation, as tollgate_reserve answers them.
+const (
+	reserveHeld     = 1
+	reserveGroupCap = 2
+	reserveIDInUse  = 3
+)
+
+// Statuses of a settlement, as tollgate_settle answers them.
+const (
+	settleNone     = 0
+	settleNow      = 1
+	settleRepeat   = 2
+	settleConflict = 3
+)
+
+// Reserve implements counter.Store in one statement. Errors wrap
+// counter.ErrInvalid (a malformed request, an id in use) or
+// counter.ErrUnavailable.
+func (s *Store) Reserve(ctx context.Context, r counter.Reservation) (counter.Reserved, error) {
+	if err := counter.ValidateReserve(r); err != nil {
+		return counter.Reserved{}, fmt.Errorf("reserve: %w", err)
+	}
+	req := r.Request
+	n := len(req.Items)
+	keys, order := rowKeys([]counter.Request{req}, n)
+	cp := checkParams([]counter.Request{req}, n, keys, order)
+	p := sqlcgen.ReserveParams{
+		Keys: cp.Keys, Slots: cp.Slots, Algorithms: cp.Algorithms, Limits: cp.Limits, Windows: cp.Windows,
+		Costs: cp.Costs, Advisory: cp.Advisory, Ceilings: int32(req.Ceilings), ItemKeys: make([][]byte, n),
+		Grp: req.Group, ID: []byte(r.ID), Ttl: r.TTL.Microseconds(), Release: r.OnExpiryRelease,
+		GroupLimit: r.GroupLimit, Now: micros(req.Now),
+	}
+	for i, it := range req.Items {
+		p.ItemKeys[i] = []byte(it.Key)
+	}
+	var rows []sqlcgen.ReserveRow
+	err := s.direct(ctx, "reserve", func(ctx context.Context) (err error) {
+		rows, err = s.q.Reserve(ctx, p)
+		return err
+	})
+	if err != nil {
+		return counter.Reserved{}, err
+	}
+	if len(rows) == 1 && rows[0].Status == reserveIDInUse {
+		return counter.Reserved{}, fmt.Errorf("reserve: id in use: %w", counter.ErrInvalid)
+	}
+	if len(rows) != n+1 {
+		return counter.Reserved{}, fmt.Errorf("reserve: %w: %d rows for %d items", counter.ErrUnavailable, len(rows), n)
+	}
+	seen := make([]counter.Seen, n)
+	for i, c := range rows[:n] {
+		seen[i] = counter.Seen{
+			State:   limit.State{Start: c.SeenStart, Count: c.SeenCount, Prev: c.SeenPrev, TAT: c.SeenTat},
+			Allowed: c.Allowed,
+		}
+	}
+	last := rows[n]
+	res := counter.Reserved{Allowed: last.Status == reserveHeld, GroupFull: last.Status == reserveGroupCap}
+	if res.GroupFull {
+		req.Mode = counter.Peek
+	}
+	res.Result = counter.Answer(req, seen, time.UnixMicro(last.NowUs).UTC())
+	if res.Allowed {
+		res.ExpiresAt = time.UnixMicro(last.ExpiresUs).UTC()
+	}
+	return res, nil
+}
+
+// Settle implements counter.Store in one statement.
+func (s *Store) Settle(ctx context.Context, ref counter.SettleRef) (counter.Settlement, error) {
+	if err := counter.ValidateSettle(ref); err != nil {
+		return counter.Settlement{}, fmt.Errorf("settle reservation: %w", err)
+	}
+	var row sqlcgen.SettleRow
+	err := s.direct(ctx, "settle reservation", func(ctx context.Context) (err error) {
+		row, err = s.q.Settle(ctx, sqlcgen.SettleParams{
+			Grp: ref.Group, ID: []byte(ref.ID), Used: ref.Used, Kept: counter.SettledKept.Microseconds(), Now: micros(ref.Now),
+		})
+		return err
+	})
+	if err != nil {
+		return counter.Settlement{}, err
+	}
+	switch row.Status {
+	case settleNone:
+		return counter.Settlement{}, fmt.Errorf("settle reservation: %w", counter.ErrNoReservation)
+	case settleConflict:
+		return counter.Settlement{}, fmt.Errorf("settle reservation with %d: settled with %d: %w", ref.Used, row.Used, counter.ErrSettled)
+	}
+	n := len(row.ItemKeys)
+	if len(row.Algs) != n || len(row.Limits) != n || len(row.Windows) != n || len(row.Amounts) != n || len(row.Charged) != n ||
+		len(row.AStart) != n || len(row.ACount) != n || len(row.APrev) != n || len(row.ATat) != n {
+		return counter.Settlement{}, fmt.Errorf("settle reservation: %w: charges of unequal lengths", counter.ErrUnavailable)
+	}
+	at := time.UnixMicro(row.SettledUs).UTC()
+	out := counter.Settlement{Items: make([]counter.SettledItem, n), Used: row.Used, Repeat: row.Status == settleRepeat, Now: at}
+	for i := range n {
+		c := counter.Charge{
+			Key: string(row.ItemKeys[i]), Algorithm: limit.Algorithm(row.Algs[i]), Limit: row.Limits[i],
+			Window: limit.WindowFromMicros(row.Windows[i]), Amount: row.Amounts[i], Charged: row.Charged[i],
+		}
+		out.Items[i] = c.Settled(limit.State{Start: row.AStart[i], Count: row.ACount[i], Prev: row.APrev[i], TAT: row.ATat[i]}, at)
+	}
+	return out, nil
+}

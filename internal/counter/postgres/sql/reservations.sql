@@ -1,0 +1,47 @@
+-- Reservations of the PostgreSQL counter store (internal/counter/postgres/
+-- reserve.go); see migrations/000027_reservations.up.sql.
+
+-- name: Reserve :many
+-- Reserve decides one reservation: a row per item of its request (op 0),
+-- then one for the reservation (op 1); see tollgate_reserve. Now is NULL
+-- for the database clock.
+SELECT c.op::integer AS op,
+    c.seen_start::bigint AS seen_start, c.seen_count::bigint AS seen_count,
+    c.seen_prev::bigint AS seen_prev, c.seen_tat::double precision AS seen_tat,
+    c.allowed::boolean AS allowed, c.status::smallint AS status,
+    c.expires_us::bigint AS expires_us, c.now_us::bigint AS now_us
+FROM tollgate_reserve(
+    @keys::text[],
+    @slots::integer[],
+    @algorithms::smallint[],
+    @limits::bigint[],
+    @windows::bigint[],
+    @costs::bigint[],
+    @advisory::boolean[],
+    @ceilings::integer,
+    @item_keys::bytea[],
+    @grp::text,
+    @id::bytea,
+    @ttl::bigint,
+    @release::boolean,
+    @group_limit::bigint,
+    sqlc.narg('now')::bigint
+) AS c;
+
+-- name: Settle :one
+-- Settle settles one reservation; see tollgate_settle. Now is NULL for the
+-- database clock.
+SELECT c.status::smallint AS status, c.used::bigint AS used, c.settled_us::bigint AS settled_us,
+    coalesce(c.item_keys, '{}')::bytea[] AS item_keys, coalesce(c.algs, '{}')::smallint[] AS algs,
+    coalesce(c.limits, '{}')::bigint[] AS limits, coalesce(c.windows, '{}')::bigint[] AS windows,
+    coalesce(c.amounts, '{}')::bigint[] AS amounts, coalesce(c.charged, '{}')::bigint[] AS charged,
+    coalesce(c.a_start, '{}')::bigint[] AS a_start, coalesce(c.a_count, '{}')::bigint[] AS a_count,
+    coalesce(c.a_prev, '{}')::bigint[] AS a_prev, coalesce(c.a_tat, '{}')::double precision[] AS a_tat
+FROM tollgate_settle(@grp::text, @id::bytea, @used::bigint, @kept::bigint, sqlc.narg('now')::bigint) AS c;
+
+-- name: SweepReservations :one
+-- SweepReservations deals with the groups of up to batch reservations that
+-- fell due a minute or more ago by the database's clock (a minute of grace
+-- for clocks of Tollgate instances that run behind it), as their next
+-- reservation or settlement would; see tollgate_reserve_sweep.
+SELECT tollgate_reserve_sweep(@batch::integer, (extract(epoch FROM now()) * 1000000)::bigint - 60000000)::bigint AS deleted;
