@@ -12,17 +12,29 @@ import (
 // sessions' statement_timeout, which is sized for Checks.
 const pruneStatementTimeout = "10s"
 
+// What a pruning statement deletes.
+type pruned int
+
+const (
+	prunedCounters pruned = iota
+	prunedLeases
+	prunedReservations
+)
+
 // Prune deletes the counters whose state has expired by the database's
 // clock (a counter past limit.Expiry is the same as none), then the leases
 // that expired a minute or more ago, in statements of at most
 // cfg.PruneRows rows that skip rows a Check or an acquire holds, until a
-// statement finds fewer than that. It returns the number deleted; its errors
-// wrap counter.ErrUnavailable.
+// statement finds fewer than that; then it deals with the reservations due
+// a minute or more ago, as the next reservation or settlement of their
+// group would (giving back the amounts of those that release on expiry),
+// in statements of the groups of at most cfg.PruneRows of them. It returns
+// the number deleted; its errors wrap counter.ErrUnavailable.
 func (s *Store) Prune(ctx context.Context) (int64, error) {
 	var total int64
-	for _, leases := range []bool{false, true} {
+	for _, what := range []pruned{prunedCounters, prunedLeases, prunedReservations} {
 		for {
-			n, err := s.pruneOnce(ctx, leases)
+			n, err := s.pruneOnce(ctx, what)
 			total += n
 			if err != nil {
 				return total, fmt.Errorf("prune counters: %w: %v", counter.ErrUnavailable, err)
@@ -35,7 +47,7 @@ func (s *Store) Prune(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-func (s *Store) pruneOnce(ctx context.Context, leases bool) (int64, error) {
+func (s *Store) pruneOnce(ctx context.Context, what pruned) (int64, error) {
 	// A connection of those left by the lanes.
 	select {
 	case s.directConns <- struct{}{}:
@@ -53,8 +65,11 @@ func (s *Store) pruneOnce(ctx context.Context, leases bool) (int64, error) {
 	}
 	q := s.q.WithTx(tx)
 	prune := q.PruneCounters
-	if leases {
+	switch what {
+	case prunedLeases:
 		prune = q.PruneLeases
+	case prunedReservations:
+		prune = q.SweepReservations
 	}
 	n, err := prune(ctx, s.pruneRows)
 	if err != nil {
