@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -322,5 +323,51 @@ func TestFloodForgetsItsOwn(t *testing.T) {
 				t.Fatalf("store holds %d counters, bound %d", n, bound)
 			}
 		})
+	}
+}
+
+// TestPruneExpiresReservations prunes by the store's clock: a reservation
+// past its expiry that releases gives its amount back, one that does not
+// keeps it, a settled one no longer kept goes, and a live one stays.
+func TestPruneExpiresReservations(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	s := memory.New(memory.Config{PruneEvery: -1, Now: func() time.Time { return now }})
+	defer s.Close()
+	ctx := context.Background()
+	budget := counter.Item{Key: "tokens", Algorithm: limit.FixedWindow, Limit: 100, Window: limit.Every(24 * time.Hour), Cost: 30}
+	for _, g := range []string{"release", "keep", "settled", "live"} {
+		r := counter.Reservation{Request: counter.Request{Group: g, Items: []counter.Item{budget}}, ID: "r", TTL: time.Minute, OnExpiryRelease: g == "release"}
+		if g == "live" {
+			r.TTL = 2 * time.Hour
+		}
+		if res, err := s.Reserve(ctx, r); err != nil || !res.Allowed {
+			t.Fatalf("reserve in %s: %+v, %v", g, res, err)
+		}
+	}
+	if _, err := s.Settle(ctx, counter.SettleRef{Group: "settled", ID: "r", Used: 30}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Hour - time.Second)
+	if n := s.Prune(); n != 2 {
+		t.Errorf("prune an hour on: %d gone, want 2 (the expired reservations)", n)
+	}
+	now = now.Add(time.Second)
+	if n := s.Prune(); n < 1 {
+		t.Errorf("prune once the settled outcome is no longer kept: %d gone", n)
+	}
+	for g, want := range map[string]int64{"release": 100, "keep": 70} {
+		res, err := s.Check(ctx, counter.Request{Mode: counter.Peek, Group: g, Items: []counter.Item{budget}, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Decisions[0].Remaining; got != want {
+			t.Errorf("%s after pruning: %d left, want %d", g, got, want)
+		}
+	}
+	for g, wantErr := range map[string]error{"settled": counter.ErrNoReservation, "live": nil} {
+		if _, err := s.Settle(ctx, counter.SettleRef{Group: g, ID: "r", Used: 30}); !errors.Is(err, wantErr) {
+			t.Errorf("settle in %s after pruning: got %v, want %v", g, err, wantErr)
+		}
 	}
 }
