@@ -20,7 +20,8 @@
 // operations (leaseops.go), and CheckBatch's batches (fairlane.go), which
 // send one statement of a tenant at a time, tenants in turn, in statements
 // of at most Config.MaxItems items, on connections the pool opens for them
-// alone. Reset, Held and pruning take the connections left.
+// alone. Reset, Held, reservations (reserve.go) and pruning take the
+// connections left.
 //
 // postgres imports internal/counter, internal/limit, pgx and its own sqlc
 // output in sqlcgen, generated from the queries in sql/ beside it; only
@@ -73,8 +74,8 @@ type Config struct {
 	DSN string
 	// MaxConns bounds the connections of the lanes every tenant shares: at
 	// least 3, for the Checks' statements (Inflight of them), the lease
-	// operations' statements (one) and the rest (Reset, Held, pruning: those
-	// left). The pool opens Inflight more for CheckBatch's lane
+	// operations' statements (one) and the rest (Reset, Held, reservations,
+	// pruning: those left). The pool opens Inflight more for CheckBatch's lane
 	// (fairlane.go), so that no tenant's batches take a connection of the
 	// Checks' lane, and one more for probes of a server that seems silent
 	// (await). Zero keeps the DSN's pool_max_conns, or pgxpool's default
