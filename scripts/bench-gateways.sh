@@ -32,10 +32,16 @@
 #   load_us    the load generator's CPU per decision
 #   rcmd       Redis commands run a decision, those that scripts run included
 #   p50_ms p99_ms  latency one caller saw, per request
+#   rss_mb     the service's peak resident memory (VmHWM) in MiB
+#   p50@R p99@R    the same at a fixed RATE (2000) decisions a second,
+#              measured for RATE_DURATION (10s) after the rest: latency
+#              when the box is not saturated (above, every caller sends
+#              its next call at once, so the latencies are the queue of a
+#              saturated box: the bare handler's own p99 is 7-30 ms)
 #
 # and the verdict of issue 39's target: Tollgate on Redis at least 2 ×
 # envoyproxy/ratelimit's decisions per server CPU second (per run, then the
-# median), p99 at most 5 ms. Answers OVER_LIMIT and errors, when any, are
+# median), p99 at most 5 ms (at the fixed rate). Answers OVER_LIMIT and errors, when any, are
 # written to stderr.
 #
 # envoyproxy/ratelimit is built from source (none of it enters this
@@ -51,7 +57,7 @@
 # GOTOOLCHAIN=go1.27.3 (RATELIMIT_GOTOOLCHAIN), in the build's environment
 # only.
 #
-# Settings: RUNS, DURATION, WARMUP, CALLERS, CONNS, SUBJECTS, TARGETS
+# Settings: RUNS, DURATION, WARMUP, CALLERS, CONNS, SUBJECTS, RATE, RATE_DURATION, TARGETS
 # ("bare envoy redis postgres memory"), EACH (1: every run's row too, to
 # stderr), PROFILE (a directory: CPU profiles of each service during the
 # last run, <target>.cpu, for go tool pprof; envoyproxy/ratelimit's from its
@@ -72,6 +78,8 @@ warmup=${WARMUP:-5s}
 callers=${CALLERS:-64}
 conns=${CONNS:-4}
 subjects=${SUBJECTS:-100000}
+rate=${RATE:-2000}
+rduration=${RATE_DURATION:-10s}
 read -r -a targets <<<"${TARGETS:-bare envoy redis postgres memory}"
 each=${EACH:-0}
 profile=${PROFILE:-}
@@ -279,11 +287,15 @@ measure() {
   c1=$(cpu "$svc"); r1=$(cpu "$redis"); p1=$(pgcpu); k1=$(rcmds)
   [ -z "$prof" ] || wait "$prof"
   [ "$over$errs" = 00 ] || echo "$t, run $run: $over OVER_LIMIT, $errs errors of $n" >&2
+  local r50 r99 rn rover rerrs rss
+  read -r _ r50 r99 rn _ rover rerrs _ < <(bin/rlsload "${load[@]}" -rate "$rate" -duration "$rduration")
+  [ "$rover$rerrs" = 00 ] || echo "$t, run $run, at $rate a second: $rover OVER_LIMIT, $rerrs errors of $rn" >&2
+  rss=$(awk '/^VmHWM:/ {print $2 / 1024}' "/proc/$svc/status" 2>/dev/null || echo 0)
   stop "$svc"; svc=""
   awk -v run="$run" -v t="$t" -v d="$dps" -v c=$((c1 - c0)) -v r=$((r1 - r0)) -v p=$((p1 - p0)) -v k=$((k1 - k0)) \
-    -v n="$n" -v l="$lcpu" -v tick="$tick" -v p50="$p50" -v p99="$p99" 'BEGIN {
+    -v n="$n" -v l="$lcpu" -v tick="$tick" -v p50="$p50" -v p99="$p99" -v r50="$r50" -v r99="$r99" -v rss="${rss:-0}" 'BEGIN {
       f = 1e6 / tick / n; s = (c + r + p) * f
-      printf "%s %s %.0f %.1f %.1f %.1f %.1f %.0f %.1f %.2f %.2f %.2f\n", run, t, d, c*f, r*f, p*f, s, 1e6/s, l, k/n, p50, p99 }' >>"$work/rows"
+      printf "%s %s %.0f %.1f %.1f %.1f %.1f %.0f %.1f %.2f %.2f %.2f %.2f %.2f %.0f\n", run, t, d, c*f, r*f, p*f, s, 1e6/s, l, k/n, p50, p99, r50, r99, rss }' >>"$work/rows"
 }
 
 echo "machine: $(nproc) cores, $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), $(free -g | awk '/^Mem:/ {print $2}') GiB"
@@ -304,16 +316,17 @@ done
 
 # ratio: each row's decisions a second over the bare handler's in its run.
 awk 'NR == FNR { if ($2 == "bare") b[$1] = $3; next } { print $0, ($1 in b ? $3 / b[$1] : 0) }' "$work/rows" "$work/rows" >"$work/rated"
-printf '%-9s %8s %6s %7s %9s %6s %10s %10s %8s %5s %7s %7s\n' target "dec/s" ratio svc_us redis_us pg_us server_us "dec/cpu_s" load_us rcmd p50_ms p99_ms
+printf '%-9s %8s %6s %7s %9s %6s %10s %10s %8s %5s %7s %7s %7s %7s %6s\n' target "dec/s" ratio svc_us redis_us pg_us server_us "dec/cpu_s" load_us rcmd p50_ms p99_ms "p50@R" "p99@R" rss_mb
 for t in "${targets[@]}"; do
   row="$t"
-  for col in 3 13 4 5 6 7 8 9 10 11 12; do row="$row $(awk -v t="$t" -v c=$col '$2 == t {print $c}' "$work/rated" | median)"; done
-  awk '{printf "%-9s %8.0f %6.2f %7.1f %9.1f %6.1f %10.1f %10.0f %8.1f %5.2f %7.2f %7.2f\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}' <<<"$row"
+  for col in 3 16 4 5 6 7 8 9 10 11 12 13 14 15; do row="$row $(awk -v t="$t" -v c=$col '$2 == t {print $c}' "$work/rated" | median)"; done
+  awk '{printf "%-9s %8.0f %6.2f %7.1f %9.1f %6.1f %10.1f %10.0f %8.1f %5.2f %7.2f %7.2f %7.2f %7.2f %6.0f\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15}' <<<"$row"
 done
+echo "(p50@R p99@R: at $rate decisions a second)"
 if [[ " ${targets[*]} " == *" envoy "* && " ${targets[*]} " == *" redis "* ]]; then
   x=$(awk 'NR == FNR { if ($2 == "envoy") e[$1] = $8; next } $2 == "redis" { print $8 / e[$1] }' "$work/rows" "$work/rows" | median)
-  p99=$(awk '$2 == "redis" {print $12}' "$work/rows" | median)
-  awk -v x="$x" -v p="$p99" 'BEGIN { printf "target (issue 39): Tollgate on Redis %.2f × envoyproxy/ratelimit'"'"'s decisions per server CPU second (want >= 2): %s; p99 %.2f ms (want <= 5): %s\n",
-    x, (x >= 2 ? "met" : "missed"), p, (p <= 5 ? "met" : "missed") }'
+  p99=$(awk '$2 == "redis" {print $14}' "$work/rows" | median)
+  awk -v x="$x" -v p="$p99" -v r="$rate" 'BEGIN { printf "target (issue 39): Tollgate on Redis %.2f × envoyproxy/ratelimit'"'"'s decisions per server CPU second (want >= 2): %s; p99 at %d a second %.2f ms (want <= 5): %s\n",
+    x, (x >= 2 ? "met" : "missed"), r, p, (p <= 5 ? "met" : "missed") }'
 fi
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -7,11 +7,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/tollgate/tollgate/internal/app"
 	"github.com/tollgate/tollgate/internal/kit/digest"
+	"github.com/tollgate/tollgate/internal/kit/gcheadroom"
 	"github.com/tollgate/tollgate/internal/pgstore"
 )
+
+// gcHeadroom is how much the heap may grow between garbage collections
+// when GOGC is not set (gcheadroom.Run).
+const gcHeadroom = 128 << 20
 
 // serve runs the HTTP server until ctx is cancelled, then shuts down in
 // order: stop taking requests and finish those in flight, close the counter
@@ -28,6 +34,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio
 		return usagef("serve [--demo]", "serve: %v", err)
 	}
 	log.InfoContext(ctx, "tollgate starting", "config", cfg)
+	// The heap grows by about gcHeadroom between collections, unless GOGC
+	// says otherwise (internal/kit/gcheadroom, docs/configuration.md).
+	go gcheadroom.Run(ctx, gcHeadroom, time.Second)
 	dsn, stopDB, err := database(ctx, cfg, log)
 	if err != nil {
 		return err

@@ -42,6 +42,7 @@ func main() {
 	conns := flag.Int("conns", 4, "connections the callers share")
 	subjects := flag.Int("subjects", 100_000, "client addresses to pick from")
 	duration := flag.Duration("duration", 8*time.Second, "how long")
+	rate := flag.Float64("rate", 0, "calls a second, spread evenly over the callers (0: each caller sends its next call as soon as its last is answered)")
 	flag.Parse()
 	if *callers < 1 || *conns < 1 || *subjects < 1 || *subjects > 1<<24 {
 		fmt.Fprintln(os.Stderr, "rlsload: -callers and -conns at least 1, -subjects 1 to 2^24")
@@ -82,11 +83,28 @@ func main() {
 	var wg sync.WaitGroup
 	cpu0 := cpuTime()
 	start := time.Now()
+	// At a fixed rate each caller has its own schedule, a call every
+	// callers/rate seconds, and a call's latency counts from when it was
+	// due: a caller that fell behind its schedule (a slow answer before)
+	// counts the wait too, so that a stall is not hidden by the calls it
+	// kept from being sent.
+	every := time.Duration(0)
+	if *rate > 0 {
+		every = time.Duration(float64(*callers) / *rate * float64(time.Second))
+	}
 	for i := range *callers {
 		c := clients[i%len(clients)]
 		wg.Go(func() {
+			due := start.Add(every * time.Duration(i) / time.Duration(*callers))
 			for time.Now().Before(end) {
 				began := time.Now()
+				if every > 0 {
+					if d := time.Until(due); d > 0 {
+						time.Sleep(d)
+					}
+					began = due
+					due = due.Add(every)
+				}
 				resp, err := c.ShouldRateLimit(ctx, reqs[rand.IntN(len(reqs))])
 				lat[i] = append(lat[i], time.Since(began))
 				switch {

@@ -16,14 +16,36 @@ import (
 )
 
 // Coalescing: a Check sends its own script while a sender is free, else queues for the first sender to free, which sends up to maxPipeline checks as one check.lua a server (a tenant, on a cluster).
-// Four senders, not one: one coalesced more but let a tenant's flood, or a migrating hash slot, hold up other checks (the measurements are in this file's git history).
+//
+// The queue is kept per group (a tenant) and a sender takes the groups in
+// turn, one check of each, so that a tenant's flood of waiting checks is
+// not a queue its neighbours wait at the back of: a light tenant's check
+// goes out in the next pipeline, whatever the flood holds waiting
+// (BenchmarkNeighbourBesideFlood). Each group may hold maxGroupQueue
+// checks waiting, so that a flood's waiting checks cannot fill the lane
+// for everyone else either.
 const (
-	senders     = 4
+	// senders is how many scripts (pipelines) of a single server's lane may
+	// be in flight at once: while one is on the server, the next is being
+	// sent or read. Four coalesced less (about 6 checks a script against 9
+	// in the rate limit service's benchmark, for 15 % more of Tollgate's
+	// CPU a decision); one left Redis idle while a pipeline travelled (in
+	// BenchmarkNeighbourBesideFlood a third of two's checks a second).
+	senders = 2
+	// clusterSenders is a cluster master's: while a hash slot migrates,
+	// go-redis follows a pipeline's ASK and MOVED replies with pauses of its
+	// own inside the pipeline, and a master whose lane had fewer held up
+	// the checks of its other slots (TestClusterReshardExact), or, paused,
+	// kept its queued checks waiting past their deadlines
+	// (TestClusterMasterDown).
+	clusterSenders = 4
 	maxPipeline = 64
-	// maxQueue bounds the checks waiting for a sender. Healthy, the queue holds
-	// about one check per concurrent caller; past this the server is not
-	// keeping up, and a check fails at once rather than wait out its deadline.
-	maxQueue = 4096
+	// maxQueue bounds the checks waiting for a sender in a lane, and
+	// maxGroupQueue those of one group. Healthy, the queue holds about one
+	// check per concurrent caller; past these the server is not keeping up,
+	// and a check fails at once rather than wait out its deadline.
+	maxQueue      = 16384
+	maxGroupQueue = 1024
 	// maxScriptItems bounds the items one script decides, so that the
 	// checks of one busy tenant hold the server for tens of microseconds at
 	// a time, not milliseconds: other tenants' scripts wait behind each.
@@ -41,12 +63,93 @@ var errOverloaded = errors.New("too many checks waiting for the server")
 // (MasterForKey), and go-redis still routes the pipeline; a lane only groups
 // the waiting. Lanes are kept per master address ever seen, a handful.
 type lane struct {
-	queue  []*job // checks waiting for a sender
-	active int    // senders at work: callers sending alone and drains
+	// waiting holds the groups with checks waiting for a sender, in the
+	// order a sender takes them (take); queued counts their checks.
+	waiting []*groupQueue
+	queued  int
+	// groups finds a waiting group's queue; spare keeps emptied ones.
+	groups map[string]*groupQueue
+	spare  []*groupQueue
+	active int // senders at work: callers sending alone and drains
+	// senders bounds active: senders or clusterSenders.
+	senders int
 	// lastAnswer is when (Unix ns) the lane's server last answered a
 	// script (late): a cluster master that stopped answering is silent
 	// while the others answer.
 	lastAnswer atomic.Int64
+}
+
+// groupQueue is one group's checks waiting in a lane, in their order:
+// jobs[head:].
+type groupQueue struct {
+	group string
+	jobs  []*job
+	head  int
+}
+
+// enqueue adds j to its group's queue, or returns errOverloaded when the
+// lane or the group holds as many checks as it may.
+func (l *lane) enqueue(j *job) error {
+	if l.queued >= maxQueue {
+		return errOverloaded
+	}
+	q := l.groups[j.group]
+	if q == nil {
+		if n := len(l.spare); n > 0 {
+			q, l.spare = l.spare[n-1], l.spare[:n-1]
+		} else {
+			q = &groupQueue{}
+		}
+		q.group = j.group
+		if l.groups == nil {
+			l.groups = map[string]*groupQueue{}
+		}
+		l.groups[j.group] = q
+		l.waiting = append(l.waiting, q)
+	} else if len(q.jobs)-q.head >= maxGroupQueue {
+		return errOverloaded
+	}
+	q.jobs = append(q.jobs, j)
+	l.queued++
+	return nil
+}
+
+// take moves up to max waiting checks into into, one of each group in
+// turn (the group waiting longest first), and returns it.
+func (l *lane) take(into []*job, max int) []*job {
+	for len(into) < max && l.queued > 0 {
+		for _, q := range l.waiting {
+			if len(into) == max {
+				break
+			}
+			if q.head < len(q.jobs) {
+				into = append(into, q.jobs[q.head])
+				q.jobs[q.head] = nil
+				q.head++
+				l.queued--
+			}
+		}
+	}
+	kept := l.waiting[:0]
+	for _, q := range l.waiting {
+		if q.head < len(q.jobs) {
+			if q.head >= len(q.jobs)/2 {
+				// Move the rest to the front, so that a group that never
+				// empties does not grow its array without end.
+				n := copy(q.jobs, q.jobs[q.head:])
+				clear(q.jobs[n:])
+				q.jobs, q.head = q.jobs[:n], 0
+			}
+			kept = append(kept, q)
+			continue
+		}
+		delete(l.groups, q.group)
+		q.jobs, q.head, q.group = q.jobs[:0], 0, ""
+		l.spare = append(l.spare, q)
+	}
+	clear(l.waiting[len(kept):])
+	l.waiting = kept
+	return into
 }
 
 // job is one Check on its way to the server, kept for reuse once its
@@ -134,23 +237,22 @@ func (s *Store) call(ctx context.Context, j *job) error {
 	l := s.one
 	if s.cluster != nil {
 		if l = s.lanes[addr]; l == nil {
-			l = &lane{}
+			l = &lane{senders: clusterSenders}
 			s.lanes[addr] = l
 		}
 	}
 	j.lane = l
-	if l.active < senders && len(l.queue) == 0 {
+	if l.active < l.senders && l.queued == 0 {
 		l.active++
 		s.inflight.Add(1)
 		s.mu.Unlock()
 		return s.runOne(ctx, j, l)
 	}
-	if len(l.queue) >= maxQueue {
+	if err := l.enqueue(j); err != nil {
 		s.mu.Unlock()
-		return errOverloaded
+		return err
 	}
-	l.queue = append(l.queue, j)
-	if l.active < senders {
+	if l.active < l.senders {
 		l.active++
 		s.inflight.Add(1)
 		go s.drain(l)
@@ -283,7 +385,7 @@ func pause(ctx context.Context, n int) bool {
 func (s *Store) release(l *lane) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(l.queue) > 0 && !s.closed {
+	if l.queued > 0 && !s.closed {
 		go s.drain(l)
 		return
 	}
@@ -298,7 +400,7 @@ func (s *Store) drain(l *lane) {
 	var calls []scriptCall
 	for {
 		s.mu.Lock()
-		if len(l.queue) == 0 || s.closed {
+		if l.queued == 0 || s.closed {
 			l.active--
 			s.inflight.Done()
 			s.mu.Unlock()
@@ -307,19 +409,22 @@ func (s *Store) drain(l *lane) {
 		// Take up to maxPipeline live checks, dropping the ones whose callers
 		// gave up: after an outage the queue empties at once.
 		now := time.Now()
-		n := 0
 		taken = taken[:0]
-		for ; n < len(l.queue) && len(taken) < maxPipeline; n++ {
-			if j := l.queue[n]; j.gone.Load() || s.late(j, now) {
-				j.err = context.DeadlineExceeded
-				j.answered()
-			} else {
-				taken = append(taken, j)
+		for len(taken) < maxPipeline && l.queued > 0 {
+			n := len(taken)
+			taken = l.take(taken, maxPipeline)
+			live := taken[:n]
+			for _, j := range taken[n:] {
+				if j.gone.Load() || s.late(j, now) {
+					j.err = context.DeadlineExceeded
+					j.answered()
+				} else {
+					live = append(live, j)
+				}
 			}
+			clear(taken[len(live):])
+			taken = live
 		}
-		rest := copy(l.queue, l.queue[n:])
-		clear(l.queue[rest:])
-		l.queue = l.queue[:rest]
 		s.mu.Unlock()
 		calls = s.flush(taken, calls[:0])
 		clear(taken)

@@ -184,7 +184,7 @@ func newStore(cfg Config, dial dialer) (*Store, error) {
 	bound(opt, timeout)
 	s.c = goredis.NewClient(opt)
 	s.seeds = []*goredis.Options{&seed}
-	s.one = &lane{}
+	s.one = &lane{senders: senders}
 	return s, nil
 }
 
