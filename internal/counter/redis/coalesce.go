@@ -39,7 +39,7 @@ const (
 	// kept its queued checks waiting past their deadlines
 	// (TestClusterMasterDown).
 	clusterSenders = 4
-	maxPipeline = 64
+	maxPipeline    = 64
 	// maxQueue bounds the checks waiting for a sender in a lane, and
 	// maxGroupQueue those of one group. Healthy, the queue holds about one
 	// check per concurrent caller; past these the server is not keeping up,
