@@ -8,7 +8,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/gate"
-	"github.com/tollgate/tollgate/internal/limit"
 )
 
 // maxReservationBody bounds a reservation's or a settlement's body: a
@@ -105,8 +104,8 @@ func parseReservation(c echo.Context) (*gate.Reservation, error) {
 	if len(b.Subject) > gate.MaxSubjectLen {
 		return nil, &badRequest{field: "subject", reason: fmt.Sprintf("at most %d bytes", gate.MaxSubjectLen)}
 	}
-	if b.Amount == nil || *b.Amount < 1 || *b.Amount > limit.MaxLimit {
-		return nil, &badRequest{field: "amount", reason: fmt.Sprintf("is required: an integer from 1 to %d", limit.MaxLimit)}
+	if b.Amount == nil || *b.Amount < 1 || *b.Amount > gate.MaxCost {
+		return nil, &badRequest{field: "amount", reason: fmt.Sprintf("is required: an integer from 1 to %d", gate.MaxCost)}
 	}
 	ttl := gate.DefaultReserveTTL
 	if b.TTL != nil {
@@ -192,8 +191,8 @@ func (h reservationHandlers) settle(c echo.Context) error {
 	if err := decodeJSON(c, maxReservationBody, &b); err != nil {
 		return err
 	}
-	if b.Used == nil || *b.Used < 0 || *b.Used > limit.MaxLimit {
-		return &badRequest{field: "used", reason: fmt.Sprintf("is required: an integer from 0 to %d", limit.MaxLimit)}
+	if b.Used == nil || *b.Used < 0 || *b.Used > gate.MaxCost {
+		return &badRequest{field: "used", reason: fmt.Sprintf("is required: an integer from 0 to %d", gate.MaxCost)}
 	}
 	return h.finish(c, id, *b.Used)
 }
