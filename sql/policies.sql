@@ -16,8 +16,8 @@ SELECT count(*)::bigint AS policies, coalesce(bool_or(name = @name), false)::boo
 FROM policies WHERE tenant_id = @tenant_id;
 
 -- name: UpsertPolicy :one
-INSERT INTO policies (tenant_id, name, "limit", "window", algorithm, scope, fail_mode, shadow, alert_after)
-VALUES (@tenant_id, @name, @limit_, @window_, @algorithm, @scope, @fail_mode, @shadow, @alert_after)
+INSERT INTO policies (tenant_id, name, "limit", "window", algorithm, scope, fail_mode, shadow, alert_after, unit, on_expiry)
+VALUES (@tenant_id, @name, @limit_, @window_, @algorithm, @scope, @fail_mode, @shadow, @alert_after, @unit, @on_expiry)
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     "limit" = EXCLUDED."limit",
     "window" = EXCLUDED."window",
@@ -26,6 +26,8 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     fail_mode = EXCLUDED.fail_mode,
     shadow = EXCLUDED.shadow,
     alert_after = EXCLUDED.alert_after,
+    unit = EXCLUDED.unit,
+    on_expiry = EXCLUDED.on_expiry,
     updated_at = now()
 RETURNING *;
 

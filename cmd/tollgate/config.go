@@ -54,37 +54,38 @@ func tooWideToTrust(n *net.IPNet) string {
 // (loadConfig), the operator commands only the database's and the log's
 // (loadStoreConfig). Nothing below cmd/tollgate reads the environment.
 type Config struct {
-	DatabaseURL     string        // DATABASE_URL; empty: the embedded PostgreSQL
-	RedisURL        string        // REDIS_URL: redis:// (one server) or redis+cluster:// (a cluster; seeds in addr or after commas)
-	Addr            string        // TOLLGATE_ADDR; with Dev, no host means 127.0.0.1
-	CounterStore    string        // TOLLGATE_COUNTER_STORE: postgres, redis or memory
-	CounterTimeout  time.Duration // TOLLGATE_COUNTER_TIMEOUT
-	Pepper          []byte        // TOLLGATE_PEPPER
-	Dev             bool          // TOLLGATE_DEV
-	TrustedProxies  []*net.IPNet  // TOLLGATE_TRUSTED_PROXIES
-	LogFormat       string        // TOLLGATE_LOG_FORMAT: json or text
-	LogLevel        slog.Level    // TOLLGATE_LOG_LEVEL
-	DataDir         string        // TOLLGATE_DATA_DIR: where the embedded PostgreSQL keeps its data
-	ShutdownTimeout time.Duration // TOLLGATE_SHUTDOWN_TIMEOUT
-	InstanceCeiling int64         // TOLLGATE_INSTANCE_CEILING: requests a second; 0 is off
-	ClientIPHeader  string        // TOLLGATE_CLIENT_IP_HEADER
-	PublicURL       string        // TOLLGATE_PUBLIC_URL
-	SecureCookies   bool          // TOLLGATE_SECURE_COOKIES: dashboard cookies Secure behind a TLS-ending proxy
-	IPv6Prefix      int           // TOLLGATE_IPV6_PREFIX: the IPv6 network length clients are keyed by
-	TenantInflight  int64         // TOLLGATE_TENANT_INFLIGHT: work units one tenant may have in progress per instance
-	TenantMaxLeases int64         // TOLLGATE_TENANT_MAX_LEASES: leases of concurrency policies one tenant may hold at once
-	MemoryMaxKeys   int           // TOLLGATE_MEMORY_MAX_KEYS: counters the memory store holds (TOLLGATE_COUNTER_STORE=memory)
-	ConnsPerIP      int           // TOLLGATE_CONNS_PER_IP: connections one address may hold before a request on them shows a key
-	ConnsKeyless    int           // TOLLGATE_CONNS_KEYLESS: connections all addresses may hold so
-	ConnsPerTenant  int           // TOLLGATE_CONNS_PER_TENANT: connections one tenant may hold once their requests showed its key
-	ReadTimeout     time.Duration // TOLLGATE_READ_TIMEOUT: a request's headers and body, from its first byte
-	WriteTimeout    time.Duration // TOLLGATE_WRITE_TIMEOUT: from the end of a request's headers to the end of its answer
-	IdleTimeout     time.Duration // TOLLGATE_IDLE_TIMEOUT: a kept-alive connection between requests
-	AuditRetention  time.Duration // TOLLGATE_AUDIT_RETENTION_DAYS: audit entries older than this are deleted
-	DebugAddr       string        // TOLLGATE_DEBUG_ADDR: a loopback address for Go's profiler; empty is off
-	GRPCAddr        string        // TOLLGATE_GRPC_ADDR: Envoy's rate limit service (gRPC); empty is off
-	GRPCTLSCert     string        // TOLLGATE_GRPC_TLS_CERT: with _KEY, the rate limit service over TLS
-	GRPCTLSKey      string        // TOLLGATE_GRPC_TLS_KEY
+	DatabaseURL           string        // DATABASE_URL; empty: the embedded PostgreSQL
+	RedisURL              string        // REDIS_URL: redis:// (one server) or redis+cluster:// (a cluster; seeds in addr or after commas)
+	Addr                  string        // TOLLGATE_ADDR; with Dev, no host means 127.0.0.1
+	CounterStore          string        // TOLLGATE_COUNTER_STORE: postgres, redis or memory
+	CounterTimeout        time.Duration // TOLLGATE_COUNTER_TIMEOUT
+	Pepper                []byte        // TOLLGATE_PEPPER
+	Dev                   bool          // TOLLGATE_DEV
+	TrustedProxies        []*net.IPNet  // TOLLGATE_TRUSTED_PROXIES
+	LogFormat             string        // TOLLGATE_LOG_FORMAT: json or text
+	LogLevel              slog.Level    // TOLLGATE_LOG_LEVEL
+	DataDir               string        // TOLLGATE_DATA_DIR: where the embedded PostgreSQL keeps its data
+	ShutdownTimeout       time.Duration // TOLLGATE_SHUTDOWN_TIMEOUT
+	InstanceCeiling       int64         // TOLLGATE_INSTANCE_CEILING: requests a second; 0 is off
+	ClientIPHeader        string        // TOLLGATE_CLIENT_IP_HEADER
+	PublicURL             string        // TOLLGATE_PUBLIC_URL
+	SecureCookies         bool          // TOLLGATE_SECURE_COOKIES: dashboard cookies Secure behind a TLS-ending proxy
+	IPv6Prefix            int           // TOLLGATE_IPV6_PREFIX: the IPv6 network length clients are keyed by
+	TenantInflight        int64         // TOLLGATE_TENANT_INFLIGHT: work units one tenant may have in progress per instance
+	TenantMaxLeases       int64         // TOLLGATE_TENANT_MAX_LEASES: leases of concurrency policies one tenant may hold at once
+	TenantMaxReservations int64         // TOLLGATE_TENANT_MAX_RESERVATIONS: live reservations one tenant may hold at once
+	MemoryMaxKeys         int           // TOLLGATE_MEMORY_MAX_KEYS: counters the memory store holds (TOLLGATE_COUNTER_STORE=memory)
+	ConnsPerIP            int           // TOLLGATE_CONNS_PER_IP: connections one address may hold before a request on them shows a key
+	ConnsKeyless          int           // TOLLGATE_CONNS_KEYLESS: connections all addresses may hold so
+	ConnsPerTenant        int           // TOLLGATE_CONNS_PER_TENANT: connections one tenant may hold once their requests showed its key
+	ReadTimeout           time.Duration // TOLLGATE_READ_TIMEOUT: a request's headers and body, from its first byte
+	WriteTimeout          time.Duration // TOLLGATE_WRITE_TIMEOUT: from the end of a request's headers to the end of its answer
+	IdleTimeout           time.Duration // TOLLGATE_IDLE_TIMEOUT: a kept-alive connection between requests
+	AuditRetention        time.Duration // TOLLGATE_AUDIT_RETENTION_DAYS: audit entries older than this are deleted
+	DebugAddr             string        // TOLLGATE_DEBUG_ADDR: a loopback address for Go's profiler; empty is off
+	GRPCAddr              string        // TOLLGATE_GRPC_ADDR: Envoy's rate limit service (gRPC); empty is off
+	GRPCTLSCert           string        // TOLLGATE_GRPC_TLS_CERT: with _KEY, the rate limit service over TLS
+	GRPCTLSKey            string        // TOLLGATE_GRPC_TLS_KEY
 	// WebhookAllowPrivate lets tenants' webhooks go to http:// URLs and to
 	// loopback and private addresses (TOLLGATE_WEBHOOK_ALLOW_PRIVATE): for
 	// self-hosters whose receivers are inside, and for tests.
@@ -408,7 +409,8 @@ func loadClients(c *Config, getenv func(string) string) error {
 
 // loadLimits reads what bounds the work: TOLLGATE_COUNTER_TIMEOUT,
 // TOLLGATE_INSTANCE_CEILING, TOLLGATE_TENANT_INFLIGHT,
-// TOLLGATE_TENANT_MAX_LEASES and TOLLGATE_MEMORY_MAX_KEYS.
+// TOLLGATE_TENANT_MAX_LEASES, TOLLGATE_TENANT_MAX_RESERVATIONS and
+// TOLLGATE_MEMORY_MAX_KEYS.
 func loadLimits(c *Config, getenv func(string) string) error {
 	var err error
 	c.CounterTimeout = 50 * time.Millisecond
@@ -432,6 +434,12 @@ func loadLimits(c *Config, getenv func(string) string) error {
 	if v := getenv("TOLLGATE_TENANT_MAX_LEASES"); v != "" {
 		if c.TenantMaxLeases, err = strconv.ParseInt(v, 10, 64); err != nil || c.TenantMaxLeases < 1 || c.TenantMaxLeases > 10_000_000 {
 			return fmt.Errorf("TOLLGATE_TENANT_MAX_LEASES %q: want the leases one tenant may hold at once, 1 to 10000000", v)
+		}
+	}
+	c.TenantMaxReservations = 10_000
+	if v := getenv("TOLLGATE_TENANT_MAX_RESERVATIONS"); v != "" {
+		if c.TenantMaxReservations, err = strconv.ParseInt(v, 10, 64); err != nil || c.TenantMaxReservations < 1 || c.TenantMaxReservations > 10_000_000 {
+			return fmt.Errorf("TOLLGATE_TENANT_MAX_RESERVATIONS %q: want the live reservations one tenant may hold at once, 1 to 10000000", v)
 		}
 	}
 	c.MemoryMaxKeys = 1_000_000
@@ -487,7 +495,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("ipv6_prefix", c.IPv6Prefix),
 		slog.Int64("tenant_inflight", c.TenantInflight),
 		slog.Int("conns_per_ip", c.ConnsPerIP), slog.Int("conns_keyless", c.ConnsKeyless), slog.Int("conns_per_tenant", c.ConnsPerTenant),
-		slog.Int64("tenant_max_leases", c.TenantMaxLeases),
+		slog.Int64("tenant_max_leases", c.TenantMaxLeases), slog.Int64("tenant_max_reservations", c.TenantMaxReservations),
 		slog.Duration("read_timeout", c.ReadTimeout),
 		slog.Duration("write_timeout", c.WriteTimeout),
 		slog.Duration("idle_timeout", c.IdleTimeout),

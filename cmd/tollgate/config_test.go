@@ -56,6 +56,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"ipv6 prefix too short":        {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_IPV6_PREFIX": "/16"}, "TOLLGATE_IPV6_PREFIX"},
 		"tenant inflight too low":      {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_TENANT_INFLIGHT": "8"}, "TOLLGATE_TENANT_INFLIGHT"},
 		"tenant max leases zero":       {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_TENANT_MAX_LEASES": "0"}, "TOLLGATE_TENANT_MAX_LEASES"},
+		"tenant max reservations zero": {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_TENANT_MAX_RESERVATIONS": "0"}, "TOLLGATE_TENANT_MAX_RESERVATIONS"},
 		"conns per tenant not a count": {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_CONNS_PER_TENANT": "many"}, "TOLLGATE_CONNS_PER_TENANT"},
 		"conns per ip above keyless":   {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_CONNS_PER_IP": "100", "TOLLGATE_CONNS_KEYLESS": "10"}, "TOLLGATE_CONNS_PER_IP"},
 		"public url not http":          {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_PUBLIC_URL": "ftp://example.com"}, "TOLLGATE_PUBLIC_URL"},
@@ -153,7 +154,7 @@ func TestConfigReadsEveryVariable(t *testing.T) {
 	want := Config{
 		Addr: ":8080", CounterStore: "postgres", LogFormat: "json", DataDir: ".tollgate", CounterTimeout: 50 * time.Millisecond, ShutdownTimeout: 15 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: time.Minute, AuditRetention: 90 * 24 * time.Hour,
-		IPv6Prefix: 64, TenantInflight: 64, TenantMaxLeases: 10_000, MemoryMaxKeys: 1_000_000,
+		IPv6Prefix: 64, TenantInflight: 64, TenantMaxLeases: 10_000, TenantMaxReservations: 10_000, MemoryMaxKeys: 1_000_000,
 		ConnsPerIP: httpapi.DefaultConnsPerIP, ConnsKeyless: httpapi.DefaultConnsKeyless, ConnsPerTenant: httpapi.DefaultConnsPerTenant,
 		WebhookTestSends: httpapi.DefaultWebhookTestsPerMinute, PublicURL: "http://localhost:8080",
 	}
@@ -167,7 +168,7 @@ func TestConfigReadsEveryVariable(t *testing.T) {
 		"TOLLGATE_READ_TIMEOUT": "10s", "TOLLGATE_WRITE_TIMEOUT": "20s", "TOLLGATE_IDLE_TIMEOUT": "40s",
 		"TOLLGATE_AUDIT_RETENTION_DAYS": "7", "TOLLGATE_TRUSTED_PROXIES": "10.0.0.0/8", "TOLLGATE_INSTANCE_CEILING": "5000",
 		"TOLLGATE_CLIENT_IP_HEADER": "CF-Connecting-IP", "TOLLGATE_IPV6_PREFIX": "/56", "TOLLGATE_TENANT_INFLIGHT": "128",
-		"TOLLGATE_TENANT_MAX_LEASES": "50", "TOLLGATE_WEBHOOK_TEST_SENDS": "3", "TOLLGATE_MEMORY_MAX_KEYS": "5000",
+		"TOLLGATE_TENANT_MAX_LEASES": "50", "TOLLGATE_TENANT_MAX_RESERVATIONS": "70", "TOLLGATE_WEBHOOK_TEST_SENDS": "3", "TOLLGATE_MEMORY_MAX_KEYS": "5000",
 		"TOLLGATE_CONNS_PER_IP": "8", "TOLLGATE_CONNS_KEYLESS": "16", "TOLLGATE_CONNS_PER_TENANT": "32",
 		"TOLLGATE_PUBLIC_URL": "https://tollgate.example", "TOLLGATE_SECURE_COOKIES": "1", "TOLLGATE_WEBHOOK_ALLOW_PRIVATE": "1",
 		"STRIPE_WEBHOOK_SECRET": "whsec_0123456789, whsec_abcdefghij", "STRIPE_API_KEY": "sk_test_123", "STRIPE_API_BASE": "http://127.0.0.1:12111",
@@ -179,7 +180,7 @@ func TestConfigReadsEveryVariable(t *testing.T) {
 		Addr: "127.0.0.1:9000", CounterStore: "memory", LogFormat: "json", DataDir: ".tollgate", CounterTimeout: 20 * time.Millisecond, DebugAddr: "127.0.0.1:6060",
 		ShutdownTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 20 * time.Second, IdleTimeout: 40 * time.Second,
 		AuditRetention: 7 * 24 * time.Hour, InstanceCeiling: 5000, ClientIPHeader: "cf-connecting-ip", IPv6Prefix: 56,
-		TenantInflight: 128, TenantMaxLeases: 50, WebhookTestSends: 3, MemoryMaxKeys: 5000, ConnsPerIP: 8, ConnsKeyless: 16, ConnsPerTenant: 32,
+		TenantInflight: 128, TenantMaxLeases: 50, TenantMaxReservations: 70, WebhookTestSends: 3, MemoryMaxKeys: 5000, ConnsPerIP: 8, ConnsKeyless: 16, ConnsPerTenant: 32,
 		PublicURL: "https://tollgate.example", SecureCookies: true, WebhookAllowPrivate: true,
 		StripeAPIKey: "sk_test_123", StripeAPIBase: "http://127.0.0.1:12111",
 	}

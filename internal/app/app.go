@@ -38,19 +38,22 @@ type Config struct {
 	InstanceCeiling int64         // requests a second; 0 is off
 	TenantInflight  int64
 	TenantMaxLeases int64
-	TrustedProxies  []*net.IPNet
-	ClientIPHeader  string
-	IPv6Prefix      int
-	PublicURL       string
-	SecureCookies   bool
-	ConnsPerIP      int
-	ConnsKeyless    int
-	ConnsPerTenant  int
-	ReadTimeout     time.Duration
-	WriteTimeout    time.Duration
-	IdleTimeout     time.Duration
-	ShutdownTimeout time.Duration
-	AuditRetention  time.Duration
+	// TenantMaxReservations bounds a tenant's live reservations
+	// (gate.Config.TenantMaxReservations).
+	TenantMaxReservations int64
+	TrustedProxies        []*net.IPNet
+	ClientIPHeader        string
+	IPv6Prefix            int
+	PublicURL             string
+	SecureCookies         bool
+	ConnsPerIP            int
+	ConnsKeyless          int
+	ConnsPerTenant        int
+	ReadTimeout           time.Duration
+	WriteTimeout          time.Duration
+	IdleTimeout           time.Duration
+	ShutdownTimeout       time.Duration
+	AuditRetention        time.Duration
 
 	WebhookAllowPrivate bool
 	WebhookTestSends    int64

@@ -125,8 +125,9 @@ func (a *App) buildGate() error {
 	p.Gate, err = gate.New(gate.Config{
 		Store: a.store, Local: p.l1, Tenants: p.Tenants, Policies: p.Catalog, Observer: admission.Observers{p.Usage, p.Audit, p.Degraded},
 		Metrics: p.Metrics, StoreName: cfg.CounterStore, Logger: a.log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
-		TenantInflight:  cfg.TenantInflight,
-		TenantMaxLeases: cfg.TenantMaxLeases,
+		TenantInflight:        cfg.TenantInflight,
+		TenantMaxLeases:       cfg.TenantMaxLeases,
+		TenantMaxReservations: cfg.TenantMaxReservations,
 	})
 	return err
 }

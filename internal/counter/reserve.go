@@ -38,6 +38,13 @@ var ErrNoReservation = errors.New("no such reservation")
 // already with another Used: a settlement happens once.
 var ErrSettled = errors.New("reservation settled already")
 
+// ErrReservationExists is returned (wrapped) by Reserve when the group
+// holds a reservation by that id already, live or settled and kept: nothing
+// was reserved. It wraps ErrInvalid, so a caller that chose its ids at
+// random sees a malformed request, and one that derives an id from a
+// client's idempotency key knows the reservation was made before.
+var ErrReservationExists = fmt.Errorf("reservation id in use: %w", ErrInvalid)
+
 // Bounds of a reservation's time to live, and how long a settled outcome is
 // kept at least after its settlement. Reservation ids are 1 to MaxKeyLen
 // bytes, any bytes.
@@ -59,7 +66,7 @@ type Reservation struct {
 	// ID names the reservation, 1 to MaxKeyLen bytes, unique and
 	// unguessable: Settle names it by its group and ID alone. An ID the
 	// group holds already, live or settled and kept, is refused with
-	// ErrInvalid.
+	// ErrReservationExists.
 	ID string
 	// TTL is how long the reservation waits for its settlement,
 	// MinReserveTTL to MaxReserveTTL; the store keeps microseconds.
@@ -180,8 +187,8 @@ func Charges(r Reservation, seen []Seen, now int64) []Charge {
 // instance that shares its server: a reservation's charge and its record
 // are one atomic step, a settlement is applied once however many instances
 // race to settle (or to release on expiry), and no give-back is lost. Every
-// call is one round trip. Errors wrap ErrUnavailable, ErrInvalid,
-// ErrNoReservation or ErrSettled.
+// call is one round trip. Errors wrap ErrUnavailable, ErrInvalid (and
+// ErrReservationExists), ErrNoReservation or ErrSettled.
 type Reserver interface {
 	// Reserve decides r.Request as a Check of it and, when it is allowed
 	// and the group has room, records the reservation.

@@ -128,9 +128,10 @@ func (b *breakers) success(tenant string) {
 // throughBreaker makes one call of the shared store for tenantID, under
 // ctx, through the tenant's circuit breaker: skipped, as
 // counter.ErrUnavailable, while the circuit is open; otherwise timed and
-// counted as a success or a failure of the store. A malformed request (the
-// caller's bug) or a caller that went away (its client hung up) says
-// nothing about the store's health: it leaves the circuit as it was.
+// counted as a success or a failure of the store (an answer such as "no
+// such reservation" is a success). A malformed request (the caller's bug)
+// or a caller that went away (its client hung up) says nothing about the
+// store's health: it leaves the circuit as it was.
 func throughBreaker[T any](ctx context.Context, g *Gate, op storeOp, tenantID string, call func() (T, error)) (T, error) {
 	if !g.breakers.allow(tenantID, g.cfg.Now()) {
 		g.met.store[op].skipped.Observe(0)
@@ -143,7 +144,7 @@ func throughBreaker[T any](ctx context.Context, g *Gate, op storeOp, tenantID st
 	switch {
 	case errors.Is(err, counter.ErrInvalid), err != nil && callerGone(ctx):
 		g.breakers.release(tenantID)
-	case err != nil:
+	case storeFailed(ctx, err):
 		g.breakers.failure(tenantID, g.cfg.Now())
 	default:
 		g.breakers.success(tenantID)

@@ -26,7 +26,8 @@
 // name (httpapi.Gate): Identify (the headers, before a body is read),
 // Admit (a check, or any other /v1 request that takes no new place),
 // AdmitBatch (POST /v1/check/batch), Acquire (POST /v1/leases, with its
-// Lease), Release, Renew and Reset. No door hands a request to another.
+// Lease), Reserve (POST /v1/reservations, with its Reservation), Release,
+// Renew, Settle and Reset. No door hands a request to another.
 //
 // The path of one request (pipeline.go), a step a function, each reading
 // and writing the request's passage (its Verdict so far, its client keys,
@@ -58,6 +59,11 @@
 //	                    out and the lease in one counter.Store.Acquire
 //	                    (concurrency.go); ceilingRefused, renewAdvances
 //
+//	Reserve (POST /v1/reservations)
+//	  pass              as above
+//	  reserve           as acquire, with the amount on the policy's counter
+//	                    in one counter.Store.Reserve (reserve.go)
+//
 //	AdmitBatch (POST /v1/check/batch, batch.go)
 //	  identify          for the request as a whole
 //	  reserveWork       the work of every check at once
@@ -87,7 +93,8 @@
 // validate.go checks a check's items and makes their counter keys (the
 // digests of subjects and client addresses); degraded.go answers without the
 // shared store; advance.go advances the ceilings' units to this instance;
-// concurrency.go holds the leases of concurrency policies; inflight.go
+// concurrency.go holds the leases of concurrency policies; reserve.go the
+// reservations of budgets and their settlements; inflight.go
 // bounds each tenant's work in progress and wildcard matching; breaker.go
 // is the circuit breaker; clientkeys.go caches a client's keys; public.go
 // is the ceiling of the pages without an API key; reset.go resets a

@@ -71,6 +71,11 @@ type Config struct {
 	// together (default DefaultTenantMaxLeases): what a tenant keeps in the
 	// store is bounded whatever its subjects.
 	TenantMaxLeases int64
+	// TenantMaxReservations bounds the live reservations one tenant holds
+	// at once, across its policies and subjects, live and test keys
+	// together (default DefaultTenantMaxReservations), as TenantMaxLeases
+	// bounds its leases.
+	TenantMaxReservations int64
 	// AuthFailuresPerMinute is how many requests with a key that does not
 	// authenticate one client network may send a minute (default 60);
 	// beyond it they are refused before the key is looked up.
@@ -153,6 +158,10 @@ func New(cfg Config) (*Gate, error) {
 		cfg.TenantMaxLeases = DefaultTenantMaxLeases
 	}
 	cfg.TenantMaxLeases = min(cfg.TenantMaxLeases, limit.MaxLimit)
+	if cfg.TenantMaxReservations <= 0 {
+		cfg.TenantMaxReservations = DefaultTenantMaxReservations
+	}
+	cfg.TenantMaxReservations = min(cfg.TenantMaxReservations, limit.MaxLimit)
 	if cfg.AuthFailuresPerMinute <= 0 {
 		cfg.AuthFailuresPerMinute = 60
 	}
@@ -236,10 +245,13 @@ const (
 
 // The counter store's answers the gate passes on, for its callers to tell
 // apart (errors.Is): a counter store that could not answer (a Limiter's
-// too), a lease that is gone.
+// too), a lease or a reservation that is gone, a reservation settled with
+// another amount.
 var (
 	ErrStoreUnavailable = counter.ErrUnavailable
 	ErrNoLease          = counter.ErrNoLease
+	ErrNoReservation    = counter.ErrNoReservation
+	ErrSettled          = counter.ErrSettled
 )
 
 // Item is one policy to check for one subject.
@@ -269,8 +281,10 @@ type Verdict struct {
 	// share of its limit left, then the fewest left), for the RateLimit
 	// headers of an allowed answer.
 	Tightest Quota
-	// Lease answers Acquire's lease when no ceiling refused.
-	Lease *LeaseVerdict
+	// Lease answers Acquire's lease, and Reservation Reserve's
+	// reservation, when no ceiling refused.
+	Lease       *LeaseVerdict
+	Reservation *ReservationVerdict
 }
 
 // ItemVerdict answers one check item.

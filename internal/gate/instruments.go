@@ -38,10 +38,12 @@ const (
 	opRelease
 	opHeld
 	opReset
+	opReserve
+	opSettle
 	storeOps
 )
 
-var storeOpNames = [storeOps]string{"check", "acquire", "renew", "release", "held", "reset"}
+var storeOpNames = [storeOps]string{"check", "acquire", "renew", "release", "held", "reset", "reserve", "settle"}
 
 // storeInstruments time one operation of the shared store.
 type storeInstruments struct {
@@ -94,9 +96,11 @@ func (in instruments) answered(allowed, degraded bool) {
 
 // storeFailed reports whether err, returned by a store call made under
 // ctx, says that the store failed: not the caller's malformed request, an
-// answer such as "no such lease", or a caller that went away.
+// answer such as "no such lease" or "settled already", or a caller that
+// went away.
 func storeFailed(ctx context.Context, err error) bool {
-	return err != nil && !errors.Is(err, counter.ErrInvalid) && !errors.Is(err, counter.ErrNoLease) && !callerGone(ctx)
+	return err != nil && !errors.Is(err, counter.ErrInvalid) && !errors.Is(err, counter.ErrNoLease) &&
+		!errors.Is(err, counter.ErrNoReservation) && !errors.Is(err, counter.ErrSettled) && !callerGone(ctx)
 }
 
 // callerGone reports whether ctx's caller went away (its client hung up).

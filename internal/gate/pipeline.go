@@ -58,8 +58,10 @@ type passage struct {
 	// weighed; matchEstimate the matching time the check reserved.
 	set           policy.Set
 	matchEstimate time.Duration
-	// lease is Acquire's body; nil for every other request.
-	lease *Lease
+	// lease is Acquire's body and reservation Reserve's; nil for every
+	// other request.
+	lease       *Lease
+	reservation *Reservation
 	// at is when the request was answered for its observers: a batch's
 	// checks share one reading of the clock (zero: read it).
 	at time.Time
@@ -304,8 +306,9 @@ func (g *Gate) ceilings(ctx context.Context, p *passage, out []layerItem) (_ []l
 	if g.ipL1(ctx, p, ipKey, ipLimit) {
 		return nil, true, nil
 	}
-	// A /v1/leases acquire counts toward the allotments as a check does.
-	counted := p.req.Check != nil || p.lease != nil
+	// A lease's acquire and a reservation count toward the allotments as
+	// a check does.
+	counted := p.counted()
 	return sharedCeilings(out, t, p.v.Key, effective, ipKey, ipLimit, counted), false, nil
 }
 
@@ -519,6 +522,12 @@ func (g *Gate) refuse(ctx context.Context, p *passage, r admission.Refusal) {
 	}
 }
 
+// counted reports whether p counts as a check: a check, a lease's
+// acquire or a reservation.
+func (p *passage) counted() bool {
+	return p.req.Check != nil || p.lease != nil || p.reservation != nil
+}
+
 // observe tells the observers what became of p: v, its outcome.
 func (g *Gate) observe(ctx context.Context, p *passage, v Verdict, outcome string, degraded bool, refusals []admission.Refusal) {
 	if g.cfg.Observer == nil {
@@ -530,7 +539,7 @@ func (g *Gate) observe(ctx context.Context, p *passage, v Verdict, outcome strin
 	}
 	g.cfg.Observer.Observe(ctx, admission.Event{
 		At: at, TenantID: v.Tenant.ID, KeyID: v.Key.ID, Live: !v.Key.Test, Route: p.req.Route,
-		Checked: p.req.Check != nil || p.lease != nil, Outcome: outcome, Degraded: degraded, Refusals: refusals,
+		Checked: p.counted(), Outcome: outcome, Degraded: degraded, Refusals: refusals,
 	})
 }
 

@@ -34,13 +34,18 @@ type Gate interface {
 	Admit(ctx context.Context, req gate.Request) (gate.Verdict, error)
 	// AdmitBatch admits POST /v1/check/batch.
 	AdmitBatch(ctx context.Context, req gate.Request, checks []gate.Check) (gate.BatchVerdict, error)
-	// Acquire admits POST /v1/leases as Admit does a check.
+	// Acquire admits POST /v1/leases as Admit does a check, and Reserve
+	// POST /v1/reservations.
 	Acquire(ctx context.Context, req gate.Request, l gate.Lease) (gate.Verdict, error)
+	Reserve(ctx context.Context, req gate.Request, r gate.Reservation) (gate.Verdict, error)
 	// Release, Renew and Reset serve the routes of those names, which
 	// Admit has admitted.
 	Release(ctx context.Context, tenantID string, test bool, id string) error
 	Renew(ctx context.Context, tenantID string, test bool, id string, ttl time.Duration) (time.Time, error)
 	Reset(ctx context.Context, tenantID string, test bool, policy, subject string) (string, error)
+	// Settle serves the settlement and the release of a reservation,
+	// which Admit has admitted.
+	Settle(ctx context.Context, tenantID string, test bool, id string, used int64) (gate.Settled, error)
 }
 
 // maxCheckBody bounds a /v1/check body: 32 items of 512-byte subjects fit.
@@ -374,8 +379,9 @@ func changes(route, method string) bool {
 	switch route {
 	case "billing":
 		return true
-	case "leases", "reset":
-		// A test key's own leases and sandbox counters (leases.go).
+	case "leases", "reset", "reservations":
+		// A test key's own leases, reservations and sandbox counters
+		// (leases.go, reservations.go).
 		return false
 	}
 	return method != http.MethodGet && method != http.MethodHead

@@ -85,6 +85,9 @@ type apiOptions struct {
 	// clientIP says whom the API believes about client addresses (the
 	// zero value: the TCP peer is the client).
 	clientIP ClientIPConfig
+	// tenantMaxReservations bounds a tenant's live reservations (0: the
+	// gate's default).
+	tenantMaxReservations int64
 }
 
 // newTenantAPIWith builds the API on a database of its own, wired as serve
@@ -119,7 +122,7 @@ func newTenantAPIWith(t testing.TB, dsn string, o apiOptions) *tenantAPI {
 	}
 	g, err := gate.New(gate.Config{
 		Store: store, Local: local, Tenants: dir, Policies: catalog, Observer: rec, Logger: log,
-		Metrics: met, StoreName: o.storeName,
+		Metrics: met, StoreName: o.storeName, TenantMaxReservations: o.tenantMaxReservations,
 		Pepper: []byte("httpapi-test-pepper-0123456789abcdef"),
 	})
 	if err != nil {

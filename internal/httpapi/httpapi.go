@@ -152,6 +152,7 @@ func New(cfg Config) *echo.Echo {
 		v1.GET("/usage", a.usage, a.admit("usage"))
 		registerBilling(v1.Group("/billing", a.admit("billing")), a)
 		registerLeases(v1, a)
+		registerReservations(v1, a)
 		registerTenantWebhooks(v1.Group("/webhooks", a.admit("webhooks")), cfg)
 	}
 	e.GET("/billing/portal/:token", portalLink(cfg))

@@ -44,6 +44,9 @@ var problemKinds = []problemKind{
 	{errBadRequest, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	// Leases (leases.go).
 	{gate.ErrNoLease, http.StatusNotFound, "lease-not-found", "No such lease: it was released, it expired, or it never was"},
+	// Reservations (reservations.go).
+	{gate.ErrNoReservation, http.StatusNotFound, "reservation-not-found", "No such reservation: it expired unsettled, its settlement is no longer kept, or it never was"},
+	{gate.ErrSettled, http.StatusConflict, "reservation-settled", "The reservation was settled already with another used amount; a settlement happens once"},
 	// Forward auth (forwardauth.go): the tenant held back is the proxy's
 	// fail mode's to decide, so not a 429 its users would see as theirs.
 	{errTenantHeldBack, http.StatusServiceUnavailable, "tenant-busy", "Too many of this tenant's requests are in progress on this instance; retry after a second"},

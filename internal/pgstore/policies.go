@@ -63,6 +63,8 @@ func (s *Policies) PutPolicy(ctx context.Context, tenantID string, p policy.Poli
 			FailMode:   string(p.FailMode),
 			Shadow:     p.Shadow,
 			AlertAfter: p.AlertAfter,
+			Unit:       p.Unit,
+			OnExpiry:   storedOnExpiry(p),
 		})
 		return err
 	})
@@ -292,17 +294,27 @@ func policyFromRow(r sqlcgen.Policy) (policy.Policy, error) {
 		}
 	}
 	return policy.Policy{
-		Name:       r.Name,
-		Limit:      r.Limit,
-		Window:     w,
-		Algorithm:  a,
-		Scope:      policy.Scope(r.Scope),
-		FailMode:   policy.FailMode(r.FailMode),
-		Shadow:     r.Shadow,
-		AlertAfter: r.AlertAfter,
-		CreatedAt:  timeOf(r.CreatedAt),
-		UpdatedAt:  timeOf(r.UpdatedAt),
+		Name:            r.Name,
+		Limit:           r.Limit,
+		Window:          w,
+		Algorithm:       a,
+		Scope:           policy.Scope(r.Scope),
+		FailMode:        policy.FailMode(r.FailMode),
+		Shadow:          r.Shadow,
+		AlertAfter:      r.AlertAfter,
+		Unit:            r.Unit,
+		ReleaseOnExpiry: r.OnExpiry == "release",
+		CreatedAt:       timeOf(r.CreatedAt),
+		UpdatedAt:       timeOf(r.UpdatedAt),
 	}, nil
+}
+
+// storedOnExpiry is the policies.on_expiry of p.
+func storedOnExpiry(p policy.Policy) string {
+	if p.ReleaseOnExpiry {
+		return "release"
+	}
+	return "settle"
 }
 
 // storedWindow is the policies.window of p: its shortest form, or "" for a

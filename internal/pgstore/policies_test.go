@@ -448,3 +448,44 @@ func TestConcurrencyPolicyRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetPolicyRoundTrip: a policy's unit and on_expiry are kept, read
+// back by every read, and the table refuses what Parse refuses.
+func TestBudgetPolicyRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool, tid := newPolicies(t)
+	in := mustParse(t, "llm", `{"limit":100000,"window":"month","unit":"tokens","on_expiry":"release"}`)
+	got, err := s.PutPolicy(ctx, tid, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.CreatedAt, got.UpdatedAt = time.Time{}, time.Time{}
+	if got != in {
+		t.Fatalf("put: got %+v, want %+v", got, in)
+	}
+	set, err := s.LoadSet(ctx, tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := set.Lookup("llm"); !ok || p.Unit != "tokens" || !p.ReleaseOnExpiry {
+		t.Fatalf("set: %+v, %v", p, ok)
+	}
+	// Replaced without them: back to the defaults.
+	if got, err = s.PutPolicy(ctx, tid, mustParse(t, "llm", `{"limit":10,"window":"1h"}`)); err != nil || got.Unit != "" || got.ReleaseOnExpiry {
+		t.Fatalf("replaced: %+v, %v", got, err)
+	}
+	if _, err := s.PutPolicy(ctx, tid, mustParse(t, "jobs", `{"limit":5,"algorithm":"concurrency"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`UPDATE policies SET unit = 'Tokens' WHERE tenant_id = $1 AND name = 'llm'`,
+		`UPDATE policies SET on_expiry = 'refund' WHERE tenant_id = $1 AND name = 'llm'`,
+		`UPDATE policies SET unit = 'jobs' WHERE tenant_id = $1 AND name = 'jobs'`,
+		`UPDATE policies SET on_expiry = 'release' WHERE tenant_id = $1 AND name = 'jobs'`,
+	} {
+		if _, err := pool.Exec(ctx, stmt, tid); err == nil {
+			t.Errorf("%s: accepted", stmt)
+		}
+	}
+}

@@ -160,6 +160,16 @@ type Policy struct {
 	// AlertAfter raises an alert after this many refusals of one subject in
 	// 24 hours; 0 means never.
 	AlertAfter int64
+	// Unit names what the policy counts ("tokens", "cents"), for display
+	// only: 0 to 16 characters of a-z and "_", "" for none. A concurrency
+	// policy has none.
+	Unit string
+	// ReleaseOnExpiry says what a reservation of the policy's budget
+	// (POST /v1/reservations) that nobody settles comes to at its expiry:
+	// given back whole (JSON "on_expiry": "release"), rather than kept at
+	// its full amount ("settle", the default). A concurrency policy, which
+	// holds leases rather than reservations, leaves it false.
+	ReleaseOnExpiry bool
 	// CreatedAt and UpdatedAt are set by the Store.
 	CreatedAt, UpdatedAt time.Time
 }
@@ -184,17 +194,28 @@ func (o Override) Active(now time.Time) bool {
 // may send back what it read: name must then match the path, and the
 // timestamps are ignored.
 var policyFields = []string{"limit", "window", "algorithm", "scope", "fail_mode", "shadow", "alert_after",
-	"name", "created_at", "updated_at"}
+	"unit", "on_expiry", "name", "created_at", "updated_at"}
+
+// maxUnitLen bounds a policy's unit, a display name.
+const maxUnitLen = 16
+
+// The values of a policy's "on_expiry".
+const (
+	onExpirySettle  = "settle"
+	onExpiryRelease = "release"
+)
 
 // Parse reads the JSON body of a request that creates or replaces the policy
 // called name:
 //
 //	{"limit":10,"window":"1m","algorithm":"fixed_window","scope":"subject",
-//	 "fail_mode":"open","shadow":false,"alert_after":0}
+//	 "fail_mode":"open","shadow":false,"alert_after":0,"unit":"",
+//	 "on_expiry":"settle"}
 //
 // limit and window are required; the rest default as shown. A policy of
 // algorithm "concurrency" (at most limit leases in flight) has no window,
-// and cannot be shadow. Every error is a *FieldError (so it wraps
+// no unit and no on_expiry (it holds leases, not reservations), and cannot
+// be shadow. Every error is a *FieldError (so it wraps
 // ErrInvalid). CreatedAt and UpdatedAt are zero.
 func Parse(name string, body []byte) (Policy, error) {
 	if err := ValidateName(name); err != nil {
@@ -255,6 +276,9 @@ func Parse(name string, body []byte) (Policy, error) {
 	if p.AlertAfter, err = f.integer("alert_after", 0, MaxAlertAfter, false); err != nil {
 		return Policy{}, err
 	}
+	if err := parseBudget(f, &p, concurrency); err != nil {
+		return Policy{}, err
+	}
 	if concurrency {
 		if p.Shadow {
 			// A shadow lease would have to be handed out beyond the limit
@@ -274,6 +298,49 @@ func Parse(name string, body []byte) (Policy, error) {
 		return Policy{}, &FieldError{Reason: "limit, window and algorithm do not combine"}
 	}
 	return p, nil
+}
+
+// parseBudget reads the members that describe a policy as a budget of
+// reservations, unit and on_expiry, into p; a concurrency policy, whose
+// leases are no budget, takes neither.
+func parseBudget(f fields, p *Policy, concurrency bool) error {
+	for _, name := range []string{"unit", "on_expiry"} {
+		if _, ok := f.get(name); ok && concurrency {
+			return &FieldError{Field: name, Reason: `a policy of algorithm "concurrency" holds leases, not a budget of reservations: it takes no unit or on_expiry`}
+		}
+	}
+	u, _, err := f.str("unit", false)
+	if err != nil {
+		return err
+	}
+	if !validUnit(u) {
+		return &FieldError{Field: "unit", Reason: `must be at most 16 characters of a-z and "_", such as "tokens" or "cents"`}
+	}
+	p.Unit = u
+	switch e, _, err := f.str("on_expiry", false); {
+	case err != nil:
+		return err
+	case e == "" || e == onExpirySettle:
+	case e == onExpiryRelease:
+		p.ReleaseOnExpiry = true
+	default:
+		return &FieldError{Field: "on_expiry", Reason: `must be "settle" (an unsettled reservation stays charged in full) or "release" (it is given back)`}
+	}
+	return nil
+}
+
+// validUnit reports whether u can be a policy's unit: 0 to maxUnitLen
+// characters of a-z and "_".
+func validUnit(u string) bool {
+	if len(u) > maxUnitLen {
+		return false
+	}
+	for i := 0; i < len(u); i++ {
+		if c := u[i]; !(c >= 'a' && c <= 'z' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidateName reports, as a *FieldError for "name", whether name can name a
@@ -384,12 +451,16 @@ func Default(name string) Policy {
 
 // MarshalJSON writes p in the shape Parse reads, plus name, created_at and
 // updated_at; the window in its shortest form ("1m", "1h30m", "7d",
-// "month"), null for a concurrency policy.
+// "month"), null for a concurrency policy, which has no unit or on_expiry
+// either (they are left out, so that what a client reads it may send back).
 func (p Policy) MarshalJSON() ([]byte, error) {
-	var window *string
+	var window, unit, onExpiry *string
 	if p.Algorithm != limit.Concurrency {
-		w := FormatWindow(p.Window)
-		window = &w
+		w, e := FormatWindow(p.Window), onExpirySettle
+		if p.ReleaseOnExpiry {
+			e = onExpiryRelease
+		}
+		window, unit, onExpiry = &w, &p.Unit, &e
 	}
 	return json.Marshal(struct {
 		Name       string    `json:"name"`
@@ -400,10 +471,12 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		FailMode   FailMode  `json:"fail_mode"`
 		Shadow     bool      `json:"shadow"`
 		AlertAfter int64     `json:"alert_after"`
+		Unit       *string   `json:"unit,omitempty"`
+		OnExpiry   *string   `json:"on_expiry,omitempty"`
 		CreatedAt  time.Time `json:"created_at"`
 		UpdatedAt  time.Time `json:"updated_at"`
 	}{p.Name, p.Limit, window, p.Algorithm.String(), p.Scope, p.FailMode, p.Shadow, p.AlertAfter,
-		p.CreatedAt.UTC(), p.UpdatedAt.UTC()})
+		unit, onExpiry, p.CreatedAt.UTC(), p.UpdatedAt.UTC()})
 }
 
 // MarshalJSON writes o as {"pattern","limit","expires_at"}, expires_at null

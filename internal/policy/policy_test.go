@@ -38,6 +38,13 @@ func TestParse(t *testing.T) {
 			Policy{Name: "p", Limit: 10, Algorithm: limit.Concurrency, Scope: ScopeGlobal, FailMode: FailClosed, AlertAfter: 2}},
 		{"concurrency, null window", `{"limit":1,"window":null,"algorithm":"concurrency","shadow":false}`,
 			Policy{Name: "p", Limit: 1, Algorithm: limit.Concurrency, Scope: ScopeSubject, FailMode: FailOpen}},
+		{"a budget in tokens, released on expiry", `{"limit":100000,"window":"month","unit":"tokens","on_expiry":"release"}`,
+			Policy{Name: "p", Limit: 100000, Window: limit.Month, Algorithm: limit.FixedWindow, Scope: ScopeSubject, FailMode: FailOpen,
+				Unit: "tokens", ReleaseOnExpiry: true}},
+		{"settle on expiry, no unit", `{"limit":1,"window":"1m","unit":"","on_expiry":"settle"}`,
+			Policy{Name: "p", Limit: 1, Window: minute, Algorithm: limit.FixedWindow, Scope: ScopeSubject, FailMode: FailOpen}},
+		{"concurrency, null unit and on_expiry", `{"limit":1,"algorithm":"concurrency","unit":null,"on_expiry":null}`,
+			Policy{Name: "p", Limit: 1, Algorithm: limit.Concurrency, Scope: ScopeSubject, FailMode: FailOpen}},
 		{"whitespace", " \n{ \"limit\" : 2 , \"window\" : \"1m\" }\n",
 			Policy{Name: "p", Limit: 2, Window: minute, Algorithm: limit.FixedWindow, Scope: ScopeSubject, FailMode: FailOpen}},
 	}
@@ -101,6 +108,12 @@ func TestParseErrors(t *testing.T) {
 		{"concurrency with a window", "p", `{"limit":1,"window":"1m","algorithm":"concurrency"}`, "window", `has no window`},
 		{"concurrency in shadow", "p", `{"limit":1,"algorithm":"concurrency","shadow":true}`, "shadow", "cannot be shadow"},
 		{"concurrency without a limit", "p", `{"algorithm":"concurrency"}`, "limit", "is required"},
+		{"concurrency with a unit", "p", `{"limit":1,"algorithm":"concurrency","unit":"jobs"}`, "unit", "holds leases"},
+		{"concurrency with on_expiry", "p", `{"limit":1,"algorithm":"concurrency","on_expiry":"settle"}`, "on_expiry", "holds leases"},
+		{"upper-case unit", "p", `{"limit":1,"window":"1m","unit":"Tokens"}`, "unit", "a-z"},
+		{"long unit", "p", `{"limit":1,"window":"1m","unit":"` + strings.Repeat("u", 17) + `"}`, "unit", "at most 16"},
+		{"numeric unit", "p", `{"limit":1,"window":"1m","unit":1}`, "unit", "must be a string"},
+		{"unknown on_expiry", "p", `{"limit":1,"window":"1m","on_expiry":"refund"}`, "on_expiry", `"release"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -240,13 +253,13 @@ func TestMarshalJSONRoundTrips(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 29, 14, 0, 0, 0, time.FixedZone("x", 3600))
 	p := Policy{Name: "sign-in", Limit: 8, Window: limit.Every(15 * time.Minute), Algorithm: limit.TokenBucket,
-		Scope: ScopeSubject, FailMode: FailClosed, Shadow: true, AlertAfter: 5, CreatedAt: at, UpdatedAt: at}
+		Scope: ScopeSubject, FailMode: FailClosed, Shadow: true, AlertAfter: 5, Unit: "tokens", ReleaseOnExpiry: true, CreatedAt: at, UpdatedAt: at}
 	body, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := `{"name":"sign-in","limit":8,"window":"15m","algorithm":"token_bucket","scope":"subject","fail_mode":"closed",` +
-		`"shadow":true,"alert_after":5,"created_at":"2026-11-29T13:00:00Z","updated_at":"2026-11-29T13:00:00Z"}`
+		`"shadow":true,"alert_after":5,"unit":"tokens","on_expiry":"release","created_at":"2026-11-29T13:00:00Z","updated_at":"2026-11-29T13:00:00Z"}`
 	if string(body) != want {
 		t.Errorf("got  %s\nwant %s", body, want)
 	}

@@ -55,7 +55,7 @@ func (s *Store) Reserve(_ context.Context, r counter.Reservation) (counter.Reser
 	s.expire(req.Group, us)
 	g := rs.byGroup[req.Group]
 	if _, ok := g[r.ID]; ok {
-		return counter.Reserved{}, fmt.Errorf("reservation id in use: %w", counter.ErrInvalid)
+		return counter.Reserved{}, fmt.Errorf("reserve: %w", counter.ErrReservationExists)
 	}
 	full := false
 	if r.GroupLimit > 0 {

@@ -66,7 +66,7 @@ func (s *Store) Reserve(ctx context.Context, r counter.Reservation) (counter.Res
 		return counter.Reserved{}, err
 	}
 	if len(rows) == 1 && rows[0].Status == reserveIDInUse {
-		return counter.Reserved{}, fmt.Errorf("reserve: id in use: %w", counter.ErrInvalid)
+		return counter.Reserved{}, fmt.Errorf("reserve: %w", counter.ErrReservationExists)
 	}
 	if len(rows) != n+1 {
 		return counter.Reserved{}, fmt.Errorf("reserve: %w: %d rows for %d items", counter.ErrUnavailable, len(rows), n)

@@ -56,7 +56,7 @@ func (s *Store) Reserve(ctx context.Context, r counter.Reservation) (counter.Res
 	v, err := s.queued(ctx, reserveLua, reserveSHA, req.Group, keys, "reserve", appendRequest(nil, req), r.ID, r.TTL.Microseconds(), release, r.GroupLimit)
 	if err != nil {
 		if goredis.HasErrorPrefix(err, "tollgate: reservation id in use") {
-			return counter.Reserved{}, fmt.Errorf("reserve: id in use: %w", counter.ErrInvalid)
+			return counter.Reserved{}, fmt.Errorf("reserve: %w", counter.ErrReservationExists)
 		}
 		return counter.Reserved{}, failed(ctx, "reserve", err)
 	}

@@ -167,6 +167,8 @@ type Policy struct {
 	AlertAfter int64
 	CreatedAt  pgtype.Timestamptz
 	UpdatedAt  pgtype.Timestamptz
+	Unit       string
+	OnExpiry   string
 }
 
 type PolicyOverride struct {

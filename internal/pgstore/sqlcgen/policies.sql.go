@@ -127,7 +127,7 @@ func (q *Queries) GetOverride(ctx context.Context, arg GetOverrideParams) (Polic
 }
 
 const getPolicy = `-- name: GetPolicy :one
-SELECT tenant_id, name, "limit", "window", algorithm, scope, fail_mode, shadow, alert_after, created_at, updated_at FROM policies WHERE tenant_id = $1 AND name = $2
+SELECT tenant_id, name, "limit", "window", algorithm, scope, fail_mode, shadow, alert_after, created_at, updated_at, unit, on_expiry FROM policies WHERE tenant_id = $1 AND name = $2
 `
 
 type GetPolicyParams struct {
@@ -150,6 +150,8 @@ func (q *Queries) GetPolicy(ctx context.Context, arg GetPolicyParams) (Policy, e
 		&i.AlertAfter,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Unit,
+		&i.OnExpiry,
 	)
 	return i, err
 }
@@ -194,7 +196,7 @@ func (q *Queries) ListOverrides(ctx context.Context, arg ListOverridesParams) ([
 }
 
 const listPolicies = `-- name: ListPolicies :many
-SELECT tenant_id, name, "limit", "window", algorithm, scope, fail_mode, shadow, alert_after, created_at, updated_at FROM policies WHERE tenant_id = $1 ORDER BY name
+SELECT tenant_id, name, "limit", "window", algorithm, scope, fail_mode, shadow, alert_after, created_at, updated_at, unit, on_expiry FROM policies WHERE tenant_id = $1 ORDER BY name
 `
 
 func (q *Queries) ListPolicies(ctx context.Context, tenantID pgtype.UUID) ([]Policy, error) {
@@ -218,6 +220,8 @@ func (q *Queries) ListPolicies(ctx context.Context, tenantID pgtype.UUID) ([]Pol
 			&i.AlertAfter,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Unit,
+			&i.OnExpiry,
 		); err != nil {
 			return nil, err
 		}
@@ -230,7 +234,7 @@ func (q *Queries) ListPolicies(ctx context.Context, tenantID pgtype.UUID) ([]Pol
 }
 
 const loadPolicySet = `-- name: LoadPolicySet :many
-SELECT p.tenant_id, p.name, p."limit", p."window", p.algorithm, p.scope, p.fail_mode, p.shadow, p.alert_after, p.created_at, p.updated_at, o.pattern AS override_pattern, o."limit" AS override_limit,
+SELECT p.tenant_id, p.name, p."limit", p."window", p.algorithm, p.scope, p.fail_mode, p.shadow, p.alert_after, p.created_at, p.updated_at, p.unit, p.on_expiry, o.pattern AS override_pattern, o."limit" AS override_limit,
     o.expires_at AS override_expires_at
 FROM policies p
 LEFT JOIN policy_overrides o
@@ -271,6 +275,8 @@ func (q *Queries) LoadPolicySet(ctx context.Context, tenantID pgtype.UUID) ([]Lo
 			&i.Policy.AlertAfter,
 			&i.Policy.CreatedAt,
 			&i.Policy.UpdatedAt,
+			&i.Policy.Unit,
+			&i.Policy.OnExpiry,
 			&i.OverridePattern,
 			&i.OverrideLimit,
 			&i.OverrideExpiresAt,
@@ -376,8 +382,8 @@ func (q *Queries) UpsertOverride(ctx context.Context, arg UpsertOverrideParams) 
 }
 
 const upsertPolicy = `-- name: UpsertPolicy :one
-INSERT INTO policies (tenant_id, name, "limit", "window", algorithm, scope, fail_mode, shadow, alert_after)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+INSERT INTO policies (tenant_id, name, "limit", "window", algorithm, scope, fail_mode, shadow, alert_after, unit, on_expiry)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     "limit" = EXCLUDED."limit",
     "window" = EXCLUDED."window",
@@ -386,8 +392,10 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     fail_mode = EXCLUDED.fail_mode,
     shadow = EXCLUDED.shadow,
     alert_after = EXCLUDED.alert_after,
+    unit = EXCLUDED.unit,
+    on_expiry = EXCLUDED.on_expiry,
     updated_at = now()
-RETURNING tenant_id, name, "limit", "window", algorithm, scope, fail_mode, shadow, alert_after, created_at, updated_at
+RETURNING tenant_id, name, "limit", "window", algorithm, scope, fail_mode, shadow, alert_after, created_at, updated_at, unit, on_expiry
 `
 
 type UpsertPolicyParams struct {
@@ -400,6 +408,8 @@ type UpsertPolicyParams struct {
 	FailMode   string
 	Shadow     bool
 	AlertAfter int64
+	Unit       string
+	OnExpiry   string
 }
 
 func (q *Queries) UpsertPolicy(ctx context.Context, arg UpsertPolicyParams) (Policy, error) {
@@ -413,6 +423,8 @@ func (q *Queries) UpsertPolicy(ctx context.Context, arg UpsertPolicyParams) (Pol
 		arg.FailMode,
 		arg.Shadow,
 		arg.AlertAfter,
+		arg.Unit,
+		arg.OnExpiry,
 	)
 	var i Policy
 	err := row.Scan(
@@ -427,6 +439,8 @@ func (q *Queries) UpsertPolicy(ctx context.Context, arg UpsertPolicyParams) (Pol
 		&i.AlertAfter,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Unit,
+		&i.OnExpiry,
 	)
 	return i, err
 }

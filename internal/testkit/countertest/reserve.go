@@ -214,8 +214,8 @@ func settleIdempotent(t *testing.T, b Backend) {
 	if _, err := s.Reserve(context.Background(), reservation("r", budget())); err != nil {
 		t.Fatalf("reuse an id no longer kept: %v", err)
 	}
-	if _, err := s.Reserve(context.Background(), reservation("r", budget())); !errors.Is(err, counter.ErrInvalid) {
-		t.Fatalf("reserve with an id in use: got %v, want ErrInvalid", err)
+	if _, err := s.Reserve(context.Background(), reservation("r", budget())); !errors.Is(err, counter.ErrReservationExists) || !errors.Is(err, counter.ErrInvalid) {
+		t.Fatalf("reserve with an id in use: got %v, want ErrReservationExists (an ErrInvalid)", err)
 	}
 }
 

@@ -47,7 +47,7 @@ func (m *ReserveModel) Reserve(r counter.Reservation, now time.Time) (counter.Re
 	req := r.Request
 	m.expire(req.Group, us)
 	if _, ok := m.held[[2]string{req.Group, r.ID}]; ok {
-		return counter.Reserved{}, fmt.Errorf("id in use: %w", counter.ErrInvalid)
+		return counter.Reserved{}, fmt.Errorf("model: %w", counter.ErrReservationExists)
 	}
 	live := int64(0)
 	for k, v := range m.held {
