@@ -155,9 +155,16 @@ func (l *shareListener) release(a netip.Addr) {
 // addrOf is a peer's address, an IPv6 one cut to its network of bits
 // (the per-IP layers' keying); the zero Addr when it has none.
 func addrOf(na net.Addr, bits int) netip.Addr {
-	ap, err := netip.ParseAddrPort(na.String())
-	if err != nil {
-		return netip.Addr{}
+	var ap netip.AddrPort
+	if t, ok := na.(*net.TCPAddr); ok {
+		// Every call asks: formatting the address to parse it again took
+		// 1.5 % of the service's CPU.
+		ap = t.AddrPort()
+	} else {
+		var err error
+		if ap, err = netip.ParseAddrPort(na.String()); err != nil {
+			return netip.Addr{}
+		}
 	}
 	a := ap.Addr().Unmap()
 	if a.Is6() {
