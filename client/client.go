@@ -167,6 +167,13 @@ func (c *Client) FailMode() FailMode { return c.failMode }
 // attempt runs under c.timeout; Tollgate's own 429s are retried as
 // WithRetry allows.
 func (c *Client) do(ctx context.Context, method, path string, in any, out answerReader) error {
+	return c.doKeyed(ctx, method, path, "", in, out)
+}
+
+// doKeyed is do with an Idempotency-Key (none when key is ""): every
+// attempt carries the same key, so that Tollgate takes a retry for the
+// call it may have made already.
+func (c *Client) doKeyed(ctx context.Context, method, path, key string, in any, out answerReader) error {
 	var body []byte
 	if a, ok := in.(appender); ok {
 		body = a.appendJSON(make([]byte, 0, 256))
@@ -178,7 +185,7 @@ func (c *Client) do(ctx context.Context, method, path string, in any, out answer
 		body = b
 	}
 	for attempt := 1; ; attempt++ {
-		err := c.once(ctx, method, path, body, out)
+		err := c.once(ctx, method, path, key, body, out)
 		var rl *RateLimitedError
 		if attempt >= c.attempts || !errors.As(err, &rl) || !c.mayWait(ctx, rl.RetryAfter) {
 			return err
@@ -206,7 +213,7 @@ func (c *Client) mayWait(ctx context.Context, d time.Duration) bool {
 }
 
 // once is one attempt of do.
-func (c *Client) once(ctx context.Context, method, path string, body []byte, out answerReader) error {
+func (c *Client) once(ctx context.Context, method, path, key string, body []byte, out answerReader) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var r io.Reader
@@ -221,6 +228,9 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 	req.Header.Set("Accept", "application/json, application/problem+json")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

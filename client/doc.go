@@ -4,6 +4,16 @@
 // requests with one of its Tollgate policies (package echomw has the same
 // for Echo).
 //
+// Budgets whose cost is known only after the work (LLM tokens, compute
+// seconds, cents) are reservations: Reserve holds an estimate of a
+// policy's budget, Settle charges what was really used (giving back the
+// rest, or overdrawing the budget by the excess), ReleaseReservation gives
+// it all back, and Spend wraps a function call in the three: reserve, run,
+// settle with what the function reports, release when it fails or panics.
+// Each Reserve sends an Idempotency-Key of its own (or the caller's), the
+// same on the client's retries, so that a retry never holds the amount
+// twice; a settlement is idempotent by itself.
+//
 // Every call runs under a per-call timeout (100 ms unless WithTimeout says
 // otherwise).
 //
@@ -12,18 +22,18 @@
 // When Tollgate cannot give a decision for now (it cannot be reached, it
 // does not answer in time, it answers 5xx or 408, what answers is not
 // Tollgate, or its own ceilings or billing refuse the tenant with 429 or
-// 402), the decision-making calls (Check, Peek, Acquire) answer with the
-// client's FailMode (FailOpen allows, FailClosed refuses, both marked
-// Degraded) together with an error that says why: one wrapping
+// 402), the decision-making calls (Check, Peek, Acquire, Reserve) answer
+// with the client's FailMode (FailOpen allows, FailClosed refuses, both
+// marked Degraded) together with an error that says why: one wrapping
 // ErrUnavailable, a *RateLimitedError or a *PaymentRequiredError. Any
 // other refusal of the call is a fault to fix, not an outage to ride out:
 // a key Tollgate does not know or has revoked (401), a policy that does
 // not exist (400 or 404), any other 4xx problem of Tollgate's. Those
-// return an *APIError with a Decision or Lease that allows nothing,
-// whatever the FailMode, so that a mistyped policy never turns limiting
-// off in silence. Verify asks Tollgate about the key and policies when an
-// app starts; Middleware does so when it is built, and answers 500 to
-// every request while such a fault lasts.
+// return an *APIError with a Decision, Lease or Reservation that allows
+// nothing, whatever the FailMode, so that a mistyped policy never turns
+// limiting off in silence. Verify asks Tollgate about the key and
+// policies when an app starts; Middleware does so when it is built, and
+// answers 500 to every request while such a fault lasts.
 //
 // # Answers that are not Tollgate's
 //

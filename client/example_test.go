@@ -194,3 +194,22 @@ func ExampleClient_Verify() {
 		log.Printf("rate limit: Tollgate cannot say now: %v", err)
 	}
 }
+
+// A month of tokens for each end user, around a model call: Spend holds an
+// estimate while the call runs and settles what the call reports it used.
+func ExampleClient_Spend() {
+	tg, err := client.New("http://localhost:8080", os.Getenv("TOLLGATE_KEY"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, _, err := tg.Spend(context.Background(), "llm-tokens", "user-42", 4000, func(ctx context.Context) (int64, error) {
+		// … call the model …
+		return 2750, nil // the answer's usage.total_tokens
+	})
+	switch {
+	case err != nil:
+		log.Printf("model call: %v", err)
+	case !r.Allowed:
+		fmt.Printf("this month's tokens are spent; retry in %s\n", r.RetryAfter)
+	}
+}

@@ -102,6 +102,30 @@ export const lease = object({
   retry_after_ms: number,
 });
 
+export const reservation = object({
+  allowed: boolean,
+  reservation_id: optional(string),
+  amount: number,
+  limit: number,
+  retry_after_ms: number,
+  unit: string,
+  degraded: boolean,
+});
+
+export const settlement = object({
+  reservation_id: string,
+  amount: number,
+  used: number,
+  returned: number,
+  excess: number,
+  remaining: number,
+  limit: number,
+  reset_at: string,
+  overdrawn: number,
+  unit: string,
+  repeat: boolean,
+});
+
 export const renewal = object({ lease_id: string, expires_at: string });
 
 export const policy = object({ name: string, limit: number, algorithm: string, scope: string, fail_mode: string });

@@ -1,4 +1,13 @@
-import { APIError, LeaseGoneError, RateLimitedError, type TollgateError, UnavailableError, failModeDecides } from "./errors.js";
+import {
+  APIError,
+  LeaseGoneError,
+  RateLimitedError,
+  ReservationGoneError,
+  SettledOtherwiseError,
+  type TollgateError,
+  UnavailableError,
+  failModeDecides,
+} from "./errors.js";
 import * as shapes from "./answer.js";
 import { Batcher, type BatchingOptions } from "./batch.js";
 import type { components } from "./openapi.js";
@@ -13,6 +22,9 @@ export type Usage = Schemas["Usage"];
 export type CheckResponse = Schemas["CheckResponse"];
 export type CheckResponseItem = Schemas["CheckResponseItem"];
 export type LeaseResponse = Schemas["LeaseResponse"];
+export type ReservationResponse = Schemas["ReservationResponse"];
+/** Tollgate's answer to a settlement or a release of a reservation. */
+export type Settlement = Schemas["SettleResponse"];
 
 /** How long one check, peek or lease call to Tollgate may take unless
  * `timeoutMs` says otherwise: it sits in the path of a request of the app's
@@ -111,6 +123,41 @@ export interface Decision extends CheckResponse {
  * `error` says why. */
 export interface Lease extends LeaseResponse {
   error?: TollgateError;
+}
+
+/** A reservation of a budget policy, as the API gives it. When the client's
+ * fail mode decided, `degraded` is true, there is no `reservation_id`, and
+ * `error` says why; a degraded reservation holds nothing, and settling or
+ * releasing it sends nothing. */
+export interface Reservation extends ReservationResponse {
+  error?: TollgateError;
+}
+
+/** What to reserve: `amount` of `policy`'s budget for `subject`. */
+export interface ReservationRequest {
+  policy: string;
+  /** Whom the budget counts; sent as a check's subject is. A global policy
+   * takes none. */
+  subject?: string;
+  /** What to hold, in the policy's unit: 1 to 1,000,000,000. */
+  amount: number;
+  /** How long the reservation waits for its settlement (1 ms to 24 h);
+   * Tollgate's default, 5 minutes, when absent. Past it, it settles by
+   * itself by the policy's `on_expiry`. */
+  ttlSeconds?: number;
+  /** Names the reservation (1 to 255 bytes of printable ASCII): a reserve
+   * with a key used before answers the reservation made then, `repeat`
+   * true. Without one, each reserve makes a key of its own, which the
+   * client's own retries reuse. */
+  idempotencyKey?: string;
+}
+
+/** What `withReservation` did: whether its function ran (`allowed`), the
+ * reservation, and its settlement when the function's `used` was settled. */
+export interface Spent {
+  allowed: boolean;
+  reservation: Reservation;
+  settlement?: Settlement;
 }
 
 /** How long until a refused check would be allowed, in milliseconds: the
@@ -263,9 +310,116 @@ export class Client {
     }
   }
 
+  /** Holds `amount` of a budget policy for `subject` until settled,
+   * released or expired. A budget that cannot cover it is a Reservation
+   * with `allowed` false (nothing is charged; `retry_after_ms` says when it
+   * may). Unavailability is answered by the fail mode, as `acquire`
+   * answers it; a call Tollgate refuses as wrong (an unknown policy, a
+   * concurrency policy, an amount out of range) throws an APIError. */
+  async reserve(req: ReservationRequest, opts?: CallOptions): Promise<Reservation> {
+    const body: Schemas["ReservationRequest"] = { policy: req.policy, amount: req.amount };
+    if (req.subject !== undefined && req.subject !== "") body.subject = await subjectOf(req.subject);
+    if (req.ttlSeconds && req.ttlSeconds > 0) body.ttl = `${Math.ceil(req.ttlSeconds * 1000)}ms`;
+    // A key of the call's own, so that a retry of the client's (after a 429
+    // of Tollgate's ceilings) never holds the amount twice.
+    const key = req.idempotencyKey ?? crypto.randomUUID();
+    try {
+      return await this.#call<ReservationResponse>(
+        "POST",
+        "/v1/reservations",
+        body,
+        shapes.reservation,
+        this.timeoutMs,
+        opts,
+        key,
+      );
+    } catch (err) {
+      if (!failModeDecides(err)) throw err;
+      return {
+        allowed: this.failMode === "open",
+        amount: req.amount,
+        limit: 0,
+        retry_after_ms: 0,
+        unit: "",
+        degraded: true,
+        error: err as TollgateError,
+      };
+    }
+  }
+
+  /** Charges `used` in place of the reservation's amount: less gives the
+   * rest back, more charges the excess even past the limit (`overdrawn`).
+   * Idempotent: the same `used` again answers the first settlement with
+   * `repeat` true, so it is safe to send again after an error. Throws a
+   * SettledOtherwiseError when it was settled with another `used`, a
+   * ReservationGoneError when Tollgate holds no such reservation, an
+   * UnavailableError when Tollgate is (the reservation stays held until
+   * settled or expired). A reservation without an id, or degraded, holds
+   * nothing: settling it sends nothing and returns undefined. */
+  settle(reservation: Reservation, used: number, opts?: CallOptions): Promise<Settlement | undefined> {
+    return this.#settle(reservation, "POST", "/settle", { used } satisfies Schemas["SettleRequest"], opts);
+  }
+
+  async #settle(
+    r: Reservation,
+    method: string,
+    suffix: string,
+    body: unknown,
+    opts?: CallOptions,
+  ): Promise<Settlement | undefined> {
+    if (!r.reservation_id || r.degraded) return undefined;
+    const path = `/v1/reservations/${encodeURIComponent(r.reservation_id)}${suffix}`;
+    try {
+      return await this.#call<Settlement>(method, path, body, shapes.settlement, this.timeoutMs, opts);
+    } catch (err) {
+      if (err instanceof APIError && err.status === 404) {
+        throw new ReservationGoneError(`reservation ${r.reservation_id} is gone`, { cause: err });
+      }
+      if (err instanceof APIError && err.status === 409) {
+        throw new SettledOtherwiseError(`reservation ${r.reservation_id} was settled with another used`, { cause: err });
+      }
+      throw err;
+    }
+  }
+
+  /**
+   * Runs fn within a reservation: reserves, runs fn unless refused, and
+   * settles with the `used` fn returns; when fn throws, releases the
+   * reservation instead and throws fn's error. A refusal by the budget, or
+   * by the fail mode "closed", does not run fn (`allowed` false, the
+   * reservation says why); under "open" fn runs and nothing is settled.
+   * Settling and releasing are not ended by `opts.signal`: what fn used is
+   * charged even when the caller has gone. A settlement that fails after fn
+   * succeeded throws its error: fn ran, and the reservation settles by
+   * itself at its expiry.
+   */
+  async withReservation(
+    req: ReservationRequest,
+    fn: (reservation: Reservation) => Promise<number>,
+    opts?: CallOptions,
+  ): Promise<Spent> {
+    const reservation = await this.reserve(req, opts);
+    if (!reservation.allowed) return { allowed: false, reservation };
+    let used: number;
+    try {
+      used = await fn(reservation);
+    } catch (err) {
+      // fn failed: whatever it used is not charged.
+      await this.release(reservation).catch(() => undefined);
+      throw err;
+    }
+    return { allowed: true, reservation, settlement: await this.settle(reservation, used) };
+  }
+
   /** Gives a lease back, freeing its place at once. Idempotent: a lease
    * already gone, or one without an id, is released without error. */
-  async release(lease: Lease, opts?: CallOptions): Promise<void> {
+  release(lease: Lease, opts?: CallOptions): Promise<void>;
+  /** Gives a reservation's whole amount back unused: a settlement with
+   * `used` 0, answered and thrown as `settle`'s. */
+  release(reservation: Reservation, opts?: CallOptions): Promise<Settlement | undefined>;
+  async release(held: Lease | Reservation, opts?: CallOptions): Promise<void | Settlement | undefined> {
+    if (!("in_flight" in held)) return this.#settle(held, "DELETE", "", undefined, opts);
+    const lease = held;
     if (!lease.lease_id) return;
     try {
       await this.#call("DELETE", `/v1/leases/${encodeURIComponent(lease.lease_id)}`, undefined, shapes.none, this.timeoutMs, opts);
@@ -341,7 +495,8 @@ export class Client {
   }
 
   /** One call, retried as `retry` allows when Tollgate's own ceilings
-   * refuse; each attempt is bounded by ms and its answer must have shape. */
+   * refuse; each attempt is bounded by ms and its answer must have shape,
+   * and carries idempotencyKey when given. */
   async #call<T>(
     method: string,
     path: string,
@@ -349,11 +504,14 @@ export class Client {
     shape: shapes.Shape,
     ms: number,
     opts?: CallOptions,
+    idempotencyKey?: string,
   ): Promise<T> {
     const payload = body === undefined ? undefined : JSON.stringify(body);
     for (let attempt = 1; ; attempt++) {
       try {
-        return (await this.#once(method, path, payload, shape, ms, opts?.signal)) as T;
+        // Every attempt carries the same key: Tollgate takes a retry for the
+        // call it may have made already.
+        return (await this.#once(method, path, payload, shape, ms, opts?.signal, idempotencyKey)) as T;
       } catch (err) {
         if (
           attempt >= this.#attempts ||
@@ -376,6 +534,7 @@ export class Client {
     shape: shapes.Shape,
     ms: number,
     signal?: AbortSignal,
+    idempotencyKey?: string,
   ): Promise<unknown> {
     const where = `${method} ${path}`;
     if (!this.#warm) await this.#open(signal);
@@ -388,6 +547,7 @@ export class Client {
         accept: "application/json, application/problem+json",
       };
       if (body !== undefined) headers["content-type"] = "application/json";
+      if (idempotencyKey !== undefined) headers["idempotency-key"] = idempotencyKey;
       let resp: Response;
       let text: string;
       try {

@@ -100,6 +100,21 @@ export class LeaseGoneError extends TollgateError {
   override name = "LeaseGoneError";
 }
 
+/** Thrown by `settle` and `release` of a reservation (with an APIError of
+ * status 404 as its cause) when Tollgate holds no such reservation: it
+ * expired unsettled (and settled by itself), its settlement is no longer
+ * kept, or it never was. */
+export class ReservationGoneError extends TollgateError {
+  override name = "ReservationGoneError";
+}
+
+/** Thrown by `settle` and `release` of a reservation (with an APIError of
+ * status 409 as its cause) when it was settled before with another `used`:
+ * a settlement happens once. */
+export class SettledOtherwiseError extends TollgateError {
+  override name = "SettledOtherwiseError";
+}
+
 /** Whether err is one the fail mode answers: Tollgate is unavailable, or its
  * own ceilings or billing refuse the tenant for now. */
 export function failModeDecides(err: unknown): boolean {

@@ -17,6 +17,11 @@ export {
   type OverrideInput,
   type Policy,
   type PolicyInput,
+  type Reservation,
+  type ReservationRequest,
+  type ReservationResponse,
+  type Settlement,
+  type Spent,
   type Usage,
 } from "./client.js";
 export { DEFAULT_BATCH_DELAY_MS, DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, type BatchingOptions } from "./batch.js";
@@ -25,6 +30,8 @@ export {
   LeaseGoneError,
   PaymentRequiredError,
   RateLimitedError,
+  ReservationGoneError,
+  SettledOtherwiseError,
   TollgateError,
   UnavailableError,
   type Problem,
