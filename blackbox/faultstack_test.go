@@ -189,7 +189,11 @@ var (
 func (s *suite) newStack(name string, served, dsn string, n int, env ...string) *stack {
 	t := s.t
 	t.Helper()
-	env = append(env, "TOLLGATE_COUNTER_TIMEOUT="+s.deadline.String())
+	// GOGC=100: the flat invariant compares resident memory with the
+	// warm process's, and by default tollgate serve lets the heap grow by
+	// 128 MiB between collections (internal/kit/gcheadroom), which a short
+	// run would read as growth; Go's default percent keeps a leak visible.
+	env = append(env, "TOLLGATE_COUNTER_TIMEOUT="+s.deadline.String(), "GOGC=100")
 	st := &stack{s: s, name: name, dsn: dsn, served: served, env: env, policies: map[string]fPolicy{},
 		model: &model{}, leases: &leaseBook{byID: map[string]*leaseRec{}}, lossySince: map[*fTenant][]time.Time{}}
 	st.subjects.m = map[string]*subjectState{}

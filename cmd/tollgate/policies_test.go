@@ -24,6 +24,8 @@ type policyPrinted struct {
 	FailMode   string  `json:"fail_mode"`
 	Shadow     bool    `json:"shadow"`
 	AlertAfter int64   `json:"alert_after"`
+	Unit       string  `json:"unit"`
+	OnExpiry   string  `json:"on_expiry"`
 	CreatedAt  string  `json:"created_at"`
 	UpdatedAt  string  `json:"updated_at"`
 }
