@@ -95,6 +95,21 @@ type Reserved struct {
 	GroupFull bool
 	// ExpiresAt is the reservation's expiry when Allowed, else zero.
 	ExpiresAt time.Time
+	// Overdrawn is, for each item of Reservation.Request, how many units
+	// its counter was past its limit as the request saw it (Overdrafts):
+	// what a budget refused after an excess must recover beyond the amount.
+	Overdrawn []int64
+}
+
+// Overdrafts returns, for each item of req, how many units past its limit
+// the counter it saw (seen, at instant now) was: limit.Overdrawn of the
+// state before the request counted anything, 0 for one within its limit.
+func Overdrafts(req Request, seen []Seen, now time.Time) []int64 {
+	out := make([]int64, len(req.Items))
+	for i, it := range req.Items {
+		out[i] = limit.Overdrawn(it.Algorithm, seen[i].State, now, it.Limit, it.Window)
+	}
+	return out
 }
 
 // SettleRef names a reservation and what was really used of it. Releasing

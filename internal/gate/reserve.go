@@ -82,6 +82,10 @@ type ReservationVerdict struct {
 	// RetryAfter is zero when Allowed; otherwise the wait after which the
 	// amount would be admitted if nothing else is charged meanwhile.
 	RetryAfter time.Duration
+	// Overdrawn is, when the budget refused, how many units past its limit
+	// it was (limit.Overdrawn: an excess settled before), 0 when within it
+	// or when nothing could be read (Degraded).
+	Overdrawn int64
 	// Unit is the policy's unit ("" for none).
 	Unit string
 	// Degraded says the counter store could not be asked, and the policy's
@@ -282,7 +286,7 @@ func (g *Gate) reserve(ctx context.Context, p *passage, ceilings []layerItem) (V
 		rv.RetryAfter = time.Second
 		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: pol.Name, Limit: lim, RetryAfter: rv.RetryAfter, ResetAt: res.Result.Now.Add(time.Second), Key: key}}
 	default:
-		rv.RetryAfter = d.RetryAfter
+		rv.RetryAfter, rv.Overdrawn = d.RetryAfter, res.Overdrawn[ceilingCount]
 		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: pol.Name, Limit: lim, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: key, AlertAfter: pol.AlertAfter}}
 	}
 	return g.answer(ctx, p, v, false, refusals), nil

@@ -167,11 +167,7 @@ func (h reservationHandlers) reserve(c echo.Context) error {
 	case rv.Allowed && !rv.Repeat:
 		out.ExpiresAt = expiresAt(rv.ExpiresAt)
 	case !rv.Allowed:
-		// What a refusal by the budget cannot tell yet: the store answers
-		// a refused request's counter as it stands, not how far past its
-		// limit it is (see docs/api.md).
-		var none int64
-		out.Overdrawn = &none
+		out.Overdrawn = &rv.Overdrawn
 	}
 	return c.JSON(http.StatusOK, out)
 }

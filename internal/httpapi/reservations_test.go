@@ -94,7 +94,7 @@ func TestReservationRoutes(t *testing.T) {
 	r = a.do(live, "POST", "/v1/reservations/"+id2+"/settle", `{"used":90}`)
 	wantFields(t, "settle 90 of 50", r, map[string]any{"excess": 40.0, "returned": 0.0, "remaining": 0.0, "overdrawn": 20.0})
 	r = a.do(live, "POST", "/v1/reservations", `{"policy":"llm","subject":"alice","amount":1}`)
-	wantFields(t, "reserve when overdrawn", r, map[string]any{"allowed": false, "remaining": 0.0})
+	wantFields(t, "reserve when overdrawn", r, map[string]any{"allowed": false, "remaining": 0.0, "overdrawn": 20.0})
 	r = a.do(live, "POST", "/v1/check", `{"items":[{"policy":"llm","subject":"alice"}]}`)
 	if !strings.Contains(string(r.body), `"allowed":false`) {
 		t.Errorf("check when overdrawn: %s", r.body)

@@ -78,7 +78,7 @@ func (s *Store) Reserve(_ context.Context, r counter.Reservation) (counter.Reser
 		req.Mode = counter.Peek
 	}
 	seen := s.decide(req, us, nil)
-	res := counter.Reserved{Result: counter.Answer(req, seen, now), GroupFull: full}
+	res := counter.Reserved{Result: counter.Answer(req, seen, now), GroupFull: full, Overdrawn: counter.Overdrafts(req, seen, now)}
 	if !res.Result.Allowed || full {
 		return res, nil
 	}

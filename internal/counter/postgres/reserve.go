@@ -83,7 +83,8 @@ func (s *Store) Reserve(ctx context.Context, r counter.Reservation) (counter.Res
 	if res.GroupFull {
 		req.Mode = counter.Peek
 	}
-	res.Result = counter.Answer(req, seen, time.UnixMicro(last.NowUs).UTC())
+	now := time.UnixMicro(last.NowUs).UTC()
+	res.Result, res.Overdrawn = counter.Answer(req, seen, now), counter.Overdrafts(req, seen, now)
 	if res.Allowed {
 		res.ExpiresAt = time.UnixMicro(last.ExpiresUs).UTC()
 	}

@@ -80,7 +80,7 @@ func (s *Store) Reserve(ctx context.Context, r counter.Reservation) (counter.Res
 		req.Mode = counter.Peek
 	}
 	s.verify(ctx, req, seen, now)
-	res := counter.Reserved{Result: counter.Answer(req, seen, now), Allowed: held == 1, GroupFull: full == 1}
+	res := counter.Reserved{Result: counter.Answer(req, seen, now), Allowed: held == 1, GroupFull: full == 1, Overdrawn: counter.Overdrafts(req, seen, now)}
 	if res.Allowed {
 		res.ExpiresAt = time.UnixMicro(exp).UTC()
 	}

@@ -124,13 +124,17 @@ func settleMore(t *testing.T, b Backend) {
 	one.Cost = 1
 	r := reservation("c", one)
 	r.Request.Now = at
-	if res := reserve(t, s, r); res.Allowed || res.Result.Decisions[0].Remaining != 0 {
-		t.Fatalf("reserve 1 when overdrawn: %+v", res)
+	if res := reserve(t, s, r); res.Allowed || res.Result.Decisions[0].Remaining != 0 || len(res.Overdrawn) != 1 || res.Overdrawn[0] != 15 {
+		t.Fatalf("reserve 1 when overdrawn: %+v, want refused, 15 overdrawn", res)
 	}
 	if res := check(t, s, counter.Request{Items: []counter.Item{one}, Now: at}); res.Allowed {
 		t.Fatalf("check 1 when overdrawn: allowed")
 	}
 	wantSettled(t, "settled 40 of 60", settle(t, s, counter.SettleRef{ID: "b", Used: 40, Now: at}), 5, 0)
+	r.Request.Items[0].Cost = 6
+	if res := reserve(t, s, r); res.Allowed || res.Overdrawn[0] != 0 {
+		t.Fatalf("reserve 6 of 5 left once recovered: %+v, want refused, none overdrawn", res)
+	}
 	r.Request.Items[0].Cost = 5
 	if res := reserve(t, s, r); !res.Allowed || res.Result.Decisions[0].Remaining != 0 {
 		t.Fatalf("reserve 5 once recovered: %+v", res)
