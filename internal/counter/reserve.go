@@ -156,6 +156,18 @@ type SettledItem struct {
 	Overdrawn int64
 }
 
+// Held is a reservation as its store keeps it (Reserver.Reservation).
+type Held struct {
+	// Charges are what it holds of each policy item, in the order of its
+	// request (none when its only item was advisory and had no room).
+	Charges []Charge
+	// ExpiresAt is its expiry, as Reserved.ExpiresAt answered it.
+	ExpiresAt time.Time
+	// Settled says it was settled, with Used.
+	Settled bool
+	Used    int64
+}
+
 // Charge is what a reservation holds of one policy item: the stores record
 // it when they reserve and apply limit.Adjust with it when they settle.
 type Charge struct {
@@ -214,6 +226,20 @@ type Reserver interface {
 	// reservation wraps ErrSettled; an unknown or expired one
 	// ErrNoReservation.
 	Settle(ctx context.Context, ref SettleRef) (Settlement, error)
+	// Reservation reads the group's reservation id as it is kept at
+	// instant now (zero: the store's clock), changing nothing: what is
+	// due then is left to the next Reserve or Settle. It answers a
+	// retry that Reserve refused with ErrReservationExists as the first
+	// reservation was answered. An id the group does not hold at now
+	// (never made, expired unsettled, or its settled outcome no longer
+	// kept) wraps ErrNoReservation.
+	Reservation(ctx context.Context, group, id string, now time.Time) (Held, error)
+}
+
+// ValidateRead checks the arguments of a Reservation read. Its errors
+// wrap ErrInvalid.
+func ValidateRead(group, id string, now time.Time) error {
+	return ValidateSettle(SettleRef{Group: group, ID: id, Now: now})
 }
 
 // ValidateReserve checks a Reservation's shape before it is sent anywhere.

@@ -118,6 +118,21 @@ func (s *Store) Settle(_ context.Context, ref counter.SettleRef) (counter.Settle
 	return settlement(v, false), nil
 }
 
+// Reservation implements counter.Store.
+func (s *Store) Reservation(_ context.Context, group, id string, now time.Time) (counter.Held, error) {
+	if err := counter.ValidateRead(group, id, now); err != nil {
+		return counter.Held{}, fmt.Errorf("read reservation: %w", err)
+	}
+	us := s.clock(now).UnixMicro()
+	s.reserveMu.Lock()
+	defer s.reserveMu.Unlock()
+	v, ok := s.reservations.byGroup[group][id]
+	if !ok || v.settled && v.keep <= us || !v.settled && v.exp <= us {
+		return counter.Held{}, fmt.Errorf("read reservation: %w", counter.ErrNoReservation)
+	}
+	return counter.Held{Charges: slices.Clone(v.charges), ExpiresAt: time.UnixMicro(v.exp).UTC(), Settled: v.settled, Used: v.used}, nil
+}
+
 // settlement answers for the settled reservation v.
 func settlement(v *reservation, repeat bool) counter.Settlement {
 	at := time.UnixMicro(v.at).UTC()
