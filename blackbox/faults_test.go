@@ -160,6 +160,8 @@ func TestFaultSuite(t *testing.T) {
 			{name: "postgres-stall", st: pg, body: storeOutage(pg.pg.Stall, pg.pg.Restore, false)},
 			{name: "change-before-outage", st: pg, body: changeBeforeOutage},
 			{name: "redis-cut", st: rd, body: storeOutage(rd.redis.Cut, rd.redis.Restore, false)},
+			{name: "reservations-" + pg.name, st: pg, body: reservationsUnderOutage(pg.pg.Cut, pg.pg.Restore)},
+			{name: "reservations-" + rd.name, st: rd, body: reservationsUnderOutage(rd.redis.Cut, rd.redis.Restore)},
 			{name: "cluster-master-killed", st: cl, body: clusterMasterKilled},
 			{name: "instance-sigkill-" + victim.name, st: victim, body: instanceStopped(true)},
 			{name: "instance-sigterm-" + victim.name, st: victim, body: instanceStopped(false)},

@@ -256,7 +256,7 @@ func (st *stack) putPolicy(tn *fTenant, p fPolicy) {
 func (s *suite) postgresStack() *stack {
 	dsn := pgtest.New(s.t)
 	served, proxy := pgtest.Proxied(s.t, dsn)
-	st := s.newStack("postgres", served, dsn, 3, allowPrivate, manyTestSends)
+	st := s.newStack("postgres", served, dsn, 3, allowPrivate, manyTestSends, reservationBoundEnv)
 	st.pg = proxy
 	st.addHooks()
 	return st
@@ -277,7 +277,7 @@ func (s *suite) redisStack() *stack {
 	dsn := pgtest.New(s.t)
 	direct := strings.TrimSuffix(strings.TrimPrefix(redistest.StartServer(s.t), "redis://"), "/0")
 	proxy := faultnet.New(s.t, direct)
-	st := s.newStack("redis", dsn, dsn, 2, "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL=redis://"+proxy.Addr()+"/0")
+	st := s.newStack("redis", dsn, dsn, 2, "TOLLGATE_COUNTER_STORE=redis", "REDIS_URL=redis://"+proxy.Addr()+"/0", reservationBoundEnv)
 	st.redis = proxy
 	return st
 }
@@ -478,8 +478,8 @@ func (c *faultClient) do(method, u, key string, body any, headers ...string) ans
 }
 
 // call sends one request to m on behalf of tn (nil: no tenant's usage
-// moves) and counts it in tn's usage tallies: a live or test /v1/check or
-// lease acquire answered 200 is counted by /v1/usage; one unanswered or
+// moves) and counts it in tn's usage tallies: a live or test /v1/check,
+// lease acquire or reservation answered 200 is counted by /v1/usage; one unanswered or
 // answered 5xx may be.
 func (st *stack) call(tn *fTenant, method string, m *member, key, path string, body any) answer {
 	return st.callWith(st.s.http, tn, method, m, key, path, body)
@@ -489,7 +489,7 @@ func (st *stack) call(tn *fTenant, method string, m *member, key, path string, b
 func (st *stack) callWith(c *faultClient, tn *fTenant, method string, m *member, key, path string, body any) answer {
 	a := c.do(method, m.base()+path, key, body)
 	st.s.ops.Add(1)
-	if tn == nil || method != "POST" || (path != "/v1/check" && path != "/v1/leases") {
+	if tn == nil || method != "POST" || (path != "/v1/check" && path != "/v1/leases" && path != "/v1/reservations") {
 		return a
 	}
 	test := strings.HasPrefix(key, "tg_test_")

@@ -19,6 +19,7 @@ type reservationAnswer struct {
 	Allowed       bool   `json:"allowed"`
 	ReservationID string `json:"reservation_id"`
 	Amount        int64  `json:"amount"`
+	ExpiresAt     string `json:"expires_at"`
 	Remaining     int64  `json:"remaining"`
 	Limit         int64  `json:"limit"`
 	Degraded      bool   `json:"degraded"`
@@ -125,14 +126,17 @@ func TestReservationsAcrossTwoInstances(t *testing.T) {
 
 			// Retries of one key, on both instances at once, reserve once.
 			before := u.remaining("llm", "k")
-			ids := make([]string, 10)
+			// Each answers as the first: one id, one expiry, the amount.
+			answers := make([]reservationAnswer, 10)
 			for i := range 10 {
-				wg.Go(func() { ids[i] = u.on(ins[i%2]).reserve("llm", "k", 7, "job-1").ReservationID })
+				wg.Go(func() { answers[i] = u.on(ins[i%2]).reserve("llm", "k", 7, "job-1") })
 			}
 			wg.Wait()
-			for _, id := range ids {
-				if id == "" || id != ids[0] {
-					t.Fatalf("ten retries of one key: ids %v", ids)
+			ids := make([]string, 10)
+			for i, a := range answers {
+				ids[i] = a.ReservationID
+				if a.ReservationID == "" || a.ReservationID != answers[0].ReservationID || a.ExpiresAt == "" || a.ExpiresAt != answers[0].ExpiresAt || a.Amount != 7 {
+					t.Fatalf("ten retries of one key: %+v", answers)
 				}
 			}
 			if got := u.remaining("llm", "k"); got != before-7 {

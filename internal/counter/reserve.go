@@ -95,6 +95,21 @@ type Reserved struct {
 	GroupFull bool
 	// ExpiresAt is the reservation's expiry when Allowed, else zero.
 	ExpiresAt time.Time
+	// Overdrawn is, for each item of Reservation.Request, how many units
+	// its counter was past its limit as the request saw it (Overdrafts):
+	// what a budget refused after an excess must recover beyond the amount.
+	Overdrawn []int64
+}
+
+// Overdrafts returns, for each item of req, how many units past its limit
+// the counter it saw (seen, at instant now) was: limit.Overdrawn of the
+// state before the request counted anything, 0 for one within its limit.
+func Overdrafts(req Request, seen []Seen, now time.Time) []int64 {
+	out := make([]int64, len(req.Items))
+	for i, it := range req.Items {
+		out[i] = limit.Overdrawn(it.Algorithm, seen[i].State, now, it.Limit, it.Window)
+	}
+	return out
 }
 
 // SettleRef names a reservation and what was really used of it. Releasing
@@ -139,6 +154,18 @@ type SettledItem struct {
 	// (limit.Overdrawn): an excess settled past what was left. Reserve and
 	// Check refuse it until it recovers.
 	Overdrawn int64
+}
+
+// Held is a reservation as its store keeps it (Reserver.Reservation).
+type Held struct {
+	// Charges are what it holds of each policy item, in the order of its
+	// request (none when its only item was advisory and had no room).
+	Charges []Charge
+	// ExpiresAt is its expiry, as Reserved.ExpiresAt answered it.
+	ExpiresAt time.Time
+	// Settled says it was settled, with Used.
+	Settled bool
+	Used    int64
 }
 
 // Charge is what a reservation holds of one policy item: the stores record
@@ -199,6 +226,20 @@ type Reserver interface {
 	// reservation wraps ErrSettled; an unknown or expired one
 	// ErrNoReservation.
 	Settle(ctx context.Context, ref SettleRef) (Settlement, error)
+	// Reservation reads the group's reservation id as it is kept at
+	// instant now (zero: the store's clock), changing nothing: what is
+	// due then is left to the next Reserve or Settle. It answers a
+	// retry that Reserve refused with ErrReservationExists as the first
+	// reservation was answered. An id the group does not hold at now
+	// (never made, expired unsettled, or its settled outcome no longer
+	// kept) wraps ErrNoReservation.
+	Reservation(ctx context.Context, group, id string, now time.Time) (Held, error)
+}
+
+// ValidateRead checks the arguments of a Reservation read. Its errors
+// wrap ErrInvalid.
+func ValidateRead(group, id string, now time.Time) error {
+	return ValidateSettle(SettleRef{Group: group, ID: id, Now: now})
 }
 
 // ValidateReserve checks a Reservation's shape before it is sent anywhere.

@@ -82,6 +82,10 @@ type ReservationVerdict struct {
 	// RetryAfter is zero when Allowed; otherwise the wait after which the
 	// amount would be admitted if nothing else is charged meanwhile.
 	RetryAfter time.Duration
+	// Overdrawn is, when the budget refused, how many units past its limit
+	// it was (limit.Overdrawn: an excess settled before), 0 when within it
+	// or when nothing could be read (Degraded).
+	Overdrawn int64
 	// Unit is the policy's unit ("" for none).
 	Unit string
 	// Degraded says the counter store could not be asked, and the policy's
@@ -92,8 +96,10 @@ type ReservationVerdict struct {
 	// Config.TenantMaxReservations live reservations already.
 	TenantFull bool
 	// Repeat says the idempotency key's reservation was made before: this
-	// request reserved nothing, and only ID, Amount (this request's),
-	// Limit and Unit are set besides Allowed.
+	// request reserved nothing. Amount and ExpiresAt are the first
+	// reservation's, Remaining and ResetAt the budget's as it is now; when
+	// the store could not tell them (ExpiresAt zero), Amount is this
+	// request's and only ID, Limit and Unit are set besides.
 	Repeat bool
 }
 
@@ -253,6 +259,7 @@ func (g *Gate) reserve(ctx context.Context, p *passage, ceilings []layerItem) (V
 		// request it is.
 		v := p.v
 		rv.Allowed, rv.Repeat = true, true
+		g.repeated(ctx, t.ID, cr.ID, items[ceilingCount], rv)
 		v.Reservation, v.Allowed = rv, true
 		return g.answer(ctx, p, v, false, nil), nil
 	case errors.Is(err, counter.ErrInvalid):
@@ -282,10 +289,36 @@ func (g *Gate) reserve(ctx context.Context, p *passage, ceilings []layerItem) (V
 		rv.RetryAfter = time.Second
 		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: pol.Name, Limit: lim, RetryAfter: rv.RetryAfter, ResetAt: res.Result.Now.Add(time.Second), Key: key}}
 	default:
-		rv.RetryAfter = d.RetryAfter
+		rv.RetryAfter, rv.Overdrawn = d.RetryAfter, res.Overdrawn[ceilingCount]
 		refusals = []admission.Refusal{{Layer: admission.LayerPolicy, Policy: pol.Name, Limit: lim, RetryAfter: d.RetryAfter, ResetAt: d.ResetAt, Key: key, AlertAfter: pol.AlertAfter}}
 	}
 	return g.answer(ctx, p, v, false, refusals), nil
+}
+
+// repeated fills rv, the answer to a retry of the reservation id of
+// group, as the first was answered: the amount and expiry the store keeps,
+// and item's budget as it is now (a peek). A retry is rare, so two more
+// round trips are its own; when either fails, rv keeps what this request
+// says (its amount, no expiry), and the retry is still answered: it
+// reserved nothing either way.
+func (g *Gate) repeated(ctx context.Context, group, id string, item counter.Item, rv *ReservationVerdict) {
+	held, err := throughBreaker(ctx, g, opReserve, group, func() (counter.Held, error) {
+		return g.cfg.Store.Reservation(ctx, group, id, time.Time{})
+	})
+	if err != nil || len(held.Charges) == 0 {
+		// Gone since (expired or released at this instant), or the store
+		// is away: nothing to say of it but that it was made.
+		return
+	}
+	item.Cost, item.Advisory = 1, false
+	res, err := throughBreaker(ctx, g, opCheck, group, func() (counter.Result, error) {
+		return g.cfg.Store.Check(ctx, counter.Request{Mode: counter.Peek, Group: group, Items: []counter.Item{item}})
+	})
+	if err != nil {
+		return
+	}
+	d := res.Decisions[0]
+	rv.Amount, rv.ExpiresAt, rv.Remaining, rv.ResetAt = held.Charges[0].Amount, held.ExpiresAt, d.Remaining, d.ResetAt
 }
 
 // reserveDegraded answers without the shared store: the ceilings have

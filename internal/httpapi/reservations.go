@@ -43,7 +43,8 @@ type reservationBody struct {
 
 // reservationAnswer is the answer to POST /v1/reservations:
 // reservation_id when allowed; expires_at, remaining and reset_at unless
-// it repeats a reservation made before (repeat).
+// it repeats a reservation made before (repeat) that the store could not
+// read.
 type reservationAnswer struct {
 	Allowed       bool    `json:"allowed"`
 	ReservationID string  `json:"reservation_id,omitempty"`
@@ -159,19 +160,17 @@ func (h reservationHandlers) reserve(c echo.Context) error {
 	if rv.Allowed {
 		out.ReservationID = rv.ID
 	}
-	if !rv.Repeat {
+	// A repeat the store could not tell of (no expiry) says only that the
+	// reservation was made.
+	if !rv.Repeat || !rv.ExpiresAt.IsZero() {
 		reset := ceilSecond(rv.ResetAt).Format(time.RFC3339)
 		out.Remaining, out.ResetAt = &rv.Remaining, &reset
 	}
 	switch {
-	case rv.Allowed && !rv.Repeat:
+	case rv.Allowed && !rv.ExpiresAt.IsZero():
 		out.ExpiresAt = expiresAt(rv.ExpiresAt)
 	case !rv.Allowed:
-		// What a refusal by the budget cannot tell yet: the store answers
-		// a refused request's counter as it stands, not how far past its
-		// limit it is (see docs/api.md).
-		var none int64
-		out.Overdrawn = &none
+		out.Overdrawn = &rv.Overdrawn
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -94,7 +94,7 @@ func TestReservationRoutes(t *testing.T) {
 	r = a.do(live, "POST", "/v1/reservations/"+id2+"/settle", `{"used":90}`)
 	wantFields(t, "settle 90 of 50", r, map[string]any{"excess": 40.0, "returned": 0.0, "remaining": 0.0, "overdrawn": 20.0})
 	r = a.do(live, "POST", "/v1/reservations", `{"policy":"llm","subject":"alice","amount":1}`)
-	wantFields(t, "reserve when overdrawn", r, map[string]any{"allowed": false, "remaining": 0.0})
+	wantFields(t, "reserve when overdrawn", r, map[string]any{"allowed": false, "remaining": 0.0, "overdrawn": 20.0})
 	r = a.do(live, "POST", "/v1/check", `{"items":[{"policy":"llm","subject":"alice"}]}`)
 	if !strings.Contains(string(r.body), `"allowed":false`) {
 		t.Errorf("check when overdrawn: %s", r.body)
@@ -124,11 +124,15 @@ func TestReservationIdempotencyKey(t *testing.T) {
 	wantStatus(t, a.do(live, "PUT", "/v1/policies/llm", `{"limit":100,"window":"1h","on_expiry":"release"}`), http.StatusOK)
 	body := `{"policy":"llm","subject":"alice","amount":30}`
 	r := a.doKeyed(live, "call-1", "POST", "/v1/reservations", body)
-	id := wantFields(t, "first", r, map[string]any{"allowed": true, "remaining": 70.0})["reservation_id"].(string)
-	for range 2 {
-		r = a.doKeyed(live, "call-1", "POST", "/v1/reservations", body)
+	first := wantFields(t, "first", r, map[string]any{"allowed": true, "remaining": 70.0})
+	id := first["reservation_id"].(string)
+	// A retry answers as the first did: the amount reserved then (whatever
+	// this body says), its expiry, and the budget as it is now.
+	for _, retry := range []string{body, `{"policy":"llm","subject":"alice","amount":50}`} {
+		r = a.doKeyed(live, "call-1", "POST", "/v1/reservations", retry)
 		wantStatus(t, r, http.StatusOK)
-		wantFields(t, "retry", r, map[string]any{"allowed": true, "reservation_id": id, "amount": 30.0, "repeat": true})
+		wantFields(t, "retry", r, map[string]any{"allowed": true, "reservation_id": id, "amount": 30.0, "repeat": true,
+			"expires_at": first["expires_at"], "remaining": 70.0, "reset_at": first["reset_at"]})
 	}
 	r = a.doKeyed(live, "call-2", "POST", "/v1/reservations", body)
 	id2 := wantFields(t, "another key", r, map[string]any{"allowed": true, "remaining": 40.0})["reservation_id"].(string)
@@ -145,7 +149,8 @@ func TestReservationIdempotencyKey(t *testing.T) {
 	r = a.doKeyed(live, "settle-1", "POST", "/v1/reservations/"+id+"/settle", `{"used":30}`)
 	wantFields(t, "settle again", r, map[string]any{"remaining": 40.0, "repeat": true})
 	r = a.doKeyed(live, "call-1", "POST", "/v1/reservations", body)
-	wantFields(t, "retry after settling", r, map[string]any{"reservation_id": id, "repeat": true})
+	wantFields(t, "retry after settling", r, map[string]any{"reservation_id": id, "repeat": true, "amount": 30.0,
+		"expires_at": first["expires_at"], "remaining": 40.0})
 	r = a.do(live, "DELETE", "/v1/reservations/"+id2, "")
 	wantFields(t, "release", r, map[string]any{"remaining": 70.0})
 }

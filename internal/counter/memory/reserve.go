@@ -78,7 +78,7 @@ func (s *Store) Reserve(_ context.Context, r counter.Reservation) (counter.Reser
 		req.Mode = counter.Peek
 	}
 	seen := s.decide(req, us, nil)
-	res := counter.Reserved{Result: counter.Answer(req, seen, now), GroupFull: full}
+	res := counter.Reserved{Result: counter.Answer(req, seen, now), GroupFull: full, Overdrawn: counter.Overdrafts(req, seen, now)}
 	if !res.Result.Allowed || full {
 		return res, nil
 	}
@@ -116,6 +116,21 @@ func (s *Store) Settle(_ context.Context, ref counter.SettleRef) (counter.Settle
 	v.after = s.adjust(ref.Group, v.charges, us, ref.Used, false)
 	v.keep = max(v.exp, us+counter.SettledKept.Microseconds())
 	return settlement(v, false), nil
+}
+
+// Reservation implements counter.Store.
+func (s *Store) Reservation(_ context.Context, group, id string, now time.Time) (counter.Held, error) {
+	if err := counter.ValidateRead(group, id, now); err != nil {
+		return counter.Held{}, fmt.Errorf("read reservation: %w", err)
+	}
+	us := s.clock(now).UnixMicro()
+	s.reserveMu.Lock()
+	defer s.reserveMu.Unlock()
+	v, ok := s.reservations.byGroup[group][id]
+	if !ok || v.settled && v.keep <= us || !v.settled && v.exp <= us {
+		return counter.Held{}, fmt.Errorf("read reservation: %w", counter.ErrNoReservation)
+	}
+	return counter.Held{Charges: slices.Clone(v.charges), ExpiresAt: time.UnixMicro(v.exp).UTC(), Settled: v.settled, Used: v.used}, nil
 }
 
 // settlement answers for the settled reservation v.

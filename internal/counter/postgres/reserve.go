@@ -83,7 +83,8 @@ func (s *Store) Reserve(ctx context.Context, r counter.Reservation) (counter.Res
 	if res.GroupFull {
 		req.Mode = counter.Peek
 	}
-	res.Result = counter.Answer(req, seen, time.UnixMicro(last.NowUs).UTC())
+	now := time.UnixMicro(last.NowUs).UTC()
+	res.Result, res.Overdrawn = counter.Answer(req, seen, now), counter.Overdrafts(req, seen, now)
 	if res.Allowed {
 		res.ExpiresAt = time.UnixMicro(last.ExpiresUs).UTC()
 	}
@@ -111,19 +112,58 @@ func (s *Store) Settle(ctx context.Context, ref counter.SettleRef) (counter.Sett
 	case settleConflict:
 		return counter.Settlement{}, fmt.Errorf("settle reservation with %d: settled with %d: %w", ref.Used, row.Used, counter.ErrSettled)
 	}
-	n := len(row.ItemKeys)
-	if len(row.Algs) != n || len(row.Limits) != n || len(row.Windows) != n || len(row.Amounts) != n || len(row.Charged) != n ||
-		len(row.AStart) != n || len(row.ACount) != n || len(row.APrev) != n || len(row.ATat) != n {
+	charges, ok := chargesOf(row.ItemKeys, row.Algs, row.Limits, row.Windows, row.Amounts, row.Charged)
+	n := len(charges)
+	if !ok || len(row.AStart) != n || len(row.ACount) != n || len(row.APrev) != n || len(row.ATat) != n {
 		return counter.Settlement{}, fmt.Errorf("settle reservation: %w: charges of unequal lengths", counter.ErrUnavailable)
 	}
 	at := time.UnixMicro(row.SettledUs).UTC()
 	out := counter.Settlement{Items: make([]counter.SettledItem, n), Used: row.Used, Repeat: row.Status == settleRepeat, Now: at}
-	for i := range n {
-		c := counter.Charge{
-			Key: string(row.ItemKeys[i]), Algorithm: limit.Algorithm(row.Algs[i]), Limit: row.Limits[i],
-			Window: limit.WindowFromMicros(row.Windows[i]), Amount: row.Amounts[i], Charged: row.Charged[i],
-		}
+	for i, c := range charges {
 		out.Items[i] = c.Settled(limit.State{Start: row.AStart[i], Count: row.ACount[i], Prev: row.APrev[i], TAT: row.ATat[i]}, at)
 	}
 	return out, nil
+}
+
+// Reservation implements counter.Store in one statement, which writes
+// nothing.
+func (s *Store) Reservation(ctx context.Context, group, id string, now time.Time) (counter.Held, error) {
+	if err := counter.ValidateRead(group, id, now); err != nil {
+		return counter.Held{}, fmt.Errorf("read reservation: %w", err)
+	}
+	var row sqlcgen.ReadReservationRow
+	err := s.direct(ctx, "read reservation", func(ctx context.Context) (err error) {
+		row, err = s.q.ReadReservation(ctx, sqlcgen.ReadReservationParams{Grp: group, ID: []byte(id), Now: micros(now)})
+		return err
+	})
+	if err != nil {
+		return counter.Held{}, err
+	}
+	// due_us is the expiry of a live reservation, the end of the time a
+	// settled one's outcome is kept: either way it is gone from then on.
+	if !row.Found || row.DueUs <= row.NowUs {
+		return counter.Held{}, fmt.Errorf("read reservation: %w", counter.ErrNoReservation)
+	}
+	charges, ok := chargesOf(row.ItemKeys, row.Algs, row.Limits, row.Windows, row.Amounts, row.Charged)
+	if !ok {
+		return counter.Held{}, fmt.Errorf("read reservation: %w: charges of unequal lengths", counter.ErrUnavailable)
+	}
+	return counter.Held{Charges: charges, ExpiresAt: time.UnixMicro(row.ExpiresUs).UTC(), Settled: row.Settled, Used: row.Used}, nil
+}
+
+// chargesOf returns a reservation row's charges from its arrays, and
+// false when their lengths differ.
+func chargesOf(itemKeys [][]byte, algs []int16, limits, windows, amounts, charged []int64) ([]counter.Charge, bool) {
+	n := len(itemKeys)
+	if len(algs) != n || len(limits) != n || len(windows) != n || len(amounts) != n || len(charged) != n {
+		return nil, false
+	}
+	out := make([]counter.Charge, n)
+	for i := range n {
+		out[i] = counter.Charge{
+			Key: string(itemKeys[i]), Algorithm: limit.Algorithm(algs[i]), Limit: limits[i],
+			Window: limit.WindowFromMicros(windows[i]), Amount: amounts[i], Charged: charged[i],
+		}
+	}
+	return out, true
 }

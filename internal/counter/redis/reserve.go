@@ -80,7 +80,7 @@ func (s *Store) Reserve(ctx context.Context, r counter.Reservation) (counter.Res
 		req.Mode = counter.Peek
 	}
 	s.verify(ctx, req, seen, now)
-	res := counter.Reserved{Result: counter.Answer(req, seen, now), Allowed: held == 1, GroupFull: full == 1}
+	res := counter.Reserved{Result: counter.Answer(req, seen, now), Allowed: held == 1, GroupFull: full == 1, Overdrawn: counter.Overdrafts(req, seen, now)}
 	if res.Allowed {
 		res.ExpiresAt = time.UnixMicro(exp).UTC()
 	}
@@ -116,26 +116,74 @@ func (s *Store) Settle(ctx context.Context, ref counter.SettleRef) (counter.Sett
 	return out, nil
 }
 
+// Reservation implements counter.Store in one script, which writes
+// nothing.
+func (s *Store) Reservation(ctx context.Context, group, id string, now time.Time) (counter.Held, error) {
+	if err := counter.ValidateRead(group, id, now); err != nil {
+		return counter.Held{}, fmt.Errorf("read reservation: %w", err)
+	}
+	v, err := s.queued(ctx, reserveLua, reserveSHA, group, s.reserveKeys(group), "read", instant(now), id)
+	if err != nil {
+		return counter.Held{}, failed(ctx, "read reservation", err)
+	}
+	reply, ok := v.([]any)
+	if !ok || len(reply) > 1 {
+		return counter.Held{}, fmt.Errorf("read reservation: %w: %w", counter.ErrUnavailable, errReply)
+	}
+	if len(reply) == 0 {
+		return counter.Held{}, fmt.Errorf("read reservation: %w", counter.ErrNoReservation)
+	}
+	rec, _ := reply[0].(string)
+	r, err := s.record(group, rec)
+	if err != nil {
+		return counter.Held{}, fmt.Errorf("read reservation: %w: %w", counter.ErrUnavailable, err)
+	}
+	return counter.Held{Charges: r.charges, ExpiresAt: time.UnixMicro(r.exp).UTC(), Settled: r.settled, Used: r.used}, nil
+}
+
 // settlement reads a settled record of reserve.lua's in group.
 func (s *Store) settlement(group, rec string) (counter.Settlement, error) {
-	const header, charge = 27, 1 + 4*8 + 32 + 2
-	if len(rec) < header || rec[0] != 1 {
+	r, err := s.record(group, rec)
+	if err != nil || !r.settled {
 		return counter.Settlement{}, errReply
 	}
+	at := time.UnixMicro(r.at).UTC()
+	out := counter.Settlement{Used: r.used, Now: at, Items: make([]counter.SettledItem, len(r.charges))}
+	for i, c := range r.charges {
+		out.Items[i] = c.Settled(r.after[i], at)
+	}
+	return out, nil
+}
+
+// record is a reservation record of reserve.lua's, decoded: the
+// counters' states after a settlement are zero until then.
+type record struct {
+	settled       bool
+	exp, used, at int64
+	charges       []counter.Charge
+	after         []limit.State
+}
+
+// record decodes a reservation record of reserve.lua's in group.
+func (s *Store) record(group, rec string) (record, error) {
+	const header, charge = 27, 1 + 4*8 + 32 + 2
+	if len(rec) < header || rec[0] > 1 {
+		return record{}, errReply
+	}
 	n := int(rec[2])
-	at := time.UnixMicro(int64(f64(rec[19:]))).UTC()
-	out := counter.Settlement{Used: int64(f64(rec[11:])), Now: at, Items: make([]counter.SettledItem, n)}
+	r := record{settled: rec[0] == 1, exp: int64(f64(rec[3:])), used: int64(f64(rec[11:])), at: int64(f64(rec[19:])),
+		charges: make([]counter.Charge, n), after: make([]limit.State, n)}
 	head := s.key(group, "")
 	b := rec[header:]
 	for i := range n {
 		if len(b) < charge {
-			return counter.Settlement{}, errReply
+			return record{}, errReply
 		}
 		kl := int(binary.LittleEndian.Uint16([]byte(b[charge-2 : charge])))
 		if len(b) < charge+kl || !strings.HasPrefix(b[charge:charge+kl], head) {
-			return counter.Settlement{}, errReply
+			return record{}, errReply
 		}
-		c := counter.Charge{
+		r.charges[i] = counter.Charge{
 			Key:       b[charge+len(head) : charge+kl],
 			Algorithm: limit.Algorithm(b[0]),
 			Limit:     int64(f64(b[1:])),
@@ -143,12 +191,11 @@ func (s *Store) settlement(group, rec string) (counter.Settlement, error) {
 			Amount:    int64(f64(b[17:])),
 			Charged:   int64(f64(b[25:])),
 		}
-		after := limit.State{Start: int64(f64(b[33:])), Count: int64(f64(b[41:])), Prev: int64(f64(b[49:])), TAT: f64(b[57:])}
-		out.Items[i] = c.Settled(after, at)
+		r.after[i] = limit.State{Start: int64(f64(b[33:])), Count: int64(f64(b[41:])), Prev: int64(f64(b[49:])), TAT: f64(b[57:])}
 		b = b[charge+kl:]
 	}
 	if len(b) != 0 {
-		return counter.Settlement{}, errReply
+		return record{}, errReply
 	}
-	return out, nil
+	return r, nil
 }

@@ -41,6 +41,12 @@
 --          there is no such reservation, else {status, record} with
 --          status 1 settled now, 2 settled before with the same used, 3
 --          settled before with another; the record as settled.
+-- read     KEYS[1..3] RV, RL, RS; ARGV[2] now in Unix µs or '' for the
+--          server's clock, ARGV[3] the id. Returns {} when the group
+--          holds no such reservation at now (never made, expired
+--          unsettled, its outcome no longer kept), else {record}. It
+--          writes nothing: what is due is left to the next reserve or
+--          settle.
 --
 -- ARGV[5] of settle is how long a settled outcome is kept at least (µs). The three keys expire a second after the last
 -- outcome kept, or 61 days after the last live expiry (a release due then
@@ -275,5 +281,25 @@ elseif ARGV[1] == 'settle' then
   redis.call('ZADD', rs, until_, id)
   keep(rv, rl, rs, now)
   return {1, done}
+elseif ARGV[1] == 'read' then
+  local rv, rs = KEYS[1], KEYS[3]
+  local now
+  if ARGV[2] == '' then
+    local c = redis.call('TIME')
+    now = c[1] * 1000000 + c[2]
+  else
+    now = ARGV[2] + 0
+  end
+  local id = ARGV[3]
+  local rec = redis.call('HGET', rv, id)
+  if not rec then return {} end
+  if string.byte(rec, 1) == 1 then
+    local until_ = redis.call('ZSCORE', rs, id)
+    if not until_ or tonumber(until_) <= now then return {} end
+  else
+    local _, _, _, exp = struct.unpack('<BBBd', rec)
+    if exp <= now then return {} end
+  end
+  return {rec}
 end
 return redis.error_reply('ERR tollgate: unknown reservation operation')

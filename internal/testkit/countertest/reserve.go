@@ -26,6 +26,7 @@ func runReservations(t *testing.T, b Backend) {
 	t.Run("SettleIsIdempotent", func(t *testing.T) { t.Parallel(); settleIdempotent(t, b) })
 	t.Run("RefusedReserveCountsNothing", func(t *testing.T) { t.Parallel(); refusedReserve(t, b) })
 	t.Run("SettleUnknownReservation", func(t *testing.T) { t.Parallel(); settleUnknown(t, b) })
+	t.Run("ReadReservation", func(t *testing.T) { t.Parallel(); readReservation(t, b) })
 	t.Run("SettleAfterTheWindowRolled", func(t *testing.T) { t.Parallel(); settleRolled(t, b) })
 	t.Run("ReserveEachAlgorithm", func(t *testing.T) { t.Parallel(); reserveEachAlgorithm(t, b) })
 	t.Run("ReserveGroupLimit", func(t *testing.T) { t.Parallel(); reserveGroupLimit(t, b) })
@@ -124,13 +125,17 @@ func settleMore(t *testing.T, b Backend) {
 	one.Cost = 1
 	r := reservation("c", one)
 	r.Request.Now = at
-	if res := reserve(t, s, r); res.Allowed || res.Result.Decisions[0].Remaining != 0 {
-		t.Fatalf("reserve 1 when overdrawn: %+v", res)
+	if res := reserve(t, s, r); res.Allowed || res.Result.Decisions[0].Remaining != 0 || len(res.Overdrawn) != 1 || res.Overdrawn[0] != 15 {
+		t.Fatalf("reserve 1 when overdrawn: %+v, want refused, 15 overdrawn", res)
 	}
 	if res := check(t, s, counter.Request{Items: []counter.Item{one}, Now: at}); res.Allowed {
 		t.Fatalf("check 1 when overdrawn: allowed")
 	}
 	wantSettled(t, "settled 40 of 60", settle(t, s, counter.SettleRef{ID: "b", Used: 40, Now: at}), 5, 0)
+	r.Request.Items[0].Cost = 6
+	if res := reserve(t, s, r); res.Allowed || res.Overdrawn[0] != 0 {
+		t.Fatalf("reserve 6 of 5 left once recovered: %+v, want refused, none overdrawn", res)
+	}
 	r.Request.Items[0].Cost = 5
 	if res := reserve(t, s, r); !res.Allowed || res.Result.Decisions[0].Remaining != 0 {
 		t.Fatalf("reserve 5 once recovered: %+v", res)
@@ -253,6 +258,60 @@ func settleUnknown(t *testing.T, b Backend) {
 		if _, err := settleErr(s, ref); !errors.Is(err, counter.ErrNoReservation) {
 			t.Errorf("settle %+v: got %v, want ErrNoReservation", ref, err)
 		}
+	}
+}
+
+// readReservation reads reservations, from another instance than the one
+// that made them: live until their expiry, settled while the outcome is
+// kept, then gone; a read changes nothing (an expiry due is still applied
+// by the next settlement, once).
+func readReservation(t *testing.T, b Backend) {
+	newStore := opener(t, b)
+	s, other := newStore(), newStore()
+	read := func(group, id string, now time.Time) (counter.Held, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return other.Reservation(ctx, group, id, now)
+	}
+	r := reservation("r", budget())
+	r.Request.Group, r.TTL = "a", time.Hour
+	reserve(t, s, r)
+	release := reservation("gone", budget())
+	release.Request.Group, release.OnExpiryRelease = "a", true
+	reserve(t, s, release)
+	got, err := read("a", "r", base.Add(time.Second))
+	c := budget()
+	if err != nil || got.Settled || !got.ExpiresAt.Equal(base.Add(time.Hour)) || len(got.Charges) != 1 ||
+		got.Charges[0].Key != c.Key || got.Charges[0].Amount != 30 || got.Charges[0].Limit != 100 || got.Charges[0].Algorithm != c.Algorithm {
+		t.Fatalf("read a live reservation: %+v, %v; want 30 of tokens held until %v", got, err, base.Add(time.Hour))
+	}
+	for _, tc := range []struct {
+		group, id string
+		now       time.Time
+	}{{"a", "never", base}, {"b", "r", base}, {"a", "gone", base.Add(time.Minute)}, {"a", "gone", base.Add(time.Hour)}} {
+		if got, err := read(tc.group, tc.id, tc.now); !errors.Is(err, counter.ErrNoReservation) {
+			t.Errorf("read %s/%s at %v: %+v, %v; want ErrNoReservation", tc.group, tc.id, tc.now, got, err)
+		}
+	}
+	if _, err := read("a", "", base); !errors.Is(err, counter.ErrInvalid) {
+		t.Errorf("read an empty id: %v, want ErrInvalid", err)
+	}
+	// The expired release was read as gone, and not applied: the next
+	// settlement applies it, once.
+	at := base.Add(2 * time.Minute)
+	if left := left(t, s, "a", c, at); left != 40 {
+		t.Fatalf("after reads past the release's expiry: %d left, want 40", left)
+	}
+	wantSettled(t, "settle after the release's expiry", settle(t, s, counter.SettleRef{Group: "a", ID: "r", Used: 10, Now: at}), 90, 0)
+	if got, err := read("a", "r", at); err != nil || !got.Settled || got.Used != 10 || got.Charges[0].Amount != 30 {
+		t.Fatalf("read a settled reservation: %+v, %v; want settled with 10 of 30", got, err)
+	}
+	c.Cost = 1
+	if left := left(t, s, "a", c, at); left != 90 {
+		t.Fatalf("after the release's expiry: %d left, want 90", left)
+	}
+	if _, err := read("a", "r", at.Add(counter.SettledKept)); !errors.Is(err, counter.ErrNoReservation) {
+		t.Errorf("read once its outcome is no longer kept: %v, want ErrNoReservation", err)
 	}
 }
 

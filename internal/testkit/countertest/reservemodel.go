@@ -60,7 +60,7 @@ func (m *ReserveModel) Reserve(r counter.Reservation, now time.Time) (counter.Re
 		req.Mode = counter.Peek
 	}
 	seen := m.decide(req, now)
-	res := counter.Reserved{Result: counter.Answer(req, seen, now), GroupFull: full}
+	res := counter.Reserved{Result: counter.Answer(req, seen, now), GroupFull: full, Overdrawn: counter.Overdrafts(req, seen, now)}
 	if !res.Result.Allowed || full {
 		return res, nil
 	}

@@ -14,6 +14,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,6 +72,69 @@ func StartServer(t testing.TB) string {
 	}
 	t.Cleanup(stop)
 	return u
+}
+
+// Server is a throwaway redis-server of one test that the test stops and
+// starts again on the same address, as an operator restarts a store. It
+// keeps nothing across a restart: it starts empty.
+type Server struct {
+	// URL is the server's, the same across restarts.
+	URL  string
+	bin  string
+	port int
+	stop func()
+}
+
+// StartStoppable starts a throwaway redis-server of this test's own, as
+// StartServer does, that Stop and Start stop and start again; it stops
+// when the test ends.
+func StartStoppable(t testing.TB) *Server {
+	t.Helper()
+	bin, err := findRedis()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	u, stop, err := startThrowaway()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	opt, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	_, port, _ := strings.Cut(opt.Addr, ":")
+	s := &Server{URL: u, bin: bin, stop: stop}
+	s.port, _ = strconv.Atoi(port)
+	t.Cleanup(func() {
+		if s.stop != nil {
+			s.stop()
+		}
+	})
+	return s
+}
+
+// Stop stops the server and returns once it is gone.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	if s.stop == nil {
+		t.Fatal("redistest: Stop of a stopped server")
+	}
+	s.stop()
+	s.stop = nil
+}
+
+// Start starts the stopped server again, empty, on its address, and
+// returns once it answers.
+func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	if s.stop != nil {
+		t.Fatal("redistest: Start of a running server")
+	}
+	_, stop, err := startRedis(s.bin, s.port)
+	if err != nil {
+		t.Fatalf("redistest: start %s again: %v", s.URL, err)
+	}
+	s.stop = stop
 }
 
 // New returns the URL of the Redis tests use and a key prefix that belongs to

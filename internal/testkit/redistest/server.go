@@ -26,7 +26,7 @@ func startThrowaway() (string, func(), error) {
 	}
 	// A free port can be taken between choosing and binding it: try again.
 	for attempt := 1; ; attempt++ {
-		url, stop, err := startRedis(bin)
+		url, stop, err := startRedis(bin, 0)
 		if err == nil || !errors.Is(err, errPortTaken) || attempt == 3 {
 			return url, stop, err
 		}
@@ -47,13 +47,16 @@ func findRedis() (string, error) {
 
 var errPortTaken = errors.New("port taken")
 
-func startRedis(bin string) (string, func(), error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, fmt.Errorf("throwaway server: find a free port: %w", err)
+// startRedis starts redis-server on port, or on a free one when port is 0.
+func startRedis(bin string, port int) (string, func(), error) {
+	if port == 0 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", nil, fmt.Errorf("throwaway server: find a free port: %w", err)
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		l.Close()
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 
 	args := []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",

@@ -45,3 +45,20 @@ FROM tollgate_settle(@grp::text, @id::bytea, @used::bigint, @kept::bigint, sqlc.
 -- for clocks of Tollgate instances that run behind it), as their next
 -- reservation or settlement would; see tollgate_reserve_sweep.
 SELECT tollgate_reserve_sweep(@batch::integer, (extract(epoch FROM now()) * 1000000)::bigint - 60000000)::bigint AS deleted;
+
+-- name: ReadReservation :one
+-- ReadReservation reads one reservation as it is kept, writing nothing,
+-- and the instant it is read at (Now, or the database clock when NULL):
+-- whether it is still held then (live before its expiry, settled before
+-- the end of the time its outcome is kept) is reserve.go's to decide. It
+-- answers one row, found false when there is no such reservation, so that
+-- "no rows" is never taken for a failing store.
+SELECT (r.grp IS NOT NULL)::boolean AS found,
+    coalesce(r.expires_us, 0)::bigint AS expires_us, (r.settled_us IS NOT NULL)::boolean AS settled,
+    coalesce(r.used, 0)::bigint AS used, coalesce(r.due_us, 0)::bigint AS due_us,
+    coalesce(r.item_keys, '{}')::bytea[] AS item_keys, coalesce(r.algs, '{}')::smallint[] AS algs,
+    coalesce(r.limits, '{}')::bigint[] AS limits, coalesce(r.windows, '{}')::bigint[] AS windows,
+    coalesce(r.amounts, '{}')::bigint[] AS amounts, coalesce(r.charged, '{}')::bigint[] AS charged,
+    coalesce(sqlc.narg('now')::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)::bigint AS now_us
+FROM (SELECT 1) AS one
+LEFT JOIN reservations r ON r.grp = @grp::text AND r.id = @id::bytea;

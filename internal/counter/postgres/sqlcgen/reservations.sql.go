@@ -9,6 +9,65 @@ import (
 	"context"
 )
 
+const readReservation = `-- name: ReadReservation :one
+SELECT (r.grp IS NOT NULL)::boolean AS found,
+    coalesce(r.expires_us, 0)::bigint AS expires_us, (r.settled_us IS NOT NULL)::boolean AS settled,
+    coalesce(r.used, 0)::bigint AS used, coalesce(r.due_us, 0)::bigint AS due_us,
+    coalesce(r.item_keys, '{}')::bytea[] AS item_keys, coalesce(r.algs, '{}')::smallint[] AS algs,
+    coalesce(r.limits, '{}')::bigint[] AS limits, coalesce(r.windows, '{}')::bigint[] AS windows,
+    coalesce(r.amounts, '{}')::bigint[] AS amounts, coalesce(r.charged, '{}')::bigint[] AS charged,
+    coalesce($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)::bigint AS now_us
+FROM (SELECT 1) AS one
+LEFT JOIN reservations r ON r.grp = $2::text AND r.id = $3::bytea
+`
+
+type ReadReservationParams struct {
+	Now *int64
+	Grp string
+	ID  []byte
+}
+
+type ReadReservationRow struct {
+	Found     bool
+	ExpiresUs int64
+	Settled   bool
+	Used      int64
+	DueUs     int64
+	ItemKeys  [][]byte
+	Algs      []int16
+	Limits    []int64
+	Windows   []int64
+	Amounts   []int64
+	Charged   []int64
+	NowUs     int64
+}
+
+// ReadReservation reads one reservation as it is kept, writing nothing,
+// and the instant it is read at (Now, or the database clock when NULL):
+// whether it is still held then (live before its expiry, settled before
+// the end of the time its outcome is kept) is reserve.go's to decide. It
+// answers one row, found false when there is no such reservation, so that
+// "no rows" is never taken for a failing store.
+func (q *Queries) ReadReservation(ctx context.Context, arg ReadReservationParams) (ReadReservationRow, error) {
+	row := q.db.QueryRow(ctx, readReservation, arg.Now, arg.Grp, arg.ID)
+	var i ReadReservationRow
+	err := row.Scan(
+		&i.Found,
+		&i.ExpiresUs,
+		&i.Settled,
+		&i.Used,
+		&i.DueUs,
+		&i.ItemKeys,
+		&i.Algs,
+		&i.Limits,
+		&i.Windows,
+		&i.Amounts,
+		&i.Charged,
+		&i.NowUs,
+	)
+	return i, err
+}
+
 const reserve = `-- name: Reserve :many
 
 SELECT c.op::integer AS op,
