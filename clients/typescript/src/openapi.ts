@@ -1504,17 +1504,17 @@ export interface components {
             reservation_id?: string;
             /**
              * Format: int64
-             * @description The amount asked for (held when allowed).
+             * @description The amount asked for (held when allowed); on a `repeat`, the amount the first reservation holds.
              */
             amount: number;
             /**
              * Format: date-time
-             * @description Present when allowed (and not `repeat`): when the reservation settles by itself unless settled before (to the millisecond, rounded down): at its full amount, or released with the policy's `on_expiry: release`.
+             * @description Present when allowed (on a `repeat`, the first reservation's): when the reservation settles by itself unless settled before (to the millisecond, rounded down): at its full amount, or released with the policy's `on_expiry: release`.
              */
             expires_at?: string;
             /**
              * Format: int64
-             * @description What the budget holds after this request (after the amount, when allowed). Absent on a `repeat`.
+             * @description What the budget holds after this request (after the amount, when allowed); on a `repeat`, what it holds now.
              */
             remaining?: number;
             /**
@@ -1524,7 +1524,7 @@ export interface components {
             limit: number;
             /**
              * Format: date-time
-             * @description When the budget is whole again (the window's end, rounded up to the second). Absent on a `repeat`.
+             * @description When the budget is whole again (the window's end, rounded up to the second).
              */
             reset_at?: string;
             /**
@@ -1534,7 +1534,7 @@ export interface components {
             retry_after_ms: number;
             /**
              * Format: int64
-             * @description Present on a refusal: how far below zero the budget is. Always 0 on this answer for now (the settle answer carries the real figure); see docs/api.md.
+             * @description Present on a refusal: how many units past its limit the budget was (an excess settled before, still to roll out or refill beyond the amount); 0 when it was within its limit, or when the answer is `degraded`.
              */
             overdrawn?: number;
             /** @description The policy's unit, `""` for none. */
@@ -1543,7 +1543,7 @@ export interface components {
             degraded: boolean;
             /** @description Present and true on a refusal because the tenant holds its bound of live reservations (10,000 unless the operator set `TOLLGATE_TENANT_MAX_RESERVATIONS`): settle some or let them expire. */
             tenant_full?: boolean;
-            /** @description Present and true when the request's `Idempotency-Key` names a reservation made before: nothing more was reserved, and the answer carries its `reservation_id` (with this request's `amount`, the policy's `limit` and `unit`), not its expiry or the budget's state. */
+            /** @description Present and true when the request's `Idempotency-Key` names a reservation made before: nothing more was reserved, and the answer is the first one's: its `reservation_id`, `amount` and `expires_at`, with `remaining` and `reset_at` as the budget stands now. Only when the counter store cannot be read for it are `expires_at`, `remaining` and `reset_at` absent (and `amount` this request's). */
             repeat?: boolean;
         };
         /**
