@@ -83,7 +83,7 @@ func TestClientReservations(t *testing.T) {
 			t.Fatalf("first: %+v, %v", first, err)
 		}
 		again, err := tg.Reserve(ctx, "llm-tokens", "user-3", 1000, client.IdempotencyKey("call-1"))
-		if err != nil || !again.Allowed || !again.Repeat || again.ID != first.ID || !again.ExpiresAt.IsZero() {
+		if err != nil || !again.Allowed || !again.Repeat || again.ID != first.ID || !again.ExpiresAt.Equal(first.ExpiresAt) || again.Amount != first.Amount {
 			t.Fatalf("again: %+v, %v", again, err)
 		}
 		// Without a key each Reserve is a reservation of its own.

@@ -25,11 +25,11 @@ type Reservation struct {
 	// Amount is what was asked for.
 	Amount int64
 	// ExpiresAt is when an unsettled reservation settles by itself; zero
-	// when not allowed or when Repeat.
+	// when not allowed.
 	ExpiresAt time.Time
 	// Remaining is what is left of the budget after this reservation (or
-	// now, when refused), Limit the policy's limit, ResetAt when the
-	// window rolls; all three zero when Repeat.
+	// now, when refused or Repeat), Limit the policy's limit, ResetAt when
+	// the window rolls.
 	Remaining, Limit int64
 	ResetAt          time.Time
 	// Unit is the policy's unit ("tokens", "cents"; may be empty).
@@ -46,7 +46,8 @@ type Reservation struct {
 	// of live reservations.
 	TenantFull bool
 	// Repeat is true when the Idempotency-Key named a reservation made
-	// before: nothing more was reserved, and ID is that reservation's.
+	// before: nothing more was reserved, and ID, Amount and ExpiresAt are
+	// that reservation's.
 	Repeat bool
 }
 
