@@ -45,3 +45,18 @@ FROM tollgate_settle(@grp::text, @id::bytea, @used::bigint, @kept::bigint, sqlc.
 -- for clocks of Tollgate instances that run behind it), as their next
 -- reservation or settlement would; see tollgate_reserve_sweep.
 SELECT tollgate_reserve_sweep(@batch::integer, (extract(epoch FROM now()) * 1000000)::bigint - 60000000)::bigint AS deleted;
+
+-- name: ReservedSums :many
+-- ReservedSums sums, for each of the item keys, the amounts that the
+-- group's live reservations (unsettled, expiring after now) hold on it:
+-- one row per key, in the order given. Now is NULL for the database clock.
+SELECT k.ord::integer AS ord, coalesce(sum(c.amount), 0)::bigint AS reserved
+FROM unnest(@item_keys::bytea[]) WITH ORDINALITY AS k(key, ord)
+LEFT JOIN (
+    SELECT r.item_keys[i] AS item_key, r.amounts[i] AS amount
+    FROM reservations AS r, generate_subscripts(r.amounts, 1) AS i
+    WHERE r.grp = @grp::text AND r.settled_us IS NULL
+        AND r.expires_us > coalesce(sqlc.narg('now')::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+) AS c ON c.item_key = k.key
+GROUP BY k.ord
+ORDER BY k.ord;
