@@ -321,6 +321,78 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/reservations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Hold an amount of a budget
+         * @description Holds `amount` of a policy's budget for a subject (or for the policy, scope `global`) until it is settled, released or `ttl` runs out, exactly across every instance: the amount is charged now, as a check of cost `amount` would be, and refused whole, counting nothing of the budget, when the budget cannot cover it (200, `allowed: false`). A reservation counts once toward the ceilings and the monthly allotment like a check (test keys: the sandbox allotment, and reservations of their own). Settle it with what was really used (`POST /v1/reservations/{id}/settle`) or release it (`DELETE /v1/reservations/{id}`).
+         */
+        post: operations["reserve"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/reservations/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A reservation id as `POST /v1/reservations` answered it: `rs_` and 32 hex digits. Anything else is answered 400 naming the field `id`.
+                 * @example rs_9b1d4c7fa2e6b0d95f0c3a8ec8a7f6e5
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Release a reservation unused
+         * @description Settles the reservation with `used` 0: its whole amount goes back to the budget, if the window it was charged in still counts. Answered as a settlement. Passes the ceilings but not the allotment.
+         */
+        delete: operations["releaseReservation"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/reservations/{id}/settle": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A reservation id as `POST /v1/reservations` answered it: `rs_` and 32 hex digits. Anything else is answered 400 naming the field `id`.
+                 * @example rs_9b1d4c7fa2e6b0d95f0c3a8ec8a7f6e5
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Settle a reservation with what was used
+         * @description Charges `used` in place of the amount reserved, once: less gives the rest back (to the window it was charged in, while it counts), more charges the excess to the current window, past the limit if need be (`overdrawn`). The same settlement sent again answers as the first (`repeat: true`) for an hour after it at least; another `used` is a 409. Passes the ceilings but not the allotment.
+         */
+        post: operations["settleReservation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/policies/{name}/subjects/{subject}": {
         parameters: {
             query?: never;
@@ -639,6 +711,17 @@ export interface components {
              * @default 0
              */
             alert_after?: number;
+            /**
+             * @description What the policy counts, for display only (`tokens`, `cents`, `seconds`): at most 16 characters of a-z and `_`. Not for algorithm `concurrency` (400 naming `unit`).
+             * @default
+             */
+            unit?: string;
+            /**
+             * @description What a reservation of this budget (`POST /v1/reservations`) that nobody settles comes to at its `expires_at`: `settle` keeps its full amount charged, `release` gives it all back. Not for algorithm `concurrency` (400 naming `on_expiry`).
+             * @default settle
+             * @enum {string}
+             */
+            on_expiry?: "settle" | "release";
             /** @description Optional; must equal the name in the path. */
             name?: string;
             /** @description Ignored. */
@@ -659,6 +742,13 @@ export interface components {
             shadow: boolean;
             /** Format: int64 */
             alert_after: number;
+            /** @description The policy's unit (`""` for none). Absent for algorithm `concurrency`. */
+            unit?: string;
+            /**
+             * @description What an unsettled reservation of this budget comes to at its expiry. Absent for algorithm `concurrency`.
+             * @enum {string}
+             */
+            on_expiry?: "settle" | "release";
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -845,6 +935,38 @@ export interface components {
                 id: string;
                 url: string;
                 reason: string;
+            }[];
+            /** @description The tenant's budgets (policies with a `unit`, of any algorithm but `concurrency`) for their current window, live keys' (a test key's reservations are the sandbox's), in the order of the policies. Spent plus reserved plus left is the limit, except that left is never below zero (an overdrawn budget shows 0 left) and spent never below zero (a live reservation charged in a window that has ended counts in `reserved` but no longer in this window). */
+            budgets: {
+                policy: string;
+                /** @description The subject of a budget of scope `subject` (the `subject` parameter); absent for scope `global`. */
+                subject?: string;
+                unit: string;
+                /**
+                 * Format: int64
+                 * @description The limit for the subject, after overrides.
+                 */
+                limit: number;
+                /**
+                 * Format: int64
+                 * @description Charged and settled: what the window counts less what live reservations hold.
+                 */
+                spent: number;
+                /**
+                 * Format: int64
+                 * @description What live (unsettled, unexpired) reservations hold.
+                 */
+                reserved: number;
+                /**
+                 * Format: int64
+                 * @description What the next reservation may take: limit less spent and reserved, 0 when overdrawn.
+                 */
+                left: number;
+                /**
+                 * Format: date-time
+                 * @description When the window ends (rounded up to the second).
+                 */
+                reset_at: string;
             }[];
         };
         /** @description An RFC 9457 problem. */
@@ -1368,6 +1490,162 @@ export interface components {
                 reason: string;
             }[];
         };
+        /**
+         * @example {
+         *       "policy": "llm-tokens",
+         *       "subject": "user-42",
+         *       "amount": 4000,
+         *       "ttl": "10m"
+         *     }
+         */
+        ReservationRequest: {
+            /** @description A policy with a window (`fixed_window`, `sliding_window`, `token_bucket`): its budget holds the amount. A policy of algorithm `concurrency` is answered 400 naming the field `policy`. */
+            policy: string;
+            /** @description Whose budget: required for a policy of scope `subject`, ignored for scope `global`. Stored only as an HMAC digest. */
+            subject?: string;
+            /**
+             * Format: int64
+             * @description What to hold of the budget, in the policy's unit: the most the work may cost, as far as the caller knows beforehand.
+             */
+            amount: number;
+            /**
+             * @description How long the reservation waits for its settlement: a Go duration from `1ms` to `24h0m0s` (`30s`, `10m`); `5m` when absent. Past it the reservation settles by itself, by the policy's `on_expiry`. Anything else is answered 400 naming the field `ttl`.
+             * @default 5m
+             * @example 10m
+             */
+            ttl?: string;
+        };
+        /**
+         * @example {
+         *       "allowed": true,
+         *       "reservation_id": "rs_9b1d4c7fa2e6b0d95f0c3a8ec8a7f6e5",
+         *       "amount": 4000,
+         *       "expires_at": "2026-12-01T10:10:00.000Z",
+         *       "remaining": 96000,
+         *       "limit": 100000,
+         *       "reset_at": "2027-01-01T00:00:00Z",
+         *       "retry_after_ms": 0,
+         *       "unit": "tokens",
+         *       "degraded": false
+         *     }
+         */
+        ReservationResponse: {
+            /** @description Whether the amount is held. A refusal by the budget is an answer, 200, not an error; a refusal by one of Tollgate's ceilings is a 429 (or 402). */
+            allowed: boolean;
+            /** @description Present when allowed: the reservation, to settle or release. It names the reservation within the tenant and key kind that made it, and holds nothing of the policy or subject. */
+            reservation_id?: string;
+            /**
+             * Format: int64
+             * @description The amount asked for (held when allowed).
+             */
+            amount: number;
+            /**
+             * Format: date-time
+             * @description Present when allowed (and not `repeat`): when the reservation settles by itself unless settled before (to the millisecond, rounded down): at its full amount, or released with the policy's `on_expiry: release`.
+             */
+            expires_at?: string;
+            /**
+             * Format: int64
+             * @description What the budget holds after this request (after the amount, when allowed). Absent on a `repeat`.
+             */
+            remaining?: number;
+            /**
+             * Format: int64
+             * @description The budget's limit, after overrides.
+             */
+            limit: number;
+            /**
+             * Format: date-time
+             * @description When the budget is whole again (the window's end, rounded up to the second). Absent on a `repeat`.
+             */
+            reset_at?: string;
+            /**
+             * Format: int64
+             * @description 0 when allowed; else the wait after which the amount would be admitted if nothing else is charged meanwhile (1000 when `tenant_full`).
+             */
+            retry_after_ms: number;
+            /**
+             * Format: int64
+             * @description Present on a refusal: how far below zero the budget is. Always 0 on this answer for now (the settle answer carries the real figure); see docs/api.md.
+             */
+            overdrawn?: number;
+            /** @description The policy's unit, `""` for none. */
+            unit: string;
+            /** @description The counter store could not be asked and the policy's `fail_mode` decided: an allowed reservation then holds nothing, and settling it answers 404 (503 while the store is down). */
+            degraded: boolean;
+            /** @description Present and true on a refusal because the tenant holds its bound of live reservations (10,000 unless the operator set `TOLLGATE_TENANT_MAX_RESERVATIONS`): settle some or let them expire. */
+            tenant_full?: boolean;
+            /** @description Present and true when the request's `Idempotency-Key` names a reservation made before: nothing more was reserved, and the answer carries its `reservation_id` (with this request's `amount`, the policy's `limit` and `unit`), not its expiry or the budget's state. */
+            repeat?: boolean;
+        };
+        /**
+         * @example {
+         *       "used": 2750
+         *     }
+         */
+        SettleRequest: {
+            /**
+             * Format: int64
+             * @description What the work really used, in the policy's unit. Less than the amount gives the rest back; more charges the excess, past the limit if need be.
+             */
+            used: number;
+        };
+        /**
+         * @example {
+         *       "reservation_id": "rs_9b1d4c7fa2e6b0d95f0c3a8ec8a7f6e5",
+         *       "amount": 4000,
+         *       "used": 2750,
+         *       "returned": 1250,
+         *       "excess": 0,
+         *       "remaining": 97250,
+         *       "limit": 100000,
+         *       "reset_at": "2027-01-01T00:00:00Z",
+         *       "overdrawn": 0,
+         *       "unit": "tokens",
+         *       "repeat": false
+         *     }
+         */
+        SettleResponse: {
+            reservation_id: string;
+            /**
+             * Format: int64
+             * @description What was reserved (0 for a reservation of a shadow policy whose budget had no room: nothing was held).
+             */
+            amount: number;
+            /**
+             * Format: int64
+             * @description What was settled (0 for a release).
+             */
+            used: number;
+            /**
+             * Format: int64
+             * @description `amount - used` when positive: what went back to the budget, if the window it was charged in still counts.
+             */
+            returned: number;
+            /**
+             * Format: int64
+             * @description `used - amount` when positive: what was charged beyond the reservation, to the current window, past the limit if need be.
+             */
+            excess: number;
+            /**
+             * Format: int64
+             * @description What the budget holds once settled.
+             */
+            remaining: number;
+            /** Format: int64 */
+            limit: number;
+            /** Format: date-time */
+            reset_at: string;
+            /**
+             * Format: int64
+             * @description How far below zero the budget is once settled (0 when it is not): reservations and checks of it are refused until that much has rolled out or refilled.
+             */
+            overdrawn: number;
+            /** @description The policy's unit as the policy now stands, `""` for none. */
+            unit: string;
+            /** @description The reservation was settled before with the same `used`: nothing was counted this time, and the answer is the first one's. */
+            repeat: boolean;
+        };
     };
     responses: {
         /** @description The request is malformed; `field` names the member or path parameter at fault when there is one. */
@@ -1481,8 +1759,29 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description No such reservation: it expired unsettled (it settled by itself), its settlement is no longer kept (an hour after it, at least until its expiry), it was handed out degraded, or it never was (of this tenant and key kind). */
+        ReservationGone: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The reservation was settled already with another `used`: a settlement happens once. */
+        ReservationSettled: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
     };
-    parameters: never;
+    parameters: {
+        /** @description 1 to 255 bytes of printable ASCII, chosen by the client and unique per reservation it means (a UUID). A reservation sent again with the same key, by the same tenant and key kind, reserves nothing more and answers the reservation made first (`repeat: true`), for as long as it is held or its settlement kept. On a settlement it is accepted and changes nothing: the same settlement sent again is answered as the first one anyway. Anything else is answered 400 naming `Idempotency-Key`. */
+        IdempotencyKey: string;
+    };
     requestBodies: never;
     headers: {
         /** @description Seconds until the same request would be admitted; exact, never a guess. */
@@ -1922,7 +2221,10 @@ export interface operations {
     };
     usage: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description A subject: the budgets of scope `subject` are reported for it. Without it, `budgets` holds the budgets of scope `global` alone. */
+                subject?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2171,6 +2473,118 @@ export interface operations {
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["LeaseGone"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    reserve: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description 1 to 255 bytes of printable ASCII, chosen by the client and unique per reservation it means (a UUID). A reservation sent again with the same key, by the same tenant and key kind, reserves nothing more and answers the reservation made first (`repeat: true`), for as long as it is held or its settlement kept. On a settlement it is accepted and changes nothing: the same settlement sent again is answered as the first one anyway. Anything else is answered 400 naming `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReservationRequest"];
+            };
+        };
+        responses: {
+            /** @description The decision, allowed or not. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-RateLimit-Degraded": components["headers"]["X-RateLimit-Degraded"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReservationResponse"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
+            402: components["responses"]["PaymentRequired"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    releaseReservation: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description 1 to 255 bytes of printable ASCII, chosen by the client and unique per reservation it means (a UUID). A reservation sent again with the same key, by the same tenant and key kind, reserves nothing more and answers the reservation made first (`repeat: true`), for as long as it is held or its settlement kept. On a settlement it is accepted and changes nothing: the same settlement sent again is answered as the first one anyway. Anything else is answered 400 naming `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description A reservation id as `POST /v1/reservations` answered it: `rs_` and 32 hex digits. Anything else is answered 400 naming the field `id`.
+                 * @example rs_9b1d4c7fa2e6b0d95f0c3a8ec8a7f6e5
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Settled (or settled before with the same `used`: `repeat`). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SettleResponse"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["ReservationGone"];
+            409: components["responses"]["ReservationSettled"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    settleReservation: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description 1 to 255 bytes of printable ASCII, chosen by the client and unique per reservation it means (a UUID). A reservation sent again with the same key, by the same tenant and key kind, reserves nothing more and answers the reservation made first (`repeat: true`), for as long as it is held or its settlement kept. On a settlement it is accepted and changes nothing: the same settlement sent again is answered as the first one anyway. Anything else is answered 400 naming `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description A reservation id as `POST /v1/reservations` answered it: `rs_` and 32 hex digits. Anything else is answered 400 naming the field `id`.
+                 * @example rs_9b1d4c7fa2e6b0d95f0c3a8ec8a7f6e5
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SettleRequest"];
+            };
+        };
+        responses: {
+            /** @description Settled (or settled before with the same `used`: `repeat`). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SettleResponse"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["ReservationGone"];
+            409: components["responses"]["ReservationSettled"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
