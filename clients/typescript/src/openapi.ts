@@ -1131,7 +1131,7 @@ export interface components {
             expires_at: string;
         };
         /** @enum {string} */
-        WebhookEventType: "alert.triggered" | "alert.resolved" | "allotment.threshold" | "plan.changed" | "key.revoked";
+        WebhookEventType: "alert.triggered" | "alert.resolved" | "allotment.threshold" | "budget.threshold" | "plan.changed" | "key.revoked";
         WebhookEndpointInput: {
             /** @description An https:// URL (http:// and private or loopback addresses only where the operator set TOLLGATE_WEBHOOK_ALLOW_PRIVATE). Addresses are checked again when each delivery connects, after DNS; redirects are not followed. */
             url: string;
@@ -1276,6 +1276,45 @@ export interface components {
                 period_end?: string;
             };
         };
+        /** @description A budget (a policy with a `unit`) reached 50, 80 or 100 % of its limit in its current window, counting what is spent and what live reservations hold, as a reservation or a settlement of a live key left it: once each per budget (policy and subject), window and percent. */
+        BudgetThresholdEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "budget.threshold";
+            /**
+             * Format: date-time
+             * @description When the event happened.
+             */
+            timestamp: string;
+            tenant_id: string;
+            data: {
+                /** @enum {integer} */
+                percent: 50 | 80 | 100;
+                policy: string;
+                /** @description The subject's digest (the raw subject is never stored), or `*` for a policy of scope `global`. */
+                subject_digest: string;
+                unit: string;
+                /**
+                 * Format: int64
+                 * @description The budget's limit for the subject.
+                 */
+                limit: number;
+                /**
+                 * Format: int64
+                 * @description What the window counted then, spent and reserved; past `limit` when overdrawn.
+                 */
+                taken: number;
+                /**
+                 * Format: date-time
+                 * @description The start of the policy's window the threshold is counted in (a calendar month, or a window of the policy's length from the Unix epoch; a token bucket's period).
+                 */
+                window_start: string;
+                /** Format: date-time */
+                window_end: string;
+            };
+        };
         /** @description The effective plan (whose limits apply) changed, and why. */
         PlanChangedEvent: {
             /**
@@ -1338,7 +1377,7 @@ export interface components {
             };
         };
         /** @description The body of every delivery: Standard Webhooks' `type`, `timestamp` and `data`, and the tenant. */
-        WebhookEvent: components["schemas"]["AlertTriggeredEvent"] | components["schemas"]["AlertResolvedEvent"] | components["schemas"]["AllotmentThresholdEvent"] | components["schemas"]["PlanChangedEvent"] | components["schemas"]["KeyRevokedEvent"] | components["schemas"]["TestPingEvent"];
+        WebhookEvent: components["schemas"]["AlertTriggeredEvent"] | components["schemas"]["AlertResolvedEvent"] | components["schemas"]["AllotmentThresholdEvent"] | components["schemas"]["BudgetThresholdEvent"] | components["schemas"]["PlanChangedEvent"] | components["schemas"]["KeyRevokedEvent"] | components["schemas"]["TestPingEvent"];
         CheckBatchRequest: {
             /** @description The checks, each a `POST /v1/check` body; at most 4,000 items in all. */
             checks: components["schemas"]["CheckRequest"][];
