@@ -215,16 +215,16 @@ type Reserver interface {
 // ValidateReservedSums checks a ReservedSums call's arguments. Its errors
 // wrap ErrInvalid.
 func ValidateReservedSums(group string, keys []string, now time.Time) error {
+	if !validGroup(group) {
+		return fmt.Errorf("group of %d bytes: must be at most %d bytes of A-Z, a-z, 0-9, _ and -: %w", len(group), MaxGroupLen, ErrInvalid)
+	}
 	if len(keys) > MaxItems {
 		return fmt.Errorf("%d keys: at most %d: %w", len(keys), MaxItems, ErrInvalid)
 	}
 	for _, k := range keys {
-		if err := ValidateReset(group, k); err != nil {
-			return err
+		if k == "" || len(k) > MaxKeyLen {
+			return fmt.Errorf("key of %d bytes: must be 1 to %d: %w", len(k), MaxKeyLen, ErrInvalid)
 		}
-	}
-	if !validGroup(group) {
-		return fmt.Errorf("group of %d bytes: must be at most %d bytes of A-Z, a-z, 0-9, _ and -: %w", len(group), MaxGroupLen, ErrInvalid)
 	}
 	return validNow(now)
 }

@@ -16,7 +16,7 @@ import (
 // PostgreSQL counter store, and reads the budgets of /v1/usage: spent is
 // what was settled, reserved what live reservations hold, left the rest;
 // a policy without a unit is no budget, and a budget of scope subject
-// shows for ?subject= alone. Every answer is checked against the document.
+// shows for ?subject= alone, and a malformed subject is a 400. Every answer is checked against the document.
 func TestUsageBudgets(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.New(t)
@@ -73,6 +73,8 @@ func TestUsageBudgets(t *testing.T) {
 			t.Errorf("cents of alice: %+v, want 0 spent, 50 reserved, 450 left of 500", b)
 		}
 	}
+	// A subject no check could name is the caller's fault.
+	wantStatus(t, a.do(live, http.MethodGet, "/v1/usage?subject=%00", ""), http.StatusBadRequest)
 	if got := budgets("/v1/usage?subject=bob"); len(got) != 2 {
 		t.Errorf("budgets of bob: %+v, want two", got)
 	} else {

@@ -2279,6 +2279,7 @@ export interface operations {
                     "application/json": components["schemas"]["Usage"];
                 };
             };
+            400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
