@@ -249,6 +249,20 @@ type PolicyRow struct {
 	Concurrency bool
 	InFlight    string
 	Meter       *float64
+	// Budget is set for a budget (a policy with a unit): where its current
+	// window stands, or why it is not shown.
+	Budget *BudgetView
+}
+
+// BudgetView is where one budget stands for its current window: Spent,
+// Reserved and Left as shown ("120 tokens"), and Meter, how much of it
+// is taken (spent and reserved), from 0 to 1. Note replaces the figures
+// when there are none to show (a budget per subject, a store that did not
+// answer).
+type BudgetView struct {
+	Spent, Reserved, Left string
+	Meter                 float64
+	Note                  string
 }
 
 // OverrideRow is one override of a policy.

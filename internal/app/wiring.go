@@ -186,7 +186,7 @@ func (a *App) buildDashboard(hook func(*dashboard.Config)) error {
 	dcfg := dashboard.Config{
 		Logger: log, Accounts: pgstore.NewAdmins(a.Pool), Tenants: pgstore.NewTenants(a.Pool), Policies: p.Policies,
 		Usage: p.Usage, Audit: audit.NewLog(p.AuditStore), Traffic: p.Traffic,
-		Webhooks: p.Billing, Billing: p.Billing, SignInLimiter: gate.NewLimiter("sign-in limiter", a.store, p.signIns, log), Leases: p.Gate, Counters: p.Gate, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
+		Webhooks: p.Billing, Billing: p.Billing, SignInLimiter: gate.NewLimiter("sign-in limiter", a.store, p.signIns, log), Leases: p.Gate, Budgets: p.Gate, Counters: p.Gate, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
 		Changed:   a.invalidate,
 		Endpoints: p.Hooks,
 	}

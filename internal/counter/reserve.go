@@ -234,12 +234,40 @@ type Reserver interface {
 	// (never made, expired unsettled, or its settled outcome no longer
 	// kept) wraps ErrNoReservation.
 	Reservation(ctx context.Context, group, id string, now time.Time) (Held, error)
+	// ReservedSums returns, for each of keys, the sum of the amounts that
+	// group's live reservations hold on its counter at now (zero: the
+	// store's clock): those unsettled whose expiry is after now. It only
+	// reads, in one round trip, and deals with no expiry: a reservation
+	// past its expiry that no call has released yet counts nothing here,
+	// though its amount is still in its counter until then. The answer is
+	// what the usage report and the dashboard call reserved (of a budget,
+	// its counter counts the reserved and the spent alike). Errors wrap
+	// ErrInvalid (a group, key or now that Validate would refuse, or more
+	// than MaxItems keys) or ErrUnavailable.
+	ReservedSums(ctx context.Context, group string, keys []string, now time.Time) ([]int64, error)
 }
 
 // ValidateRead checks the arguments of a Reservation read. Its errors
 // wrap ErrInvalid.
 func ValidateRead(group, id string, now time.Time) error {
 	return ValidateSettle(SettleRef{Group: group, ID: id, Now: now})
+}
+
+// ValidateReservedSums checks a ReservedSums call's arguments. Its errors
+// wrap ErrInvalid.
+func ValidateReservedSums(group string, keys []string, now time.Time) error {
+	if !validGroup(group) {
+		return fmt.Errorf("group of %d bytes: must be at most %d bytes of A-Z, a-z, 0-9, _ and -: %w", len(group), MaxGroupLen, ErrInvalid)
+	}
+	if len(keys) > MaxItems {
+		return fmt.Errorf("%d keys: at most %d: %w", len(keys), MaxItems, ErrInvalid)
+	}
+	for _, k := range keys {
+		if k == "" || len(k) > MaxKeyLen {
+			return fmt.Errorf("key of %d bytes: must be 1 to %d: %w", len(k), MaxKeyLen, ErrInvalid)
+		}
+	}
+	return validNow(now)
 }
 
 // ValidateReserve checks a Reservation's shape before it is sent anywhere.

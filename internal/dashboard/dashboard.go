@@ -81,6 +81,12 @@ type LeaseCounter interface {
 	InFlight(ctx context.Context, tenantID string, policies []string) ([]int64, error)
 }
 
+// BudgetReader says where a tenant's budgets stand, live keys' only
+// (*gate.Gate's Budgets).
+type BudgetReader interface {
+	Budgets(ctx context.Context, tenantID string, policies []string, subject string) ([]gate.Budget, error)
+}
+
 // CounterResetter clears one subject's counter of a tenant's policy (for a
 // concurrency policy, its leases), live or the sandbox's, as DELETE
 // /v1/policies/{name}/subjects/{subject} does (*gate.Gate). It returns the
@@ -123,6 +129,9 @@ type Config struct {
 	// Leases counts a tenant's leases in flight per concurrency policy
 	// (*gate.Gate); nil shows them as unavailable.
 	Leases LeaseCounter
+	// Budgets shows where each budget of scope global stands on a tenant's
+	// page (*gate.Gate); nil shows them as unavailable.
+	Budgets BudgetReader
 	// Counters unlocks subjects: the tenant page's form resets one
 	// subject's counter of a policy through it (*gate.Gate, on the counter
 	// store the API counts in); nil offers no form.

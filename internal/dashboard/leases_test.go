@@ -117,6 +117,10 @@ func (l *lateGate) InFlight(ctx context.Context, tenantID string, policies []str
 	return l.g.InFlight(ctx, tenantID, policies)
 }
 
+func (l *lateGate) Budgets(ctx context.Context, tenantID string, policies []string, subject string) ([]gate.Budget, error) {
+	return l.g.Budgets(ctx, tenantID, policies, subject)
+}
+
 func (l *lateGate) Reset(ctx context.Context, tenantID string, test bool, policy, subject string) (string, error) {
 	return l.g.Reset(ctx, tenantID, test, policy, subject)
 }

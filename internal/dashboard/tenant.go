@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/alert"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
@@ -67,6 +68,7 @@ type tenantData struct {
 	// inFlight holds the leases in flight of concurrency policies, when the
 	// lease store answered.
 	inFlight   map[string]int64
+	budgets    map[string]gate.Budget
 	lastChange []audit.Entry
 	// events are the tenant's latest Stripe events; nil without the
 	// webhook log.
@@ -122,6 +124,7 @@ func (d *Dashboard) fetchTenant(ctx context.Context, id string) (tenantData, err
 		}
 	}
 	td.inFlight = d.leasesInFlight(ctx, td.t.ID, td.policies)
+	td.budgets = d.budgets(ctx, td.t.ID, td.policies)
 	if td.lastChange, err = d.cfg.Audit.List(ctx, audit.Filter{TenantID: td.t.ID, Kind: KindLimitsChanged, Limit: 1}); err != nil {
 		return fail("last change of its limits", err)
 	}
@@ -243,6 +246,9 @@ func policyRows(td tenantData) []web.PolicyRow {
 				}
 			}
 		}
+		if p.Budget() {
+			row.Budget = budgetView(p, td.budgets)
+		}
 		if p.AlertAfter > 0 {
 			row.AlertAfter = count(p.AlertAfter)
 		}
@@ -355,4 +361,46 @@ func (d *Dashboard) leasesInFlight(ctx context.Context, tenantID string, pols []
 		out[name] = n[i]
 	}
 	return out
+}
+
+// budgets returns where each of pols' budgets of scope global stands, by
+// name. A store that does not answer leaves them out (the page says
+// unavailable) rather than failing the page: it is logged.
+func (d *Dashboard) budgets(ctx context.Context, tenantID string, pols []policy.Policy) map[string]gate.Budget {
+	var names []string
+	for _, p := range pols {
+		if p.Budget() && p.Scope == policy.ScopeGlobal {
+			names = append(names, p.Name)
+		}
+	}
+	if len(names) == 0 || d.cfg.Budgets == nil {
+		return nil
+	}
+	bs, err := d.cfg.Budgets.Budgets(ctx, tenantID, names, "")
+	if err != nil {
+		d.log.WarnContext(ctx, "budgets unavailable", "tenant_id", tenantID, "err", err)
+		return nil
+	}
+	out := make(map[string]gate.Budget, len(bs))
+	for _, b := range bs {
+		out[b.Policy] = b
+	}
+	return out
+}
+
+// budgetView shows the budget p as bs says it stands.
+func budgetView(p policy.Policy, bs map[string]gate.Budget) *web.BudgetView {
+	if p.Scope != policy.ScopeGlobal {
+		return &web.BudgetView{Note: "a budget of " + p.Unit + " per subject: GET /v1/usage?subject= shows one"}
+	}
+	b, ok := bs[p.Name]
+	if !ok {
+		return &web.BudgetView{Note: "budget: unavailable"}
+	}
+	amount := func(n int64) string { return count(n) + " " + p.Unit }
+	v := &web.BudgetView{Spent: amount(b.Spent), Reserved: amount(b.Reserved), Left: amount(b.Left)}
+	if b.Limit > 0 {
+		v.Meter = min(1, float64(b.Limit-b.Left)/float64(b.Limit))
+	}
+	return v
 }

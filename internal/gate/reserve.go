@@ -101,6 +101,10 @@ type ReservationVerdict struct {
 	// the store could not tell them (ExpiresAt zero), Amount is this
 	// request's and only ID, Limit and Unit are set besides.
 	Repeat bool
+	// Level is how much of the budget is taken once the amount is held:
+	// set when a live key's reservation of a budget (policy.Policy.Budget)
+	// that is not in shadow mode is held.
+	Level *BudgetLevel
 }
 
 // Settled answers a settlement (or a release, a settlement of 0).
@@ -122,6 +126,38 @@ type Settled struct {
 	Repeat bool
 	// At is when the settlement was made (the first one's, for a Repeat).
 	At time.Time
+	// Level is how much of the budget is taken once settled: set for a
+	// live key's settlement of a budget (policy.Policy.Budget), not a
+	// Repeat.
+	Level *BudgetLevel
+}
+
+// BudgetLevel is how much of one budget's window is taken, for the
+// budget.threshold webhooks (issue 40).
+type BudgetLevel struct {
+	Policy string
+	// Subject is the counter key's subject part: a digest, or "*" for a
+	// policy of scope global.
+	Subject string
+	Unit    string
+	// Limit is the budget's limit; Taken what its window counts, spent
+	// and reserved alike, past Limit when overdrawn.
+	Limit, Taken int64
+	// WindowStart and WindowEnd bound the policy's window at the instant
+	// (limit.Window's Bounds; for a token bucket, its period).
+	WindowStart, WindowEnd time.Time
+}
+
+// budgetLevel returns the BudgetLevel of policy p's counter key at at, of
+// which taken is counted; nil when p is no budget.
+func budgetLevel(p policy.Policy, key string, lim, taken int64, at time.Time) *BudgetLevel {
+	if !p.Budget() {
+		return nil
+	}
+	start, end := p.Window.Bounds(at.UnixMicro())
+	subject := key[strings.LastIndexByte(key, ':')+1:]
+	return &BudgetLevel{Policy: p.Name, Subject: subject, Unit: p.Unit, Limit: lim, Taken: taken,
+		WindowStart: time.UnixMicro(start).UTC(), WindowEnd: time.UnixMicro(end).UTC()}
 }
 
 // Reservation ids are "rs_" and 32 hex digits: of a random 128-bit number,
@@ -280,6 +316,9 @@ func (g *Gate) reserve(ctx context.Context, p *passage, ceilings []layerItem) (V
 	switch {
 	case res.Allowed:
 		rv.ExpiresAt = res.ExpiresAt
+		if !pol.Shadow && !test {
+			rv.Level = budgetLevel(pol, key, lim, lim-d.Remaining, res.Result.Now)
+		}
 		if !pol.Shadow {
 			v.Tightest = tighter(v.Tightest, Quota{Name: pol.Name, Limit: lim, Remaining: d.Remaining, Window: windowLength(pol.Window, res.Result.Now), ResetIn: d.ResetAt.Sub(res.Result.Now)})
 		}
@@ -380,27 +419,31 @@ func (g *Gate) Settle(ctx context.Context, tenantID string, test bool, id string
 		// policy had no room: nothing was held, nothing is settled).
 		it := res.Items[0]
 		out.Amount, out.Remaining, out.Limit, out.Overdrawn, out.ResetAt = it.Amount, it.Remaining, it.Limit, it.Overdrawn, it.ResetAt
-		out.Unit = g.unitOf(ctx, tenantID, it.Key)
+		if p, ok := g.policyOf(ctx, tenantID, it.Key); ok {
+			out.Unit = p.Unit
+			if !test && !res.Repeat {
+				out.Level = budgetLevel(p, it.Key, it.Limit, it.Limit-it.Remaining+it.Overdrawn, res.Now)
+			}
+		}
 	}
 	out.Returned, out.Excess = max(0, out.Amount-out.Used), max(0, out.Used-out.Amount)
 	return out, nil
 }
 
-// unitOf returns the unit of the tenant's policy whose counter is key
-// (appendPolicyKey's "[t:]p:NAME:…"), as the policy now stands: "" when it
-// is gone or the policies cannot be read (a settlement is not failed for a
-// display name).
-func (g *Gate) unitOf(ctx context.Context, tenantID, key string) string {
+// policyOf returns the tenant's policy whose counter is key
+// (appendPolicyKey's "[t:]p:NAME:…"), as it now stands: false when it is
+// gone or the policies cannot be read (a settlement is not failed for its
+// unit or its webhooks).
+func (g *Gate) policyOf(ctx context.Context, tenantID, key string) (policy.Policy, bool) {
 	key = strings.TrimPrefix(key, "t:")
 	rest, ok := strings.CutPrefix(key, "p:")
 	name, _, found := strings.Cut(rest, ":")
 	if !ok || !found {
-		return ""
+		return policy.Policy{}, false
 	}
 	set, err := g.cfg.Policies.For(ctx, tenantID)
 	if err != nil {
-		return ""
+		return policy.Policy{}, false
 	}
-	p, _ := set.Lookup(name)
-	return p.Unit
+	return set.Lookup(name)
 }

@@ -46,6 +46,8 @@ type Gate interface {
 	// Settle serves the settlement and the release of a reservation,
 	// which Admit has admitted.
 	Settle(ctx context.Context, tenantID string, test bool, id string, used int64) (gate.Settled, error)
+	// Budgets serves the budgets of /v1/usage, which Admit has admitted.
+	Budgets(ctx context.Context, tenantID string, policies []string, subject string) ([]gate.Budget, error)
 }
 
 // maxCheckBody bounds a /v1/check body: 32 items of 512-byte subjects fit.

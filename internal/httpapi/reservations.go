@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/gate"
+	"github.com/tollgate/tollgate/internal/webhooks"
 )
 
 // maxReservationBody bounds a reservation's or a settlement's body: a
@@ -155,6 +156,7 @@ func (h reservationHandlers) reserve(c echo.Context) error {
 		c.Response().Header().Set("X-RateLimit-Degraded", "true")
 	}
 	rv := v.Reservation
+	h.budgetLevel(c, v.Tenant.ID, rv.Level)
 	out := reservationAnswer{Allowed: rv.Allowed, Amount: rv.Amount, Limit: rv.Limit, Unit: rv.Unit, Degraded: rv.Degraded,
 		RetryAfterMS: ceilDiv(rv.RetryAfter, time.Millisecond), TenantFull: rv.TenantFull, Repeat: rv.Repeat}
 	if rv.Allowed {
@@ -218,9 +220,29 @@ func (h reservationHandlers) finish(c echo.Context, id string, used int64) error
 	if err != nil {
 		return err
 	}
+	h.budgetLevel(c, tenantID(c), s.Level)
 	return c.JSON(http.StatusOK, settleAnswer{
 		ReservationID: s.ID, Amount: s.Amount, Used: s.Used, Returned: s.Returned, Excess: s.Excess,
 		Remaining: s.Remaining, Limit: s.Limit, ResetAt: ceilSecond(s.ResetAt).Format(time.RFC3339), Overdrawn: s.Overdrawn,
 		Unit: s.Unit, Repeat: s.Repeat,
 	})
+}
+
+// budgetLevel hands the level a reservation or a settlement left its
+// budget at (nil: none to report) to the webhooks, which write
+// budget.threshold for the percents it reaches the first time. A failure
+// to write is logged and the answer sent all the same: the next level
+// reported tries again.
+func (h reservationHandlers) budgetLevel(c echo.Context, tenantID string, l *gate.BudgetLevel) {
+	if l == nil || h.cfg.Webhooks == nil {
+		return
+	}
+	ctx := c.Request().Context()
+	err := h.cfg.Webhooks.BudgetLevel(ctx, webhooks.BudgetLevel{
+		TenantID: tenantID, Policy: l.Policy, SubjectDigest: l.Subject, Unit: l.Unit, Limit: l.Limit, Taken: l.Taken,
+		WindowStart: l.WindowStart, WindowEnd: l.WindowEnd,
+	})
+	if err != nil {
+		h.cfg.Logger.WarnContext(ctx, "budget threshold webhook not written", "tenant_id", tenantID, "policy", l.Policy, "err", err)
+	}
 }

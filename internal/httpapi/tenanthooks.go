@@ -27,6 +27,9 @@ type TenantWebhooks interface {
 	Ping(ctx context.Context, tenantID, endpointID string) (webhooks.Delivery, error)
 	Deliveries(ctx context.Context, tenantID, endpointID string, limit int) ([]webhooks.Delivery, error)
 	Resend(ctx context.Context, tenantID, endpointID, deliveryID string) error
+	// BudgetLevel writes budget.threshold for the percents of a budget a
+	// reservation or a settlement reached, once each per window.
+	BudgetLevel(ctx context.Context, l webhooks.BudgetLevel) error
 }
 
 // maxWebhookBody bounds the body of POST /v1/webhooks: a URL of at most

@@ -37,6 +37,22 @@ type usageAnswer struct {
 	// why: a tenant that polls its usage learns that its receiver was
 	// given up on.
 	WebhooksDisabled []disabledHook `json:"webhooks_disabled"`
+	// Budgets are the tenant's budget policies (policy.Policy.Budget) as
+	// they stand now: those of scope global, and those of scope subject
+	// for the subject named by ?subject= (none without it).
+	Budgets []budgetAnswer `json:"budgets"`
+}
+
+// budgetAnswer is one budget of /v1/usage for its current window.
+type budgetAnswer struct {
+	Policy   string `json:"policy"`
+	Subject  string `json:"subject,omitempty"`
+	Unit     string `json:"unit"`
+	Limit    int64  `json:"limit"`
+	Spent    int64  `json:"spent"`
+	Reserved int64  `json:"reserved"`
+	Left     int64  `json:"left"`
+	ResetAt  string `json:"reset_at"`
 }
 
 type disabledHook struct {
@@ -61,6 +77,10 @@ func (a *api) usage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	budgets, err := a.budgets(c, t.ID)
+	if err != nil {
+		return err
+	}
 	alerts := r.Alerts
 	if alerts == nil {
 		alerts = []alert.Alert{}
@@ -82,6 +102,37 @@ func (a *api) usage(c echo.Context) error {
 		PeriodStart: r.PeriodStart, PeriodEnd: r.PeriodEnd,
 		ChecksUsed: r.ChecksUsed, ChecksAllotment: plan.MonthlyChecks,
 		SandboxUsed: r.SandboxUsed, SandboxAllotment: tenant.SandboxAllotment,
-		RefusalsByLayer: r.Refusals, Alerts: alerts, WebhooksDisabled: disabled,
+		RefusalsByLayer: r.Refusals, Alerts: alerts, WebhooksDisabled: disabled, Budgets: budgets,
 	})
+}
+
+// budgets answers the budgets of /v1/usage: the tenant's budget policies,
+// of scope subject for ?subject= alone.
+func (a *api) budgets(c echo.Context, tenantID string) ([]budgetAnswer, error) {
+	ctx := c.Request().Context()
+	ps, err := a.cfg.Policies.ListPolicies(ctx, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, p := range ps {
+		if p.Budget() {
+			names = append(names, p.Name)
+		}
+	}
+	out := []budgetAnswer{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	bs, err := a.gate.Budgets(ctx, tenantID, names, c.QueryParam("subject"))
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range bs {
+		out = append(out, budgetAnswer{
+			Policy: b.Policy, Subject: b.Subject, Unit: b.Unit, Limit: b.Limit,
+			Spent: b.Spent, Reserved: b.Reserved, Left: b.Left, ResetAt: ceilSecond(b.ResetAt).Format(time.RFC3339),
+		})
+	}
+	return out, nil
 }

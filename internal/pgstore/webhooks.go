@@ -2,10 +2,13 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -353,6 +356,33 @@ func (s *Webhooks) Sweep(ctx context.Context, now, pruneBefore time.Time) (int64
 		return n1 + n2, fmt.Errorf("prune webhook events: %w", dbErr(err, webhookErrors))
 	}
 	return n1 + n2, nil
+}
+
+// EmitBudgetThreshold implements webhooks.Store in one statement: the
+// event's deliveries are made by the outbox's trigger, as for every event.
+func (s *Webhooks) EmitBudgetThreshold(ctx context.Context, l webhooks.BudgetLevel, percent int) (bool, error) {
+	tid, ok := uuidOf(l.TenantID)
+	if !ok {
+		return false, fmt.Errorf("budget.threshold of tenant %q: %w", l.TenantID, webhooks.ErrNotFound)
+	}
+	data, err := json.Marshal(map[string]any{
+		"percent": percent, "policy": l.Policy, "subject_digest": l.SubjectDigest, "unit": l.Unit,
+		"limit": l.Limit, "taken": l.Taken, "window_start": l.WindowStart.UTC(), "window_end": l.WindowEnd.UTC(),
+	})
+	if err != nil {
+		return false, fmt.Errorf("budget.threshold data: %w", err)
+	}
+	_, err = s.q.InsertWebhookEvent(ctx, sqlcgen.InsertWebhookEventParams{
+		TenantID: tid, Type: webhooks.EventBudgetThreshold, Data: data, IdempotencyKey: l.Key(percent),
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Written before, by this instance or another.
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("budget.threshold event: %w", dbErr(err, webhookErrors))
+	}
+	return true, nil
 }
 
 // Outbox implements webhooks.Store.

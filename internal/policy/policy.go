@@ -196,6 +196,14 @@ func (o Override) Active(now time.Time) bool {
 var policyFields = []string{"limit", "window", "algorithm", "scope", "fail_mode", "shadow", "alert_after",
 	"unit", "on_expiry", "name", "created_at", "updated_at"}
 
+// Budget reports whether p is a budget (issue 40): a windowed policy
+// (any algorithm but concurrency) that names the unit it counts. The usage
+// report, the dashboard and the budget.threshold webhooks show budgets
+// alone: a policy without a unit counts requests, whatever reserves of it.
+func (p Policy) Budget() bool {
+	return p.Algorithm != limit.Concurrency && p.Unit != ""
+}
+
 // maxUnitLen bounds a policy's unit, a display name.
 const maxUnitLen = 16
 

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -25,6 +26,11 @@ type Service struct {
 	AllowPrivate bool
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+
+	// budgetSeen holds the keys of the budget thresholds written
+	// (BudgetLevel), under budgetMu.
+	budgetMu   sync.Mutex
+	budgetSeen map[string]struct{}
 }
 
 // Created is a new endpoint and its signing secret, which is shown this

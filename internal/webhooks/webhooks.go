@@ -6,7 +6,8 @@
 // Events are written to the outbox by the store in the transaction of the
 // change that caused them (a key revoked, an alert raised, a plan changed),
 // or with an idempotency key for those decided by a periodic sweep
-// (allotment thresholds, alerts resolved). Nothing here runs on the check
+// (allotment thresholds, alerts resolved) or by a reservation's answer
+// (budget thresholds, BudgetLevel). Nothing here runs on the check
 // path. It imports the standard library only: the store (pgstore) is
 // given to it.
 package webhooks
@@ -22,6 +23,7 @@ const (
 	EventAlertTriggered     = "alert.triggered"
 	EventAlertResolved      = "alert.resolved"
 	EventAllotmentThreshold = "allotment.threshold"
+	EventBudgetThreshold    = "budget.threshold"
 	EventPlanChanged        = "plan.changed"
 	EventKeyRevoked         = "key.revoked"
 	// EventTestPing is sent to one endpoint by its "send test event" call;
@@ -31,7 +33,7 @@ const (
 
 // EventTypes lists the types an endpoint may listen to, in documentation
 // order.
-var EventTypes = []string{EventAlertTriggered, EventAlertResolved, EventAllotmentThreshold, EventPlanChanged, EventKeyRevoked}
+var EventTypes = []string{EventAlertTriggered, EventAlertResolved, EventAllotmentThreshold, EventBudgetThreshold, EventPlanChanged, EventKeyRevoked}
 
 // MaxEndpoints is how many endpoints one tenant may have.
 const MaxEndpoints = 5
@@ -220,6 +222,10 @@ type Store interface {
 	// alerts resolved) once each, and prunes settled events made before
 	// pruneBefore. It returns the number of events written.
 	Sweep(ctx context.Context, now, pruneBefore time.Time) (int64, error)
+	// EmitBudgetThreshold writes budget.threshold for l at percent, once
+	// per tenant, budget, window and percent (BudgetLevel.Key): it
+	// reports whether this call wrote it.
+	EmitBudgetThreshold(ctx context.Context, l BudgetLevel, percent int) (bool, error)
 	// Outbox counts the deliveries not settled, of every instance, and
 	// the endpoints whose due deliveries an instance with keyID does not
 	// claim.

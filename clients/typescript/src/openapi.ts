@@ -936,6 +936,38 @@ export interface components {
                 url: string;
                 reason: string;
             }[];
+            /** @description The tenant's budgets (policies with a `unit`, of any algorithm but `concurrency`) for their current window, live keys' (a test key's reservations are the sandbox's), in the order of the policies. Spent plus reserved plus left is the limit, except that left is never below zero (an overdrawn budget shows 0 left) and spent never below zero (a live reservation charged in a window that has ended counts in `reserved` but no longer in this window). */
+            budgets: {
+                policy: string;
+                /** @description The subject of a budget of scope `subject` (the `subject` parameter); absent for scope `global`. */
+                subject?: string;
+                unit: string;
+                /**
+                 * Format: int64
+                 * @description The limit for the subject, after overrides.
+                 */
+                limit: number;
+                /**
+                 * Format: int64
+                 * @description Charged and settled: what the window counts less what live reservations hold.
+                 */
+                spent: number;
+                /**
+                 * Format: int64
+                 * @description What live (unsettled, unexpired) reservations hold.
+                 */
+                reserved: number;
+                /**
+                 * Format: int64
+                 * @description What the next reservation may take: limit less spent and reserved, 0 when overdrawn.
+                 */
+                left: number;
+                /**
+                 * Format: date-time
+                 * @description When the window ends (rounded up to the second).
+                 */
+                reset_at: string;
+            }[];
         };
         /** @description An RFC 9457 problem. */
         Problem: {
@@ -1099,7 +1131,7 @@ export interface components {
             expires_at: string;
         };
         /** @enum {string} */
-        WebhookEventType: "alert.triggered" | "alert.resolved" | "allotment.threshold" | "plan.changed" | "key.revoked";
+        WebhookEventType: "alert.triggered" | "alert.resolved" | "allotment.threshold" | "budget.threshold" | "plan.changed" | "key.revoked";
         WebhookEndpointInput: {
             /** @description An https:// URL (http:// and private or loopback addresses only where the operator set TOLLGATE_WEBHOOK_ALLOW_PRIVATE). Addresses are checked again when each delivery connects, after DNS; redirects are not followed. */
             url: string;
@@ -1244,6 +1276,45 @@ export interface components {
                 period_end?: string;
             };
         };
+        /** @description A budget (a policy with a `unit`) reached 50, 80 or 100 % of its limit in its current window, counting what is spent and what live reservations hold, as a reservation or a settlement of a live key left it: once each per budget (policy and subject), window and percent. */
+        BudgetThresholdEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "budget.threshold";
+            /**
+             * Format: date-time
+             * @description When the event happened.
+             */
+            timestamp: string;
+            tenant_id: string;
+            data: {
+                /** @enum {integer} */
+                percent: 50 | 80 | 100;
+                policy: string;
+                /** @description The subject's digest (the raw subject is never stored), or `*` for a policy of scope `global`. */
+                subject_digest: string;
+                unit: string;
+                /**
+                 * Format: int64
+                 * @description The budget's limit for the subject.
+                 */
+                limit: number;
+                /**
+                 * Format: int64
+                 * @description What the window counted then, spent and reserved; past `limit` when overdrawn.
+                 */
+                taken: number;
+                /**
+                 * Format: date-time
+                 * @description The start of the policy's window the threshold is counted in (a calendar month, or a window of the policy's length from the Unix epoch; a token bucket's period).
+                 */
+                window_start: string;
+                /** Format: date-time */
+                window_end: string;
+            };
+        };
         /** @description The effective plan (whose limits apply) changed, and why. */
         PlanChangedEvent: {
             /**
@@ -1306,7 +1377,7 @@ export interface components {
             };
         };
         /** @description The body of every delivery: Standard Webhooks' `type`, `timestamp` and `data`, and the tenant. */
-        WebhookEvent: components["schemas"]["AlertTriggeredEvent"] | components["schemas"]["AlertResolvedEvent"] | components["schemas"]["AllotmentThresholdEvent"] | components["schemas"]["PlanChangedEvent"] | components["schemas"]["KeyRevokedEvent"] | components["schemas"]["TestPingEvent"];
+        WebhookEvent: components["schemas"]["AlertTriggeredEvent"] | components["schemas"]["AlertResolvedEvent"] | components["schemas"]["AllotmentThresholdEvent"] | components["schemas"]["BudgetThresholdEvent"] | components["schemas"]["PlanChangedEvent"] | components["schemas"]["KeyRevokedEvent"] | components["schemas"]["TestPingEvent"];
         CheckBatchRequest: {
             /** @description The checks, each a `POST /v1/check` body; at most 4,000 items in all. */
             checks: components["schemas"]["CheckRequest"][];
@@ -2189,7 +2260,10 @@ export interface operations {
     };
     usage: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description A subject: the budgets of scope `subject` are reported for it. Without it, `budgets` holds the budgets of scope `global` alone. */
+                subject?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2205,6 +2279,7 @@ export interface operations {
                     "application/json": components["schemas"]["Usage"];
                 };
             };
+            400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];

@@ -211,3 +211,28 @@ func (s *Store) pruneReservations(us int64) int {
 	}
 	return n - s.reservations.n
 }
+
+// ReservedSums implements counter.Store under the store's reservation
+// lock.
+func (s *Store) ReservedSums(_ context.Context, group string, keys []string, now time.Time) ([]int64, error) {
+	if err := counter.ValidateReservedSums(group, keys, now); err != nil {
+		return nil, err
+	}
+	us := s.clock(now).UnixMicro()
+	out := make([]int64, len(keys))
+	s.reserveMu.Lock()
+	defer s.reserveMu.Unlock()
+	for _, v := range s.reservations.byGroup[group] {
+		if v.settled || v.exp <= us {
+			continue
+		}
+		for _, c := range v.charges {
+			for i, k := range keys {
+				if k == c.Key {
+					out[i] += c.Amount
+				}
+			}
+		}
+	}
+	return out, nil
+}

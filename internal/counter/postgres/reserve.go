@@ -167,3 +167,31 @@ func chargesOf(itemKeys [][]byte, algs []int16, limits, windows, amounts, charge
 	}
 	return out, true
 }
+
+// ReservedSums implements counter.Store in one read-only statement, on the
+// connections outside the lanes as Reserve's.
+func (s *Store) ReservedSums(ctx context.Context, group string, keys []string, now time.Time) ([]int64, error) {
+	if err := counter.ValidateReservedSums(group, keys, now); err != nil {
+		return nil, fmt.Errorf("reserved sums: %w", err)
+	}
+	p := sqlcgen.ReservedSumsParams{ItemKeys: make([][]byte, len(keys)), Grp: group, Now: micros(now)}
+	for i, k := range keys {
+		p.ItemKeys[i] = []byte(k)
+	}
+	var rows []sqlcgen.ReservedSumsRow
+	err := s.direct(ctx, "reserved sums", func(ctx context.Context) (err error) {
+		rows, err = s.q.ReservedSums(ctx, p)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) != len(keys) {
+		return nil, fmt.Errorf("reserved sums: %w: %d rows for %d keys", counter.ErrUnavailable, len(rows), len(keys))
+	}
+	out := make([]int64, len(keys))
+	for i, r := range rows {
+		out[i] = r.Reserved
+	}
+	return out, nil
+}

@@ -199,3 +199,34 @@ func (s *Store) record(group, rec string) (record, error) {
 	}
 	return r, nil
 }
+
+// ReservedSums implements counter.Store in one script that only reads, sent
+// outside the lanes as Reset is: it decides nothing, so it has no place in
+// a check's queue.
+func (s *Store) ReservedSums(ctx context.Context, group string, keys []string, now time.Time) ([]int64, error) {
+	if err := counter.ValidateReservedSums(group, keys, now); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	args := make([]any, 0, len(keys)+2)
+	args = append(args, "reserved", instant(now))
+	for _, k := range keys {
+		args = append(args, s.key(group, k))
+	}
+	v, err := s.eval(ctx, reserveLua, reserveSHA, s.reserveKeys(group)[:2], args...)
+	if err != nil {
+		return nil, failed(ctx, "reserved sums", err)
+	}
+	reply, ok := v.([]any)
+	if !ok || len(reply) != len(keys) {
+		return nil, fmt.Errorf("reserved sums: %w: %w", counter.ErrUnavailable, errReply)
+	}
+	out := make([]int64, len(keys))
+	for i, r := range reply {
+		if out[i], ok = r.(int64); !ok {
+			return nil, fmt.Errorf("reserved sums: %w: %w", counter.ErrUnavailable, errReply)
+		}
+	}
+	return out, nil
+}

@@ -47,6 +47,9 @@
 --          unsettled, its outcome no longer kept), else {record}. It
 --          writes nothing: what is due is left to the next reserve or
 --          settle.
+-- reserved KEYS[1..2] RV, RL; ARGV[2] now as for settle, ARGV[3..] counter
+--          keys. Returns per key the sum of the amounts the live
+--          reservations (expiring after now) hold on it. It writes nothing.
 --
 -- ARGV[5] of settle is how long a settled outcome is kept at least (µs). The three keys expire a second after the last
 -- outcome kept, or 61 days after the last live expiry (a release due then
@@ -301,5 +304,39 @@ elseif ARGV[1] == 'read' then
     if exp <= now then return {} end
   end
   return {rec}
+elseif ARGV[1] == 'reserved' then
+  -- Reads only: the expiries due are left to the next reserve or settle.
+  local rv, rl = KEYS[1], KEYS[2]
+  local now
+  if ARGV[2] == '' then
+    local c = redis.call('TIME')
+    now = c[1] * 1000000 + c[2]
+  else
+    now = ARGV[2] + 0
+  end
+  local sums, at = {}, {}
+  for i = 3, #ARGV do
+    sums[i - 2] = 0
+    at[ARGV[i]] = true
+  end
+  local live = redis.call('ZRANGEBYSCORE', rl, '(' .. now, '+inf')
+  for j = 1, #live do
+    local rec = redis.call('HGET', rv, live[j])
+    if rec and string.byte(rec, 1) == 0 then
+      local _, _, n, _, _, _, pos = struct.unpack('<BBBddd', rec)
+      for _ = 1, n do
+        local amt, kl
+        _, _, _, amt, _, _, _, _, _, kl, pos = struct.unpack('<BddddddddH', rec, pos)
+        local key = string.sub(rec, pos, pos + kl - 1)
+        pos = pos + kl
+        if at[key] then
+          for i = 3, #ARGV do
+            if ARGV[i] == key then sums[i - 2] = sums[i - 2] + amt end
+          end
+        end
+      end
+    end
+  end
+  return sums
 end
 return redis.error_reply('ERR tollgate: unknown reservation operation')

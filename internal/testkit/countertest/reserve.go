@@ -33,6 +33,7 @@ func runReservations(t *testing.T, b Backend) {
 	t.Run("InvalidReservations", func(t *testing.T) { t.Parallel(); invalidReservations(t, b) })
 	t.Run("ThreeInstancesReserveAndSettle", func(t *testing.T) { t.Parallel(); reserveThreeInstances(t, b) })
 	t.Run("ReservationsMatchTheModel", func(t *testing.T) { t.Parallel(); reservationsMatchModel(t, b) })
+	t.Run("ReservedSums", func(t *testing.T) { t.Parallel(); reservedSums(t, b) })
 }
 
 func reserve(t fataler, s counter.Reserver, r counter.Reservation) counter.Reserved {
@@ -598,4 +599,61 @@ func reservationsMatchModel(t *testing.T, b Backend) {
 			}
 		}
 	})
+}
+
+// reservedSums sums the live reservations per key, as a second instance
+// sees them: not the settled, not the expired (released or not), not
+// another group's; a key held by none is 0, and a key asked twice is
+// answered twice.
+func reservedSums(t *testing.T, b Backend) {
+	newStore := opener(t, b)
+	s, other := newStore(), newStore()
+	small := budget()
+	small.Cost = 20
+	side := counter.Item{Key: "seconds", Algorithm: limit.SlidingWindow, Limit: 1000, Window: limit.Every(time.Minute), Cost: 7}
+	for _, r := range []counter.Reservation{
+		reservation("a", budget()),
+		reservation("b", small),
+		reservation("c", side),
+		reservation("settled", small),
+		{Request: counter.Request{Items: []counter.Item{small}, Now: base}, ID: "short", TTL: time.Second},
+		{Request: counter.Request{Items: []counter.Item{side}, Now: base}, ID: "freed", TTL: time.Second, OnExpiryRelease: true},
+		{Request: counter.Request{Group: "elsewhere", Items: []counter.Item{budget()}, Now: base}, ID: "a", TTL: time.Minute},
+	} {
+		if res := reserve(t, s, r); !res.Allowed {
+			t.Fatalf("reserve %s: %+v", r.ID, res)
+		}
+	}
+	settle(t, s, counter.SettleRef{ID: "settled", Used: 5, Now: base})
+	keys := []string{"tokens", "seconds", "nothing", "tokens"}
+	for _, c := range []struct {
+		name string
+		at   time.Time
+		want []int64
+	}{
+		{"while all live", base, []int64{70, 14, 0, 70}},
+		{"once two expired", base.Add(time.Second), []int64{50, 7, 0, 50}},
+		{"once all expired", base.Add(time.Minute), []int64{0, 0, 0, 0}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		got, err := other.ReservedSums(ctx, "", keys, c.at)
+		cancel()
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: reserved sums %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+	// Reading wrote nothing: the budget holds what was charged.
+	if got := left(t, s, "", budget(), base); got != 100-30-20-5-20 {
+		t.Errorf("left after reading the sums: %d, want %d", got, 100-30-20-5-20)
+	}
+	ctx := context.Background()
+	if _, err := s.ReservedSums(ctx, "bad group!", keys, base); !errors.Is(err, counter.ErrInvalid) {
+		t.Errorf("a malformed group: %v, want ErrInvalid", err)
+	}
+	if _, err := s.ReservedSums(ctx, "", []string{""}, base); !errors.Is(err, counter.ErrInvalid) {
+		t.Errorf("an empty key: %v, want ErrInvalid", err)
+	}
+	if got, err := s.ReservedSums(ctx, "", nil, base); err != nil || len(got) != 0 {
+		t.Errorf("no keys: %v, %v; want none", got, err)
+	}
 }

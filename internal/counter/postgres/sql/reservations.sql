@@ -62,3 +62,18 @@ SELECT (r.grp IS NOT NULL)::boolean AS found,
     coalesce(sqlc.narg('now')::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)::bigint AS now_us
 FROM (SELECT 1) AS one
 LEFT JOIN reservations r ON r.grp = @grp::text AND r.id = @id::bytea;
+
+-- name: ReservedSums :many
+-- ReservedSums sums, for each of the item keys, the amounts that the
+-- group's live reservations (unsettled, expiring after now) hold on it:
+-- one row per key, in the order given. Now is NULL for the database clock.
+SELECT k.ord::integer AS ord, coalesce(sum(c.amount), 0)::bigint AS reserved
+FROM unnest(@item_keys::bytea[]) WITH ORDINALITY AS k(key, ord)
+LEFT JOIN (
+    SELECT r.item_keys[i] AS item_key, r.amounts[i] AS amount
+    FROM reservations AS r, generate_subscripts(r.amounts, 1) AS i
+    WHERE r.grp = @grp::text AND r.settled_us IS NULL
+        AND r.expires_us > coalesce(sqlc.narg('now')::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+) AS c ON c.item_key = k.key
+GROUP BY k.ord
+ORDER BY k.ord;

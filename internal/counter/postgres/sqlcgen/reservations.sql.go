@@ -175,6 +175,53 @@ func (q *Queries) Reserve(ctx context.Context, arg ReserveParams) ([]ReserveRow,
 	return items, nil
 }
 
+const reservedSums = `-- name: ReservedSums :many
+SELECT k.ord::integer AS ord, coalesce(sum(c.amount), 0)::bigint AS reserved
+FROM unnest($1::bytea[]) WITH ORDINALITY AS k(key, ord)
+LEFT JOIN (
+    SELECT r.item_keys[i] AS item_key, r.amounts[i] AS amount
+    FROM reservations AS r, generate_subscripts(r.amounts, 1) AS i
+    WHERE r.grp = $2::text AND r.settled_us IS NULL
+        AND r.expires_us > coalesce($3::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+) AS c ON c.item_key = k.key
+GROUP BY k.ord
+ORDER BY k.ord
+`
+
+type ReservedSumsParams struct {
+	ItemKeys [][]byte
+	Grp      string
+	Now      *int64
+}
+
+type ReservedSumsRow struct {
+	Ord      int32
+	Reserved int64
+}
+
+// ReservedSums sums, for each of the item keys, the amounts that the
+// group's live reservations (unsettled, expiring after now) hold on it:
+// one row per key, in the order given. Now is NULL for the database clock.
+func (q *Queries) ReservedSums(ctx context.Context, arg ReservedSumsParams) ([]ReservedSumsRow, error) {
+	rows, err := q.db.Query(ctx, reservedSums, arg.ItemKeys, arg.Grp, arg.Now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReservedSumsRow
+	for rows.Next() {
+		var i ReservedSumsRow
+		if err := rows.Scan(&i.Ord, &i.Reserved); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const settle = `-- name: Settle :one
 SELECT c.status::smallint AS status, c.used::bigint AS used, c.settled_us::bigint AS settled_us,
     coalesce(c.item_keys, '{}')::bytea[] AS item_keys, coalesce(c.algs, '{}')::smallint[] AS algs,
