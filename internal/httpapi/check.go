@@ -406,6 +406,20 @@ type refusalProblem struct {
 	Degraded          bool     `json:"degraded,omitempty"`
 }
 
+// malformed answers a request whose body perr says is malformed: as with
+// /v1/check, it still passes the ceilings and costs the caller a request,
+// so that a stream of bad bodies is limited as good ones are.
+func (a *api) malformed(c echo.Context, req gate.Request, perr error) error {
+	v, err := a.gate.Admit(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	if v.Refusal != nil {
+		return a.writeRefusal(c, v)
+	}
+	return perr
+}
+
 // writeRefusal answers a ceiling's refusal: 429 with every header a client
 // needs to back off, or 402 for a tenant that must pay.
 func (a *api) writeRefusal(c echo.Context, v gate.Verdict) error {

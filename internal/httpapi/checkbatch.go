@@ -31,15 +31,7 @@ func (a *api) checkBatch(c echo.Context) error {
 	defer held.give()
 	checks, err := parseBatch(c)
 	if err != nil {
-		// As /v1/check: a malformed body costs the caller a request too.
-		v, aerr := a.gate.Admit(c.Request().Context(), req)
-		if aerr != nil {
-			return aerr
-		}
-		if v.Refusal != nil {
-			return a.writeRefusal(c, v)
-		}
-		return err
+		return a.malformed(c, req, err)
 	}
 	bv, err := a.gate.AdmitBatch(c.Request().Context(), req, checks)
 	if err != nil {

@@ -110,15 +110,7 @@ func (h leaseHandlers) acquire(c echo.Context) error {
 	defer held.give()
 	l, perr := parseLease(c)
 	if perr != nil {
-		// As /v1/check: a malformed body costs the caller a request too.
-		v, err := h.gate.Admit(c.Request().Context(), req)
-		if err != nil {
-			return err
-		}
-		if v.Refusal != nil {
-			return h.writeRefusal(c, v)
-		}
-		return perr
+		return h.malformed(c, req, perr)
 	}
 	v, err := h.gate.Acquire(c.Request().Context(), req, *l)
 	if err != nil {

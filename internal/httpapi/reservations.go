@@ -134,15 +134,7 @@ func (h reservationHandlers) reserve(c echo.Context) error {
 	defer held.give()
 	r, perr := parseReservation(c)
 	if perr != nil {
-		// As /v1/check: a malformed body costs the caller a request too.
-		v, err := h.gate.Admit(c.Request().Context(), req)
-		if err != nil {
-			return err
-		}
-		if v.Refusal != nil {
-			return h.writeRefusal(c, v)
-		}
-		return perr
+		return h.malformed(c, req, perr)
 	}
 	v, err := h.gate.Reserve(c.Request().Context(), req, *r)
 	if err != nil {

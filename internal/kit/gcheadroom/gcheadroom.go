@@ -49,15 +49,11 @@ func Percent(live, headroom int64) int {
 	return int(min(max(p, minPercent), maxPercent))
 }
 
-// Enabled reports whether Run would tune anything: GOGC is not set in the
-// environment.
-func Enabled() bool { return os.Getenv("GOGC") == "" }
-
 // Run sets the GC percent from the live heap every interval until ctx
 // ends, and returns at once when GOGC is set in the environment. It
 // restores Go's default percent (100) when it returns.
 func Run(ctx context.Context, headroom int64, interval time.Duration) {
-	if !Enabled() {
+	if os.Getenv("GOGC") != "" {
 		return
 	}
 	defer debug.SetGCPercent(minPercent)
