@@ -76,24 +76,66 @@ const (
 )
 
 // Window is a counting period: a fixed length from MinWindow to MaxWindow, or
-// the calendar month in UTC. Fixed-length windows are aligned to the Unix
-// epoch. The zero Window is invalid.
+// a month. Fixed-length windows are aligned to the Unix epoch. A month is the
+// calendar month in UTC, or, with an Anchor, the month that starts at that
+// offset into each calendar month: a billing period. The zero Window is
+// invalid.
 type Window struct {
 	Length time.Duration // zero when Month
 	Month  bool
+	// Anchor, with Month, is how far into each calendar month (UTC) the
+	// window starts: (day of month − 1) × 24 h plus the time of day, whole
+	// seconds below MaxAnchor. A month too short for the day starts on its
+	// last day at the same time of day, as Stripe's billing periods do (an
+	// anchor on the 31st: Jan 31, Feb 28, Mar 31, Apr 30). Zero is the
+	// calendar month.
+	Anchor time.Duration
+	// Billing, with Month, says that the Anchor follows the tenant's
+	// billing period (its Stripe subscription's billing cycle anchor),
+	// set by Anchored when the tenant's policies are loaded: "billing" in
+	// ParseWindow's form. The counter stores see only the Anchor.
+	Billing bool
 }
+
+// MaxAnchor bounds Window.Anchor: the 31st at 23:59:59.
+const MaxAnchor = 31 * 24 * time.Hour
 
 // Month is the calendar month in UTC.
 var Month = Window{Month: true}
 
+// BillingPeriod is the month that follows the tenant's billing period: the
+// calendar month until Anchored gives it the tenant's anchor.
+var BillingPeriod = Window{Month: true, Billing: true}
+
 // Every returns a window of fixed length d.
 func Every(d time.Duration) Window { return Window{Length: d} }
 
-// ParseWindow reads "month", "<n>d" (days) or a Go duration such as "90s",
-// "15m" or "720h". Lengths must be whole seconds between 1 s and 30 days.
+// Anchored returns w with its Anchor at the day and time of month of t
+// (UTC, to the second) when w follows the billing period, and w unchanged
+// otherwise. A zero t (a tenant without a subscription) is the calendar
+// month.
+func (w Window) Anchored(t time.Time) Window {
+	if !w.Billing {
+		return w
+	}
+	w.Anchor = 0
+	if !t.IsZero() {
+		t = t.UTC()
+		w.Anchor = time.Duration(t.Day()-1)*24*time.Hour +
+			time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute + time.Duration(t.Second())*time.Second
+	}
+	return w
+}
+
+// ParseWindow reads "month", "billing", "<n>d" (days) or a Go duration such
+// as "90s", "15m" or "720h". Lengths must be whole seconds between 1 s and 30
+// days.
 func ParseWindow(s string) (Window, error) {
-	if s == "month" {
+	switch s {
+	case "month":
 		return Month, nil
+	case "billing":
+		return BillingPeriod, nil
 	}
 	var d time.Duration
 	if n, ok := strings.CutSuffix(s, "d"); ok {
@@ -105,7 +147,7 @@ func ParseWindow(s string) (Window, error) {
 	} else {
 		var err error
 		if d, err = time.ParseDuration(s); err != nil {
-			return Window{}, fmt.Errorf("window %q: not a duration, \"Nd\" or \"month\": %w", s, ErrInvalid)
+			return Window{}, fmt.Errorf("window %q: not a duration, \"Nd\", \"month\" or \"billing\": %w", s, ErrInvalid)
 		}
 	}
 	w := Every(d)
@@ -121,7 +163,13 @@ func (w Window) Validate() error {
 		if w.Length != 0 {
 			return fmt.Errorf("window: month with a length: %w", ErrInvalid)
 		}
+		if w.Anchor < 0 || w.Anchor >= MaxAnchor || w.Anchor%time.Second != 0 {
+			return fmt.Errorf("window: month anchored at %s: must be whole seconds below %s: %w", w.Anchor, MaxAnchor, ErrInvalid)
+		}
 		return nil
+	}
+	if w.Anchor != 0 || w.Billing {
+		return fmt.Errorf("window %s: only a month has an anchor: %w", w.Length, ErrInvalid)
 	}
 	if w.Length < MinWindow || w.Length > MaxWindow || w.Length%time.Second != 0 {
 		return fmt.Errorf("window %s: must be whole seconds from 1s to 720h: %w", w.Length, ErrInvalid)
@@ -129,9 +177,14 @@ func (w Window) Validate() error {
 	return nil
 }
 
-// String returns the form ParseWindow reads.
+// String returns the form ParseWindow reads. A month anchored other than
+// by Billing (read back from a store) is written as "month+" and its Anchor.
 func (w Window) String() string {
 	switch {
+	case w.Billing:
+		return "billing"
+	case w.Month && w.Anchor != 0:
+		return "month+" + w.Anchor.String()
 	case w.Month:
 		return "month"
 	case w.Length%(24*time.Hour) == 0:
@@ -140,19 +193,21 @@ func (w Window) String() string {
 	return w.Length.String()
 }
 
-// Micros returns the window length in microseconds, or 0 for the calendar
-// month: this is how the store protocols encode a window.
+// Micros returns the window length in microseconds, or, for a month, minus
+// its Anchor in microseconds (0 for the calendar month): this is how the
+// store protocols encode a window.
 func (w Window) Micros() int64 {
 	if w.Month {
-		return 0
+		return -w.Anchor.Microseconds()
 	}
 	return w.Length.Microseconds()
 }
 
-// WindowFromMicros is the inverse of Window.Micros.
+// WindowFromMicros is the inverse of Window.Micros (but for Billing, which
+// the stores do not keep).
 func WindowFromMicros(us int64) Window {
-	if us == 0 {
-		return Month
+	if us <= 0 {
+		return Window{Month: true, Anchor: time.Duration(-us) * time.Microsecond}
 	}
 	return Every(time.Duration(us) * time.Microsecond)
 }
@@ -162,12 +217,27 @@ func WindowFromMicros(us int64) Window {
 func (w Window) Bounds(now int64) (start, end int64) {
 	if w.Month {
 		t := time.UnixMicro(now).UTC()
-		s := time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
-		return s.UnixMicro(), s.AddDate(0, 1, 0).UnixMicro()
+		y, m := t.Year(), t.Month()
+		start = monthStart(y, m, w.Anchor)
+		if now < start {
+			return monthStart(y, m-1, w.Anchor), start
+		}
+		return start, monthStart(y, m+1, w.Anchor)
 	}
 	l := w.Length.Microseconds()
 	start = now - now%l
 	return start, start + l
+}
+
+// monthStart returns the instant (Unix µs) a month anchored at anchor starts
+// in calendar month m of year y (m may be out of 1 to 12: time.Date
+// normalizes it): the anchor's day, or the month's last day when it is
+// shorter, at the anchor's time of day.
+func monthStart(y int, m time.Month, anchor time.Duration) int64 {
+	first := time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+	days := int64(first.AddDate(0, 1, 0).Sub(first) / (24 * time.Hour))
+	day := min(int64(anchor/(24*time.Hour)), days-1)
+	return first.UnixMicro() + day*86_400_000_000 + (anchor % (24 * time.Hour)).Microseconds()
 }
 
 // Validate checks the arguments every algorithm shares: a known algorithm, a

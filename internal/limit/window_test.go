@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/tollgate/tollgate/internal/limit"
 )
 
@@ -22,6 +24,7 @@ func TestParseWindow(t *testing.T) {
 		{"30d", limit.Every(30 * 24 * time.Hour)},
 		{"1d", limit.Every(24 * time.Hour)},
 		{"month", limit.Month},
+		{"billing", limit.BillingPeriod},
 		{"1m30s", limit.Every(90 * time.Second)},
 		{"1.5m", limit.Every(90 * time.Second)},
 	}
@@ -284,4 +287,99 @@ func FuzzParseWindow(f *testing.F) {
 			t.Fatalf("WindowFromMicros(%d) = %+v, want %+v", w.Micros(), got, w)
 		}
 	})
+}
+
+// TestBillingPeriodBounds walks anchored months across the cases Stripe's
+// billing periods have: an anchor past a short month's end (the 29th to the
+// 31st through February, leap year or not), the year's end, and the exact
+// instant a period starts.
+func TestBillingPeriodBounds(t *testing.T) {
+	t.Parallel()
+	at := func(s string) time.Time {
+		t.Helper()
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	tests := []struct {
+		anchor, now, start, end string
+	}{
+		{"2026-01-31T10:00:00Z", "2026-02-15T00:00:00Z", "2026-01-31T10:00:00Z", "2026-02-28T10:00:00Z"},
+		{"2026-01-31T10:00:00Z", "2026-02-28T09:59:59Z", "2026-01-31T10:00:00Z", "2026-02-28T10:00:00Z"},
+		{"2026-01-31T10:00:00Z", "2026-02-28T10:00:00Z", "2026-02-28T10:00:00Z", "2026-03-31T10:00:00Z"},
+		{"2026-01-31T10:00:00Z", "2026-04-30T11:00:00Z", "2026-04-30T10:00:00Z", "2026-05-31T10:00:00Z"},
+		{"2025-05-30T00:00:00Z", "2028-02-29T12:00:00Z", "2028-02-29T00:00:00Z", "2028-03-30T00:00:00Z"},
+		{"2025-05-29T00:00:00Z", "2027-02-28T23:00:00Z", "2027-02-28T00:00:00Z", "2027-03-29T00:00:00Z"},
+		{"2026-03-15T08:30:15Z", "2026-12-31T23:59:59Z", "2026-12-15T08:30:15Z", "2027-01-15T08:30:15Z"},
+		{"2026-03-15T08:30:15Z", "2027-01-02T00:00:00Z", "2026-12-15T08:30:15Z", "2027-01-15T08:30:15Z"},
+		{"2026-03-15T08:30:15Z", "2026-12-15T08:30:14Z", "2026-11-15T08:30:15Z", "2026-12-15T08:30:15Z"},
+		// An anchor on the 1st at midnight is the calendar month.
+		{"2024-07-01T00:00:00Z", "2026-12-07T06:00:00Z", "2026-12-01T00:00:00Z", "2027-01-01T00:00:00Z"},
+	}
+	for _, tc := range tests {
+		w := limit.BillingPeriod.Anchored(at(tc.anchor))
+		if err := w.Validate(); err != nil {
+			t.Fatalf("anchor %s: %v", tc.anchor, err)
+		}
+		start, end := w.Bounds(at(tc.now).UnixMicro())
+		if start != at(tc.start).UnixMicro() || end != at(tc.end).UnixMicro() {
+			t.Errorf("anchor %s, now %s: bounds %s to %s, want %s to %s", tc.anchor, tc.now,
+				time.UnixMicro(start).UTC().Format(time.RFC3339), time.UnixMicro(end).UTC().Format(time.RFC3339), tc.start, tc.end)
+		}
+		if back := limit.WindowFromMicros(w.Micros()); back.Anchor != w.Anchor || !back.Month {
+			t.Errorf("anchor %s: WindowFromMicros(Micros()) = %+v", tc.anchor, back)
+		}
+	}
+	if limit.BillingPeriod.Anchored(time.Time{}) != limit.BillingPeriod {
+		t.Error("a tenant without an anchor does not count the calendar month")
+	}
+	if w := limit.Every(time.Hour).Anchored(at(tests[0].anchor)); w != limit.Every(time.Hour) {
+		t.Errorf("an hour anchored = %+v", w)
+	}
+}
+
+// TestBillingPeriodsTile checks, over random anchors and instants, that the
+// periods of an anchor tile time: now lies in its period, a period is 28 to
+// 31 days long, and the next period starts where it ends.
+func TestBillingPeriodsTile(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(rt *rapid.T) {
+		anchor := time.Duration(rapid.Int64Range(0, int64(limit.MaxAnchor/time.Second)-1).Draw(rt, "anchor_s")) * time.Second
+		w := limit.Window{Month: true, Anchor: anchor}
+		if err := w.Validate(); err != nil {
+			rt.Fatal(err)
+		}
+		now := rapid.Int64Range(0, 7_258_118_400_000_000-1).Draw(rt, "now_us") // before 2200
+		start, end := w.Bounds(now)
+		if now < start || now >= end {
+			rt.Fatalf("now %d outside [%d, %d)", now, start, end)
+		}
+		if d := time.Duration(end-start) * time.Microsecond; d < 28*24*time.Hour || d > 31*24*time.Hour {
+			rt.Fatalf("period of %s", d)
+		}
+		if s, _ := w.Bounds(end); s != end {
+			rt.Fatalf("the period after [%d, %d) starts at %d", start, end, s)
+		}
+		if s, e := w.Bounds(start); s != start || e != end {
+			rt.Fatalf("the period at its own start %d is [%d, %d)", start, s, e)
+		}
+	})
+}
+
+func TestAnchorValidation(t *testing.T) {
+	t.Parallel()
+	bad := []limit.Window{
+		{Month: true, Anchor: -time.Second},
+		{Month: true, Anchor: limit.MaxAnchor},
+		{Month: true, Anchor: time.Millisecond},
+		{Length: time.Hour, Anchor: time.Hour},
+		{Length: time.Hour, Billing: true},
+	}
+	for _, w := range bad {
+		if err := w.Validate(); !errors.Is(err, limit.ErrInvalid) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalid", w, err)
+		}
+	}
 }

@@ -17,8 +17,9 @@
 --           ceilings (0 to n), B n, the number of items, d now in Unix
 --           microseconds, or -1 for the server's clock
 --   item    B algorithm (1 fixed, 2 sliding, 3 token bucket), B 1 when it
---           is advisory (else 0), d limit, d window in microseconds (0 =
---           calendar month UTC), d cost
+--           is advisory (else 0), d limit, d window in microseconds, or a month: 0
+--           for the calendar month UTC, minus its anchor (limit.Window's
+--           Anchor, in µs) for a month anchored into it, d cost
 --
 -- Packed, the numbers cost one struct.unpack per item rather than a string
 -- argument and a conversion each, and the store builds them without
@@ -78,6 +79,30 @@ local function month(t)
   return start, start + days * DAY
 end
 
+-- anchorin returns when the month anchored at a (µs into a month) starts
+-- in the calendar month [ms, me): the anchor's day, or the month's last
+-- day when it is shorter, at the anchor's time of day (limit.monthStart).
+local function anchorin(ms, me, a)
+  local d = (a - a % DAY) / DAY
+  local last = (me - ms) / DAY - 1
+  if d > last then d = last end
+  return ms + d * DAY + a % DAY
+end
+
+-- period returns the month anchored at a around t (limit.Window.Bounds);
+-- a = 0 is the calendar month.
+local function period(t, a)
+  local ms, me = month(t)
+  if a == 0 then return ms, me end
+  local s = anchorin(ms, me, a)
+  if t >= s then
+    local ns, ne = month(me)
+    return s, anchorin(ns, ne, a)
+  end
+  local ps, pe = month(ms - 1)
+  return anchorin(ps, pe, a), s
+end
+
 -- The server's clock, read once per script: every request of a script
 -- that leaves the instant to the server decides at the same one.
 local servernow
@@ -131,8 +156,9 @@ local function decide(spec, pos, keys, k, out, nout)
     end
     now = servernow
   end
-  -- The month around now, worked out once per request.
-  local mstart, mend
+  -- The month around now, worked out once per request and anchor (mw,
+  -- the window that names it).
+  local mw, mstart, mend
   -- Whether every enforced (not advisory) item so far was admitted.
   local all = true
   -- How many of the first items the request keeps the admitted ones of.
@@ -189,8 +215,8 @@ local function decide(spec, pos, keys, k, out, nout)
       -- limit.fixedStep; a start at or after the window's is a later window
       -- seen by a store whose clock ran ahead.
       local s
-      if w == 0 then
-        if mstart == nil then mstart, mend = month(now) end
+      if w <= 0 then
+        if mw ~= w then mstart, mend = period(now, -w); mw = w end
         s = mstart
       else
         s = now - now % w
@@ -200,13 +226,13 @@ local function decide(spec, pos, keys, k, out, nout)
       ok = c + cost <= lim
       if ok then
         ns, nc, np, nt = s, c + cost, 0, 0
-        if w ~= 0 then
+        if w > 0 then
           exp = s - s % w + w
         elseif s == mstart then
           exp = mend
         else
           local _
-          _, exp = month(s)
+          _, exp = period(s, -w)
         end
       end
     end

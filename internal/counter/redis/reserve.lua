@@ -108,8 +108,8 @@ local function adjust(alg, cur, now, delta, charged, lim, w)
     if r > 0 then exp = exp + 1 end
   else
     local s
-    if w == 0 then
-      s = month(now)
+    if w <= 0 then
+      s = period(now, -w)
     else
       s = now - now % w
     end
@@ -121,11 +121,11 @@ local function adjust(alg, cur, now, delta, charged, lim, w)
       if count < 0 then count = 0 end
     end
     start, prev, tat = s, 0, 0
-    if w ~= 0 then
+    if w > 0 then
       exp = s - s % w + w
     else
       local _
-      _, exp = month(s)
+      _, exp = period(s, -w)
     end
   end
   return struct.pack('<dddd', start, count, prev, tat), exp

@@ -254,6 +254,7 @@ type Tenant struct {
 	BillingUpdatedAt     pgtype.Timestamptz
 	CreatedAt            pgtype.Timestamptz
 	UpdatedAt            pgtype.Timestamptz
+	BillingAnchor        pgtype.Timestamptz
 }
 
 type UsageMinute struct {

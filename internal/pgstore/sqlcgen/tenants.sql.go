@@ -13,7 +13,7 @@ import (
 
 const createTenant = `-- name: CreateTenant :one
 INSERT INTO tenants (name, plan) VALUES ($1, $2)
-RETURNING id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at
+RETURNING id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor
 `
 
 type CreateTenantParams struct {
@@ -37,12 +37,13 @@ func (q *Queries) CreateTenant(ctx context.Context, arg CreateTenantParams) (Ten
 		&i.BillingUpdatedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.BillingAnchor,
 	)
 	return i, err
 }
 
 const getTenant = `-- name: GetTenant :one
-SELECT id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at FROM tenants WHERE id = $1
+SELECT id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor FROM tenants WHERE id = $1
 `
 
 func (q *Queries) GetTenant(ctx context.Context, id pgtype.UUID) (Tenant, error) {
@@ -61,12 +62,13 @@ func (q *Queries) GetTenant(ctx context.Context, id pgtype.UUID) (Tenant, error)
 		&i.BillingUpdatedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.BillingAnchor,
 	)
 	return i, err
 }
 
 const listTenants = `-- name: ListTenants :many
-SELECT id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at FROM tenants ORDER BY created_at, id
+SELECT id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor FROM tenants ORDER BY created_at, id
 `
 
 func (q *Queries) ListTenants(ctx context.Context) ([]Tenant, error) {
@@ -91,6 +93,7 @@ func (q *Queries) ListTenants(ctx context.Context) ([]Tenant, error) {
 			&i.BillingUpdatedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.BillingAnchor,
 		); err != nil {
 			return nil, err
 		}
@@ -109,7 +112,7 @@ SET rate_limit_per_minute = $1,
     quota_per_hour = $3,
     updated_at = now()
 WHERE id = $4
-RETURNING id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at
+RETURNING id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor
 `
 
 type SetTenantLimitsParams struct {
@@ -142,6 +145,7 @@ func (q *Queries) SetTenantLimits(ctx context.Context, arg SetTenantLimitsParams
 		&i.BillingUpdatedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.BillingAnchor,
 	)
 	return i, err
 }

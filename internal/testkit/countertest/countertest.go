@@ -8,6 +8,8 @@ import (
 
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/limit"
+
+	"pgregory.net/rapid"
 )
 
 // Run runs the conformance suite against backend b.
@@ -93,6 +95,19 @@ func check(t fataler, s counter.Store, req counter.Request) counter.Result {
 // base is the start of the streams that bring their own clock: mid-month, in
 // 2026, microsecond precision as every store keeps.
 var base = time.Date(2026, 11, 14, 9, 30, 0, 0, time.UTC)
+
+// anchoredOn31st is a billing period whose subscription started on a 31st
+// at 10:00 UTC: it ends on the last day of each shorter month.
+var anchoredOn31st = limit.BillingPeriod.Anchored(time.Date(2026, 1, 31, 10, 0, 0, 0, time.UTC))
+
+// drawMonth draws a month window: the calendar month, or one anchored on a
+// day that short months lack, mid-month at an odd second, or anywhere.
+func drawMonth(rt *rapid.T) limit.Window {
+	day := 24 * time.Hour
+	anchor := rapid.SampledFrom([]time.Duration{0, 30*day + 10*time.Hour, 28 * day, 14*day + 8*time.Hour + 30*time.Minute + 15*time.Second,
+		time.Duration(rapid.Int64Range(0, int64(limit.MaxAnchor/time.Second)-1).Draw(rt, "anchor_s")) * time.Second}).Draw(rt, "anchor")
+	return limit.Window{Month: true, Anchor: anchor}
+}
 
 func item(key string, alg limit.Algorithm, lim int64, w limit.Window) counter.Item {
 	return counter.Item{Key: key, Algorithm: alg, Limit: lim, Window: w, Cost: 1}

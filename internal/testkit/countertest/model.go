@@ -100,7 +100,7 @@ func matchesLimit(t *testing.T, b Backend) {
 			alg := limit.Algorithm(rapid.IntRange(1, 3).Draw(rt, "alg"))
 			win := limit.Every(rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, time.Minute, 15 * time.Minute, time.Hour, 30 * 24 * time.Hour}).Draw(rt, "window"))
 			if alg == limit.FixedWindow && rapid.Bool().Draw(rt, "month") {
-				win = limit.Month
+				win = drawMonth(rt)
 			}
 			lim := rapid.OneOf(rapid.Int64Range(1, 20), rapid.Int64Range(1, limit.MaxLimit)).Draw(rt, "limit")
 			defs = append(defs, counterDef{key: fmt.Sprintf("k%d", i), alg: alg, lim: lim, win: win})

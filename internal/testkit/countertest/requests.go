@@ -149,6 +149,9 @@ func windowsRollOver(t *testing.T, b Backend) {
 	}{
 		{limit.FixedWindow, limit.Every(time.Minute), base.Truncate(time.Minute).Add(time.Minute)},
 		{limit.FixedWindow, limit.Month, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
+		// A billing period anchored on the 31st at 10:00 ends on November's
+		// last day at that hour.
+		{limit.FixedWindow, anchoredOn31st, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)},
 		{limit.SlidingWindow, limit.Every(time.Minute), base.Truncate(time.Minute).Add(2 * time.Minute)},
 		{limit.TokenBucket, limit.Every(time.Minute), base.Add(12 * time.Second)},
 	}
@@ -255,11 +258,12 @@ func edgesOfValid(t *testing.T, b Backend) {
 	first := time.Unix(0, 0)
 	last := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).Add(-time.Microsecond)
 	fixedMonth := counter.Item{Key: "edge", Algorithm: limit.FixedWindow, Limit: 1, Window: limit.Month, Cost: 1}
+	anchored := counter.Item{Key: "edge-anchored", Algorithm: limit.FixedWindow, Limit: 1, Window: anchoredOn31st, Cost: 1}
 	for i, req := range []counter.Request{
 		{Group: long, Items: []counter.Item{item("edge", limit.FixedWindow, 1, limit.Every(time.Hour))}, Now: base},
 		{Group: "0b3f5c1e-6f3a-4a7e-9d2c-5b8e1f0a9c42", Items: []counter.Item{fixedMonth}, Now: base},
-		{Group: "first", Items: []counter.Item{fixedMonth, item("edge-sliding", limit.SlidingWindow, 1, limit.Every(time.Minute)), item("edge-bucket", limit.TokenBucket, 1, limit.Every(time.Minute))}, Now: first},
-		{Group: "last", Items: []counter.Item{fixedMonth, item("edge-sliding", limit.SlidingWindow, 1, limit.Every(time.Minute)), item("edge-bucket", limit.TokenBucket, 1, limit.Every(time.Minute))}, Now: last},
+		{Group: "first", Items: []counter.Item{fixedMonth, anchored, item("edge-sliding", limit.SlidingWindow, 1, limit.Every(time.Minute)), item("edge-bucket", limit.TokenBucket, 1, limit.Every(time.Minute))}, Now: first},
+		{Group: "last", Items: []counter.Item{fixedMonth, anchored, item("edge-sliding", limit.SlidingWindow, 1, limit.Every(time.Minute)), item("edge-bucket", limit.TokenBucket, 1, limit.Every(time.Minute))}, Now: last},
 		{Group: "ceilings", Ceilings: 2, Items: []counter.Item{fixedMonth, item("edge-2", limit.TokenBucket, 1, limit.Every(time.Minute))}, Now: base},
 	} {
 		res := check(t, s, req)

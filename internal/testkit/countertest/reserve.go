@@ -527,7 +527,7 @@ func reservationsMatchModel(t *testing.T, b Backend) {
 			alg := limit.Algorithm(rapid.IntRange(1, 3).Draw(rt, "alg"))
 			win := limit.Every(rapid.SampledFrom([]time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour}).Draw(rt, "window"))
 			if alg == limit.FixedWindow && rapid.Bool().Draw(rt, "month") {
-				win = limit.Month
+				win = drawMonth(rt)
 			}
 			defs = append(defs, counter.Item{Key: fmt.Sprintf("k%d", i), Algorithm: alg, Limit: rapid.Int64Range(1, 100).Draw(rt, "limit"), Window: win})
 		}
