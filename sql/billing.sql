@@ -34,7 +34,7 @@ SELECT pg_advisory_xact_lock(hashtextextended('tollgate stripe customer ' || @cu
 -- BillingAccountByCustomer returns the billing state of the tenant with the
 -- customer, locked.
 SELECT t.id, t.plan, t.billing_status, t.stripe_customer_id, t.stripe_subscription_id, t.billing_updated_at,
-       b.plan_updated_at, coalesce(b.usage_item_id, '')::text AS usage_item_id
+       b.plan_updated_at, coalesce(b.usage_item_id, '')::text AS usage_item_id, t.billing_anchor
 FROM tenants AS t
 LEFT JOIN billing_accounts AS b ON b.tenant_id = t.id
 WHERE t.stripe_customer_id = @customer_id
@@ -43,7 +43,7 @@ FOR UPDATE OF t;
 -- name: BillingAccount :one
 -- BillingAccount returns the billing state of a tenant, locked.
 SELECT t.id, t.plan, t.billing_status, t.stripe_customer_id, t.stripe_subscription_id, t.billing_updated_at,
-       b.plan_updated_at, coalesce(b.usage_item_id, '')::text AS usage_item_id
+       b.plan_updated_at, coalesce(b.usage_item_id, '')::text AS usage_item_id, t.billing_anchor
 FROM tenants AS t
 LEFT JOIN billing_accounts AS b ON b.tenant_id = t.id
 WHERE t.id = @id
@@ -61,6 +61,7 @@ SET plan = @plan,
     stripe_customer_id = sqlc.narg('stripe_customer_id'),
     stripe_subscription_id = sqlc.narg('stripe_subscription_id'),
     billing_updated_at = sqlc.narg('billing_updated_at'),
+    billing_anchor = sqlc.narg('billing_anchor'),
     updated_at = now()
 WHERE id = @id;
 

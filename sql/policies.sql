@@ -85,10 +85,12 @@ WHERE tenant_id = @tenant_id AND policy = @policy AND pattern = @pattern
 -- name: LoadPolicySet :many
 -- LoadPolicySet reads a tenant's policies and unexpired overrides in one
 -- statement, so one snapshot: a row per override, or one with NULL override
--- columns for a policy without any.
+-- columns for a policy without any; with the tenant's billing anchor, from
+-- which its policies of window "billing" count.
 SELECT sqlc.embed(p), o.pattern AS override_pattern, o."limit" AS override_limit,
-    o.expires_at AS override_expires_at
+    o.expires_at AS override_expires_at, t.billing_anchor
 FROM policies p
+JOIN tenants t ON t.id = p.tenant_id
 LEFT JOIN policy_overrides o
     ON o.tenant_id = p.tenant_id AND o.policy = p.name
    AND (o.expires_at IS NULL OR o.expires_at > now())

@@ -142,7 +142,9 @@ func (a *App) invalidate(kind, id string) {
 	}
 	p.Tenants.Invalidate(kind, id)
 	switch kind {
-	case "policy":
+	case "policy", "tenant":
+		// A tenant's row holds its billing anchor, which its policies of
+		// window "billing" count from (policy sets are loaded with it).
 		p.Catalog.Invalidate(id)
 	case "envoy":
 		p.EnvoyDomains.Invalidate(id)

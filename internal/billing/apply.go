@@ -42,8 +42,9 @@ import (
 //     never takes its billing over;
 //   - customer.subscription.created, .updated and .deleted carry the whole
 //     subscription: status (deleted: canceled), plan (the first item whose
-//     price a plan has; an unknown price leaves the plan and says so), and
-//     metered item. A late event of a subscription the tenant has left is
+//     price a plan has; an unknown price leaves the plan and says so),
+//     metered item, and billing cycle anchor (deleted: none, so the
+//     calendar month again; an event without one leaves it). A late event of a subscription the tenant has left is
 //     ignored, but a new subscription replaces an ended one;
 //   - invoice.paid says money came in: past_due, unpaid and incomplete
 //     become active; invoice.payment_failed says it did not: active and
@@ -146,6 +147,12 @@ func applySubscription(a Account, ev Event, prices Prices) (Account, Outcome, st
 			notes = append(notes, fmt.Sprintf("no plan has price %s (tollgate plans set-price); plan left %s", price, a.Plan))
 		default:
 			notes = append(notes, "no priced item; plan left "+a.Plan)
+		}
+		switch {
+		case ev.Type == EventSubscriptionDeleted:
+			next.Anchor = time.Time{}
+		case !s.Anchor.IsZero():
+			next.Anchor = s.Anchor
 		}
 		next.UsageItemID = ""
 		if ev.Type != EventSubscriptionDeleted {

@@ -402,3 +402,31 @@ func TestUsageKey(t *testing.T) {
 		t.Errorf("UsageKey in another zone = %q, want %q", got2, got)
 	}
 }
+
+// TestApplyFollowsTheBillingAnchor: the anchor follows the newest
+// subscription event that states one, an event without one leaves it, and
+// a deleted subscription clears it (the calendar month again).
+func TestApplyFollowsTheBillingAnchor(t *testing.T) {
+	t.Parallel()
+	anchor := time.Date(2026, 1, 31, 10, 0, 0, 0, time.UTC)
+	acct := Account{TenantID: "t", Plan: "starter", CustomerID: "cus_1"}
+	created := subEvent("e1", EventSubscriptionCreated, at(1), "sub_1", tenant.StatusActive, proItem)
+	created.Subscription.Anchor = anchor
+	a, out, _ := Apply(acct, created, prices)
+	if out != OutcomeApplied || !a.Anchor.Equal(anchor) {
+		t.Fatalf("created: %s, anchor %v; want applied, %v", out, a.Anchor, anchor)
+	}
+	a, out, _ = Apply(a, subEvent("e2", EventSubscriptionUpdated, at(2), "sub_1", tenant.StatusActive, proItem), prices)
+	if out != OutcomeApplied || !a.Anchor.Equal(anchor) {
+		t.Fatalf("updated without an anchor: %s, anchor %v; want it kept", out, a.Anchor)
+	}
+	stale := subEvent("e0", EventSubscriptionUpdated, at(0), "sub_1", tenant.StatusActive, proItem)
+	stale.Subscription.Anchor = anchor.AddDate(0, 0, 3)
+	if a2, _, _ := Apply(a, stale, prices); !a2.Anchor.Equal(anchor) {
+		t.Fatalf("a stale event moved the anchor to %v", a2.Anchor)
+	}
+	a, out, _ = Apply(a, subEvent("e3", EventSubscriptionDeleted, at(3), "sub_1", tenant.StatusCanceled, proItem), prices)
+	if out != OutcomeApplied || !a.Anchor.IsZero() {
+		t.Fatalf("deleted: %s, anchor %v; want none", out, a.Anchor)
+	}
+}

@@ -117,6 +117,10 @@ type Subscription struct {
 	Items  []Item `json:"items"`
 	// TenantID is the subscription's MetadataTenantID, when set.
 	TenantID string `json:"tenant_id,omitempty"`
+	// Anchor is the subscription's billing_cycle_anchor: its billing
+	// periods start at this day of the month and time of day. Zero when the
+	// event does not say.
+	Anchor time.Time `json:"anchor,omitzero"`
 }
 
 // Item is one item of a subscription.
@@ -189,6 +193,12 @@ type Account struct {
 	// metered item. Zero when none has been.
 	UpdatedAt     time.Time
 	PlanUpdatedAt time.Time
+	// Anchor is the subscription's billing cycle anchor, from which a
+	// policy of window "billing" counts its periods (limit.Window.Anchored;
+	// tenants.billing_anchor); zero, the calendar month, when the tenant
+	// has no subscription or its subscription has ended. It follows the
+	// plan's clock.
+	Anchor time.Time
 }
 
 // Prices maps Stripe price ids to plan names (plans.stripe_price_id).

@@ -341,6 +341,9 @@ func (t *billingTx) SaveAccount(ctx context.Context, a billing.Account, usageFro
 	if !a.UpdatedAt.IsZero() {
 		p.BillingUpdatedAt = ts(a.UpdatedAt)
 	}
+	if !a.Anchor.IsZero() {
+		p.BillingAnchor = ts(a.Anchor)
+	}
 	// The state before, locked, for the plan.changed event written in
 	// this transaction when the effective plan moves.
 	before, err := t.q.BillingAccount(ctx, id)
@@ -421,6 +424,9 @@ func accountOf(r sqlcgen.BillingAccountRow) billing.Account {
 	}
 	if r.PlanUpdatedAt.Valid {
 		a.PlanUpdatedAt = timeOf(r.PlanUpdatedAt)
+	}
+	if r.BillingAnchor.Valid {
+		a.Anchor = timeOf(r.BillingAnchor)
 	}
 	return a
 }

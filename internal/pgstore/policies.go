@@ -248,7 +248,9 @@ func (s *Policies) missingOverride(ctx context.Context, tid pgtype.UUID, name, p
 	return &policy.NotFoundError{Policy: name, Pattern: pattern}
 }
 
-// LoadSet reads a tenant's policies and unexpired overrides in one statement.
+// LoadSet reads a tenant's policies and unexpired overrides in one statement,
+// and anchors its billing periods (limit.Window.Anchored) at the tenant's
+// billing anchor.
 func (s *Policies) LoadSet(ctx context.Context, tenantID string) (policy.Set, error) {
 	tid, err := policyTenantUUID(tenantID)
 	if err != nil {
@@ -267,6 +269,10 @@ func (s *Policies) LoadSet(ctx context.Context, tenantID string) (policy.Set, er
 			if err != nil {
 				return policy.Set{}, err
 			}
+			// A billing period counts from the tenant's anchor as of this
+			// load: a new anchor changes the tenants row, whose
+			// notification reloads the Set (app.invalidate).
+			p.Window = p.Window.Anchored(timeOf(r.BillingAnchor))
 			ps = append(ps, p)
 		}
 		if r.OverridePattern != nil && r.OverrideLimit != nil {

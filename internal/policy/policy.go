@@ -259,7 +259,7 @@ func Parse(name string, body []byte) (Policy, error) {
 	case ok:
 		if p.Window, err = limit.ParseWindow(w); err != nil {
 			return Policy{}, &FieldError{Field: "window",
-				Reason: `must be a duration from "1s" to "720h" (such as "1m" or "15m"), "1d" to "30d", or "month"`}
+				Reason: `must be a duration from "1s" to "720h" (such as "1m" or "15m"), "1d" to "30d", "month", or "billing" (the tenant's billing period)`}
 		}
 	}
 	if s, ok, err := f.str("scope", false); err != nil {
@@ -298,7 +298,7 @@ func Parse(name string, body []byte) (Policy, error) {
 	// A calendar month has no constant length, which a sliding window and a
 	// token bucket need.
 	if p.Window.Month && p.Algorithm != limit.FixedWindow {
-		return Policy{}, &FieldError{Field: "window", Reason: `"month" is counted only by algorithm "fixed_window"`}
+		return Policy{}, &FieldError{Field: "window", Reason: `"month" and "billing" are counted only by algorithm "fixed_window"`}
 	}
 	if err := limit.Validate(p.Algorithm, p.Limit, 1, p.Window); err != nil {
 		// Unreachable while the checks above mirror limit.Validate; kept so

@@ -650,7 +650,7 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
-         * @description `fixed_window`: windows aligned to the Unix epoch (or the calendar month). `sliding_window`: a weighted two-window count. `token_bucket`: GCRA, `limit` per `window` with bursts up to `limit`. `concurrency`: at most `limit` leases in flight at once per subject (or in all, scope `global`), taken with `POST /v1/leases`; such a policy has no `window`, cannot be `shadow`, and is not asked with `/v1/check`.
+         * @description `fixed_window`: windows aligned to the Unix epoch (or the calendar month, or the tenant's billing period). `sliding_window`: a weighted two-window count. `token_bucket`: GCRA, `limit` per `window` with bursts up to `limit`. `concurrency`: at most `limit` leases in flight at once per subject (or in all, scope `global`), taken with `POST /v1/leases`; such a policy has no `window`, cannot be `shadow`, and is not asked with `/v1/check`.
          * @enum {string}
          */
         Algorithm: "fixed_window" | "sliding_window" | "token_bucket" | "concurrency";
@@ -665,7 +665,7 @@ export interface components {
          */
         FailMode: "open" | "closed";
         /**
-         * @description A Go-style duration of whole seconds from `1s` to `720h` (`90s`, `15m`, `1h30m`), `1d` to `30d` (rolling days), or `month` (the calendar month in UTC, `fixed_window` only). Answers give the shortest form (`60s` reads back as `1m`, `24h` as `1d`).
+         * @description A Go-style duration of whole seconds from `1s` to `720h` (`90s`, `15m`, `1h30m`), `1d` to `30d` (rolling days), `month` (the calendar month in UTC, `fixed_window` only), or `billing` (the tenant's billing period: the months of its Stripe subscription's billing cycle anchor, the calendar month without one; `fixed_window` only). Answers give the shortest form (`60s` reads back as `1m`, `24h` as `1d`).
          * @example 1m
          */
         Window: string;

@@ -154,6 +154,15 @@ func (f fields) str(key string) string {
 	return s
 }
 
+// unix returns the Unix-seconds timestamp field key, or the zero Time.
+func (f fields) unix(key string) time.Time {
+	var n int64
+	if json.Unmarshal(f[key], &n) != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(n, 0).UTC()
+}
+
 // ref returns the id of the expandable field key: an id, or an object with
 // an id; "" otherwise.
 func (f fields) ref(key string) string {
@@ -198,7 +207,8 @@ func readObject(ev *billing.Event, raw []byte) error {
 			SubscriptionID: o.ref("subscription"),
 		}
 	case billing.EventSubscriptionCreated, billing.EventSubscriptionUpdated, billing.EventSubscriptionDeleted:
-		s := &billing.Subscription{ID: o.str("id"), Status: o.str("status"), TenantID: o.obj("metadata").str(billing.MetadataTenantID)}
+		s := &billing.Subscription{ID: o.str("id"), Status: o.str("status"), TenantID: o.obj("metadata").str(billing.MetadataTenantID),
+			Anchor: o.unix("billing_cycle_anchor")}
 		for _, it := range o.list("items") {
 			bi := billing.Item{ID: it.str("id")}
 			if price := it.obj("price"); len(price) > 0 {

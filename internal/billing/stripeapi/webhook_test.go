@@ -25,7 +25,7 @@ const subscriptionEvent = `{
   "livemode": false, "api_version": "2025-03-31.basil",
   "data": {"object": {
     "id": "sub_1", "object": "subscription", "customer": {"id": "cus_1", "object": "customer"},
-    "status": "past_due", "metadata": {"tollgate_tenant_id": "t-1"},
+    "status": "past_due", "metadata": {"tollgate_tenant_id": "t-1"}, "billing_cycle_anchor": 1769853600,
     "items": {"object": "list", "data": [
       {"id": "si_flat", "price": {"id": "price_pro", "recurring": {"usage_type": "licensed"}}},
       {"id": "si_use", "price": {"id": "price_use", "recurring": {"usage_type": "metered"}}}
@@ -100,6 +100,7 @@ func TestParseReadsEventsOfAnyVersion(t *testing.T) {
 		s := ev.Subscription
 		if ev.Type != billing.EventSubscriptionUpdated || !ev.Created.Equal(time.Unix(1764000000, 0)) || ev.CustomerID != "cus_1" || s == nil ||
 			s.ID != "sub_1" || s.Status != "past_due" || s.TenantID != "t-1" || len(s.Items) != 2 ||
+			!s.Anchor.Equal(time.Date(2026, 1, 31, 10, 0, 0, 0, time.UTC)) ||
 			s.Items[0] != (billing.Item{ID: "si_flat", PriceID: "price_pro"}) || s.Items[1] != (billing.Item{ID: "si_use", PriceID: "price_use", Metered: true}) {
 			t.Errorf("event %+v, subscription %+v", ev, s)
 		}

@@ -24,7 +24,7 @@ func (q *Queries) AdvanceUsageHour(ctx context.Context, tenantID pgtype.UUID) er
 
 const billingAccount = `-- name: BillingAccount :one
 SELECT t.id, t.plan, t.billing_status, t.stripe_customer_id, t.stripe_subscription_id, t.billing_updated_at,
-       b.plan_updated_at, coalesce(b.usage_item_id, '')::text AS usage_item_id
+       b.plan_updated_at, coalesce(b.usage_item_id, '')::text AS usage_item_id, t.billing_anchor
 FROM tenants AS t
 LEFT JOIN billing_accounts AS b ON b.tenant_id = t.id
 WHERE t.id = $1
@@ -40,6 +40,7 @@ type BillingAccountRow struct {
 	BillingUpdatedAt     pgtype.Timestamptz
 	PlanUpdatedAt        pgtype.Timestamptz
 	UsageItemID          string
+	BillingAnchor        pgtype.Timestamptz
 }
 
 // BillingAccount returns the billing state of a tenant, locked.
@@ -55,13 +56,14 @@ func (q *Queries) BillingAccount(ctx context.Context, id pgtype.UUID) (BillingAc
 		&i.BillingUpdatedAt,
 		&i.PlanUpdatedAt,
 		&i.UsageItemID,
+		&i.BillingAnchor,
 	)
 	return i, err
 }
 
 const billingAccountByCustomer = `-- name: BillingAccountByCustomer :one
 SELECT t.id, t.plan, t.billing_status, t.stripe_customer_id, t.stripe_subscription_id, t.billing_updated_at,
-       b.plan_updated_at, coalesce(b.usage_item_id, '')::text AS usage_item_id
+       b.plan_updated_at, coalesce(b.usage_item_id, '')::text AS usage_item_id, t.billing_anchor
 FROM tenants AS t
 LEFT JOIN billing_accounts AS b ON b.tenant_id = t.id
 WHERE t.stripe_customer_id = $1
@@ -77,6 +79,7 @@ type BillingAccountByCustomerRow struct {
 	BillingUpdatedAt     pgtype.Timestamptz
 	PlanUpdatedAt        pgtype.Timestamptz
 	UsageItemID          string
+	BillingAnchor        pgtype.Timestamptz
 }
 
 // BillingAccountByCustomer returns the billing state of the tenant with the
@@ -93,6 +96,7 @@ func (q *Queries) BillingAccountByCustomer(ctx context.Context, customerID *stri
 		&i.BillingUpdatedAt,
 		&i.PlanUpdatedAt,
 		&i.UsageItemID,
+		&i.BillingAnchor,
 	)
 	return i, err
 }
@@ -558,8 +562,9 @@ SET plan = $1,
     stripe_customer_id = $3,
     stripe_subscription_id = $4,
     billing_updated_at = $5,
+    billing_anchor = $6,
     updated_at = now()
-WHERE id = $6
+WHERE id = $7
 `
 
 type SaveBillingAccountParams struct {
@@ -568,6 +573,7 @@ type SaveBillingAccountParams struct {
 	StripeCustomerID     *string
 	StripeSubscriptionID *string
 	BillingUpdatedAt     pgtype.Timestamptz
+	BillingAnchor        pgtype.Timestamptz
 	ID                   pgtype.UUID
 }
 
@@ -580,6 +586,7 @@ func (q *Queries) SaveBillingAccount(ctx context.Context, arg SaveBillingAccount
 		arg.StripeCustomerID,
 		arg.StripeSubscriptionID,
 		arg.BillingUpdatedAt,
+		arg.BillingAnchor,
 		arg.ID,
 	)
 	if err != nil {

@@ -235,8 +235,9 @@ func (q *Queries) ListPolicies(ctx context.Context, tenantID pgtype.UUID) ([]Pol
 
 const loadPolicySet = `-- name: LoadPolicySet :many
 SELECT p.tenant_id, p.name, p."limit", p."window", p.algorithm, p.scope, p.fail_mode, p.shadow, p.alert_after, p.created_at, p.updated_at, p.unit, p.on_expiry, o.pattern AS override_pattern, o."limit" AS override_limit,
-    o.expires_at AS override_expires_at
+    o.expires_at AS override_expires_at, t.billing_anchor
 FROM policies p
+JOIN tenants t ON t.id = p.tenant_id
 LEFT JOIN policy_overrides o
     ON o.tenant_id = p.tenant_id AND o.policy = p.name
    AND (o.expires_at IS NULL OR o.expires_at > now())
@@ -249,11 +250,13 @@ type LoadPolicySetRow struct {
 	OverridePattern   *string
 	OverrideLimit     *int64
 	OverrideExpiresAt pgtype.Timestamptz
+	BillingAnchor     pgtype.Timestamptz
 }
 
 // LoadPolicySet reads a tenant's policies and unexpired overrides in one
 // statement, so one snapshot: a row per override, or one with NULL override
-// columns for a policy without any.
+// columns for a policy without any; with the tenant's billing anchor, from
+// which its policies of window "billing" count.
 func (q *Queries) LoadPolicySet(ctx context.Context, tenantID pgtype.UUID) ([]LoadPolicySetRow, error) {
 	rows, err := q.db.Query(ctx, loadPolicySet, tenantID)
 	if err != nil {
@@ -280,6 +283,7 @@ func (q *Queries) LoadPolicySet(ctx context.Context, tenantID pgtype.UUID) ([]Lo
 			&i.OverridePattern,
 			&i.OverrideLimit,
 			&i.OverrideExpiresAt,
+			&i.BillingAnchor,
 		); err != nil {
 			return nil, err
 		}

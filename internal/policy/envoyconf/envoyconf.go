@@ -623,8 +623,10 @@ func window(r *Rule, f map[string]field, rl field) (*yaml.Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		if r.Policy.Window, err = limit.ParseWindow(s); err != nil {
-			return nil, errAt(wf.value, `window must be a duration from "1s" to "720h" (such as "1m" or "15m"), "1d" to "30d", or "month"`)
+		if r.Policy.Window, err = limit.ParseWindow(s); err != nil || r.Policy.Window.Billing {
+			// A billing period is a policy's (PUT /v1/policies): a domain's
+			// rules are not loaded with the tenant's billing anchor.
+			return nil, errAt(wf.value, `window must be a duration from "1s" to "720h" (such as "1m" or "15m"), "1d" to "30d", or "month" ("billing" is for policies: use descriptors ("policy", NAME) to count one)`)
 		}
 		at = wf.value
 	}

@@ -66,6 +66,7 @@ func TestParseRefuses(t *testing.T) {
 		{"a merge key", "domain: d\ndescriptors:\n  - <<: {key: k}\n", 3, "merge"},
 		{"algorithm concurrency", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      algorithm: concurrency\n", 7, "algorithm"},
 		{"window unknown", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      requests_per_unit: 5\n      window: 31d\n", 6, "window"},
+		{"window billing", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      requests_per_unit: 5\n      window: billing\n", 6, "for policies"},
 		{"month by a sliding window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      requests_per_unit: 5\n      window: month\n      algorithm: sliding_window\n", 6, "fixed_window"},
 		{"unit month by a token bucket", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: month\n      requests_per_unit: 5\n      algorithm: token_bucket\n", 5, "fixed_window"},
 		{"fail_mode unknown", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      fail_mode: sometimes\n", 7, "fail_mode"},
