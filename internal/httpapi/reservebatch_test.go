@@ -17,6 +17,7 @@ import (
 
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
 	"github.com/tollgate/tollgate/internal/tenant"
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
@@ -395,4 +396,28 @@ func TestReservationBatchesKeepToTheirTenant(t *testing.T) {
 		t.Errorf("the hostile tenant's batches: %d answered, %d reservations held", batches.Load(), held.Load())
 	}
 	t.Logf("beside 60 reservations of its neighbour: %d hostile batches answered, %d reservations held", batches.Load(), held.Load())
+}
+
+// TestReservationBatchBodies: a batch of unknown length reserves what the
+// route reads at most (256 KiB and a byte) in its tenant's share, and a
+// larger body is a 400 that reserves nothing.
+func TestReservationBatchBodies(t *testing.T) {
+	t.Parallel()
+	a := newTenantAPI(t, pgtest.New(t), nil)
+	srv := httptest.NewServer(a.e)
+	t.Cleanup(srv.Close)
+	key, _ := a.tenant(tenant.PlanPro)
+	wantStatus(t, a.do(key, "PUT", "/v1/policies/llm", `{"limit":100,"window":"1h"}`), http.StatusOK)
+	big := `{"reservations":[{"policy":"llm","subject":"s","amount":1,"ttl":"` + strings.Repeat("1", maxReservationBatchBody) + `s"}]}`
+	wantFieldProblem(t, a.do(key, "POST", "/v1/reservations/batch", big), http.StatusBadRequest, "body")
+	wantFields(t, "after the large body", a.do(key, "POST", "/v1/reservations", `{"policy":"llm","subject":"s","amount":100}`), map[string]any{"allowed": true})
+	for i, path := range []string{"/v1/reservations/batch", "/v1/reservations/settle"} {
+		stalledFrom(t, srv, fmt.Sprintf("127.0.0.%d", 2+i), bodyHead(path, key, -1))
+	}
+	eventually.NoError(t, 5*time.Second, "the batches' reservations", func() error {
+		if got := value(t, a.met.BodyBytes); got != 2*(maxReservationBatchBody+1) {
+			return fmt.Errorf("two batches of unknown length reserved %.0f bytes, want %d", got, 2*(maxReservationBatchBody+1))
+		}
+		return nil
+	})
 }
