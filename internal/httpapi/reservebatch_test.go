@@ -181,6 +181,15 @@ func TestReservationBatchIdempotency(t *testing.T) {
 		wantFields(t, "alone, key call-1", r, map[string]any{"repeat": true, "reservation_id": first[0]["reservation_id"], "remaining": 70.0})
 		r = a.doKeyed(live, "call-1", "POST", "/v1/reservations/batch", body)
 		wantFieldProblem(t, r, http.StatusBadRequest, idempotencyHeader)
+		// One key twice in a batch: one reservation, the other entry its
+		// repeat, whichever is decided first.
+		e := `{"policy":"llm","subject":"carol","amount":10,"idempotency_key":"call-3"}`
+		got := results(t, a.do(live, "POST", "/v1/reservations/batch", `{"reservations":[`+e+","+e+`]}`), 2)
+		if got[0]["reservation_id"] != got[1]["reservation_id"] || (got[0]["repeat"] == true) == (got[1]["repeat"] == true) {
+			t.Errorf("one key twice in a batch: %v", got)
+		}
+		r = a.do(live, "POST", "/v1/reservations", `{"policy":"llm","subject":"carol","amount":90}`)
+		wantFields(t, "carol's rest", r, map[string]any{"allowed": true, "remaining": 0.0})
 	})
 }
 
