@@ -16,13 +16,15 @@ import (
 	"time"
 
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
+	rediscounter "github.com/tollgate/tollgate/internal/counter/redis"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
+	"github.com/tollgate/tollgate/internal/testkit/redistest"
 )
 
-// batchStores runs test once on the in-memory counter store and once on
-// the PostgreSQL one, each on a database of its own.
+// batchStores runs test on the in-memory counter store, the PostgreSQL
+// one and the Redis one, each on a database (and key prefix) of its own.
 func batchStores(t *testing.T, test func(t *testing.T, a *tenantAPI)) {
 	t.Run("memory", func(t *testing.T) {
 		t.Parallel()
@@ -36,6 +38,15 @@ func batchStores(t *testing.T, test func(t *testing.T, a *tenantAPI)) {
 			t.Fatal(err)
 		}
 		test(t, newTenantAPIWith(t, dsn, apiOptions{store: store, storeName: "postgres"}))
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		u, prefix := redistest.New(t)
+		store, err := rediscounter.New(rediscounter.Config{URL: u, Prefix: prefix, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		test(t, newTenantAPIWith(t, pgtest.New(t), apiOptions{store: store, storeName: "redis"}))
 	})
 }
 
