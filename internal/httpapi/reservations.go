@@ -23,6 +23,8 @@ const idempotencyHeader = "Idempotency-Key"
 // admitted like a check (the allotment counts it); settling and releasing
 // pass the ceilings without the allotment, as the lease routes do, and
 // test keys may use them all: a test key's reservations are its sandbox's.
+// The batches of either (reservebatch.go) admit each entry as its own
+// route admits it.
 func registerReservations(v1 *echo.Group, a *api) {
 	h := reservationHandlers{api: a}
 	v1.POST("/reservations", h.reserve)
