@@ -213,3 +213,86 @@ func TestClientSpend(t *testing.T) {
 		}
 	})
 }
+
+// TestClientReservationBatches: ReserveBatch answers each reservation as
+// Reserve would alone (held, refused by the budget, an *APIError for an
+// unknown policy), keys each so that the same batch sent again reserves
+// nothing more; SettleBatch answers each settlement as Settle would
+// (settled, ErrReservationGone, a repeat, ErrSettledOtherwise) and sends
+// nothing for a Reservation that holds nothing; a batch Tollgate cannot
+// read is an *APIError naming the entry, and no Tollgate is the FailMode's.
+func TestClientReservationBatches(t *testing.T) {
+	dsn := pgtest.New(t)
+	in := start(t, dsn, patientStore)
+	nt := createTenant(t, dsn, "pro")
+	u := apiUser{t: t, in: in, key: nt.LiveKey}
+	u.putPolicy("llm-tokens", map[string]any{"limit": 10000, "window": "1h", "algorithm": "fixed_window", "unit": "tokens"})
+	tg := newClient(t, in.base, nt.LiveKey)
+	ctx := context.Background()
+
+	batch := []client.BatchReservation{
+		{Policy: "llm-tokens", Subject: "user-1", Amount: 4000, TTL: 10 * time.Minute, IdempotencyKey: "call-1"},
+		{Policy: "llm-tokens", Subject: "user-2", Amount: 20000},
+		{Policy: "nope", Subject: "user-3", Amount: 1},
+	}
+	rs, err := tg.ReserveBatch(ctx, batch)
+	var ae *client.APIError
+	if err != nil || len(rs) != 3 {
+		t.Fatalf("reserve batch: %+v, %v", rs, err)
+	}
+	if r := rs[0].Reservation; rs[0].Err != nil || !r.Allowed || !strings.HasPrefix(r.ID, "rs_") || r.Remaining != 6000 || r.Unit != "tokens" ||
+		r.ExpiresAt.Before(time.Now().Add(9*time.Minute)) || r.ExpiresAt.After(time.Now().Add(11*time.Minute)) {
+		t.Errorf("held: %+v", rs[0])
+	}
+	if r := rs[1].Reservation; rs[1].Err != nil || r.Allowed || r.ID != "" || r.Remaining != 10000 || r.RetryAfter <= 0 {
+		t.Errorf("refused by the budget: %+v", rs[1])
+	}
+	if !errors.As(rs[2].Err, &ae) || ae.Status != 400 || ae.Field != "policy" || rs[2].Reservation.Allowed {
+		t.Errorf("unknown policy: %+v", rs[2])
+	}
+	// Sent again: the keyed entry is a repeat, the others their own again.
+	again, err := tg.ReserveBatch(ctx, batch[:1])
+	if err != nil || !again[0].Reservation.Repeat || again[0].Reservation.ID != rs[0].Reservation.ID || again[0].Reservation.Remaining != 6000 {
+		t.Fatalf("the same batch again: %+v, %v", again, err)
+	}
+	// The same key as Reserve's.
+	if r, err := tg.Reserve(ctx, "llm-tokens", "user-1", 4000, client.IdempotencyKey("call-1")); err != nil || !r.Repeat || r.ID != rs[0].Reservation.ID {
+		t.Fatalf("Reserve with the batch's key: %+v, %v", r, err)
+	}
+
+	held := rs[0].Reservation
+	gone := client.Reservation{Allowed: true, ID: "rs_" + strings.Repeat("0", 32)}
+	ss, err := tg.SettleBatch(ctx, []client.BatchSettlement{{Reservation: held, Used: 2750}, {Reservation: gone, Used: 1}, {Reservation: rs[1].Reservation, Used: 5}})
+	if err != nil || len(ss) != 3 {
+		t.Fatalf("settle batch: %+v, %v", ss, err)
+	}
+	if s := ss[0].Settlement; ss[0].Err != nil || s.ID != held.ID || s.Used != 2750 || s.Returned != 1250 || s.Remaining != 7250 || s.Repeat {
+		t.Errorf("settled: %+v", ss[0])
+	}
+	if !errors.Is(ss[1].Err, client.ErrReservationGone) || !errors.As(ss[1].Err, &ae) || ae.Status != 404 {
+		t.Errorf("unknown reservation: %+v", ss[1])
+	}
+	if ss[2] != (client.SettleResult{}) {
+		t.Errorf("a refused reservation, settled: %+v", ss[2])
+	}
+	ss, err = tg.SettleBatch(ctx, []client.BatchSettlement{{Reservation: held, Used: 2750}, {Reservation: held, Used: 100}})
+	if err != nil || !ss[0].Settlement.Repeat || ss[0].Err != nil || !errors.Is(ss[1].Err, client.ErrSettledOtherwise) {
+		t.Fatalf("settle batch again: %+v, %v", ss, err)
+	}
+
+	// A batch Tollgate cannot read reserves nothing.
+	rs, err = tg.ReserveBatch(ctx, []client.BatchReservation{{Policy: "llm-tokens", Subject: "user-4", Amount: 1}, {Policy: "llm-tokens", Subject: "user-4", Amount: 0}})
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "reservations[1].amount" || len(rs) != 2 || rs[0].Err != err || rs[0].Reservation.Allowed {
+		t.Fatalf("a batch with an amount of 0: %+v, %v", rs, err)
+	}
+	if r, err := tg.Reserve(ctx, "llm-tokens", "user-4", 10000); err != nil || !r.Allowed {
+		t.Fatalf("user-4's budget after the refused batch: %+v, %v", r, err)
+	}
+
+	// No Tollgate: the FailMode decides every reservation.
+	down := newClient(t, "http://"+bintest.FreePort(t), nt.LiveKey, client.WithFailMode(client.FailOpen))
+	rs, err = down.ReserveBatch(ctx, batch[:2])
+	if !errors.Is(err, client.ErrUnavailable) || len(rs) != 2 || !rs[0].Reservation.Allowed || !rs[0].Reservation.Degraded || rs[1].Reservation.Amount != 20000 {
+		t.Fatalf("no Tollgate, fail open: %+v, %v", rs, err)
+	}
+}

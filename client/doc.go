@@ -12,7 +12,9 @@
 // settle with what the function reports, release when it fails or panics.
 // Each Reserve sends an Idempotency-Key of its own (or the caller's), the
 // same on the client's retries, so that a retry never holds the amount
-// twice; a settlement is idempotent by itself.
+// twice; a settlement is idempotent by itself. ReserveBatch and
+// SettleBatch reserve and settle up to 100 at once, in one request, each
+// answered as Reserve or Settle would answer it alone.
 //
 // Every call runs under a per-call timeout (100 ms unless WithTimeout says
 // otherwise).

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
-	"net/http"
 	"net/url"
 	"time"
 )
@@ -185,12 +183,17 @@ func (c *Client) Reserve(ctx context.Context, policy, subject string, amount int
 		}
 		return Reservation{}, err
 	}
+	return out.reservation(), nil
+}
+
+// reservation is the Reservation out answers.
+func (out *reserveOut) reservation() Reservation {
 	return Reservation{
 		Allowed: out.Allowed, ID: out.ReservationID, Amount: out.Amount, ExpiresAt: out.ExpiresAt,
 		Remaining: out.Remaining, Limit: out.Limit, ResetAt: out.ResetAt, Unit: out.Unit,
 		RetryAfter: time.Duration(out.RetryAfterMS) * time.Millisecond,
 		Degraded:   out.Degraded, TenantFull: out.TenantFull, Repeat: out.Repeat,
-	}, nil
+	}
 }
 
 // Settle charges used in place of the reservation's amount: less gives the
@@ -218,21 +221,19 @@ func (c *Client) settle(ctx context.Context, r Reservation, method, suffix strin
 		return Settlement{}, nil
 	}
 	var out settleOut
-	err := c.do(ctx, method, "/v1/reservations/"+url.PathEscape(r.ID)+suffix, in, &out)
-	var ae *APIError
-	switch {
-	case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
-		return Settlement{}, fmt.Errorf("%w: %w", ErrReservationGone, err)
-	case errors.As(err, &ae) && ae.Status == http.StatusConflict:
-		return Settlement{}, fmt.Errorf("%w: %w", ErrSettledOtherwise, err)
-	case err != nil:
-		return Settlement{}, err
+	if err := c.do(ctx, method, "/v1/reservations/"+url.PathEscape(r.ID)+suffix, in, &out); err != nil {
+		return Settlement{}, settleError(err)
 	}
+	return out.settlement(), nil
+}
+
+// settlement is the Settlement out answers.
+func (out *settleOut) settlement() Settlement {
 	return Settlement{
 		ID: out.ReservationID, Amount: out.Amount, Used: out.Used, Returned: out.Returned, Excess: out.Excess,
 		Remaining: out.Remaining, Limit: out.Limit, ResetAt: out.ResetAt, Overdrawn: out.Overdrawn,
 		Unit: out.Unit, Repeat: out.Repeat,
-	}, nil
+	}
 }
 
 // Spend runs fn within a reservation of amount: it reserves, runs fn

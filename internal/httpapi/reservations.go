@@ -23,11 +23,15 @@ const idempotencyHeader = "Idempotency-Key"
 // admitted like a check (the allotment counts it); settling and releasing
 // pass the ceilings without the allotment, as the lease routes do, and
 // test keys may use them all: a test key's reservations are its sandbox's.
+// The batches of either (reservebatch.go) admit each entry as its own
+// route admits it.
 func registerReservations(v1 *echo.Group, a *api) {
 	h := reservationHandlers{api: a}
 	v1.POST("/reservations", h.reserve)
 	v1.POST("/reservations/:id/settle", h.settle, a.admit("reservations"))
 	v1.DELETE("/reservations/:id", h.release, a.admit("reservations"))
+	v1.POST("/reservations/batch", h.reserveBatch)
+	v1.POST("/reservations/settle", h.settleBatch)
 }
 
 type reservationHandlers struct {
@@ -100,6 +104,20 @@ func parseReservation(c echo.Context) (*gate.Reservation, error) {
 	if err := decodeJSON(c, maxReservationBody, &b); err != nil {
 		return nil, err
 	}
+	r, err := b.reservation("")
+	if err != nil {
+		return nil, err
+	}
+	if r.IdempotencyKey, err = idempotencyKey(c); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// reservation checks b, a reservation's body or a batch's entry, and
+// returns it with its idempotency key; every fault is the client's and
+// names its field.
+func (b reservationBody) reservation(key string) (*gate.Reservation, error) {
 	if b.Policy == "" {
 		return nil, &badRequest{field: "policy", reason: "is required"}
 	}
@@ -116,10 +134,6 @@ func parseReservation(c echo.Context) (*gate.Reservation, error) {
 			return nil, &badRequest{field: "ttl", reason: fmt.Sprintf(`must be a duration from %q to %q, such as "30s" or "10m"`, gate.MinReserveTTL.String(), gate.MaxReserveTTL.String())}
 		}
 		ttl = d
-	}
-	key, err := idempotencyKey(c)
-	if err != nil {
-		return nil, err
 	}
 	return &gate.Reservation{Policy: b.Policy, Subject: b.Subject, Amount: *b.Amount, TTL: ttl, IdempotencyKey: key}, nil
 }
@@ -147,8 +161,13 @@ func (h reservationHandlers) reserve(c echo.Context) error {
 	if v.Degraded {
 		c.Response().Header().Set("X-RateLimit-Degraded", "true")
 	}
-	rv := v.Reservation
-	h.budgetLevel(c, v.Tenant.ID, rv.Level)
+	h.budgetLevel(c, v.Tenant.ID, v.Reservation.Level)
+	return c.JSON(http.StatusOK, reservationAnswerOf(v.Reservation))
+}
+
+// reservationAnswerOf is the body that answers a reservation no ceiling
+// refused.
+func reservationAnswerOf(rv *gate.ReservationVerdict) reservationAnswer {
 	out := reservationAnswer{Allowed: rv.Allowed, Amount: rv.Amount, Limit: rv.Limit, Unit: rv.Unit, Degraded: rv.Degraded,
 		RetryAfterMS: ceilDiv(rv.RetryAfter, time.Millisecond), TenantFull: rv.TenantFull, Repeat: rv.Repeat}
 	if rv.Allowed {
@@ -166,7 +185,7 @@ func (h reservationHandlers) reserve(c echo.Context) error {
 	case !rv.Allowed:
 		out.Overdrawn = &rv.Overdrawn
 	}
-	return c.JSON(http.StatusOK, out)
+	return out
 }
 
 // settle answers POST /v1/reservations/{id}/settle with {"used": N}: 200
@@ -184,10 +203,18 @@ func (h reservationHandlers) settle(c echo.Context) error {
 	if err := decodeJSON(c, maxReservationBody, &b); err != nil {
 		return err
 	}
-	if b.Used == nil || *b.Used < 0 || *b.Used > gate.MaxCost {
-		return &badRequest{field: "used", reason: fmt.Sprintf("is required: an integer from 0 to %d", gate.MaxCost)}
+	if err := checkUsed(b.Used); err != nil {
+		return err
 	}
 	return h.finish(c, id, *b.Used)
+}
+
+// checkUsed checks a settlement's used: present, 0 to gate.MaxCost.
+func checkUsed(used *int64) error {
+	if used == nil || *used < 0 || *used > gate.MaxCost {
+		return &badRequest{field: "used", reason: fmt.Sprintf("is required: an integer from 0 to %d", gate.MaxCost)}
+	}
+	return nil
 }
 
 // release answers DELETE /v1/reservations/{id}: a settlement with used 0,
@@ -213,11 +240,16 @@ func (h reservationHandlers) finish(c echo.Context, id string, used int64) error
 		return err
 	}
 	h.budgetLevel(c, tenantID(c), s.Level)
-	return c.JSON(http.StatusOK, settleAnswer{
+	return c.JSON(http.StatusOK, settleAnswerOf(s))
+}
+
+// settleAnswerOf is the body that answers a settlement or a release.
+func settleAnswerOf(s gate.Settled) settleAnswer {
+	return settleAnswer{
 		ReservationID: s.ID, Amount: s.Amount, Used: s.Used, Returned: s.Returned, Excess: s.Excess,
 		Remaining: s.Remaining, Limit: s.Limit, ResetAt: ceilSecond(s.ResetAt).Format(time.RFC3339), Overdrawn: s.Overdrawn,
 		Unit: s.Unit, Repeat: s.Repeat,
-	})
+	}
 }
 
 // budgetLevel hands the level a reservation or a settlement left its

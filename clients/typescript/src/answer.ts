@@ -126,6 +126,25 @@ export const settlement = object({
   repeat: boolean,
 });
 
+/** The answer to a batch of n reservations or settlements (POST
+ * /v1/reservations/batch, /v1/reservations/settle): one result an entry,
+ * of shape, or a problem with its status. */
+export function results(n: number, shape: Shape): Shape {
+  return object({
+    results: (v, at) => {
+      const fault = list(() => "", n)(v, at);
+      if (fault) return fault;
+      const rs = v as unknown[];
+      for (let i = 0; i < rs.length; i++) {
+        const r = rs[i];
+        const f = (isObject(r) && "status" in r ? refusal : shape)(r, `${at}[${i}]`);
+        if (f) return f;
+      }
+      return "";
+    },
+  });
+}
+
 export const renewal = object({ lease_id: string, expires_at: string });
 
 export const policy = object({ name: string, limit: number, algorithm: string, scope: string, fail_mode: string });

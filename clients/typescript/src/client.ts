@@ -1,12 +1,16 @@
 import {
   APIError,
   LeaseGoneError,
+  PaymentRequiredError,
+  type Problem,
   RateLimitedError,
   ReservationGoneError,
   SettledOtherwiseError,
   type TollgateError,
   UnavailableError,
   failModeDecides,
+  rateLimited,
+  str,
 } from "./errors.js";
 import * as shapes from "./answer.js";
 import { Batcher, type BatchingOptions } from "./batch.js";
@@ -317,12 +321,7 @@ export class Client {
    * answers it; a call Tollgate refuses as wrong (an unknown policy, a
    * concurrency policy, an amount out of range) throws an APIError. */
   async reserve(req: ReservationRequest, opts?: CallOptions): Promise<Reservation> {
-    const body: Schemas["ReservationRequest"] = { policy: req.policy, amount: req.amount };
-    if (req.subject !== undefined && req.subject !== "") body.subject = await subjectOf(req.subject);
-    if (req.ttlSeconds && req.ttlSeconds > 0) body.ttl = `${Math.ceil(req.ttlSeconds * 1000)}ms`;
-    // A key of the call's own, so that a retry of the client's (after a 429
-    // of Tollgate's ceilings) never holds the amount twice.
-    const key = req.idempotencyKey ?? crypto.randomUUID();
+    const { idempotency_key: key, ...body } = await reservationBody(req);
     try {
       return await this.#call<ReservationResponse>(
         "POST",
@@ -335,16 +334,90 @@ export class Client {
       );
     } catch (err) {
       if (!failModeDecides(err)) throw err;
-      return {
-        allowed: this.failMode === "open",
-        amount: req.amount,
-        limit: 0,
-        retry_after_ms: 0,
-        unit: "",
-        degraded: true,
-        error: err as TollgateError,
-      };
+      return this.#failed(req.amount, err as TollgateError);
     }
+  }
+
+  /** Reserves up to 100 amounts in one request (POST
+   * /v1/reservations/batch): `results[i]` is what `reserve` returns for
+   * `reqs[i]` alone (a Reservation, allowed or refused by the budget; the
+   * fail mode's, with its `error`, for a refusal by Tollgate's own
+   * ceilings), or the error it would throw (an APIError for an unknown
+   * policy). The reservations are independent: each is held or refused on
+   * its own, in no set order among them. Each without an `idempotencyKey`
+   * gets one of its own, so that the client's retry of the batch never
+   * holds an amount twice. When the batch as a whole has no answer, every
+   * result is the fail mode's; a batch Tollgate cannot read throws its
+   * APIError (`problem.field` names the entry: "reservations[3].amount"),
+   * and nothing was reserved. */
+  async reserveBatch(reqs: ReservationRequest[], opts?: CallOptions): Promise<(Reservation | TollgateError)[]> {
+    const reservations = await Promise.all(reqs.map((r) => reservationBody(r)));
+    let out: Schemas["ReservationBatchResponse"];
+    try {
+      out = await this.#call<Schemas["ReservationBatchResponse"]>(
+        "POST",
+        "/v1/reservations/batch",
+        { reservations } satisfies Schemas["ReservationBatchRequest"],
+        shapes.results(reqs.length, shapes.reservation),
+        this.timeoutMs,
+        opts,
+      );
+    } catch (err) {
+      if (!failModeDecides(err)) throw err;
+      return reqs.map((r) => this.#failed(r.amount, err as TollgateError));
+    }
+    return out.results.map((r, i) => {
+      if (!("status" in r)) return r;
+      const err = entryError("POST /v1/reservations/batch", r);
+      return failModeDecides(err) ? this.#failed(reqs[i]?.amount ?? 0, err) : err;
+    });
+  }
+
+  /** Settles up to 100 reservations in one request (POST
+   * /v1/reservations/settle): `results[i]` is what `settle` returns for
+   * `items[i]` alone (`used` 0 releases), a Settlement or undefined for a
+   * reservation that holds nothing (not sent), or the error it would throw:
+   * a ReservationGoneError, a SettledOtherwiseError, an UnavailableError
+   * (the store away), a RateLimitedError. The settlements are independent,
+   * and each is idempotent as `settle`'s is. When the batch as a whole has
+   * no answer it throws, as `settle` does; it is safe to send again. */
+  async settleBatch(
+    items: { reservation: Reservation; used: number }[],
+    opts?: CallOptions,
+  ): Promise<(Settlement | undefined | TollgateError)[]> {
+    const sent = items.flatMap((it, i) => (it.reservation.reservation_id && !it.reservation.degraded ? [i] : []));
+    const results: (Settlement | undefined | TollgateError)[] = items.map(() => undefined);
+    if (sent.length === 0) return results;
+    const settlements = sent.map((i) => ({
+      reservation_id: items[i]?.reservation.reservation_id ?? "",
+      used: items[i]?.used ?? 0,
+    }));
+    const out = await this.#call<Schemas["SettleBatchResponse"]>(
+      "POST",
+      "/v1/reservations/settle",
+      { settlements } satisfies Schemas["SettleBatchRequest"],
+      shapes.results(sent.length, shapes.settlement),
+      this.timeoutMs,
+      opts,
+    );
+    out.results.forEach((r, j) => {
+      const i = sent[j] ?? 0;
+      results[i] = "status" in r ? settleError(settlements[j]?.reservation_id ?? "", entryError("POST /v1/reservations/settle", r)) : r;
+    });
+    return results;
+  }
+
+  /** The fail mode's reservation of amount, err saying why. */
+  #failed(amount: number, err: TollgateError): Reservation {
+    return {
+      allowed: this.failMode === "open",
+      amount,
+      limit: 0,
+      retry_after_ms: 0,
+      unit: "",
+      degraded: true,
+      error: err,
+    };
   }
 
   /** Charges `used` in place of the reservation's amount: less gives the
@@ -372,13 +445,7 @@ export class Client {
     try {
       return await this.#call<Settlement>(method, path, body, shapes.settlement, this.timeoutMs, opts);
     } catch (err) {
-      if (err instanceof APIError && err.status === 404) {
-        throw new ReservationGoneError(`reservation ${r.reservation_id} is gone`, { cause: err });
-      }
-      if (err instanceof APIError && err.status === 409) {
-        throw new SettledOtherwiseError(`reservation ${r.reservation_id} was settled with another used`, { cause: err });
-      }
-      throw err;
+      throw settleError(r.reservation_id, err);
     }
   }
 
@@ -606,6 +673,42 @@ export class Client {
       });
     });
   }
+}
+
+/** The body of a reservation (an entry of a batch of them), its
+ * idempotency key the caller's or one of the call's own, so that a retry
+ * of the client's (after a 429 of Tollgate's ceilings) never holds the
+ * amount twice. */
+async function reservationBody(req: ReservationRequest): Promise<Schemas["ReservationBatchEntry"] & { idempotency_key: string }> {
+  const body: Schemas["ReservationBatchEntry"] & { idempotency_key: string } = {
+    policy: req.policy,
+    amount: req.amount,
+    idempotency_key: req.idempotencyKey ?? crypto.randomUUID(),
+  };
+  if (req.subject !== undefined && req.subject !== "") body.subject = await subjectOf(req.subject);
+  if (req.ttlSeconds && req.ttlSeconds > 0) body.ttl = `${Math.ceil(req.ttlSeconds * 1000)}ms`;
+  return body;
+}
+
+/** The error a batch's result p (a problem with its status) is, as the
+ * call of that entry alone (where) would throw it. */
+function entryError(where: string, p: Problem): TollgateError {
+  const status = p.status ?? 0;
+  if (status === 429) return rateLimited(new Headers(), p);
+  if (status === 402) return new PaymentRequiredError(str(p.billing_url), str(p.detail));
+  if (status >= 400 && status < 500 && status !== 408) return new APIError(status, p);
+  return new UnavailableError(`${where}: a result of status ${status}`);
+}
+
+/** err, a settlement's of reservation id, as `settle` throws it. */
+function settleError<E>(id: string | undefined, err: E): E | TollgateError {
+  if (err instanceof APIError && err.status === 404) {
+    return new ReservationGoneError(`reservation ${id} is gone`, { cause: err });
+  }
+  if (err instanceof APIError && err.status === 409) {
+    return new SettledOtherwiseError(`reservation ${id} was settled with another used`, { cause: err });
+  }
+  return err;
 }
 
 /** Reads an answer's body, at most maxAnswerBytes of it. */

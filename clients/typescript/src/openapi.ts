@@ -341,6 +341,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/reservations/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Hold amounts of budgets, many in one request
+         * @description Up to 100 reservations in a body of at most 256 KiB. `results[i]` is exactly the body `POST /v1/reservations` answers `reservations[i]` alone: its answer (`allowed` true or false), or the problem that request would be answered with, its `status` in the object: a refusal by Tollgate's own ceilings (429 or 402), a fault of that entry the body's shape does not show (an unknown policy or one of algorithm `concurrency`, a subject its policy refuses: 400), Tollgate unable to read the tenant's policies (503). Nothing gets cheaper: every entry counts against the per-IP limit (shared with `POST /v1/reservations`), the quotas and the monthly or sandbox allotment as one reservation, takes the tenant's work in progress and its own round trip to the counter store, at most 8 of a batch at once. The entries are independent, not all or nothing: each is held or refused on its own, in no set order among them (entries of one budget are decided as concurrent requests would be). `idempotency_key` plays the part of the `Idempotency-Key` header for its entry, which the batch itself does not take (400 naming `Idempotency-Key`). A body that cannot be read whole (not JSON, an unknown member, 0 or more than 100 entries, an entry's amount, ttl or key out of bounds) is answered 400 naming the entry and its field (`reservations[3].amount`), and reserves nothing; it costs a request of the ceilings, not the allotment. A 429 or 402 answer refuses the batch whole, before any entry was decided. The answer carries no RateLimit fields: each result speaks for its entry.
+         */
+        post: operations["reserveBatch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/reservations/settle": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Settle many reservations in one request
+         * @description Up to 100 settlements in a body of at most 256 KiB. `results[i]` is exactly the body `POST /v1/reservations/{id}/settle` answers `settlements[i]` alone (`used` 0 releases, as `DELETE /v1/reservations/{id}` does): its answer, or the problem that request would be answered with, its `status` in the object: 404 for a reservation Tollgate does not hold, 409 for one settled before with another `used`, 429 for a refusal by Tollgate's own ceilings, 503 when the counter store cannot be reached. Each settlement passes the ceilings as its own request would (not the allotment) and takes its own round trip to the counter store, at most 8 of a batch at once; the settlements are independent, not all or nothing. A body that cannot be read whole (not JSON, an unknown member, 0 or more than 100 entries, an id not of the form `rs_` and 32 hex digits, a `used` out of bounds) is answered 400 naming the entry and its field (`settlements[3].used`), and settles nothing. A 429 answer refuses the batch whole, before any settlement was made.
+         */
+        post: operations["settleReservations"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/reservations/{id}": {
         parameters: {
             query?: never;
@@ -1685,6 +1725,83 @@ export interface components {
             /** @description The reservation was settled before with the same `used`: nothing was counted this time, and the answer is the first one's. */
             repeat: boolean;
         };
+        /**
+         * @example {
+         *       "reservations": [
+         *         {
+         *           "policy": "llm-tokens",
+         *           "subject": "user-42",
+         *           "amount": 4000,
+         *           "ttl": "10m",
+         *           "idempotency_key": "call-7f3a"
+         *         },
+         *         {
+         *           "policy": "llm-tokens",
+         *           "subject": "user-43",
+         *           "amount": 1500
+         *         }
+         *       ]
+         *     }
+         */
+        ReservationBatchRequest: {
+            /** @description The reservations, each decided as `POST /v1/reservations` decides its body alone. */
+            reservations: components["schemas"]["ReservationBatchEntry"][];
+        };
+        /** @description A `POST /v1/reservations` body, with its idempotency key. */
+        ReservationBatchEntry: {
+            /** @description A policy with a window (`fixed_window`, `sliding_window`, `token_bucket`): its budget holds the amount. A policy of algorithm `concurrency` is answered 400 naming the field `policy`. */
+            policy: string;
+            /** @description Whose budget: required for a policy of scope `subject`, ignored for scope `global`. Stored only as an HMAC digest. */
+            subject?: string;
+            /**
+             * Format: int64
+             * @description What to hold of the budget, in the policy's unit: the most the work may cost, as far as the caller knows beforehand.
+             */
+            amount: number;
+            /**
+             * @description How long the reservation waits for its settlement: a Go duration from `1ms` to `24h0m0s` (`30s`, `10m`); `5m` when absent. Past it the reservation settles by itself, by the policy's `on_expiry`. Anything else is answered 400 naming the field `ttl`.
+             * @default 5m
+             * @example 10m
+             */
+            ttl?: string;
+            /** @description This entry's `Idempotency-Key` (1 to 255 bytes of printable ASCII): the same key sent again, in a batch or in the header of `POST /v1/reservations`, by the same tenant and key kind, reserves nothing more and answers the reservation made first (`repeat: true`). Without one, the entry is a reservation of its own each time it is sent. */
+            idempotency_key?: string;
+        };
+        ReservationBatchResponse: {
+            /** @description `results[i]` answers `reservations[i]`: a `ReservationResponse`, or a problem with its `status`. */
+            results: (components["schemas"]["ReservationResponse"] | components["schemas"]["QuotaExceededProblem"] | components["schemas"]["PaymentRequiredProblem"] | components["schemas"]["InvalidRequestProblem"] | components["schemas"]["Problem"])[];
+        };
+        /**
+         * @example {
+         *       "settlements": [
+         *         {
+         *           "reservation_id": "rs_9b1d4c7fa2e6b0d95f0c3a8ec8a7f6e5",
+         *           "used": 2750
+         *         },
+         *         {
+         *           "reservation_id": "rs_0c3a8ec8a7f6e59b1d4c7fa2e6b0d95f",
+         *           "used": 0
+         *         }
+         *       ]
+         *     }
+         */
+        SettleBatchRequest: {
+            /** @description The settlements, each made as `POST /v1/reservations/{id}/settle` makes it alone. */
+            settlements: components["schemas"]["SettleBatchEntry"][];
+        };
+        SettleBatchEntry: {
+            /** @description A reservation id as `POST /v1/reservations` answered it. */
+            reservation_id: string;
+            /**
+             * Format: int64
+             * @description What the work really used, in the policy's unit; 0 releases the reservation.
+             */
+            used: number;
+        };
+        SettleBatchResponse: {
+            /** @description `results[i]` answers `settlements[i]`: a `SettleResponse`, or a problem with its `status`. */
+            results: (components["schemas"]["SettleResponse"] | components["schemas"]["QuotaExceededProblem"] | components["schemas"]["PaymentRequiredProblem"] | components["schemas"]["InvalidRequestProblem"] | components["schemas"]["Problem"])[];
+        };
     };
     responses: {
         /** @description The request is malformed; `field` names the member or path parameter at fault when there is one. */
@@ -2549,6 +2666,68 @@ export interface operations {
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["PaymentRequired"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    reserveBatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReservationBatchRequest"];
+            };
+        };
+        responses: {
+            /** @description One result per reservation, in order. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReservationBatchResponse"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
+            402: components["responses"]["PaymentRequired"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    settleReservations: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description 1 to 255 bytes of printable ASCII, chosen by the client and unique per reservation it means (a UUID). A reservation sent again with the same key, by the same tenant and key kind, reserves nothing more and answers the reservation made first (`repeat: true`), for as long as it is held or its settlement kept. On a settlement it is accepted and changes nothing: the same settlement sent again is answered as the first one anyway. Anything else is answered 400 naming `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SettleBatchRequest"];
+            };
+        };
+        responses: {
+            /** @description One result per settlement, in order. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SettleBatchResponse"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];

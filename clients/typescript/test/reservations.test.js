@@ -70,6 +70,87 @@ describe("reservations", () => {
   });
 });
 
+describe("batches", () => {
+  /** @template T @param {T | Error | undefined} r @returns {T} */
+  const ok = (r) => {
+    if (r === undefined || r instanceof Error) throw new Error(`want an answer, got ${r}`);
+    return r;
+  };
+
+  test("reserveBatch answers each as reserve would; settleBatch each as settle would", async () => {
+    const policy = await budget();
+    const c = client();
+    const first = { policy, subject: "user-1", amount: 4000, ttlSeconds: 600, idempotencyKey: `call-${policy}` };
+    const [a, b, unknown] = await c.reserveBatch([
+      first,
+      { policy, subject: "user-2", amount: 20000 },
+      { policy: `${policy}-nope`, subject: "u", amount: 1 },
+    ]);
+    const held = ok(a);
+    assert.equal(held.allowed, true);
+    assert.match(held.reservation_id ?? "", /^rs_[0-9a-f]{32}$/);
+    assert.equal(held.remaining, 6000);
+    assert.equal(held.unit, "tokens");
+    const refused = ok(b);
+    assert.equal(refused.allowed, false);
+    assert.equal(refused.reservation_id, undefined);
+    assert.ok(refused.retry_after_ms > 0);
+    assert.equal(refused.error, undefined);
+    assert.ok(unknown instanceof APIError, String(unknown));
+    assert.equal(unknown.status, 400);
+    assert.equal(unknown.problem.field, "policy");
+
+    const [again] = await c.reserveBatch([first]);
+    assert.equal(ok(again).repeat, true, "the same key again is a repeat");
+    assert.equal(ok(again).reservation_id, held.reservation_id);
+
+    const gone = { ...held, reservation_id: `rs_${"0".repeat(32)}` };
+    const [settled, missing, nothing] = await c.settleBatch([
+      { reservation: held, used: 2750 },
+      { reservation: gone, used: 1 },
+      { reservation: refused, used: 5 },
+    ]);
+    assert.equal(ok(settled).returned, 1250);
+    assert.equal(ok(settled).remaining, 7250);
+    assert.equal(ok(settled).repeat, false);
+    assert.ok(missing instanceof ReservationGoneError, String(missing));
+    assert.equal(nothing, undefined, "a refused reservation holds nothing: nothing sent");
+    const [repeat, other] = await c.settleBatch([
+      { reservation: held, used: 2750 },
+      { reservation: held, used: 100 },
+    ]);
+    assert.equal(ok(repeat).repeat, true);
+    assert.ok(other instanceof SettledOtherwiseError, String(other));
+  });
+
+  test("a batch Tollgate cannot read reserves nothing and throws naming the entry", async () => {
+    const policy = await budget();
+    const c = client();
+    const err = await c
+      .reserveBatch([
+        { policy, subject: "u", amount: 10 },
+        { policy, subject: "u", amount: 0 },
+      ])
+      .catch((e) => e);
+    assert.ok(err instanceof APIError, String(err));
+    assert.equal(err.problem.field, "reservations[1].amount");
+    assert.equal((await c.reserve({ policy, subject: "u", amount: 10000 })).allowed, true, "nothing was held");
+  });
+
+  test("without Tollgate: the fail mode reserves, a settlement throws", async () => {
+    const c = client({ url: env.downURL, failMode: "open" });
+    const rs = await c.reserveBatch([{ policy: "any", subject: "u", amount: 10 }]);
+    const r = ok(rs[0]);
+    assert.equal(r.allowed, true);
+    assert.equal(r.degraded, true);
+    assert.ok(r.error instanceof UnavailableError);
+    await assert.rejects(
+      c.settleBatch([{ reservation: { ...r, degraded: false, reservation_id: `rs_${"1".repeat(32)}` }, used: 1 }]),
+      UnavailableError,
+    );
+  });
+});
+
 describe("withReservation", () => {
   /** @param {import("../dist/index.js").Client} c @param {string} policy @param {string} subject */
   const remaining = async (c, policy, subject) => (await c.peek({ policy, subject })).items[0]?.remaining;
