@@ -154,7 +154,7 @@ type Result struct {
 
 // Store is everything every counter backend does: it checks counters, one
 // request or a batch of them, holds leases (Leaser) and reservations
-// (Reserver), and forgets a counter.
+// (Reserver), counts usage after the fact (Charger), and forgets a counter.
 // Implementations are safe for concurrent use and make one round trip to
 // their server per call (several concurrent calls may share one); each
 // asserts the interface at compile time beside its type, and countertest.Run
@@ -180,6 +180,7 @@ type Store interface {
 	CheckBatch(ctx context.Context, reqs []Request) (results []Result, errs []error)
 	Leaser
 	Reserver
+	Charger
 	// Reset forgets the counter named key in group, and every lease held
 	// under key: what follows counts as on a counter never used. A key that
 	// holds nothing is no error. Errors wrap ErrUnavailable or ErrInvalid (a

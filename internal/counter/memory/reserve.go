@@ -236,3 +236,25 @@ func (s *Store) ReservedSums(_ context.Context, group string, keys []string, now
 	}
 	return out, nil
 }
+
+// Charge implements counter.Store: each item's cost is added with
+// limit.Adjust under its shard's lock, in order.
+func (s *Store) Charge(_ context.Context, req counter.Request) (counter.Charged, error) {
+	if err := counter.ValidateCharge(req); err != nil {
+		return counter.Charged{}, err
+	}
+	now := s.clock(req.Now)
+	us := now.UnixMicro()
+	keys, idx := s.digests(req, nil, nil)
+	locked := s.lock(slices.Clone(idx))
+	defer s.unlock(locked)
+	work := make([]pending, 0, len(req.Items))
+	after := make([]limit.State, len(req.Items))
+	for i, it := range req.Items {
+		st := limit.Adjust(it.Algorithm, s.state(work, idx[i], keys[i]), us, it.Cost, 0, it.Limit, it.Window)
+		work = append(work, pending{idx[i], keys[i], st, limit.Expiry(it.Algorithm, st, it.Window)})
+		after[i] = st
+	}
+	s.store(work, req.Group, us)
+	return counter.ChargedOf(req, after, now), nil
+}

@@ -195,3 +195,33 @@ func (s *Store) ReservedSums(ctx context.Context, group string, keys []string, n
 	}
 	return out, nil
 }
+
+// Charge implements counter.Store in one statement (tollgate_charge).
+func (s *Store) Charge(ctx context.Context, req counter.Request) (counter.Charged, error) {
+	if err := counter.ValidateCharge(req); err != nil {
+		return counter.Charged{}, err
+	}
+	n := len(req.Items)
+	p := sqlcgen.ChargeParams{Keys: make([]string, n), Algs: make([]int16, n), Limits: make([]int64, n),
+		Windows: make([]int64, n), Costs: make([]int64, n), Now: micros(req.Now)}
+	for i, it := range req.Items {
+		p.Keys[i] = string(appendRowKey(nil, req.Group, it.Key))
+		p.Algs[i], p.Limits[i], p.Windows[i], p.Costs[i] = int16(it.Algorithm), it.Limit, it.Window.Micros(), it.Cost
+	}
+	var row sqlcgen.ChargeRow
+	err := s.direct(ctx, "charge", func(ctx context.Context) (err error) {
+		row, err = s.q.Charge(ctx, p)
+		return err
+	})
+	if err != nil {
+		return counter.Charged{}, err
+	}
+	if len(row.AStart) != n || len(row.ACount) != n || len(row.APrev) != n || len(row.ATat) != n {
+		return counter.Charged{}, fmt.Errorf("charge: %w: %d states for %d items", counter.ErrUnavailable, len(row.AStart), n)
+	}
+	after := make([]limit.State, n)
+	for i := range after {
+		after[i] = limit.State{Start: row.AStart[i], Count: row.ACount[i], Prev: row.APrev[i], TAT: row.ATat[i]}
+	}
+	return counter.ChargedOf(req, after, time.UnixMicro(row.NowUs).UTC()), nil
+}

@@ -230,3 +230,38 @@ func (s *Store) ReservedSums(ctx context.Context, group string, keys []string, n
 	}
 	return out, nil
 }
+
+// Charge implements counter.Store in one script on the group's counters
+// (reserve.lua's charge), through the checks' lanes as a settlement goes.
+func (s *Store) Charge(ctx context.Context, req counter.Request) (counter.Charged, error) {
+	if err := counter.ValidateCharge(req); err != nil {
+		return counter.Charged{}, err
+	}
+	keys := make([]string, len(req.Items))
+	for i, it := range req.Items {
+		keys[i] = s.key(req.Group, it.Key)
+	}
+	v, err := s.queued(ctx, reserveLua, reserveSHA, req.Group, keys, "charge", appendRequest(nil, req))
+	if err != nil {
+		return counter.Charged{}, failed(ctx, "charge", err)
+	}
+	reply, ok := v.([]any)
+	if !ok || len(reply) != 2 {
+		return counter.Charged{}, fmt.Errorf("charge: %w: %w", counter.ErrUnavailable, errReply)
+	}
+	us, ok1 := reply[0].(int64)
+	states, ok2 := reply[1].(string)
+	if !ok1 || !ok2 || len(states) != stateLen*len(req.Items) {
+		return counter.Charged{}, fmt.Errorf("charge: %w: %w", counter.ErrUnavailable, errReply)
+	}
+	after := make([]limit.State, len(req.Items))
+	for i := range after {
+		b := states[stateLen*i:]
+		after[i] = limit.State{Start: int64(f64(b)), Count: int64(f64(b[8:])), Prev: int64(f64(b[16:])), TAT: f64(b[24:])}
+	}
+	now := time.UnixMicro(us).UTC()
+	if !req.Now.IsZero() {
+		now = req.Now.Truncate(time.Microsecond)
+	}
+	return counter.ChargedOf(req, after, now), nil
+}

@@ -338,5 +338,31 @@ elseif ARGV[1] == 'reserved' then
     end
   end
   return sums
+elseif ARGV[1] == 'charge' then
+  -- counter.Charger: KEYS[i] is item i's counter, ARGV[2] the request
+  -- (checklib.lua's layout; advisory ignored). Each cost is added with
+  -- adjust, in order, past the limit if need be. Returns {now, the state
+  -- after each item, 32 bytes each}.
+  local spec = ARGV[2]
+  local _, _, n, t, pos = struct.unpack('<BBBd', spec)
+  local now = t
+  if t < 0 then
+    local c = redis.call('TIME')
+    now = c[1] * 1000000 + c[2]
+  end
+  local out = {}
+  for i = 1, n do
+    local alg, lim, w, cost
+    alg, _, lim, w, cost, pos = struct.unpack('<BBddd', spec, pos)
+    local cur = redis.call('GET', KEYS[i])
+    if cur == false then cur = ZERO end
+    if #cur ~= 32 then
+      return redis.error_reply('ERR tollgate: malformed counter state at ' .. KEYS[i])
+    end
+    local st, exp = adjust(alg, cur, now, cost, 0, lim, w)
+    redis.call('SET', KEYS[i], st, 'PX', px(exp, now, GRACE_MS))
+    out[i] = st
+  end
+  return {now, table.concat(out)}
 end
 return redis.error_reply('ERR tollgate: unknown reservation operation')

@@ -39,6 +39,7 @@ func Run(t *testing.T, b Backend) {
 	runBatches(t, b)
 	runLeases(t, b)
 	runReservations(t, b)
+	runCharges(t, b)
 	if b.Breakable != nil {
 		t.Run("Unavailable", func(t *testing.T) { unavailable(t, b) })
 		if b.Patient {

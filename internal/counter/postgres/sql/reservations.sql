@@ -77,3 +77,12 @@ LEFT JOIN (
 ) AS c ON c.item_key = k.key
 GROUP BY k.ord
 ORDER BY k.ord;
+
+-- name: Charge :one
+-- Charge counts usage after the fact; see tollgate_charge in
+-- migrations/000030_charge.up.sql. Now is NULL for the database clock.
+SELECT c.now_us::bigint AS now_us,
+    coalesce(c.a_start, '{}')::bigint[] AS a_start, coalesce(c.a_count, '{}')::bigint[] AS a_count,
+    coalesce(c.a_prev, '{}')::bigint[] AS a_prev, coalesce(c.a_tat, '{}')::double precision[] AS a_tat
+FROM tollgate_charge(@keys::text[], @algs::smallint[], @limits::bigint[], @windows::bigint[], @costs::bigint[],
+    sqlc.narg('now')::bigint) AS c;

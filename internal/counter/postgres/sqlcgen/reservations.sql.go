@@ -9,6 +9,53 @@ import (
 	"context"
 )
 
+const charge = `-- name: Charge :one
+SELECT c.now_us::bigint AS now_us,
+    coalesce(c.a_start, '{}')::bigint[] AS a_start, coalesce(c.a_count, '{}')::bigint[] AS a_count,
+    coalesce(c.a_prev, '{}')::bigint[] AS a_prev, coalesce(c.a_tat, '{}')::double precision[] AS a_tat
+FROM tollgate_charge($1::text[], $2::smallint[], $3::bigint[], $4::bigint[], $5::bigint[],
+    $6::bigint) AS c
+`
+
+type ChargeParams struct {
+	Keys    []string
+	Algs    []int16
+	Limits  []int64
+	Windows []int64
+	Costs   []int64
+	Now     *int64
+}
+
+type ChargeRow struct {
+	NowUs  int64
+	AStart []int64
+	ACount []int64
+	APrev  []int64
+	ATat   []float64
+}
+
+// Charge counts usage after the fact; see tollgate_charge in
+// migrations/000030_charge.up.sql. Now is NULL for the database clock.
+func (q *Queries) Charge(ctx context.Context, arg ChargeParams) (ChargeRow, error) {
+	row := q.db.QueryRow(ctx, charge,
+		arg.Keys,
+		arg.Algs,
+		arg.Limits,
+		arg.Windows,
+		arg.Costs,
+		arg.Now,
+	)
+	var i ChargeRow
+	err := row.Scan(
+		&i.NowUs,
+		&i.AStart,
+		&i.ACount,
+		&i.APrev,
+		&i.ATat,
+	)
+	return i, err
+}
+
 const readReservation = `-- name: ReadReservation :one
 SELECT (r.grp IS NOT NULL)::boolean AS found,
     coalesce(r.expires_us, 0)::bigint AS expires_us, (r.settled_us IS NOT NULL)::boolean AS settled,

@@ -1,0 +1,1 @@
+DROP FUNCTION IF EXISTS tollgate_charge(text[], smallint[], bigint[], bigint[], bigint[], bigint);
