@@ -296,3 +296,29 @@ func TestClientReservationBatches(t *testing.T) {
 		t.Fatalf("no Tollgate, fail open: %+v, %v", rs, err)
 	}
 }
+
+// TestClientCharge: Charge counts usage past the limit against the real
+// binary, is allowed whatever is left, and the next Check is refused; while
+// Tollgate is away it is an error, not the fail mode's answer.
+func TestClientCharge(t *testing.T) {
+	dsn := pgtest.New(t)
+	in := start(t, dsn, patientStore)
+	nt := createTenant(t, dsn, "pro")
+	u := apiUser{t: t, in: in, key: nt.LiveKey}
+	u.putPolicy("llm-tokens", map[string]any{"limit": 1000, "window": "1h", "unit": "tokens"})
+	tg := newClient(t, in.base, nt.LiveKey)
+	ctx := context.Background()
+	item := client.Item{Policy: "llm-tokens", Subject: "user-1", Cost: 1200}
+	d, err := tg.Charge(ctx, item)
+	if err != nil || !d.Allowed || len(d.Items) != 1 || d.Items[0].Allowed || d.Items[0].Remaining != 0 || d.Items[0].Limit != 1000 {
+		t.Fatalf("charge 1,200 of 1,000: %+v, %v", d, err)
+	}
+	item.Cost = 1
+	if d, err := tg.Check(ctx, item); err != nil || d.Allowed {
+		t.Fatalf("check on the overdrawn budget: %+v, %v", d, err)
+	}
+	away := newClient(t, "http://127.0.0.1:1", nt.LiveKey)
+	if d, err := away.Charge(ctx, item); !errors.Is(err, client.ErrUnavailable) || d.Allowed {
+		t.Fatalf("charge with Tollgate away: %+v, %v", d, err)
+	}
+}

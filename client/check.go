@@ -120,6 +120,27 @@ func (c *Client) Peek(ctx context.Context, items ...Item) (Decision, error) {
 	return c.check(ctx, "peek", items)
 }
 
+// Charge counts usage that happened already (a response's tokens, known
+// once it is done): each item's Cost is added to its counter whatever is
+// left, past its limit if need be, and is never refused by the tenant's
+// policies. The Decision is Allowed; each item says whether its counter is
+// still within its limit (Remaining 0 when it is overdrawn, and Checks of
+// it are refused until that much has rolled out). A charge is never
+// batched, and no FailMode decides it: when Tollgate is unavailable, Charge
+// returns an error wrapping ErrUnavailable and a zero Decision, and the
+// same charge may be sent again.
+func (c *Client) Charge(ctx context.Context, items ...Item) (Decision, error) {
+	in := checkIn{Mode: "charge", Items: make([]checkItemIn, len(items))}
+	for i, it := range items {
+		in.Items[i] = checkItemIn{Policy: it.Policy, Subject: subjectOf(it.Subject), Cost: it.Cost}
+	}
+	out := decisionOut{asked: in.Items}
+	if err := c.do(ctx, "POST", "/v1/check", &in, &out); err != nil {
+		return Decision{}, err
+	}
+	return out.d, nil
+}
+
 func (c *Client) check(ctx context.Context, mode string, items []Item) (Decision, error) {
 	in := checkIn{Mode: mode, Items: make([]checkItemIn, len(items))}
 	for i, it := range items {

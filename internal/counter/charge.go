@@ -62,3 +62,9 @@ func ChargedOf(req Request, after []limit.State, now time.Time) Charged {
 	}
 	return out
 }
+
+// Decision is s as a check's decision describes a counter: Allowed when it
+// is within its limit (not overdrawn), its Remaining and ResetAt.
+func (s SettledItem) Decision() limit.Decision {
+	return limit.Decision{Allowed: s.Overdrawn == 0, Limit: s.Limit, Remaining: s.Remaining, ResetAt: s.ResetAt}
+}

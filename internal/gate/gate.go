@@ -241,6 +241,13 @@ type Mode = counter.Mode
 const (
 	Consume = counter.Consume
 	Peek    = counter.Peek
+	// Charge counts the items' costs after the fact, past their limits if
+	// need be (counter.Charger): usage that happened already (Envoy's
+	// apply_on_stream_done), which a refusal would only leave uncounted.
+	// It is never refused by the policies; the ceilings count it as a
+	// settlement (per-IP and quotas, not the allotment). The counter
+	// stores' Check never sees it.
+	Charge Mode = 2
 )
 
 // The counter store's answers the gate passes on, for its callers to tell

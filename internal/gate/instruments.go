@@ -40,10 +40,11 @@ const (
 	opReset
 	opReserve
 	opSettle
+	opCharge
 	storeOps
 )
 
-var storeOpNames = [storeOps]string{"check", "acquire", "renew", "release", "held", "reset", "reserve", "settle"}
+var storeOpNames = [storeOps]string{"check", "acquire", "renew", "release", "held", "reset", "reserve", "settle", "charge"}
 
 // storeInstruments time one operation of the shared store.
 type storeInstruments struct {

@@ -96,6 +96,9 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		if err != nil {
 			return p.v, err
 		}
+		if c.Mode == Charge {
+			return g.charge(ctx, &p, ceilings, pols)
+		}
 	}
 	var itemBuf [16]counter.Item
 	var spentBuf [4]*units
@@ -522,10 +525,11 @@ func (g *Gate) refuse(ctx context.Context, p *passage, r admission.Refusal) {
 	}
 }
 
-// counted reports whether p counts as a check: a check, a lease's
-// acquire or a reservation.
+// counted reports whether p counts as a check: a check (but a charge, which
+// counts usage a check admitted before), a lease's acquire or a
+// reservation.
 func (p *passage) counted() bool {
-	return p.req.Check != nil || p.lease != nil || p.reservation != nil
+	return (p.req.Check != nil && p.req.Check.Mode != Charge) || p.lease != nil || p.reservation != nil
 }
 
 // observe tells the observers what became of p: v, its outcome.

@@ -284,8 +284,10 @@ func parseCheckBody(body []byte) (*gate.Check, error) {
 		chk.Mode = gate.Consume
 	case "peek":
 		chk.Mode = gate.Peek
+	case "charge":
+		chk.Mode = gate.Charge
 	default:
-		return nil, &badRequest{field: "mode", reason: `want "consume" or "peek"`}
+		return nil, &badRequest{field: "mode", reason: `want "consume", "peek" or "charge"`}
 	}
 	chk.Items = make([]gate.Item, len(b.Items))
 	for i, it := range b.Items {

@@ -121,6 +121,11 @@ func parseBatchSlow(body []byte) ([]gate.Check, error) {
 		if err != nil {
 			return nil, inCheck(i, err)
 		}
+		if chk.Mode == gate.Charge {
+			// A charge is two steps (the ceilings, then the charge), which a
+			// batch's one round trip cannot hold.
+			return nil, &badRequest{field: fmt.Sprintf("checks[%d].mode", i), reason: `"charge" is not batched: send each charge to POST /v1/check`}
+		}
 		if chk.Items == nil {
 			return nil, &badRequest{field: fmt.Sprintf("checks[%d].items", i), reason: "required: at least one item"}
 		}

@@ -18,6 +18,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
@@ -113,5 +114,79 @@ func TestEnvoyDocConfig(t *testing.T) {
 		if res.OverallCode != want || res.Statuses[0].CurrentLimit.GetName() != "per-client" {
 			t.Errorf("the doc's call %d: %v, want %v of per-client", i+1, res, want)
 		}
+	}
+}
+
+// TestEnvoyDocStreamDone: the route of docs/gateways.md's budget counted
+// after the response, as it is written, is a valid Envoy route by Envoy's
+// own generated types and validation rules; and the two calls its rate
+// limits make for one user (the request path's peek, the stream-done
+// charge with the response's tokens as the descriptor's hits_addend) are
+// answered as the doc says: the charge is counted past the limit, and the
+// next request of that user is refused.
+func TestEnvoyDocStreamDone(t *testing.T) {
+	in := start(t, pgtest.New(t))
+	acme := newTenant(t, in.app, "pro")
+	putPolicy(t, in.app, acme.Tenant.ID, "llm-tokens", 1000, time.Hour)
+
+	var tree any
+	if err := yaml.Unmarshal([]byte(docBlock(t, "envoy-stream-done")), &tree); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var route routev3.Route
+	if err := protojson.Unmarshal(js, &route); err != nil {
+		t.Fatalf("the doc's route is no Envoy route: %v", err)
+	}
+	if err := route.ValidateAll(); err != nil {
+		t.Fatalf("the doc's route fails Envoy's validation: %v", err)
+	}
+	limits := route.GetRoute().GetRateLimits()
+	if len(limits) != 2 || limits[0].GetApplyOnStreamDone() || !limits[1].GetApplyOnStreamDone() {
+		t.Fatalf("the doc's route: %d rate limits, want a request-path one then a stream-done one", len(limits))
+	}
+	// The call Envoy makes for each rate limit, for user u1 whose response
+	// used tokens.
+	call := func(rl *routev3.RateLimit, tokens uint64) *rlsv3.RateLimitResponse {
+		t.Helper()
+		d := &ratelimitv3.RateLimitDescriptor{}
+		for _, a := range rl.GetActions() {
+			switch a := a.ActionSpecifier.(type) {
+			case *routev3.RateLimit_Action_GenericKey_:
+				d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: a.GenericKey.GetDescriptorKey(), Value: a.GenericKey.GetDescriptorValue()})
+			case *routev3.RateLimit_Action_RequestHeaders_:
+				d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: a.RequestHeaders.GetDescriptorKey(), Value: "u1"})
+			default:
+				t.Fatalf("the doc's route uses action %T, which this test does not make", a)
+			}
+		}
+		switch h := rl.GetHitsAddend(); {
+		case h.GetNumber() != nil:
+			d.HitsAddend = h.GetNumber()
+		case h.GetFormat() != "":
+			d.HitsAddend = wrapperspb.UInt64(tokens)
+		}
+		ctx, cancel := context.WithTimeout(as(t.Context(), acme.Live), 10*time.Second)
+		defer cancel()
+		res, err := in.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatalf("the doc's call: %v", err)
+		}
+		return res
+	}
+	// Two calls of 600 tokens each, admitted while anything was left: both
+	// are counted, the second past the limit.
+	for i := range 2 {
+		if res := call(limits[0], 0); res.OverallCode != ok {
+			t.Fatalf("request %d: %v, want OK", i+1, res)
+		}
+		call(limits[1], 600)
+	}
+	res := call(limits[0], 0)
+	if res.OverallCode != over {
+		t.Fatalf("after 1,200 tokens of 1,000: %v, want OVER_LIMIT", res)
 	}
 }

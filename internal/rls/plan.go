@@ -94,6 +94,20 @@ func (s *Service) plan(ctx context.Context, tenantID string, in *rlsv3.RateLimit
 		}
 		return uint64(max(in.GetHitsAddend(), 1))
 	}
+	// A descriptor carrying the ChargeKey entry counts hits after the fact:
+	// the entry is no part of what it names.
+	entries := make([][]*ratelimitv3.RateLimitDescriptor_Entry, len(ds))
+	charged := make([]bool, len(ds))
+	for i, d := range ds {
+		for _, e := range d.GetEntries() {
+			if e.GetKey() == ChargeKey {
+				charged[i] = true
+				continue
+			}
+			entries[i] = append(entries[i], e)
+		}
+	}
+	var itemCharged []bool
 	var conf *envoyconf.Config
 	if s.cfg.Domains != nil {
 		var err error
@@ -102,13 +116,13 @@ func (s *Service) plan(ctx context.Context, tenantID string, in *rlsv3.RateLimit
 		}
 	}
 	if conf != nil {
-		entries := make([][]envoyconf.Entry, len(ds))
-		for i, d := range ds {
-			for _, e := range d.GetEntries() {
-				entries[i] = append(entries[i], envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		named := make([][]envoyconf.Entry, len(ds))
+		for i := range ds {
+			for _, e := range entries[i] {
+				named[i] = append(named[i], envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()})
 			}
 		}
-		for i, m := range conf.MatchAll(entries) {
+		for i, m := range conf.MatchAll(named) {
 			p.item[i] = -1
 			switch r := m.Rule; {
 			case m.Unlimited:
@@ -125,13 +139,14 @@ func (s *Service) plan(ctx context.Context, tenantID string, in *rlsv3.RateLimit
 				p.items = append(p.items, gate.Item{Policy: r.Policy.Name, Subject: m.Subject, Rule: &r.Policy})
 				p.rules = append(p.rules, r)
 				costs = append(costs, cost(ds[i]))
+				itemCharged = append(itemCharged, charged[i])
 			}
 		}
 	} else {
 		for i, d := range ds {
 			p.item[i] = -1
-			es := d.GetEntries()
-			if es[0].GetKey() != "policy" {
+			es := entries[i]
+			if len(es) == 0 || es[0].GetKey() != "policy" {
 				p.fixed[i] = ok()
 				continue
 			}
@@ -143,9 +158,43 @@ func (s *Service) plan(ctx context.Context, tenantID string, in *rlsv3.RateLimit
 			p.items = append(p.items, gate.Item{Policy: es[0].GetValue(), Subject: strings.Join(values, "|")})
 			p.rules = append(p.rules, nil)
 			costs = append(costs, cost(d))
+			itemCharged = append(itemCharged, charged[i])
 		}
 	}
-	return p, p.setCosts(costs)
+	if err := p.setCosts(costs); err != nil {
+		return nil, err
+	}
+	return p, p.setCharge(itemCharged)
+}
+
+// ChargeKey is the descriptor entry that makes a request a charge
+// (gate.Charge): its hits are counted past the limit if need be, as usage
+// that happened already. Envoy adds it to the rate limit it applies on
+// stream done (apply_on_stream_done, hits_addend from the response) with a
+// generic_key action; the entry names nothing, and is left out of the
+// descriptor's subject and of its match in an uploaded configuration.
+const ChargeKey = "tollgate.charge"
+
+// setCharge makes a counting check a charge when its items' descriptors
+// carry ChargeKey (charged[k] for item k): all of them, or none, as a
+// request is counted whole.
+func (p *plan) setCharge(charged []bool) error {
+	n := 0
+	for _, c := range charged {
+		if c {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return nil
+	case n < len(charged):
+		return invalid("%d of %d counting descriptors carry %q: a request is a charge whole, or not at all", n, len(charged), ChargeKey)
+	case p.mode == gate.Consume:
+		p.mode = gate.Charge
+	}
+	// A charge of hits_addend 0 counts nothing: it is answered as a peek.
+	return nil
 }
 
 // descriptor is the index of the descriptor of the check's item k.

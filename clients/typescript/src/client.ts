@@ -244,9 +244,22 @@ export class Client {
     return this.#check("peek", items, opts);
   }
 
-  async #check(mode: "consume" | "peek", items: Item | Item[], opts?: CallOptions): Promise<Decision> {
+  /** Counts usage that happened already (a response's tokens, known once
+   * it is done): each item's `cost` is added to its counter whatever is
+   * left, past its limit if need be, and never refused by the tenant's
+   * policies. The Decision is `allowed`; each item says whether its counter
+   * is still within its limit (`remaining` 0 when it is overdrawn, and
+   * checks of it are refused until that much has rolled out). A charge is
+   * never batched and no fail mode decides it: when Tollgate is unavailable
+   * it throws an UnavailableError, and the same charge may be sent again. */
+  async charge(items: Item | Item[], opts?: CallOptions): Promise<Decision> {
     const list = Array.isArray(items) ? items : [items];
-    const body: Schemas["CheckRequest"] = {
+    const body = await this.#checkBody("charge", list);
+    return await this.#call<CheckResponse>("POST", "/v1/check", body, shapes.decision(list.length), this.timeoutMs, opts);
+  }
+
+  async #checkBody(mode: "consume" | "peek" | "charge", list: Item[]): Promise<Schemas["CheckRequest"]> {
+    return {
       mode,
       items: await Promise.all(
         list.map(async (it) => {
@@ -257,6 +270,11 @@ export class Client {
         }),
       ),
     };
+  }
+
+  async #check(mode: "consume" | "peek", items: Item | Item[], opts?: CallOptions): Promise<Decision> {
+    const list = Array.isArray(items) ? items : [items];
+    const body = await this.#checkBody(mode, list);
     try {
       if (this.#batcher) return await this.#batcher.check(body, opts?.signal);
       return await this.#call<CheckResponse>("POST", "/v1/check", body, shapes.decision(list.length), this.timeoutMs, opts);

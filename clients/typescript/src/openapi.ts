@@ -841,10 +841,11 @@ export interface components {
          */
         CheckRequest: {
             /**
+             * @description `consume` counts the check when every item allows; `peek` answers without counting; `charge` counts usage that happened already (a response's tokens, Envoy's `apply_on_stream_done`): each item's cost is added past its limit if need be and the answer is `allowed` whatever is left, each item saying whether its counter is still within its limit (`allowed`, `remaining` 0 when overdrawn). A charge passes the per-IP and quota ceilings but not the allotment, and is not batched (`POST /v1/check/batch` answers it 400).
              * @default consume
              * @enum {string}
              */
-            mode?: "consume" | "peek";
+            mode?: "consume" | "peek" | "charge";
             items: components["schemas"]["CheckRequestItem"][];
         };
         CheckRequestItem: {

@@ -15,6 +15,19 @@ import { client, env, newPolicy } from "./support.js";
 /** A budget of 10,000 tokens an hour. */
 const budget = () => newPolicy("budget", { limit: 10000, window: "1h", algorithm: "fixed_window", unit: "tokens" });
 
+describe("charges", () => {
+  test("charge counts past the limit, and the next check is refused", async () => {
+    const policy = await newPolicy("charged", { limit: 1000, window: "1h", unit: "tokens" });
+    const c = client();
+    const d = await c.charge({ policy, subject: "user-1", cost: 1200 });
+    assert.equal(d.allowed, true);
+    assert.equal(d.items[0]?.allowed, false);
+    assert.equal(d.items[0]?.remaining, 0);
+    assert.equal((await c.check({ policy, subject: "user-1" })).allowed, false);
+    await assert.rejects(client({ url: env.downURL }).charge({ policy, subject: "user-1", cost: 1 }), UnavailableError);
+  });
+});
+
 describe("reservations", () => {
   test("reserve, settle, settle again, release", async () => {
     const policy = await budget();
