@@ -119,6 +119,13 @@ type SettleRef struct {
 	// Used is what was really used, 0 to limit.MaxLimit, charged to every
 	// policy item of the reservation in place of its amount.
 	Used int64
+	// KeptLimit, when not zero, is how many settled outcomes the group
+	// keeps at most: settling past it forgets the group's oldest outcomes
+	// (by the instant until which each is kept, then id; never the one
+	// settled now) before their SettledKept is up, so that a group's
+	// settlements hold a share of the store, not all it has. A repeat of a
+	// forgotten settlement wraps ErrNoReservation.
+	KeptLimit int64
 	// Now, when not zero, replaces the store's clock.
 	Now time.Time
 }
@@ -304,6 +311,9 @@ func ValidateSettle(ref SettleRef) error {
 	}
 	if ref.Used < 0 || ref.Used > limit.MaxLimit {
 		return fmt.Errorf("used %d: must be 0 to %d: %w", ref.Used, limit.MaxLimit, ErrInvalid)
+	}
+	if ref.KeptLimit < 0 || ref.KeptLimit > limit.MaxLimit {
+		return fmt.Errorf("kept limit %d: must be 0 to %d: %w", ref.KeptLimit, limit.MaxLimit, ErrInvalid)
 	}
 	return validNow(ref.Now)
 }

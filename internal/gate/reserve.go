@@ -403,7 +403,9 @@ func (g *Gate) Settle(ctx context.Context, tenantID string, test bool, id string
 		return Settled{}, err
 	}
 	defer work.release()
-	ref := counter.SettleRef{Group: tenantID, ID: storeLeaseID(id, test), Used: used}
+	// A tenant keeps as many settled outcomes as it may hold live
+	// reservations: its settlements hold a share of the store.
+	ref := counter.SettleRef{Group: tenantID, ID: storeLeaseID(id, test), Used: used, KeptLimit: g.cfg.TenantMaxReservations}
 	start := time.Now()
 	res, err := throughBreaker(ctx, g, opSettle, tenantID, func() (counter.Settlement, error) { return g.cfg.Store.Settle(ctx, ref) })
 	if err != nil {

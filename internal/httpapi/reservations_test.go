@@ -156,7 +156,8 @@ func TestReservationIdempotencyKey(t *testing.T) {
 }
 
 // TestReservationTenantBound: a tenant at its bound of live reservations
-// is refused with tenant_full, and another tenant is not.
+// is refused with tenant_full, and another tenant is not; its settled
+// outcomes are kept up to the same bound, the oldest forgotten past it.
 func TestReservationTenantBound(t *testing.T) {
 	t.Parallel()
 	a := newTenantAPIWith(t, pgtest.New(t), apiOptions{tenantMaxReservations: 3})
@@ -179,6 +180,15 @@ func TestReservationTenantBound(t *testing.T) {
 	wantStatus(t, a.do(hostile, "POST", "/v1/reservations/"+ids[0]+"/settle", `{"used":1}`), http.StatusOK)
 	r = a.do(hostile, "POST", "/v1/reservations", `{"policy":"llm","subject":"s","amount":1}`)
 	wantFields(t, "after a settlement", r, map[string]any{"allowed": true})
+	ids = append(ids, r.json(t)["reservation_id"].(string))
+	// Settled outcomes hold a share too: past three kept, the oldest is
+	// forgotten (a repeat of it is a 404), the newest repeat.
+	for _, id := range ids[1:] {
+		wantStatus(t, a.do(hostile, "POST", "/v1/reservations/"+id+"/settle", `{"used":1}`), http.StatusOK)
+	}
+	wantStatus(t, a.do(hostile, "POST", "/v1/reservations/"+ids[0]+"/settle", `{"used":1}`), http.StatusNotFound)
+	r = a.do(hostile, "POST", "/v1/reservations/"+ids[3]+"/settle", `{"used":1}`)
+	wantFields(t, "the newest outcome", r, map[string]any{"repeat": true})
 }
 
 // TestReservationRoutesRefuseBadInput: 400s naming the field, never a

@@ -115,7 +115,40 @@ func (s *Store) Settle(_ context.Context, ref counter.SettleRef) (counter.Settle
 	v.settled, v.used, v.at = true, ref.Used, us
 	v.after = s.adjust(ref.Group, v.charges, us, ref.Used, false)
 	v.keep = max(v.exp, us+counter.SettledKept.Microseconds())
+	s.trimKept(ref.Group, ref.ID, ref.KeptLimit)
 	return settlement(v, false), nil
+}
+
+// trimKept forgets group's oldest settled outcomes (by keep, then id) past
+// limit, but never the one of id (limit zero: none). s.reserveMu is held.
+// It scans the group, as expire does.
+func (s *Store) trimKept(group, id string, limit int64) {
+	if limit <= 0 {
+		return
+	}
+	g := s.reservations.byGroup[group]
+	var kept []*reservation
+	for _, v := range g {
+		if v.settled {
+			kept = append(kept, v)
+		}
+	}
+	over := int64(len(kept)) - limit
+	if over <= 0 {
+		return
+	}
+	slices.SortFunc(kept, func(a, b *reservation) int { return cmp.Or(cmp.Compare(a.keep, b.keep), cmp.Compare(a.id, b.id)) })
+	for _, v := range kept {
+		if over == 0 {
+			break
+		}
+		if v.id == id {
+			continue
+		}
+		delete(g, v.id)
+		s.reservations.n--
+		over--
+	}
 }
 
 // Reservation implements counter.Store.

@@ -99,7 +99,7 @@ func (s *Store) Settle(ctx context.Context, ref counter.SettleRef) (counter.Sett
 	var row sqlcgen.SettleRow
 	err := s.direct(ctx, "settle reservation", func(ctx context.Context) (err error) {
 		row, err = s.q.Settle(ctx, sqlcgen.SettleParams{
-			Grp: ref.Group, ID: []byte(ref.ID), Used: ref.Used, Kept: counter.SettledKept.Microseconds(), Now: micros(ref.Now),
+			Grp: ref.Group, ID: []byte(ref.ID), Used: ref.Used, Kept: counter.SettledKept.Microseconds(), Kmax: ref.KeptLimit, Now: micros(ref.Now),
 		})
 		return err
 	})

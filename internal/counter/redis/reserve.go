@@ -92,7 +92,7 @@ func (s *Store) Settle(ctx context.Context, ref counter.SettleRef) (counter.Sett
 	if err := counter.ValidateSettle(ref); err != nil {
 		return counter.Settlement{}, err
 	}
-	v, err := s.queued(ctx, reserveLua, reserveSHA, ref.Group, s.reserveKeys(ref.Group), "settle", instant(ref.Now), ref.ID, ref.Used, counter.SettledKept.Microseconds())
+	v, err := s.queued(ctx, reserveLua, reserveSHA, ref.Group, s.reserveKeys(ref.Group), "settle", instant(ref.Now), ref.ID, ref.Used, counter.SettledKept.Microseconds(), ref.KeptLimit)
 	if err != nil {
 		return counter.Settlement{}, failed(ctx, "settle reservation", err)
 	}

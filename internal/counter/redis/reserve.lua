@@ -51,10 +51,11 @@
 --          keys. Returns per key the sum of the amounts the live
 --          reservations (expiring after now) hold on it. It writes nothing.
 --
--- ARGV[5] of settle is how long a settled outcome is kept at least (µs). The three keys expire a second after the last
--- outcome kept, or 61 days after the last live expiry (a release due then
--- still gives back to a sliding window of 30 days) when nobody touches the
--- group before.
+-- ARGV[5] of settle is how long a settled outcome is kept at least (µs),
+-- ARGV[6] how many the group keeps at most (counter.SettleRef.KeptLimit).
+-- The three keys expire a second after the last outcome kept, or 61 days
+-- after the last live expiry (a release due then still gives back to a
+-- sliding window of 30 days) when nobody touches the group before.
 
 local LIVE_GRACE_MS = 61 * 86400000
 local GRACE_MS = 1000
@@ -282,6 +283,20 @@ elseif ARGV[1] == 'settle' then
   redis.call('HSET', rv, id, done)
   redis.call('ZREM', rl, id)
   redis.call('ZADD', rs, until_, id)
+  -- Past the group's share of kept outcomes (ARGV[6], 0: none), its
+  -- oldest are forgotten (by score, then id), never this one.
+  local kmax = tonumber(ARGV[6]) or 0
+  local over = redis.call('ZCARD', rs) - kmax
+  if kmax > 0 and over > 0 then
+    local old = redis.call('ZRANGE', rs, 0, over)
+    for j = 1, #old do
+      if over > 0 and old[j] ~= id then
+        redis.call('ZREM', rs, old[j])
+        redis.call('HDEL', rv, old[j])
+        over = over - 1
+      end
+    end
+  end
   keep(rv, rl, rs, now)
   return {1, done}
 elseif ARGV[1] == 'read' then

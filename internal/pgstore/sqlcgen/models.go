@@ -222,6 +222,11 @@ type Reservation struct {
 	ATat      []float64
 }
 
+type ReservationKept struct {
+	Grp string
+	N   int64
+}
+
 type StripeEvent struct {
 	ID               string
 	Type             string

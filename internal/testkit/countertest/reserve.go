@@ -34,6 +34,65 @@ func runReservations(t *testing.T, b Backend) {
 	t.Run("ThreeInstancesReserveAndSettle", func(t *testing.T) { t.Parallel(); reserveThreeInstances(t, b) })
 	t.Run("ReservationsMatchTheModel", func(t *testing.T) { t.Parallel(); reservationsMatchModel(t, b) })
 	t.Run("ReservedSums", func(t *testing.T) { t.Parallel(); reservedSums(t, b) })
+	t.Run("SettledOutcomesHoldAShare", func(t *testing.T) { t.Parallel(); settledKeptLimit(t, b) })
+}
+
+// settledKeptLimit: a group keeps at most KeptLimit settled outcomes;
+// settling past it forgets its oldest (by keep-until, then id) early, never
+// the one just settled, and another group's outcomes not at all; the live
+// reservations are untouched.
+func settledKeptLimit(t *testing.T, b Backend) {
+	s := open(t, b)
+	it := counter.Item{Key: "kept", Algorithm: limit.FixedWindow, Limit: 1000, Window: limit.Every(time.Hour), Cost: 1}
+	mk := func(group, id string, at time.Time, ttl time.Duration) {
+		t.Helper()
+		r := counter.Reservation{Request: counter.Request{Group: group, Items: []counter.Item{it}, Now: at}, ID: id, TTL: ttl}
+		if res := reserve(t, s, r); !res.Allowed {
+			t.Fatalf("reserve %s/%s: %+v", group, id, res)
+		}
+	}
+	// The neighbour's outcome, and a live reservation of the group.
+	mk("kept-b", "b1", base, time.Minute)
+	settle(t, s, counter.SettleRef{Group: "kept-b", ID: "b1", Used: 1, Now: base, KeptLimit: 3})
+	mk("kept-a", "live", base, time.Hour)
+	// Six settled one second apart, a share of three: the first three
+	// are forgotten, one by one, as the fourth to the sixth settle.
+	for i := range 6 {
+		at := base.Add(time.Duration(i) * time.Second)
+		id := fmt.Sprintf("a%d", i)
+		mk("kept-a", id, at, time.Minute)
+		settle(t, s, counter.SettleRef{Group: "kept-a", ID: id, Used: 1, Now: at, KeptLimit: 3})
+	}
+	now := base.Add(6 * time.Second)
+	for i := range 6 {
+		id := fmt.Sprintf("a%d", i)
+		res, err := settleErr(s, counter.SettleRef{Group: "kept-a", ID: id, Used: 1, Now: now, KeptLimit: 3})
+		switch {
+		case i < 3 && !errors.Is(err, counter.ErrNoReservation):
+			t.Errorf("outcome %s, past the share: %+v, %v; want ErrNoReservation", id, res, err)
+		case i >= 3 && (err != nil || !res.Repeat):
+			t.Errorf("outcome %s, within the share: %+v, %v; want a repeat", id, res, err)
+		}
+	}
+	if res, err := settleErr(s, counter.SettleRef{Group: "kept-b", ID: "b1", Used: 1, Now: now, KeptLimit: 3}); err != nil || !res.Repeat {
+		t.Errorf("the other group's outcome: %+v, %v; want a repeat", res, err)
+	}
+	if h, err := s.Reservation(context.Background(), "kept-a", "live", now); err != nil || h.Settled {
+		t.Errorf("the live reservation: %+v, %v", h, err)
+	}
+	// The one settled now is kept even when it is the oldest to keep: a
+	// reservation of a short ttl settled after others of a long one.
+	for i, ttl := range []time.Duration{20 * time.Hour, 20 * time.Hour, 20 * time.Hour, time.Second} {
+		id := fmt.Sprintf("c%d", i)
+		mk("kept-c", id, now, ttl)
+		settle(t, s, counter.SettleRef{Group: "kept-c", ID: id, Used: 1, Now: now, KeptLimit: 3})
+	}
+	if res, err := settleErr(s, counter.SettleRef{Group: "kept-c", ID: "c3", Used: 1, Now: now, KeptLimit: 3}); err != nil || !res.Repeat {
+		t.Errorf("the outcome settled last: %+v, %v; want a repeat", res, err)
+	}
+	if _, err := settleErr(s, counter.SettleRef{Group: "kept-c", ID: "c0", Used: 1, Now: now, KeptLimit: 3}); !errors.Is(err, counter.ErrNoReservation) {
+		t.Errorf("the oldest of the long ones: %v, want ErrNoReservation", err)
+	}
 }
 
 func reserve(t fataler, s counter.Reserver, r counter.Reservation) counter.Reserved {

@@ -37,7 +37,7 @@ SELECT c.status::smallint AS status, c.used::bigint AS used, c.settled_us::bigin
     coalesce(c.amounts, '{}')::bigint[] AS amounts, coalesce(c.charged, '{}')::bigint[] AS charged,
     coalesce(c.a_start, '{}')::bigint[] AS a_start, coalesce(c.a_count, '{}')::bigint[] AS a_count,
     coalesce(c.a_prev, '{}')::bigint[] AS a_prev, coalesce(c.a_tat, '{}')::double precision[] AS a_tat
-FROM tollgate_settle(@grp::text, @id::bytea, @used::bigint, @kept::bigint, sqlc.narg('now')::bigint) AS c;
+FROM tollgate_settle(@grp::text, @id::bytea, @used::bigint, @kept::bigint, @kmax::bigint, sqlc.narg('now')::bigint) AS c;
 
 -- name: SweepReservations :one
 -- SweepReservations deals with the groups of up to batch reservations that

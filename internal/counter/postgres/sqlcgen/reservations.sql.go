@@ -276,7 +276,7 @@ SELECT c.status::smallint AS status, c.used::bigint AS used, c.settled_us::bigin
     coalesce(c.amounts, '{}')::bigint[] AS amounts, coalesce(c.charged, '{}')::bigint[] AS charged,
     coalesce(c.a_start, '{}')::bigint[] AS a_start, coalesce(c.a_count, '{}')::bigint[] AS a_count,
     coalesce(c.a_prev, '{}')::bigint[] AS a_prev, coalesce(c.a_tat, '{}')::double precision[] AS a_tat
-FROM tollgate_settle($1::text, $2::bytea, $3::bigint, $4::bigint, $5::bigint) AS c
+FROM tollgate_settle($1::text, $2::bytea, $3::bigint, $4::bigint, $5::bigint, $6::bigint) AS c
 `
 
 type SettleParams struct {
@@ -284,6 +284,7 @@ type SettleParams struct {
 	ID   []byte
 	Used int64
 	Kept int64
+	Kmax int64
 	Now  *int64
 }
 
@@ -311,6 +312,7 @@ func (q *Queries) Settle(ctx context.Context, arg SettleParams) (SettleRow, erro
 		arg.ID,
 		arg.Used,
 		arg.Kept,
+		arg.Kmax,
 		arg.Now,
 	)
 	var i SettleRow
