@@ -4,11 +4,9 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/audit"
-	"github.com/tollgate/tollgate/internal/kit/digest"
+	"github.com/tollgate/tollgate/internal/signin"
 	"github.com/tollgate/tollgate/web"
 )
 
@@ -38,25 +36,6 @@ type signedIn struct {
 	csrf string
 }
 
-// csrfFor derives the session's CSRF token from its token: only the holder
-// of the (HttpOnly) session cookie can compute it, and nothing more needs
-// storing.
-func csrfFor(token string) string {
-	return base64.RawURLEncoding.EncodeToString(digest.Key([]byte(token), "tollgate admin csrf"))
-}
-
-// postedToken is the form token of a post: from its body only, never from
-// the URL's query, which proxies log, browsers keep in their history and
-// send on in Referer.
-func postedToken(c echo.Context) string {
-	return c.Request().PostFormValue("csrf")
-}
-
-// sameToken compares two tokens in constant time; empty never matches.
-func sameToken(a, b string) bool {
-	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
-}
-
 // page wraps a handler of signed-in pages: no session sends the browser to
 // sign in (and back here afterwards), a post must carry the session's CSRF
 // token, and the handler's error is answered as a page.
@@ -72,10 +51,10 @@ func (d *Dashboard) page(h func(c echo.Context, s *signedIn) error) echo.Handler
 			if c.Request().Method == http.MethodGet {
 				next = c.Request().URL.RequestURI()
 			}
-			return seeOther(c, "/admin/login"+query("next", safeNext(next)))
+			return seeOther(c, "/admin/login"+signin.Query("next", adminNext(next)))
 		}
 		if c.Request().Method != http.MethodGet && c.Request().Method != http.MethodHead {
-			if !sameToken(postedToken(c), s.csrf) {
+			if !signin.SameToken(signin.PostedToken(c), s.csrf) {
 				d.log.WarnContext(ctx, "dashboard post without a valid csrf token", "path", c.Path())
 				return d.fail(c, s, &pageError{http.StatusForbidden, "Form expired",
 					"This form was not sent from a current dashboard page. Go back, reload the page and try again."})
@@ -123,7 +102,7 @@ func (d *Dashboard) session(c echo.Context) (*signedIn, error) {
 			return nil, err
 		}
 	}
-	return &signedIn{admin: a, token: ck.Value, csrf: csrfFor(ck.Value)}, nil
+	return &signedIn{admin: a, token: ck.Value, csrf: signin.CSRFFor(realm, ck.Value)}, nil
 }
 
 // secure says whether cookies get the Secure attribute.
@@ -140,7 +119,7 @@ func (d *Dashboard) setCookie(c echo.Context, name, value, path string, maxAge i
 
 // loginPage shows the sign-in form, or sends a signed-in admin on.
 func (d *Dashboard) loginPage(c echo.Context) error {
-	next := safeNext(c.QueryParam("next"))
+	next := adminNext(c.QueryParam("next"))
 	if s, err := d.session(c); err == nil && s != nil {
 		return seeOther(c, cmp.Or(next, "/admin"))
 	}
@@ -172,10 +151,10 @@ func (d *Dashboard) login(c echo.Context) error {
 	// histories.
 	email := strings.TrimSpace(c.Request().PostFormValue("email"))
 	password := c.Request().PostFormValue("password")
-	v := web.LoginView{Email: email, Next: safeNext(c.FormValue("next"))}
+	v := web.LoginView{Email: email, Next: adminNext(c.FormValue("next"))}
 
 	ck, err := c.Cookie(loginCookie)
-	if err != nil || !sameToken(postedToken(c), ck.Value) {
+	if err != nil || !signin.SameToken(signin.PostedToken(c), ck.Value) {
 		v.Error = "The sign-in form expired. Please sign in again."
 		return d.renderLogin(c, http.StatusForbidden, v)
 	}
@@ -185,16 +164,16 @@ func (d *Dashboard) login(c echo.Context) error {
 	if err != nil {
 		norm = strings.ToLower(email)
 	}
-	ref, err := d.limiter.admit(ctx, c.RealIP(), norm)
+	ref, err := d.limiter.Admit(ctx, c.RealIP(), norm)
 	if err != nil {
 		return d.fail(c, nil, err)
 	}
 	if ref != nil {
-		secs := int64((ref.retryAfter + time.Second - 1) / time.Second)
+		secs := int64((ref.RetryAfter + time.Second - 1) / time.Second)
 		c.Response().Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
-		v.Error = ref.message
-		v.RetryAfter = "Try again in " + humanDuration(ref.retryAfter) + " (after " + d.now().Add(ref.retryAfter).UTC().Format("15:04:05") + " UTC)."
-		d.log.WarnContext(ctx, "admin sign-in refused by the limiter", "by", ref.by)
+		v.Error = ref.Message
+		v.RetryAfter = "Try again in " + signin.HumanDuration(ref.RetryAfter) + " (after " + d.now().Add(ref.RetryAfter).UTC().Format("15:04:05") + " UTC)."
+		d.log.WarnContext(ctx, "admin sign-in refused by the limiter", "by", ref.By)
 		return d.renderLogin(c, http.StatusTooManyRequests, v)
 	}
 
@@ -220,7 +199,7 @@ func (d *Dashboard) login(c echo.Context) error {
 		ok = false
 	}
 	if !ok {
-		if err := d.limiter.failed(ctx, c.RealIP(), norm); err != nil {
+		if err := d.limiter.Failed(ctx, c.RealIP(), norm); err != nil {
 			return d.fail(c, nil, err)
 		}
 		d.signInFailed(ctx, c.RealIP(), a)
@@ -250,7 +229,7 @@ func (d *Dashboard) login(c echo.Context) error {
 // made-up emails, so auditing those would let anyone fill the audit log; and
 // what was typed as an email may be a password typed in the wrong field.
 func (d *Dashboard) signInFailed(ctx context.Context, ip string, a admin.Admin) {
-	client := d.limiter.clientDigest(ip)
+	client := d.limiter.ClientDigest(ip)
 	if a.ID == "" {
 		d.log.WarnContext(ctx, "admin sign-in failed: no such account", "client_ip_digest", client)
 		return
@@ -276,47 +255,6 @@ func (d *Dashboard) logout(c echo.Context, s *signedIn) error {
 	return seeOther(c, "/admin/login?signed_out=1")
 }
 
-// safeNext returns next when it is a dashboard path of this site, else "":
-// the sign-in must not become an open redirect.
-func safeNext(next string) string {
-	if next == "" || len(next) > 2000 {
-		return ""
-	}
-	u, err := url.Parse(next)
-	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil ||
-		!(u.Path == "/admin" || strings.HasPrefix(u.Path, "/admin/")) ||
-		strings.HasPrefix(next, "//") || strings.Contains(next, `\`) ||
-		strings.HasPrefix(u.Path, "/admin/login") || strings.HasPrefix(u.Path, "/admin/logout") {
-		return ""
-	}
-	return next
-}
-
-// query returns "?name=value", or "" when value is empty.
-func query(name, value string) string {
-	if value == "" {
-		return ""
-	}
-	return "?" + url.Values{name: {value}}.Encode()
-}
-
-// humanDuration says d in words, rounded up to the second: "42 seconds",
-// "14 minutes 3 seconds".
-func humanDuration(d time.Duration) string {
-	secs := int64((d + time.Second - 1) / time.Second)
-	secs = max(secs, 1)
-	plural := func(n int64, unit string) string {
-		if n == 1 {
-			return "1 " + unit
-		}
-		return strconv.FormatInt(n, 10) + " " + unit + "s"
-	}
-	m, s := secs/60, secs%60
-	switch {
-	case m == 0:
-		return plural(s, "second")
-	case s == 0:
-		return plural(m, "minute")
-	}
-	return plural(m, "minute") + " " + plural(s, "second")
-}
+// adminNext is next when it is a dashboard page to go on to after signing
+// in (signin.SafeNext under /admin), else "".
+func adminNext(next string) string { return signin.SafeNext("/admin", next) }

@@ -28,8 +28,8 @@ import (
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/gate"
-	"github.com/tollgate/tollgate/internal/kit/digest"
 	"github.com/tollgate/tollgate/internal/policy"
+	"github.com/tollgate/tollgate/internal/signin"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/internal/usage"
@@ -179,7 +179,7 @@ type Dashboard struct {
 	cfg     Config
 	log     *slog.Logger
 	now     func() time.Time
-	limiter *limiter
+	limiter *signin.Limiter
 	// touchEvery is how stale a session's stored last-seen time may get
 	// before a request writes it again.
 	touchEvery time.Duration
@@ -219,7 +219,7 @@ func New(cfg Config) (*Dashboard, error) {
 	cfg.StripeDashboardURL = strings.TrimRight(cfg.StripeDashboardURL, "/")
 	return &Dashboard{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, touchEvery: min(time.Minute, cfg.IdleTimeout/2),
-		limiter: &limiter{Limiter: cfg.SignInLimiter, digest: digest.New(cfg.Pepper)},
+		limiter: signin.NewLimiter(cfg.SignInLimiter, cfg.Pepper, realm),
 	}, nil
 }
 

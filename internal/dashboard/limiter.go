@@ -1,127 +1,15 @@
 package dashboard
 
-import (
-	"context"
-	"fmt"
-	"net/netip"
-	"time"
+import "github.com/tollgate/tollgate/internal/signin"
 
-	"github.com/tollgate/tollgate/internal/gate"
-	"github.com/tollgate/tollgate/internal/kit/digest"
-)
-
-// The sign-in limits (DESIGN §7's sign-in protection, applied to Tollgate's
-// own sign-in).
+// The sign-in limits of the dashboard's realm ("admin"): package signin's,
+// which the tenants' console shares.
 const (
-	// SignInsPerIP is the sign-in attempts one client IP may make per
-	// minute (sliding window), whatever their outcome.
-	SignInsPerIP = 10
-	// FailuresPerAccount is the failed sign-ins one email may have from one
-	// client IP (for IPv6, the network the client IP stands for) per 15
-	// minutes (fixed window). It is peeked before the password is checked
-	// and consumed only when the check fails, so a right password is never
-	// refused for failures it did not cause, and the ninth failure from an
-	// address within the window is refused before its password is tried.
-	// Failures from one address do not lock the account for another: a
-	// stranger's guesses cannot lock the operator out.
-	FailuresPerAccount = 8
-	// FailuresPerAccountEverywhere is the failed sign-ins one email may have
-	// from all addresses together per 15 minutes, peeked and counted the
-	// same way. It stops a guess spread over many addresses, at the price of
-	// locking the account for everyone until the window ends: locking the
-	// operator out then takes failures from at least 13 addresses, where
-	// one used to do.
-	FailuresPerAccountEverywhere = 100
-	failureWindow                = 15 * time.Minute
+	SignInsPerIP                 = signin.SignInsPerIP
+	FailuresPerAccount           = signin.FailuresPerAccount
+	FailuresPerAccountEverywhere = signin.FailuresPerAccountEverywhere
 )
 
-// limiter counts sign-ins with the gate's Limiter (the shared counter store,
-// else this instance's memory). Keys are HMACs under the pepper: neither an
-// IP nor an email is stored.
-type limiter struct {
-	*gate.Limiter
-	// digest is HMAC-SHA-256 under the pepper.
-	digest *digest.Digester
-}
-
-// signInRefusal says which limit refused a sign-in and for how long.
-type signInRefusal struct {
-	by         string // "ip" or "account"
-	message    string
-	retryAfter time.Duration
-}
-
-// key is the counter key of value (an address, an email) for one kind of
-// limit: 160 bits of its digest. The digest's input, "tollgate admin
-// sign-in", a zero byte, kind, a zero byte and value, is what it has always
-// been, so that the counters of a window survive an upgrade.
-func (l *limiter) key(kind, value string) string {
-	return "admin-signin:" + kind + ":" + l.digest.Hex(20, "tollgate admin sign-in", kind, "\x00", value)
-}
-
-// clientKey is the client IP as a key part: an address (IPv4-mapped ones
-// as IPv4) or, when Echo's IP extractor keys a client by its network, that
-// network's first address; "unknown" for anything else.
-func clientKey(ip string) string {
-	if p, err := netip.ParsePrefix(ip); err == nil {
-		if p.Bits() == p.Addr().BitLen() {
-			return p.Addr().Unmap().String()
-		}
-		return p.Masked().Addr().Unmap().String()
-	}
-	if a, err := netip.ParseAddr(ip); err == nil {
-		return a.Unmap().String()
-	}
-	return "unknown"
-}
-
-// clientDigest is what logs and the audit log show of a client IP: the
-// digest the API's per-IP counter keys use for the address (128 bits of its
-// HMAC under the pepper), so that the two can be matched, never the address.
-func (l *limiter) clientDigest(ip string) string {
-	return l.digest.Hex(16, "ip", clientKey(ip))
-}
-
-func (l *limiter) ipRule(ip string) gate.Rule {
-	return gate.Rule{Key: l.key("ip", clientKey(ip)), Limit: SignInsPerIP, Window: time.Minute}
-}
-
-// accountRule counts email's failures from ip.
-func (l *limiter) accountRule(ip, email string) gate.Rule {
-	return gate.Rule{Key: l.key("account-ip", email+"\x00"+clientKey(ip)), Limit: FailuresPerAccount, Window: failureWindow, Fixed: true}
-}
-
-// everywhereRule counts email's failures from every address.
-func (l *limiter) everywhereRule(email string) gate.Rule {
-	return gate.Rule{Key: l.key("account", email), Limit: FailuresPerAccountEverywhere, Window: failureWindow, Fixed: true}
-}
-
-// admit counts a sign-in attempt from ip and peeks at email's failures,
-// from ip and from everywhere, in one round trip: the IP item is the
-// question's ceiling, counted when it allows even in peek mode
-// (gate.Limits.Ceilings). It returns the refusal, or nil to go on.
-func (l *limiter) admit(ctx context.Context, ip, email string) (*signInRefusal, error) {
-	ds, err := l.Check(ctx, gate.Limits{Peek: true, Ceilings: 1, Rules: []gate.Rule{l.ipRule(ip), l.accountRule(ip, email), l.everywhereRule(email)}})
-	if err != nil {
-		return nil, err
-	}
-	if d := ds[0]; !d.Allowed {
-		return &signInRefusal{by: "ip", retryAfter: d.RetryAfter,
-			message: fmt.Sprintf("Too many sign-in attempts from your network address: at most %d a minute.", SignInsPerIP)}, nil
-	}
-	if d := ds[1]; !d.Allowed {
-		return &signInRefusal{by: "account", retryAfter: d.RetryAfter,
-			message: fmt.Sprintf("Too many failed sign-ins for this account from your network address: at most %d in %d minutes.", FailuresPerAccount, int(failureWindow/time.Minute))}, nil
-	}
-	if d := ds[2]; !d.Allowed {
-		return &signInRefusal{by: "account_everywhere", retryAfter: d.RetryAfter,
-			message: fmt.Sprintf("Too many failed sign-ins for this account from everywhere: at most %d in %d minutes, after which it is locked for everyone until the time below.", FailuresPerAccountEverywhere, int(failureWindow/time.Minute))}, nil
-	}
-	return nil, nil
-}
-
-// failed counts a failed sign-in of email from ip.
-func (l *limiter) failed(ctx context.Context, ip, email string) error {
-	_, err := l.Check(ctx, gate.Limits{Rules: []gate.Rule{l.accountRule(ip, email), l.everywhereRule(email)}})
-	return err
-}
+// realm keeps the dashboard's sign-in counters and form tokens apart from
+// the console's.
+const realm = "admin"

@@ -1,29 +1,28 @@
-package dashboard
+package signin
 
 import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"testing"
-
-	"github.com/tollgate/tollgate/internal/kit/digest"
 )
 
-// TestLimiterKeysSurviveUpgrades: the sign-in limits' counter keys are what
-// earlier versions wrote, so that a window's counts hold across an upgrade.
+// TestLimiterKeysSurviveUpgrades: the dashboard's sign-in limits' counter
+// keys (realm "admin") are what earlier versions wrote, so that a window's
+// counts hold across an upgrade.
 func TestLimiterKeysSurviveUpgrades(t *testing.T) {
 	t.Parallel()
 	pepper := []byte("test pepper")
-	l := &limiter{digest: digest.New(pepper)}
+	l := NewLimiter(nil, pepper, "admin")
 	old := func(kind, value string) string {
 		m := hmac.New(sha256.New, pepper)
 		m.Write([]byte("tollgate admin sign-in\x00" + kind + "\x00" + value))
 		return "admin-signin:" + kind + ":" + hex.EncodeToString(m.Sum(nil)[:20])
 	}
 	for _, tc := range []struct{ got, want string }{
-		{l.ipRule("192.0.2.1").Key, old("ip", "192.0.2.1")},
-		{l.accountRule("2001:db8::/64", "ops@example.com").Key, old("account-ip", "ops@example.com\x002001:db8::")},
-		{l.everywhereRule("ops@example.com").Key, old("account", "ops@example.com")},
+		{l.IPRule("192.0.2.1").Key, old("ip", "192.0.2.1")},
+		{l.AccountRule("2001:db8::/64", "ops@example.com").Key, old("account-ip", "ops@example.com\x002001:db8::")},
+		{l.EverywhereRule("ops@example.com").Key, old("account", "ops@example.com")},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("key %s, want %s", tc.got, tc.want)
@@ -37,8 +36,8 @@ func TestLimiterKeysSurviveUpgrades(t *testing.T) {
 // of unresolvable clients.
 func TestLimiterKeysAddressesAndNetworks(t *testing.T) {
 	t.Parallel()
-	l := &limiter{digest: digest.New([]byte("test pepper"))}
-	key := func(ip string) string { return l.ipRule(ip).Key }
+	l := NewLimiter(nil, []byte("test pepper"), "admin")
+	key := func(ip string) string { return l.IPRule(ip).Key }
 	unknown := key("")
 	for _, tc := range []struct {
 		name string
