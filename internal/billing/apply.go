@@ -245,10 +245,21 @@ func changeNote(a, b Account, notes []string) string {
 	case a.Status != b.Status:
 		s = fmt.Sprintf("status %s -> %s", a.Status, b.Status)
 	}
+	if !a.Anchor.Equal(b.Anchor) {
+		notes = append(notes, "billing periods from "+anchorNote(b.Anchor)+" (were from "+anchorNote(a.Anchor)+")")
+	}
 	for _, n := range notes {
 		s += "; " + n
 	}
 	return note(s)
+}
+
+// anchorNote says where a billing anchor starts each period.
+func anchorNote(t time.Time) string {
+	if t.IsZero() {
+		return "the 1st (calendar months)"
+	}
+	return stamp(t)
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

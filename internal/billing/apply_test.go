@@ -412,9 +412,9 @@ func TestApplyFollowsTheBillingAnchor(t *testing.T) {
 	acct := Account{TenantID: "t", Plan: "starter", CustomerID: "cus_1"}
 	created := subEvent("e1", EventSubscriptionCreated, at(1), "sub_1", tenant.StatusActive, proItem)
 	created.Subscription.Anchor = anchor
-	a, out, _ := Apply(acct, created, prices)
-	if out != OutcomeApplied || !a.Anchor.Equal(anchor) {
-		t.Fatalf("created: %s, anchor %v; want applied, %v", out, a.Anchor, anchor)
+	a, out, why := Apply(acct, created, prices)
+	if out != OutcomeApplied || !a.Anchor.Equal(anchor) || !strings.Contains(why, "billing periods from 2026-01-31T10:00:00Z (were from the 1st") {
+		t.Fatalf("created: %s, anchor %v (%s); want applied, %v", out, a.Anchor, why, anchor)
 	}
 	a, out, _ = Apply(a, subEvent("e2", EventSubscriptionUpdated, at(2), "sub_1", tenant.StatusActive, proItem), prices)
 	if out != OutcomeApplied || !a.Anchor.Equal(anchor) {
