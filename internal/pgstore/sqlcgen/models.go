@@ -144,6 +144,34 @@ type LeaseGroup struct {
 	CountedUs int64
 }
 
+type Member struct {
+	ID           pgtype.UUID
+	TenantID     pgtype.UUID
+	Email        string
+	PasswordHash *string
+	Role         string
+	ConfirmedAt  pgtype.Timestamptz
+	DisabledAt   pgtype.Timestamptz
+	CreatedAt    pgtype.Timestamptz
+	UpdatedAt    pgtype.Timestamptz
+}
+
+type MemberSession struct {
+	TokenHash []byte
+	MemberID  pgtype.UUID
+	CreatedAt pgtype.Timestamptz
+	ExpiresAt pgtype.Timestamptz
+}
+
+type MemberToken struct {
+	TokenHash []byte
+	Purpose   string
+	MemberID  pgtype.UUID
+	CreatedAt pgtype.Timestamptz
+	ExpiresAt pgtype.Timestamptz
+	UsedAt    pgtype.Timestamptz
+}
+
 type Plan struct {
 	Name           string
 	IpPerMinute    int64
