@@ -26,6 +26,28 @@ func NewTenants(pool *pgxpool.Pool) *Tenants {
 
 // CreateTenant implements tenant.Store.
 func (s *Tenants) CreateTenant(ctx context.Context, name, plan string, keys ...tenant.Key) (tenant.Tenant, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return tenant.Tenant{}, fmt.Errorf("create tenant: %w", dbErr(err, tenantErrors))
+	}
+	defer tx.Rollback(ctx)
+	t, err := txCreator{s.q.WithTx(tx)}.CreateTenant(ctx, name, plan, keys...)
+	if err != nil {
+		return tenant.Tenant{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return tenant.Tenant{}, fmt.Errorf("create tenant: %w", dbErr(err, tenantErrors))
+	}
+	return t, nil
+}
+
+// txCreator is a tenant.Creator inside a transaction its caller holds (q
+// runs in it), so that a tenant is made with other rows all or nothing:
+// Tenants.CreateTenant, and the console's sign-up (Members.SignUp).
+type txCreator struct{ q *sqlcgen.Queries }
+
+// CreateTenant implements tenant.Creator.
+func (c txCreator) CreateTenant(ctx context.Context, name, plan string, keys ...tenant.Key) (tenant.Tenant, error) {
 	if err := tenant.ValidateName(name); err != nil {
 		return tenant.Tenant{}, fmt.Errorf("create tenant: %w", err)
 	}
@@ -34,23 +56,14 @@ func (s *Tenants) CreateTenant(ctx context.Context, name, plan string, keys ...t
 			return tenant.Tenant{}, fmt.Errorf("create tenant: key %s: %w", k.ID, err)
 		}
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return tenant.Tenant{}, fmt.Errorf("create tenant: %w", dbErr(err, tenantErrors))
-	}
-	defer tx.Rollback(ctx)
-	q := s.q.WithTx(tx)
-	row, err := q.CreateTenant(ctx, sqlcgen.CreateTenantParams{Name: name, Plan: plan})
+	row, err := c.q.CreateTenant(ctx, sqlcgen.CreateTenantParams{Name: name, Plan: plan})
 	if err != nil {
 		return tenant.Tenant{}, fmt.Errorf("create tenant on plan %q: %w", plan, dbErr(err, tenantErrors))
 	}
 	for _, k := range keys {
-		if _, err := q.CreateKey(ctx, keyParams(k, row.ID)); err != nil {
+		if _, err := c.q.CreateKey(ctx, keyParams(k, row.ID)); err != nil {
 			return tenant.Tenant{}, fmt.Errorf("create tenant: key %s: %w", k.ID, dbErr(err, tenantErrors))
 		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return tenant.Tenant{}, fmt.Errorf("create tenant: %w", dbErr(err, tenantErrors))
 	}
 	return tenantOf(row), nil
 }

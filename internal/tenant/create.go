@@ -32,22 +32,42 @@ type Created struct {
 // for an unknown plan (ValidatePlan says which there are); anything else
 // is the store failing, or the system's random source.
 func Create(ctx context.Context, s Creator, name, plan string) (Created, error) {
+	return create(ctx, s, name, plan, true)
+}
+
+// CreateSandbox makes a tenant as Create does but with its test key only:
+// Live and LiveKey are zero. The console's sign-up makes tenants so, and
+// gives the live key once the owner has confirmed the address.
+func CreateSandbox(ctx context.Context, s Creator, name, plan string) (Created, error) {
+	return create(ctx, s, name, plan, false)
+}
+
+// create is Create, with a live key when live is set.
+func create(ctx context.Context, s Creator, name, plan string, live bool) (Created, error) {
 	if err := ValidateName(name); err != nil {
 		return Created{}, err
 	}
 	var c Created
 	var err error
-	if c.Live, c.LiveKey, err = NewKey(false); err != nil {
-		return Created{}, err
-	}
 	if c.Test, c.TestKey, err = NewKey(true); err != nil {
 		return Created{}, err
 	}
-	c.LiveKey.Name, c.TestKey.Name = FirstLiveKeyName, FirstTestKeyName
-	if c.Tenant, err = s.CreateTenant(ctx, name, plan, c.LiveKey, c.TestKey); err != nil {
+	c.TestKey.Name = FirstTestKeyName
+	keys := []Key{c.TestKey}
+	if live {
+		if c.Live, c.LiveKey, err = NewKey(false); err != nil {
+			return Created{}, err
+		}
+		c.LiveKey.Name = FirstLiveKeyName
+		keys = []Key{c.LiveKey, c.TestKey}
+	}
+	if c.Tenant, err = s.CreateTenant(ctx, name, plan, keys...); err != nil {
 		return Created{}, err
 	}
-	c.LiveKey.TenantID, c.TestKey.TenantID = c.Tenant.ID, c.Tenant.ID
+	c.TestKey.TenantID = c.Tenant.ID
+	if live {
+		c.LiveKey.TenantID = c.Tenant.ID
+	}
 	return c, nil
 }
 
