@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -316,27 +317,62 @@ func TestMemberLastOwner(t *testing.T) {
 	if err := s.RemoveMember(ctx, owner.TenantID, owner.ID); !errors.Is(err, console.ErrLastOwner) {
 		t.Fatalf("removing the owner beside a pending invitation: %v, want ErrLastOwner", err)
 	}
-	second, err := s.AcceptInvite(ctx, tok, hashA)
-	if err != nil {
+	if _, err := s.AcceptInvite(ctx, tok, hashA); err != nil {
 		t.Fatal(err)
 	}
-	// Two owners removing each other at once: one stays.
-	errs := make([]error, 2)
+	if err := s.RemoveMember(ctx, owner.TenantID, owner.ID); err != nil {
+		t.Fatalf("removing an owner beside another: %v", err)
+	}
+}
+
+// TestMemberLastOwnerRace: in each of many tenants, two owners remove each
+// other at once; in each, one removal succeeds and the other is
+// ErrLastOwner. (Without the owners' lock both would see the other and
+// both go.)
+func TestMemberLastOwnerRace(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newMembers(t)
+	ctx := context.Background()
+	const tenants = 16
+	pairs := make([][2]console.Member, tenants)
+	for i := range pairs {
+		owner, _, _ := signUp(t, s, fmt.Sprintf("owner%d@example.com", i))
+		tok, err := s.Invite(ctx, owner.TenantID, fmt.Sprintf("second%d@example.com", i), console.RoleOwner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := s.AcceptInvite(ctx, tok, hashA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pairs[i] = [2]console.Member{owner, second}
+	}
+	errs := make([][2]error, tenants)
+	start := make(chan struct{})
 	var wg sync.WaitGroup
-	for i, id := range []string{owner.ID, second.ID} {
-		wg.Go(func() { errs[i] = s.RemoveMember(ctx, owner.TenantID, id) })
-	}
-	wg.Wait()
-	if (errs[0] == nil) == (errs[1] == nil) {
-		t.Fatalf("racing removals: %v, %v; want one removal and one ErrLastOwner", errs[0], errs[1])
-	}
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, console.ErrLastOwner) {
-			t.Fatalf("racing removal: %v, want ErrLastOwner", err)
+	for i, p := range pairs {
+		for j, m := range p {
+			wg.Go(func() {
+				<-start
+				errs[i][j] = s.RemoveMember(ctx, m.TenantID, m.ID)
+			})
 		}
 	}
-	if all, err := s.Members(ctx, owner.TenantID); err != nil || len(all) != 1 {
-		t.Fatalf("members after the race: %+v, %v; want one owner", all, err)
+	close(start)
+	wg.Wait()
+	for i, e := range errs {
+		if (e[0] == nil) == (e[1] == nil) {
+			t.Errorf("tenant %d: racing removals: %v, %v; want one removal and one ErrLastOwner", i, e[0], e[1])
+			continue
+		}
+		for _, err := range e {
+			if err != nil && !errors.Is(err, console.ErrLastOwner) {
+				t.Errorf("tenant %d: racing removal: %v, want ErrLastOwner", i, err)
+			}
+		}
+		if all, err := s.Members(ctx, pairs[i][0].TenantID); err != nil || len(all) != 1 {
+			t.Errorf("tenant %d: members after the race: %d, %v; want one owner", i, len(all), err)
+		}
 	}
 }
 
