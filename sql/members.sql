@@ -18,10 +18,10 @@ SELECT * FROM members WHERE id = @id AND tenant_id = @tenant_id;
 SELECT * FROM members WHERE tenant_id = @tenant_id ORDER BY email;
 
 -- name: ConfirmMember :one
--- ConfirmMember keeps the first confirmation time of a member confirmed
--- twice.
-UPDATE members SET confirmed_at = COALESCE(confirmed_at, @now), updated_at = @now
-WHERE id = @id AND tenant_id = @tenant_id
+-- ConfirmMember marks a member confirmed at now, unless confirmed already
+-- (no row then): a second confirm token, mailed again, confirms nothing.
+UPDATE members SET confirmed_at = @now, updated_at = @now
+WHERE id = @id AND tenant_id = @tenant_id AND confirmed_at IS NULL
 RETURNING *;
 
 -- name: SetMemberPassword :one

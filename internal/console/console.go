@@ -118,9 +118,11 @@ type Store interface {
 	// (unconfirmed) with email and passwordHash, and a confirm token,
 	// returned raw. ErrEmailTaken; tenant.ErrInvalid for a name refused.
 	SignUp(ctx context.Context, email, passwordHash, tenantName string) (m Member, c tenant.Created, confirmToken string, err error)
-	// Confirm spends a confirm token, marks its member confirmed and gives
-	// the tenant its first live key, returned raw (shown once). Both
-	// happen once per token: ErrTokenInvalid after.
+	// Confirm spends a confirm token, marks its member confirmed and, for
+	// an owner, gives the tenant its first live key, returned raw (shown
+	// once; "" for a developer). Both happen once per member:
+	// ErrTokenInvalid for a token used, expired, unknown, or of a member
+	// confirmed already (another confirm token mailed again).
 	Confirm(ctx context.Context, rawToken string) (m Member, liveKey string, err error)
 	// MemberByEmail returns the member with email (trimmed and lower-cased
 	// first), PasswordHash included; ErrNotFound.

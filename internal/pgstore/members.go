@@ -2,9 +2,11 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -101,7 +103,9 @@ func (s *Members) SignUp(ctx context.Context, email, passwordHash, tenantName st
 
 // Confirm implements console.Store: the token is spent, the member
 // confirmed and the live key stored in one transaction, so that of two
-// requests racing with one token only one makes a key.
+// requests racing with one token only one makes a key, and a member
+// confirmed already (a confirm token mailed again) gets no second one. Only
+// an owner's confirmation makes a live key; a developer's has none.
 func (s *Members) Confirm(ctx context.Context, rawToken string) (console.Member, string, error) {
 	var m console.Member
 	var live string
@@ -112,10 +116,18 @@ func (s *Members) Confirm(ctx context.Context, rawToken string) (console.Member,
 			return err
 		}
 		row, err := q.ConfirmMember(ctx, sqlcgen.ConfirmMemberParams{Now: now, ID: t.ID, TenantID: t.TenantID})
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Confirmed already, with another token: rolled back, this
+			// one stays unspent but can never confirm.
+			return console.ErrTokenInvalid
+		}
 		if err != nil {
 			return err
 		}
 		m = memberOf(row)
+		if m.Role != console.RoleOwner {
+			return nil
+		}
 		var k tenant.Key
 		if live, k, err = tenant.NewKey(false); err != nil {
 			return err

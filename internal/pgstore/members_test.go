@@ -133,6 +133,44 @@ func TestMemberConfirmOnce(t *testing.T) {
 	}
 }
 
+// TestMemberConfirmResent: of two confirm tokens (the mail sent again),
+// the first confirms and makes the live key; the second finds the member
+// confirmed and is ErrTokenInvalid, with no second live key.
+func TestMemberConfirmResent(t *testing.T) {
+	t.Parallel()
+	s, pool, _ := newMembers(t)
+	ctx := context.Background()
+	m, c, first := signUp(t, s, "owner@example.com")
+	again, err := s.IssueToken(ctx, m.TenantID, m.ID, console.PurposeConfirm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, live, err := s.Confirm(ctx, again); err != nil || live == "" {
+		t.Fatalf("confirm with the resent token: %q, %v", live, err)
+	}
+	if _, live, err := s.Confirm(ctx, first); !errors.Is(err, console.ErrTokenInvalid) || live != "" {
+		t.Fatalf("confirm with the first token after: %q, %v; want ErrTokenInvalid", live, err)
+	}
+	// A developer's confirmation makes no key.
+	if _, err := s.Invite(ctx, m.TenantID, "dev@example.com", console.RoleDeveloper); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := s.MemberByEmail(ctx, "dev@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := s.IssueToken(ctx, m.TenantID, dev.ID, console.PurposeConfirm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, live, err := s.Confirm(ctx, tok); err != nil || live != "" || got.ConfirmedAt == nil {
+		t.Fatalf("a developer's confirmation: %+v, %q, %v; want confirmed, no key", got, live, err)
+	}
+	if live, _ := keysOf(t, pool, c.Tenant.ID); live != 1 {
+		t.Fatalf("%d live keys, want 1", live)
+	}
+}
+
 // TestMemberConfirmRace: two confirmations racing with one token make one
 // live key.
 func TestMemberConfirmRace(t *testing.T) {

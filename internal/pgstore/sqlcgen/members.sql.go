@@ -12,8 +12,8 @@ import (
 )
 
 const confirmMember = `-- name: ConfirmMember :one
-UPDATE members SET confirmed_at = COALESCE(confirmed_at, $1), updated_at = $1
-WHERE id = $2 AND tenant_id = $3
+UPDATE members SET confirmed_at = $1, updated_at = $1
+WHERE id = $2 AND tenant_id = $3 AND confirmed_at IS NULL
 RETURNING id, tenant_id, email, password_hash, role, confirmed_at, disabled_at, created_at, updated_at
 `
 
@@ -23,8 +23,8 @@ type ConfirmMemberParams struct {
 	TenantID pgtype.UUID
 }
 
-// ConfirmMember keeps the first confirmation time of a member confirmed
-// twice.
+// ConfirmMember marks a member confirmed at now, unless confirmed already
+// (no row then): a second confirm token, mailed again, confirms nothing.
 func (q *Queries) ConfirmMember(ctx context.Context, arg ConfirmMemberParams) (Member, error) {
 	row := q.db.QueryRow(ctx, confirmMember, arg.Now, arg.ID, arg.TenantID)
 	var i Member
