@@ -116,7 +116,9 @@ type Store interface {
 	// SignUp makes, in one transaction, a tenant named tenantName on
 	// StarterPlan with a test key only (tenant.CreateSandbox), its owner
 	// (unconfirmed) with email and passwordHash, and a confirm token,
-	// returned raw. ErrEmailTaken; tenant.ErrInvalid for a name refused.
+	// returned raw. email must be admin.NormalizeEmail's form (else
+	// ErrInvalid, as for a hash that is not argon2id). ErrEmailTaken, and
+	// then no tenant is left behind; tenant.ErrInvalid for a name refused.
 	SignUp(ctx context.Context, email, passwordHash, tenantName string) (m Member, c tenant.Created, confirmToken string, err error)
 	// Confirm spends a confirm token, marks its member confirmed and, for
 	// an owner, gives the tenant its first live key, returned raw (shown
@@ -159,8 +161,9 @@ type Store interface {
 	ResetPassword(ctx context.Context, rawToken, passwordHash string) (Member, error)
 
 	// Invite adds email to the tenant as role, with no password yet, and
-	// returns an invite token raw. ErrEmailTaken; ErrNotFound for no such
-	// tenant.
+	// returns an invite token raw. email must be normalised as for SignUp;
+	// ErrEmailTaken; ErrNotFound for no such tenant; ErrInvalid for an
+	// unknown role.
 	Invite(ctx context.Context, tenantID, email string, role Role) (string, error)
 	// AcceptInvite spends an invite token, sets its member's password hash
 	// and marks the member confirmed (the mail reached them), in one
