@@ -7,6 +7,7 @@ package mailtest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,15 +26,36 @@ import (
 
 // Server is a running mailpit. It accepts any SMTP user and password, or
 // none, in clear text too (so that AUTH can be tested on loopback), and
-// offers no STARTTLS.
+// offers no STARTTLS unless started with TLS.
 type Server struct {
 	smtpAddr string
 	api      string // http://host:port
+	implicit bool   // TLS from the first byte
+}
+
+// Option changes how Start runs mailpit.
+type Option func(*[]string, *Server)
+
+// TLS has mailpit offer STARTTLS with the PEM certificate and key in
+// certFile and keyFile.
+func TLS(certFile, keyFile string) Option {
+	return func(args *[]string, _ *Server) {
+		*args = append(*args, "--smtp-tls-cert", certFile, "--smtp-tls-key", keyFile)
+	}
+}
+
+// ImplicitTLS has mailpit speak TLS from the first byte (smtps://) with
+// the PEM certificate and key in certFile and keyFile.
+func ImplicitTLS(certFile, keyFile string) Option {
+	return func(args *[]string, s *Server) {
+		*args = append(*args, "--smtp-tls-cert", certFile, "--smtp-tls-key", keyFile, "--smtp-require-tls")
+		s.implicit = true
+	}
 }
 
 // Start builds mailpit if need be and starts it for t, stopping it when t
 // ends. It fails t when mailpit cannot be built or started.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	bin, err := binary()
 	if err != nil {
@@ -41,7 +63,7 @@ func Start(t testing.TB) *Server {
 	}
 	// A free port can be taken between choosing and binding it: try again.
 	for attempt := 1; ; attempt++ {
-		s, stop, err := start(bin, t.TempDir())
+		s, stop, err := start(bin, t.TempDir(), opts)
 		if err == nil {
 			t.Cleanup(stop)
 			return s
@@ -52,15 +74,21 @@ func Start(t testing.TB) *Server {
 	}
 }
 
-// SMTPURL is the server's smtp:// URL, without credentials.
-func (s *Server) SMTPURL() string { return "smtp://" + s.smtpAddr }
+// SMTPURL is the server's smtp:// URL (smtps:// with ImplicitTLS),
+// without credentials.
+func (s *Server) SMTPURL() string {
+	if s.implicit {
+		return "smtps://" + s.smtpAddr
+	}
+	return "smtp://" + s.smtpAddr
+}
 
 // SMTPAddr is the server's SMTP host:port.
 func (s *Server) SMTPAddr() string { return s.smtpAddr }
 
 // start runs mailpit with its database in dir and waits until both its
 // SMTP and HTTP listeners answer.
-func start(bin, dir string) (*Server, func(), error) {
+func start(bin, dir string, opts []Option) (*Server, func(), error) {
 	smtpAddr, err := freeAddr()
 	if err != nil {
 		return nil, nil, err
@@ -69,9 +97,18 @@ func start(bin, dir string) (*Server, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.Command(bin, "--smtp", smtpAddr, "--listen", httpAddr,
+	s := &Server{smtpAddr: smtpAddr, api: "http://" + httpAddr}
+	args := []string{"--smtp", smtpAddr, "--listen", httpAddr,
 		"--database", filepath.Join(dir, "mailpit.db"), "--disable-version-check",
-		"--smtp-auth-accept-any", "--smtp-auth-allow-insecure")
+		"--smtp-auth-accept-any"}
+	for _, o := range opts {
+		o(&args, s)
+	}
+	if !s.implicit {
+		// mailpit refuses the flag beside --smtp-require-tls.
+		args = append(args, "--smtp-auth-allow-insecure")
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	out := &tail{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -85,7 +122,6 @@ func start(bin, dir string) (*Server, func(), error) {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
-	s := &Server{smtpAddr: smtpAddr, api: "http://" + httpAddr}
 	if err := s.wait(exited); err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("%w\n%s", err, out.String())
@@ -126,6 +162,10 @@ func (s *Server) ready(client *http.Client) bool {
 	c, err := net.DialTimeout("tcp", s.smtpAddr, time.Second)
 	if err != nil {
 		return false
+	}
+	if s.implicit {
+		// Only to see that it answers: the tests check the certificate.
+		c = tls.Client(c, &tls.Config{InsecureSkipVerify: true})
 	}
 	// Read the greeting, so that mailpit does not log a dropped session
 	// before its first line.
