@@ -14,6 +14,7 @@ import (
 
 	rediscounter "github.com/tollgate/tollgate/internal/counter/redis"
 	"github.com/tollgate/tollgate/internal/httpapi"
+	"github.com/tollgate/tollgate/internal/mail"
 )
 
 // ula is IPv6's unique local addresses, the private networks that no one
@@ -93,6 +94,10 @@ type Config struct {
 	// WebhookTestSends is how many test events a tenant may send a minute
 	// (TOLLGATE_WEBHOOK_TEST_SENDS).
 	WebhookTestSends int64
+
+	// Outgoing email (internal/mail).
+	SMTPURL  string // TOLLGATE_SMTP_URL: smtp:// or smtps://; empty: the development mailbox
+	MailFrom string // TOLLGATE_MAIL_FROM: the sender of every message
 
 	// Billing with Stripe (internal/billing).
 	StripeWebhookSecrets []string // STRIPE_WEBHOOK_SECRET: comma-separated whsec_… signing secrets
@@ -239,7 +244,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	// counts reads them; a Redis URL that can never connect (one that
 	// would only ever fail open) stops start-up.
 	for _, load := range []func(*Config, func(string) string) error{
-		loadCounters, loadServer, loadClients, loadLimits, loadWebhooks, loadStripe,
+		loadCounters, loadServer, loadClients, loadLimits, loadWebhooks, loadMail, loadStripe,
 	} {
 		if err := load(&c, getenv); err != nil {
 			return c, err
@@ -467,6 +472,32 @@ func loadWebhooks(c *Config, getenv func(string) string) error {
 	return nil
 }
 
+// defaultMailFrom is the sender when TOLLGATE_MAIL_FROM is unset.
+const defaultMailFrom = "Tollgate <no-reply@localhost>"
+
+// smtpURLForms is what TOLLGATE_SMTP_URL's error asks for.
+const smtpURLForms = "smtp://[user:password@]host:port[?starttls=require|off] or smtps://[user:password@]host:port"
+
+// loadMail reads where email goes: TOLLGATE_MAIL_FROM (net/mail's rules)
+// and TOLLGATE_SMTP_URL, checked as internal/mail will use it, so that a
+// URL that could never send (or would send credentials unencrypted) stops
+// start-up. Unset, mail goes to the development mailbox.
+func loadMail(c *Config, getenv func(string) string) error {
+	c.MailFrom = cmp.Or(getenv("TOLLGATE_MAIL_FROM"), defaultMailFrom)
+	if _, err := mail.ParseFrom(c.MailFrom); err != nil {
+		return fmt.Errorf("TOLLGATE_MAIL_FROM %q: %v; want an address such as %s", c.MailFrom, err, defaultMailFrom)
+	}
+	c.SMTPURL = getenv("TOLLGATE_SMTP_URL")
+	if c.SMTPURL == "" {
+		return nil
+	}
+	// NewSMTP's errors never show the password.
+	if _, err := mail.NewSMTP(c.SMTPURL, c.MailFrom); err != nil {
+		return fmt.Errorf("TOLLGATE_SMTP_URL: %v; want %s", err, smtpURLForms)
+	}
+	return nil
+}
+
 // LogValue shows the effective configuration with secrets masked.
 func (c Config) LogValue() slog.Value {
 	proxies := make([]string, len(c.TrustedProxies))
@@ -504,6 +535,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("audit_retention", c.AuditRetention),
 		slog.String("log_format", c.LogFormat),
 		slog.String("log_level", c.LogLevel.String()),
+		slog.String("smtp_url", cmp.Or(maskURL(c.SMTPURL), "unset (development mailbox)")),
+		slog.String("mail_from", c.MailFrom),
 		slog.String("stripe_webhook_secret", maskSecrets(c.StripeWebhookSecrets)),
 		slog.String("stripe_api_key", maskStripeKey(c.StripeAPIKey)),
 		slog.String("stripe_api_base", c.StripeAPIBase),

@@ -63,6 +63,12 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"bad webhook private flag":     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_WEBHOOK_ALLOW_PRIVATE": "maybe"}, "TOLLGATE_WEBHOOK_ALLOW_PRIVATE"},
 		"bad secure cookies flag":      {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_SECURE_COOKIES": "maybe"}, "TOLLGATE_SECURE_COOKIES"},
 		"publishable stripe key":       {map[string]string{"TOLLGATE_DEV": "1", "STRIPE_API_KEY": "pk_test_123"}, "STRIPE_API_KEY"},
+		"smtp url not a url":           {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_SMTP_URL": "mail.example.com:25"}, "TOLLGATE_SMTP_URL"},
+		"smtp url without a port":      {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_SMTP_URL": "smtp://mail.example.com"}, "TOLLGATE_SMTP_URL"},
+		"smtp url, unknown starttls":   {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_SMTP_URL": "smtp://mail.example.com:25?starttls=yes"}, "TOLLGATE_SMTP_URL"},
+		"smtp credentials in clear":    {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_SMTP_URL": "smtp://u:p@mail.example.com:25?starttls=off"}, "TOLLGATE_SMTP_URL"},
+		"mail from not an address":     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_MAIL_FROM": "Tollgate"}, "TOLLGATE_MAIL_FROM"},
+		"mail from, two addresses":     {map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_MAIL_FROM": "a@x.test, b@x.test"}, "TOLLGATE_MAIL_FROM"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -156,7 +162,7 @@ func TestConfigReadsEveryVariable(t *testing.T) {
 		ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: time.Minute, AuditRetention: 90 * 24 * time.Hour,
 		IPv6Prefix: 64, TenantInflight: 64, TenantMaxLeases: 10_000, TenantMaxReservations: 10_000, MemoryMaxKeys: 1_000_000,
 		ConnsPerIP: httpapi.DefaultConnsPerIP, ConnsKeyless: httpapi.DefaultConnsKeyless, ConnsPerTenant: httpapi.DefaultConnsPerTenant,
-		WebhookTestSends: httpapi.DefaultWebhookTestsPerMinute, PublicURL: "http://localhost:8080",
+		WebhookTestSends: httpapi.DefaultWebhookTestsPerMinute, PublicURL: "http://localhost:8080", MailFrom: "Tollgate <no-reply@localhost>",
 	}
 	if got := withoutSlices(c); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults:\ngot  %+v\nwant %+v", got, want)
@@ -172,6 +178,7 @@ func TestConfigReadsEveryVariable(t *testing.T) {
 		"TOLLGATE_CONNS_PER_IP": "8", "TOLLGATE_CONNS_KEYLESS": "16", "TOLLGATE_CONNS_PER_TENANT": "32",
 		"TOLLGATE_PUBLIC_URL": "https://tollgate.example", "TOLLGATE_SECURE_COOKIES": "1", "TOLLGATE_WEBHOOK_ALLOW_PRIVATE": "1",
 		"STRIPE_WEBHOOK_SECRET": "whsec_0123456789, whsec_abcdefghij", "STRIPE_API_KEY": "sk_test_123", "STRIPE_API_BASE": "http://127.0.0.1:12111",
+		"TOLLGATE_SMTP_URL": "smtps://app:pw@mail.example.com:465", "TOLLGATE_MAIL_FROM": "Tollgate <no-reply@tollgate.example>",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -183,6 +190,7 @@ func TestConfigReadsEveryVariable(t *testing.T) {
 		TenantInflight: 128, TenantMaxLeases: 50, TenantMaxReservations: 70, WebhookTestSends: 3, MemoryMaxKeys: 5000, ConnsPerIP: 8, ConnsKeyless: 16, ConnsPerTenant: 32,
 		PublicURL: "https://tollgate.example", SecureCookies: true, WebhookAllowPrivate: true,
 		StripeAPIKey: "sk_test_123", StripeAPIBase: "http://127.0.0.1:12111",
+		SMTPURL: "smtps://app:pw@mail.example.com:465", MailFrom: "Tollgate <no-reply@tollgate.example>",
 	}
 	if got := withoutSlices(c); !reflect.DeepEqual(got, want) {
 		t.Errorf("values:\ngot  %+v\nwant %+v", got, want)
@@ -245,6 +253,39 @@ func TestConfigLogMasksSecrets(t *testing.T) {
 	}
 	if !strings.Contains(shown, "app:xxxxx@db:5432") {
 		t.Fatalf("database URL not shown masked: %s", shown)
+	}
+}
+
+// TestConfigMail: TOLLGATE_SMTP_URL and TOLLGATE_MAIL_FROM are read and
+// checked as internal/mail reads them; the start-up log line shows the SMTP
+// URL without its password, or that mail goes to the development mailbox;
+// an error never shows the password.
+func TestConfigMail(t *testing.T) {
+	t.Parallel()
+	c, err := loadConfig(envOf(map[string]string{"TOLLGATE_DEV": "1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown := c.LogValue().String(); c.SMTPURL != "" || !strings.Contains(shown, "smtp_url=unset (development mailbox)") ||
+		!strings.Contains(shown, "mail_from=Tollgate <no-reply@localhost>") {
+		t.Errorf("unset: SMTPURL %q, log %s", c.SMTPURL, shown)
+	}
+	for _, u := range []string{"smtp://ann:hunter2@mail.example.com:587", "smtp://127.0.0.1:1025?starttls=off", "smtps://ann:hunter2@mail.example.com:465", "smtp://ann:hunter2@localhost:25?starttls=off"} {
+		c, err := loadConfig(envOf(map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_SMTP_URL": u, "TOLLGATE_MAIL_FROM": "ops@tollgate.example"}))
+		if err != nil {
+			t.Errorf("TOLLGATE_SMTP_URL=%s: %v", u, err)
+			continue
+		}
+		shown := c.LogValue().String()
+		if c.SMTPURL != u || c.MailFrom != "ops@tollgate.example" || strings.Contains(shown, "hunter2") || !strings.Contains(shown, "smtp_url=smtp") {
+			t.Errorf("TOLLGATE_SMTP_URL=%s: SMTPURL %q, MailFrom %q, log %s", u, c.SMTPURL, c.MailFrom, shown)
+		}
+	}
+	for _, u := range []string{"smtp://ann:hunter2@mail.example.com:x", "smtp://ann:hunter2@mail.example.com:25?starttls=off", "imap://ann:hunter2@mail.example.com:143"} {
+		_, err := loadConfig(envOf(map[string]string{"TOLLGATE_DEV": "1", "TOLLGATE_SMTP_URL": u}))
+		if err == nil || !strings.Contains(err.Error(), "TOLLGATE_SMTP_URL") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("TOLLGATE_SMTP_URL=%s: got %v, want an error naming the variable, not the password", u, err)
+		}
 	}
 }
 

@@ -61,6 +61,9 @@ type Config struct {
 	StripeWebhookSecrets []string
 	StripeAPIKey         string
 	StripeAPIBase        string
+
+	SMTPURL  string // outgoing email; empty: the development mailbox
+	MailFrom string // the sender of every message
 }
 
 // Deps is what New is given rather than builds: the logger and a migrated

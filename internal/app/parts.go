@@ -16,6 +16,7 @@ import (
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
 	rediscounter "github.com/tollgate/tollgate/internal/counter/redis"
 	"github.com/tollgate/tollgate/internal/kit/digest"
+	"github.com/tollgate/tollgate/internal/mail"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/tenant"
@@ -38,6 +39,21 @@ func webhookWiring(cfg Config, pool *pgxpool.Pool, log *slog.Logger) (*webhooks.
 		Client: webhooks.NewClient(cfg.WebhookAllowPrivate, webhookTimeout),
 	})
 	return svc, w, nil
+}
+
+// mailWiring chooses the Sender of outgoing email: SMTP to cfg.SMTPURL
+// from cfg.MailFrom, or, without a URL, the development mailbox, returned
+// twice so that the mailbox page can read it.
+func mailWiring(cfg Config, log *slog.Logger) (mail.Sender, *mail.Mailbox, error) {
+	if cfg.SMTPURL == "" {
+		b := mail.NewMailbox(log)
+		return b, b, nil
+	}
+	s, err := mail.NewSMTP(cfg.SMTPURL, cfg.MailFrom)
+	if err != nil {
+		return nil, nil, fmt.Errorf("TOLLGATE_SMTP_URL: %w", err)
+	}
+	return s, nil, nil
 }
 
 // webhookTimeout bounds one delivery attempt, answer included.

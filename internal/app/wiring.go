@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/internal/dashboard"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/httpapi"
+	"github.com/tollgate/tollgate/internal/mail"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/policy"
@@ -47,6 +48,11 @@ type Parts struct {
 	Gate         *gate.Gate
 	Billing      *billing.Service
 	Dashboard    *dashboard.Dashboard
+	// Mail sends email: over SMTP when Config.SMTPURL is set, else into
+	// Mailbox, which is then the same Sender (nil with SMTP), for the
+	// development-only mailbox page.
+	Mail    mail.Sender
+	Mailbox *mail.Mailbox
 
 	stripeWebhooks httpapi.WebhookVerifier
 	billingLoops   *billingLoops
@@ -75,7 +81,7 @@ func (a *App) build(deps Deps) error {
 }
 
 // buildDomain builds the tenant and policy caches, the recorders of audit,
-// usage and degraded minutes, the webhooks and the metrics.
+// usage and degraded minutes, the webhooks, the mail and the metrics.
 func (a *App) buildDomain() error {
 	p, cfg, log := &a.Parts, a.cfg, a.log
 	p.Tenants = tenant.NewDirectory(tenant.DirectoryConfig{Store: pgstore.NewTenants(a.Pool), Logger: log})
@@ -97,6 +103,10 @@ func (a *App) buildDomain() error {
 	// and the delivery worker that runs below.
 	p.Hooks, p.HookWorker, err = webhookWiring(cfg, a.Pool, log)
 	if err != nil {
+		return err
+	}
+	// Outgoing email, for the tenant console (issue 41).
+	if p.Mail, p.Mailbox, err = mailWiring(cfg, log); err != nil {
 		return err
 	}
 	p.Metrics = metrics.New()
