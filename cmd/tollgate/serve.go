@@ -93,7 +93,7 @@ func appConfig(cfg Config) app.Config {
 		ShutdownTimeout: cfg.ShutdownTimeout, AuditRetention: cfg.AuditRetention,
 		WebhookAllowPrivate: cfg.WebhookAllowPrivate, WebhookTestSends: cfg.WebhookTestSends,
 		StripeWebhookSecrets: cfg.StripeWebhookSecrets, StripeAPIKey: cfg.StripeAPIKey, StripeAPIBase: cfg.StripeAPIBase,
-		SMTPURL: cfg.SMTPURL, MailFrom: cfg.MailFrom,
+		SMTPURL: cfg.SMTPURL, MailFrom: cfg.MailFrom, Dev: cfg.Dev,
 	}
 }
 

@@ -64,6 +64,9 @@ type Config struct {
 
 	SMTPURL  string // outgoing email; empty: the development mailbox
 	MailFrom string // the sender of every message
+	// Dev is TOLLGATE_DEV: the console shows its development mailbox, and
+	// opens sign-ups without an SMTP server.
+	Dev bool
 }
 
 // Deps is what New is given rather than builds: the logger and a migrated

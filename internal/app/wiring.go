@@ -7,9 +7,11 @@ import (
 	"net"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/admin"
 	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/consolesite"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	rediscounter "github.com/tollgate/tollgate/internal/counter/redis"
 	"github.com/tollgate/tollgate/internal/dashboard"
@@ -48,6 +50,7 @@ type Parts struct {
 	Gate         *gate.Gate
 	Billing      *billing.Service
 	Dashboard    *dashboard.Dashboard
+	Console      *consolesite.Site
 	// Mail sends email: over SMTP when Config.SMTPURL is set, else into
 	// Mailbox, which is then the same Sender (nil with SMTP), for the
 	// development-only mailbox page.
@@ -62,6 +65,9 @@ type Parts struct {
 	// the shared store is down (the bound on keys evicts the least
 	// recently used; the links' store needs no pruning besides).
 	l1, signIns, linkOpens *memory.Store
+	// hasher bounds the password hashes of the dashboard and the console
+	// together.
+	hasher *admin.Hasher
 }
 
 // build builds the parts, starts their loops and the HTTP API.
@@ -73,6 +79,9 @@ func (a *App) build(deps Deps) error {
 		return err
 	}
 	a.startLoops(deps.DSN)
+	if err := a.buildConsole(); err != nil {
+		return err
+	}
 	if err := a.buildDashboard(deps.Dashboard); err != nil {
 		return err
 	}
@@ -129,6 +138,7 @@ func (a *App) buildGate() error {
 	p, cfg := &a.Parts, a.cfg
 	p.l1 = memory.New(memory.Config{MaxKeys: memory.DefaultMaxKeys})
 	p.signIns = memory.New(memory.Config{MaxKeys: 100_000})
+	p.hasher = admin.NewHasher(0, 0)
 	p.linkOpens = memory.New(memory.Config{MaxKeys: 10_000, PruneEvery: -1})
 	a.closing = append(a.closing, func() { p.l1.Close() }, func() { p.signIns.Close() }, func() { p.linkOpens.Close() })
 	var err error
@@ -190,6 +200,20 @@ func (a *App) startLoops(dsn string) {
 	}
 }
 
+// buildConsole builds the tenants' console (/console): its sign-ins and
+// sign-ups counted as the dashboard's are, its passwords hashed within the
+// bound the dashboard's share (p.hasher).
+func (a *App) buildConsole() error {
+	p, cfg, log := &a.Parts, a.cfg, a.log
+	var err error
+	p.Console, err = consolesite.New(consolesite.Config{
+		Logger: log, Members: pgstore.NewMembers(a.Pool, nil), Tenants: pgstore.NewTenants(a.Pool),
+		Hasher: p.hasher, Limits: gate.NewLimiter("console sign-in limiter", a.store, p.signIns, log), Pepper: cfg.Pepper,
+		Mail: p.Mail, Mailbox: p.Mailbox, Dev: cfg.Dev, PublicURL: cfg.PublicURL, SecureCookies: cfg.SecureCookies,
+	})
+	return err
+}
+
 // buildDashboard builds the dashboard (/admin): sign-in counted in the same
 // counter store as the API, changes dropped from this instance's caches at
 // once. hook, when not nil, changes its configuration first.
@@ -201,6 +225,7 @@ func (a *App) buildDashboard(hook func(*dashboard.Config)) error {
 		Webhooks: p.Billing, Billing: p.Billing, SignInLimiter: gate.NewLimiter("sign-in limiter", a.store, p.signIns, log), Leases: p.Gate, Budgets: p.Gate, Counters: p.Gate, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
 		Changed:   a.invalidate,
 		Endpoints: p.Hooks,
+		Hasher:    p.hasher,
 	}
 	if hook != nil {
 		hook(&dcfg)
@@ -258,6 +283,8 @@ func (a *App) apiConfig(hook func(*httpapi.Config)) httpapi.Config {
 		WebhookTestsPerMinute: cfg.WebhookTestSends,
 		// Dashboard (/admin).
 		Dashboard: p.Dashboard.Register,
+		// The tenants' console (/console).
+		Console: p.Console.Register,
 	}
 	if hook != nil {
 		hook(&acfg)

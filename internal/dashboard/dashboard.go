@@ -253,7 +253,7 @@ func (d *Dashboard) Register(e *echo.Echo) {
 		return nil
 	})
 
-	g := e.Group("/admin", securityHeaders, bodyLimit, d.validInput)
+	g := e.Group("/admin", signin.SecurityHeaders, signin.BodyLimit, d.validInput)
 	g.GET("/login", d.loginPage)
 	g.POST("/login", d.login)
 	g.POST("/logout", d.page(d.logout))
@@ -285,30 +285,6 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.Any("/*", d.page(func(c echo.Context, s *signedIn) error {
 		return notFound("There is no dashboard page at this address.")
 	}))
-}
-
-// securityHeaders keeps the pages out of frames and caches, and allows them
-// nothing but their own style sheet: no script, no inline style.
-func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		h := c.Response().Header()
-		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "same-origin")
-		h.Set("Cache-Control", "no-store")
-		return next(c)
-	}
-}
-
-// maxForm bounds a form body: the largest form has a handful of fields.
-const maxForm = 64 << 10
-
-func bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		c.Request().Body = http.MaxBytesReader(c.Response(), c.Request().Body, maxForm)
-		return next(c)
-	}
 }
 
 // pageError is an error a page answers with its own status and a message

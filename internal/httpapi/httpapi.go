@@ -113,6 +113,9 @@ type Config struct {
 	// same Echo, so that it shares the client-IP rules and the recovery
 	// middleware; httpapi knows nothing else of it.
 	Dashboard func(*echo.Echo)
+	// Console, when set, mounts the tenants' console (/console) the same
+	// way.
+	Console func(*echo.Echo)
 }
 
 // api holds what the /v1 handlers share.
@@ -164,6 +167,9 @@ func New(cfg Config) *echo.Echo {
 	})
 	if cfg.Dashboard != nil {
 		cfg.Dashboard(e)
+	}
+	if cfg.Console != nil {
+		cfg.Console(e)
 	}
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})

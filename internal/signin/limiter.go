@@ -139,3 +139,19 @@ func (l *Limiter) Failed(ctx context.Context, ip, email string) error {
 	_, err := l.limits.Check(ctx, gate.Limits{Rules: []gate.Rule{l.AccountRule(ip, email), l.EverywhereRule(email)}})
 	return err
 }
+
+// SignUp counts an account made from ip against perHour accounts a client
+// network may make an hour, and returns the refusal past it (nothing
+// counted then), or nil.
+func (l *Limiter) SignUp(ctx context.Context, ip string, perHour int64) (*Refusal, error) {
+	rule := gate.Rule{Key: l.key("signup", clientKey(ip)), Limit: perHour, Window: time.Hour, Fixed: true}
+	ds, err := l.limits.Check(ctx, gate.Limits{Rules: []gate.Rule{rule}})
+	if err != nil {
+		return nil, err
+	}
+	if d := ds[0]; !d.Allowed {
+		return &Refusal{By: "signup", RetryAfter: d.RetryAfter,
+			Message: fmt.Sprintf("Too many accounts made from your network address: at most %d an hour.", perHour)}, nil
+	}
+	return nil, nil
+}
