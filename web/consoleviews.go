@@ -48,6 +48,8 @@ type ConsoleHomeView struct {
 	// BaseURL is where the API answers, for the snippets; Key the key the
 	// snippets show (a new one's value, else a placeholder).
 	BaseURL, Key string
+	// SandboxChecks is the test keys' allotment per 30 days, written out.
+	SandboxChecks string
 }
 
 // ConsoleNewKey is a key's full value, shown once.

@@ -452,12 +452,13 @@ func (s *Site) renderHome(c echo.Context, m *member, fresh []web.ConsoleNewKey, 
 		return s.fail(c, err)
 	}
 	v := web.ConsoleHomeView{
-		Chrome:      web.ConsoleChrome{Title: "Quick start", Section: "home", MemberEmail: m.Email, TenantName: t.Name, CSRF: m.csrf, Flash: flash},
-		Plan:        t.Plan,
-		Unconfirmed: m.ConfirmedAt == nil,
-		NewKeys:     fresh,
-		BaseURL:     cmp.Or(s.cfg.PublicURL, "http://localhost:8080"),
-		Key:         "tg_live_…",
+		Chrome:        web.ConsoleChrome{Title: "Quick start", Section: "home", MemberEmail: m.Email, TenantName: t.Name, CSRF: m.csrf, Flash: flash},
+		Plan:          t.Plan,
+		Unconfirmed:   m.ConfirmedAt == nil,
+		NewKeys:       fresh,
+		BaseURL:       cmp.Or(s.cfg.PublicURL, "http://localhost:8080"),
+		SandboxChecks: web.Count(tenant.SandboxAllotment),
+		Key:           "tg_live_…",
 	}
 	if len(fresh) > 0 {
 		v.Key = fresh[0].Value
