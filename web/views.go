@@ -191,6 +191,15 @@ type EndpointRow struct {
 	DisableAction, EnableAction string
 }
 
+// MemberRow is one console member of a tenant, on its page.
+type MemberRow struct {
+	ID, Email, Role, Since string
+	// State says active, invited, email not confirmed, or disabled since.
+	State                       string
+	Disabled                    bool
+	DisableAction, EnableAction string
+}
+
 // NewKey is a key just created: shown on this page once, never again.
 type NewKey struct {
 	ID, Raw, Mode string
@@ -355,6 +364,10 @@ type TenantView struct {
 	Events []WebhookRow
 	// Endpoints are the tenant's outbound webhook endpoints.
 	Endpoints []EndpointRow
+	// Members are the tenant's console members; MembersWired says the
+	// dashboard can read them.
+	Members      []MemberRow
+	MembersWired bool
 	// EventsNote explains an empty or unavailable event list.
 	EventsNote string
 	AuditHref  string

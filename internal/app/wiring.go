@@ -226,6 +226,7 @@ func (a *App) buildDashboard(hook func(*dashboard.Config)) error {
 		Changed:   a.invalidate,
 		Endpoints: p.Hooks,
 		Hasher:    p.hasher,
+		Members:   pgstore.NewMembers(a.Pool, nil),
 	}
 	if hook != nil {
 		hook(&dcfg)

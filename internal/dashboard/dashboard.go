@@ -123,6 +123,10 @@ type Config struct {
 	// tenant's page where an operator may disable or enable one; nil lists
 	// none.
 	Endpoints Endpoints
+	// Members are the tenants' console members, listed on each tenant's
+	// page, where an operator disables one; nil: the page says the console
+	// is not wired.
+	Members Members
 	// Billing links the customers of events held as unknown_customer; nil
 	// offers no link form.
 	Billing CustomerLinker
@@ -267,6 +271,8 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.POST("/tenants/:id/keys/:key/revoke", d.page(d.revokeKey))
 	g.POST("/tenants/:id/endpoints/:endpoint/disable", d.page(d.disableEndpoint))
 	g.POST("/tenants/:id/endpoints/:endpoint/enable", d.page(d.enableEndpoint))
+	g.POST("/tenants/:id/members/:member/disable", d.page(d.disableMember))
+	g.POST("/tenants/:id/members/:member/enable", d.page(d.enableMember))
 	g.POST("/tenants/:id/limits", d.page(d.setLimits))
 	g.POST("/tenants/:id/subjects/reset", d.page(d.unlockSubject))
 	g.POST("/tenants/:id/policies", d.page(d.putPolicy))

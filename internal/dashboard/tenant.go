@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/alert"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
+	"github.com/tollgate/tollgate/internal/console"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/tenant"
@@ -39,6 +40,8 @@ var flashes = map[string]string{
 	"limits":            "Limits saved. Every instance applies them within a second.",
 	"revoked":           "Key revoked. The API refuses it from now on.",
 	"endpoint-disabled": "Webhook endpoint disabled. Its deliveries wait until the tenant enables it again.",
+	"member-disabled":   "Member disabled: signed out everywhere, and cannot sign in to the console until enabled again.",
+	"member-enabled":    "Member enabled: they may sign in to the console again.",
 	"endpoint-enabled":  "Webhook endpoint enabled. Its waiting deliveries go out now; those given up stay given up (the tenant may re-send them).",
 	"plan":              "Plan saved. Every instance applies it within a second.",
 	"linked":            "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
@@ -76,6 +79,8 @@ type tenantData struct {
 	// endpoints are the tenant's outbound webhook endpoints; nil without
 	// Config.Endpoints.
 	endpoints []webhooks.Endpoint
+	// members are the tenant's console members; nil without Config.Members.
+	members []console.Member
 }
 
 // fetchTenant reads everything a tenant's page shows. An error names the
@@ -133,6 +138,11 @@ func (d *Dashboard) fetchTenant(ctx context.Context, id string) (tenantData, err
 			return fail("webhook endpoints", err)
 		}
 	}
+	if d.cfg.Members != nil {
+		if td.members, err = d.cfg.Members.Members(ctx, td.t.ID); err != nil {
+			return fail("console members", err)
+		}
+	}
 	if d.cfg.Webhooks != nil {
 		if td.events, err = d.cfg.Webhooks.Events(ctx, billing.EventFilter{TenantID: td.t.ID, Limit: 10}); err != nil {
 			return fail("stripe events", err)
@@ -188,6 +198,8 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 	v.Unlock = d.unlockForm(t.ID, td.policies)
 	v.Alerts = alertRows(td.report.Alerts)
 	v.Endpoints = endpointRows(t.ID, td.endpoints)
+	v.Members = memberRows(t.ID, td.members)
+	v.MembersWired = d.cfg.Members != nil
 
 	if d.cfg.Webhooks == nil {
 		v.EventsNote = webhooksUnavailable
