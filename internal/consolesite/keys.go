@@ -259,9 +259,9 @@ func (s *Site) renderKeyConfirm(c echo.Context, m *member, status int, v web.Con
 	if err != nil {
 		return s.fail(c, err)
 	}
-	title := "Revoke key " + v.Key.Name + "?"
+	title := "Revoke the key “" + v.Key.Name + "”?"
 	if v.Roll {
-		title = "Roll key " + v.Key.Name + "?"
+		title = "Roll the key “" + v.Key.Name + "”?"
 		for _, g := range graces {
 			v.Graces = append(v.Graces, g.ConsoleChoice)
 		}
