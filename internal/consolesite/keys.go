@@ -34,8 +34,16 @@ var keyAuditKinds = []string{KindKeyCreated, KindKeyRevoked, KindKeyRolled}
 
 const keyAuditEntries = 20
 
-// keyExpiries are the expiries a member may give a new key, by form value.
-var keyExpiries = []web.ConsoleChoice{{Value: "none", Label: "Never"}, {Value: "30", Label: "In 30 days"}, {Value: "90", Label: "In 90 days"}}
+// keyExpiries are the expiries a member may give a new key, by form
+// value: days from now, 0 for none.
+var keyExpiries = []struct {
+	web.ConsoleChoice
+	days int
+}{
+	{web.ConsoleChoice{Value: "none", Label: "Never"}, 0},
+	{web.ConsoleChoice{Value: "30", Label: "In 30 days"}, 30},
+	{web.ConsoleChoice{Value: "90", Label: "In 90 days"}, 90},
+}
 
 // graces are how long a rolled key keeps working, by form value.
 var graces = []struct {
@@ -73,20 +81,14 @@ func (s *Site) keys(c echo.Context, m *member) error {
 func (s *Site) createKey(c echo.Context, m *member) error {
 	ctx := c.Request().Context()
 	f := web.ConsoleKeyForm{Name: strings.TrimSpace(c.FormValue("name")), Kind: c.FormValue("kind"), Expires: c.FormValue("expires")}
-	var expiresAt *time.Time
-	switch days := map[string]int{"none": 0, "30": 30, "90": 90}; {
+	expiresAt, expiryOK := s.keyExpiry(f.Expires)
+	switch {
 	case f.Kind != "live" && f.Kind != "test":
 		f.Error = "A key is live or test."
 	case tenant.ValidateKeyName(f.Name) != nil:
 		f.Error = fmt.Sprintf("Name the key in at most %d characters of text, or leave the name empty.", tenant.MaxKeyNameLen)
-	default:
-		n, ok := days[f.Expires]
-		if !ok {
-			f.Error = "A key expires never, in 30 days or in 90 days."
-		} else if n > 0 {
-			t := s.cfg.Now().AddDate(0, 0, n)
-			expiresAt = &t
-		}
+	case !expiryOK:
+		f.Error = "A key expires never, in 30 days or in 90 days."
 	}
 	if f.Error != "" {
 		return s.renderKeys(c, m, http.StatusBadRequest, f, nil, "")
@@ -109,6 +111,22 @@ func (s *Site) createKey(c echo.Context, m *member) error {
 	return s.renderKeys(c, m, http.StatusOK, web.ConsoleKeyForm{Kind: f.Kind, Expires: "none"}, fresh, "Key "+cmp.Or(k.Name, k.ID)+" is made.")
 }
 
+// keyExpiry is the expiry the form's value (none, 30 or 90 days) gives a
+// key made now; ok is false for any other value.
+func (s *Site) keyExpiry(value string) (at *time.Time, ok bool) {
+	for _, e := range keyExpiries {
+		if e.Value != value {
+			continue
+		}
+		if e.days == 0 {
+			return nil, true
+		}
+		t := s.cfg.Now().AddDate(0, 0, e.days)
+		return &t, true
+	}
+	return nil, false
+}
+
 // newKey makes and stores a key of the tenant (tenant.NewKey, as the
 // dashboard makes them) and returns its value, to show once.
 func (s *Site) newKey(ctx context.Context, tenantID, name string, test bool, expiresAt *time.Time) (string, tenant.Key, error) {
@@ -125,9 +143,9 @@ func (s *Site) newKey(ctx context.Context, tenantID, name string, test bool, exp
 
 // memberKey returns the member's tenant's key named in the path, or
 // answers: a key of another tenant, or none, is a 404 page; one revoked
-// or expired, a 409 page (there is nothing to revoke or roll). ok is
-// false once answered.
-func (s *Site) memberKey(c echo.Context, m *member) (k tenant.Key, ok bool, err error) {
+// or expired, a 409 page (there is nothing to revoke or roll). When ok is
+// false the page is answered, and err is what answering it returned.
+func (s *Site) memberKey(c echo.Context, m *member) (tenant.Key, bool, error) {
 	keys, err := s.cfg.Tenants.Keys(c.Request().Context(), m.TenantID)
 	if err != nil {
 		return tenant.Key{}, false, s.fail(c, err)
@@ -237,7 +255,9 @@ func (s *Site) renderKeys(c echo.Context, m *member, status int, f web.ConsoleKe
 	if err != nil {
 		return s.fail(c, err)
 	}
-	f.Expiries = keyExpiries
+	for _, e := range keyExpiries {
+		f.Expiries = append(f.Expiries, e.ConsoleChoice)
+	}
 	v := web.ConsoleKeysView{
 		Chrome:  web.ConsoleChrome{Title: "Keys", Section: "keys", MemberEmail: m.Email, TenantName: t.Name, CSRF: m.csrf, Flash: flash},
 		Form:    f,
