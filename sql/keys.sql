@@ -33,3 +33,11 @@ SET last_used_at = used.at
 FROM used, locked
 WHERE k.id = locked.id AND used.id = locked.id
   AND (k.last_used_at IS NULL OR k.last_used_at < used.at);
+
+-- name: ShortenKeyExpiry :one
+-- ShortenKeyExpiry brings a live key's expiry forward to @expires_at (a
+-- roll's grace period), never back; a revoked key, or one of another
+-- tenant, is no row.
+UPDATE api_keys SET expires_at = least(coalesce(expires_at, @expires_at), @expires_at)
+WHERE id = @id AND tenant_id = @tenant_id AND revoked_at IS NULL
+RETURNING *;

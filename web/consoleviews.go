@@ -77,6 +77,7 @@ type ConsoleMail struct {
 // ConsoleNav is the console's navigation, in order.
 var ConsoleNav = []NavItem{
 	{"home", "Quick start", "/console"},
+	{"keys", "Keys", "/console/keys"},
 }
 
 // ConsoleConfirmedView is the answer to a confirmation with no session of

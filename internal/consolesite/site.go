@@ -24,6 +24,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/admin"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/console"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/mail"
@@ -53,6 +54,18 @@ const SignUpsPerNetwork = 5
 type Tenants interface {
 	Tenant(ctx context.Context, id string) (tenant.Tenant, error)
 	Keys(ctx context.Context, tenantID string) ([]tenant.Key, error)
+	// CreateKey, RevokeKey and ShortenKeyExpiry are the keys page's
+	// changes (tenant.Store's, and pgstore.Tenants' ShortenKeyExpiry).
+	CreateKey(ctx context.Context, k tenant.Key) (tenant.Key, error)
+	RevokeKey(ctx context.Context, id string) (tenant.Key, error)
+	ShortenKeyExpiry(ctx context.Context, tenantID, id string, at time.Time) (tenant.Key, error)
+}
+
+// AuditLog is where the keys page records its changes and reads them back
+// (an *audit.Log).
+type AuditLog interface {
+	Record(ctx context.Context, e audit.Entry) error
+	List(ctx context.Context, f audit.Filter) ([]audit.Entry, error)
 }
 
 // Config is what the console is built from.
@@ -82,6 +95,10 @@ type Config struct {
 	// SessionTTL is how long a sign-in lasts (default 12 hours).
 	SessionTTL time.Duration
 	Now        func() time.Time
+	// Audit records the members' key changes; Changed, when not nil,
+	// drops a changed key from this instance's caches at once.
+	Audit   AuditLog
+	Changed func(kind, id string)
 }
 
 // Site is the console.
@@ -95,6 +112,9 @@ type Site struct {
 func New(cfg Config) (*Site, error) {
 	if cfg.Members == nil || cfg.Tenants == nil || cfg.Hasher == nil || cfg.Limits == nil || cfg.Mail == nil || len(cfg.Pepper) == 0 {
 		return nil, errors.New("console: members, tenants, hasher, limits, mail and pepper are required")
+	}
+	if cfg.Audit == nil {
+		return nil, errNoAudit
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -122,6 +142,7 @@ func (s *Site) Register(e *echo.Echo) {
 	g.GET("", s.page(s.home))
 	g.GET("/", s.page(s.home))
 	g.GET("/dev/mailbox", s.mailbox)
+	s.registerKeys(g)
 	g.Any("/*", func(c echo.Context) error {
 		return s.message(c, http.StatusNotFound, web.ConsoleMessageView{Title: "Not found", Message: "There is no console page at this address.", Link: "/console", LinkLabel: "The console"})
 	})

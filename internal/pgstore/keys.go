@@ -68,6 +68,21 @@ func (s *Tenants) RevokeKey(ctx context.Context, id string) (tenant.Key, error) 
 	return keyOf(row), nil
 }
 
+// ShortenKeyExpiry sets the expiry of the tenant's key id to at, unless it
+// expires earlier already, and returns the key. A key of another tenant,
+// or revoked, is tenant.ErrNotFound.
+func (s *Tenants) ShortenKeyExpiry(ctx context.Context, tenantID, id string, at time.Time) (tenant.Key, error) {
+	uid, ok := uuidOf(tenantID)
+	if !ok {
+		return tenant.Key{}, fmt.Errorf("shorten expiry of key %s: %w", id, tenant.ErrNotFound)
+	}
+	row, err := s.q.ShortenKeyExpiry(ctx, sqlcgen.ShortenKeyExpiryParams{ID: id, TenantID: uid, ExpiresAt: pgtype.Timestamptz{Time: at, Valid: true}})
+	if err != nil {
+		return tenant.Key{}, fmt.Errorf("shorten expiry of key %s: %w", id, dbErr(err, tenantErrors))
+	}
+	return keyOf(row), nil
+}
+
 // TouchKeys implements tenant.Store in one statement.
 func (s *Tenants) TouchKeys(ctx context.Context, lastUsed map[string]time.Time) error {
 	if len(lastUsed) == 0 {

@@ -135,6 +135,39 @@ func (q *Queries) RevokeKey(ctx context.Context, id string) (ApiKey, error) {
 	return i, err
 }
 
+const shortenKeyExpiry = `-- name: ShortenKeyExpiry :one
+UPDATE api_keys SET expires_at = least(coalesce(expires_at, $1), $1)
+WHERE id = $2 AND tenant_id = $3 AND revoked_at IS NULL
+RETURNING id, tenant_id, prefix, hash, test, created_at, revoked_at, last_used_at, name, expires_at
+`
+
+type ShortenKeyExpiryParams struct {
+	ExpiresAt pgtype.Timestamptz
+	ID        string
+	TenantID  pgtype.UUID
+}
+
+// ShortenKeyExpiry brings a live key's expiry forward to @expires_at (a
+// roll's grace period), never back; a revoked key, or one of another
+// tenant, is no row.
+func (q *Queries) ShortenKeyExpiry(ctx context.Context, arg ShortenKeyExpiryParams) (ApiKey, error) {
+	row := q.db.QueryRow(ctx, shortenKeyExpiry, arg.ExpiresAt, arg.ID, arg.TenantID)
+	var i ApiKey
+	err := row.Scan(
+		&i.ID,
+		&i.TenantID,
+		&i.Prefix,
+		&i.Hash,
+		&i.Test,
+		&i.CreatedAt,
+		&i.RevokedAt,
+		&i.LastUsedAt,
+		&i.Name,
+		&i.ExpiresAt,
+	)
+	return i, err
+}
+
 const touchKeys = `-- name: TouchKeys :execrows
 WITH used AS (
     -- Set-returning functions in one select list run in step (PostgreSQL 10+).
