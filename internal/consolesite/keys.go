@@ -16,16 +16,12 @@ import (
 	"github.com/tollgate/tollgate/web"
 )
 
-// Audit kinds of the keys page; the actor is the member's email. Created
-// and revoked are the kinds the dashboard writes, so that one filter finds
-// a key's changes by operators and members alike.
+// Audit kinds of the keys page (package audit's, which the dashboard
+// writes too); the actor is the member's email.
 const (
-	KindKeyCreated = "key_created"
-	KindKeyRevoked = "key_revoked"
-	// KindKeyRolled is a key replaced by a new one of its name and kind;
-	// its detail holds key_id (the new key), old_key_id, name, test, grace
-	// and old_expires_at (RFC 3339).
-	KindKeyRolled = "key_rolled"
+	KindKeyCreated = audit.KindKeyCreated
+	KindKeyRevoked = audit.KindKeyRevoked
+	KindKeyRolled  = audit.KindKeyRolled
 )
 
 // keyAuditKinds are the kinds the keys page lists, and keyAuditEntries how

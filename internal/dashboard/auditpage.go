@@ -42,7 +42,8 @@ var refusalKinds = []string{audit.KindRefusal, audit.KindRefusalFlood}
 // the dashboard, the CLI and the tenant API's policy routes, billing, and
 // the tenant API's counter resets.
 var changeKinds = []string{
-	KindTenantCreated, KindLimitsChanged, KindKeyCreated, KindKeyRevoked, KindPlanChanged, KindEndpointDisabled, KindEndpointEnabled,
+	KindTenantCreated, KindLimitsChanged, KindKeyCreated, KindKeyRevoked, audit.KindKeyRolled, KindPlanChanged, KindEndpointDisabled, KindEndpointEnabled,
+	KindMemberDisabled, KindMemberEnabled,
 	policy.KindPolicyPut, policy.KindPolicyDeleted, policy.KindOverridePut, policy.KindOverrideDeleted,
 	billing.AuditKind, billing.AuditKindCustomerLinked,
 	audit.KindCounterReset, audit.KindCounterReset + audit.FloodSuffix,

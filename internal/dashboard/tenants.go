@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/web"
@@ -23,8 +24,8 @@ const tenantsPerPage = 25
 const (
 	KindTenantCreated = "tenant_created"
 	KindLimitsChanged = "tenant_limits_changed"
-	KindKeyCreated    = "key_created"
-	KindKeyRevoked    = "key_revoked"
+	KindKeyCreated    = audit.KindKeyCreated
+	KindKeyRevoked    = audit.KindKeyRevoked
 	KindPlanChanged   = "plan_changed"
 	KindSignedIn      = "admin_signed_in"
 	KindSignInFailed  = "admin_sign_in_failed"
