@@ -156,22 +156,17 @@ func (l *Limiter) SignUp(ctx context.Context, ip string, perHour int64) (*Refusa
 	return nil, nil
 }
 
-// Mail counts a request from ip for a mail of kind ("reset", "confirm") to
-// to (an email, or a member's id): an attempt against ip's sign-in attempts
-// (IPRule) and a mail against perHour mails of kind to to an hour (fixed
-// window), all or nothing. It returns the refusal, or nil to send. The cap
-// holds whichever networks ask, so that no one can flood an address.
-func (l *Limiter) Mail(ctx context.Context, ip, kind, to string, perHour int64) (*Refusal, error) {
+// Mail counts a mail of kind ("reset", "confirm") to to (an email, or a
+// member's id) against perHour mails of kind to to an hour (fixed window),
+// whichever network asks, so that no one can flood an address. It returns
+// the refusal (nothing counted then), or nil to send.
+func (l *Limiter) Mail(ctx context.Context, kind, to string, perHour int64) (*Refusal, error) {
 	rule := gate.Rule{Key: l.key("mail-"+kind, to), Limit: perHour, Window: time.Hour, Fixed: true}
-	ds, err := l.limits.Check(ctx, gate.Limits{Rules: []gate.Rule{l.IPRule(ip), rule}})
+	ds, err := l.limits.Check(ctx, gate.Limits{Rules: []gate.Rule{rule}})
 	if err != nil {
 		return nil, err
 	}
 	if d := ds[0]; !d.Allowed {
-		return &Refusal{By: "ip", RetryAfter: d.RetryAfter,
-			Message: fmt.Sprintf("Too many attempts from your network address: at most %d a minute.", SignInsPerIP)}, nil
-	}
-	if d := ds[1]; !d.Allowed {
 		return &Refusal{By: "mail", RetryAfter: d.RetryAfter,
 			Message: fmt.Sprintf("Enough of these emails went to this address: at most %d an hour.", perHour)}, nil
 	}
