@@ -82,8 +82,11 @@ func (s *Site) reset(c echo.Context) error {
 	case errors.Is(err, console.ErrNotFound):
 	case err != nil:
 		return s.fail(c, err)
-	case m.DisabledAt == nil:
-		// The request's context ends with its answer; the mail does not.
+	case m.DisabledAt == nil && m.PasswordHash != "":
+		// As for signing in, a disabled member or an invited one who has
+		// set no password yet (the invitation's link does that) gets
+		// nothing. The request's context ends with its answer; the mail
+		// does not.
 		go s.mailReset(context.WithoutCancel(ctx), m)
 	}
 	s.setCookie(c, formCookie, "", -1)
