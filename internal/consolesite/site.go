@@ -143,6 +143,7 @@ func (s *Site) Register(e *echo.Echo) {
 	g.GET("/", s.page(s.home))
 	g.GET("/dev/mailbox", s.mailbox)
 	s.registerKeys(g)
+	s.registerReset(g)
 	g.Any("/*", func(c echo.Context) error {
 		return s.message(c, http.StatusNotFound, web.ConsoleMessageView{Title: "Not found", Message: "There is no console page at this address.", Link: "/console", LinkLabel: "The console"})
 	})
@@ -384,6 +385,9 @@ func (s *Site) loginPage(c echo.Context) error {
 	if c.QueryParam("signed_out") != "" {
 		v.Notice = "You are signed out."
 	}
+	if c.QueryParam("reset") != "" {
+		v.Notice = "Your password is changed, and you are signed out everywhere: sign in with the new one."
+	}
 	return s.authPage(c, http.StatusOK, v)
 }
 
@@ -463,6 +467,11 @@ func (s *Site) home(c echo.Context, m *member) error {
 
 // renderHome renders the home page for m, with keys shown once.
 func (s *Site) renderHome(c echo.Context, m *member, fresh []web.ConsoleNewKey, flash string) error {
+	return s.renderHomeAt(c, http.StatusOK, m, fresh, flash)
+}
+
+// renderHomeAt renders the home page for m with status.
+func (s *Site) renderHomeAt(c echo.Context, status int, m *member, fresh []web.ConsoleNewKey, flash string) error {
 	ctx := c.Request().Context()
 	t, err := s.cfg.Tenants.Tenant(ctx, m.TenantID)
 	if err != nil {
@@ -489,7 +498,7 @@ func (s *Site) renderHome(c echo.Context, m *member, fresh []web.ConsoleNewKey, 
 	for _, k := range keys {
 		v.Keys = append(v.Keys, keyRow(k))
 	}
-	return render(c, http.StatusOK, web.ConsoleHome(v))
+	return render(c, status, web.ConsoleHome(v))
 }
 
 // keyRow is how a key is listed.

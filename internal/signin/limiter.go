@@ -155,3 +155,35 @@ func (l *Limiter) SignUp(ctx context.Context, ip string, perHour int64) (*Refusa
 	}
 	return nil, nil
 }
+
+// Mail counts a mail of kind ("reset", "confirm") to to (an email, or a
+// member's id) against perHour mails of kind to to an hour (fixed window),
+// whichever network asks, so that no one can flood an address. It returns
+// the refusal (nothing counted then), or nil to send.
+func (l *Limiter) Mail(ctx context.Context, kind, to string, perHour int64) (*Refusal, error) {
+	rule := gate.Rule{Key: l.key("mail-"+kind, to), Limit: perHour, Window: time.Hour, Fixed: true}
+	ds, err := l.limits.Check(ctx, gate.Limits{Rules: []gate.Rule{rule}})
+	if err != nil {
+		return nil, err
+	}
+	if d := ds[0]; !d.Allowed {
+		return &Refusal{By: "mail", RetryAfter: d.RetryAfter,
+			Message: fmt.Sprintf("Enough of these emails went to this address: at most %d an hour.", perHour)}, nil
+	}
+	return nil, nil
+}
+
+// Attempt counts a request from ip against its sign-in attempts (IPRule),
+// for a form that checks a password or a token without an email to count
+// failures against. It returns the refusal, or nil to go on.
+func (l *Limiter) Attempt(ctx context.Context, ip string) (*Refusal, error) {
+	ds, err := l.limits.Check(ctx, gate.Limits{Rules: []gate.Rule{l.IPRule(ip)}})
+	if err != nil {
+		return nil, err
+	}
+	if d := ds[0]; !d.Allowed {
+		return &Refusal{By: "ip", RetryAfter: d.RetryAfter,
+			Message: fmt.Sprintf("Too many attempts from your network address: at most %d a minute.", SignInsPerIP)}, nil
+	}
+	return nil, nil
+}
