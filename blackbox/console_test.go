@@ -196,7 +196,8 @@ func TestConsoleSignUpJourney(t *testing.T) {
 // TestConsoleWithoutSMTP: with no SMTP server, a development Tollgate
 // (TOLLGATE_DEV, as `make run`) puts the confirmation mail in its
 // development mailbox page, where the link works; a production one keeps
-// sign-ups closed (503) rather than write account-opening links to its log.
+// sign-ups and password resets closed (503) rather than write the links
+// that open accounts to its log.
 func TestConsoleWithoutSMTP(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.New(t)
@@ -226,5 +227,9 @@ func TestConsoleWithoutSMTP(t *testing.T) {
 	form = b.get("/console/signup")
 	if p := b.post("/console/signup", form, url.Values{"email": {"solo@example.com"}, "password": {"correct horse battery"}, "name": {"Solo"}}); p.status != 503 || testKey.MatchString(p.body) {
 		t.Fatalf("sign-up without SMTP in production: %d %s", p.status, p.body)
+	}
+	form = b.get("/console/reset")
+	if p := b.post("/console/reset", form, url.Values{"email": {"solo@example.com"}}); p.status != 503 {
+		t.Fatalf("a password reset without SMTP in production: %d %s", p.status, p.body)
 	}
 }

@@ -66,6 +66,9 @@ func (s *Site) reset(c echo.Context) error {
 		v.Error = "The form expired. Please try again."
 		return s.resetForm(c, http.StatusForbidden, v)
 	}
+	if s.mailClosed() {
+		return s.noMail(c, "Password reset is not open", "a reset needs its link mailed")
+	}
 	norm, normErr := admin.NormalizeEmail(email)
 	if normErr != nil {
 		v.Error = "Enter a valid email address."
@@ -207,6 +210,9 @@ func (s *Site) resend(c echo.Context, m *member) error {
 	ctx := c.Request().Context()
 	if m.ConfirmedAt != nil {
 		return s.renderHome(c, m, nil, "Your email is confirmed already.")
+	}
+	if s.mailClosed() {
+		return s.noMail(c, "No mail sent", "a confirmation needs its link mailed")
 	}
 	ref, err := s.limiter.Mail(ctx, "confirm", m.ID, MailsPerHour)
 	if err != nil {

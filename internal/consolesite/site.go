@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -236,10 +235,7 @@ func (s *Site) authPage(c echo.Context, status int, v web.ConsoleAuthView) error
 
 // refused fills v for a refusal by the limiter and answers 429.
 func (s *Site) refused(c echo.Context, v web.ConsoleAuthView, ref *signin.Refusal) error {
-	secs := int64((ref.RetryAfter + time.Second - 1) / time.Second)
-	c.Response().Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
-	v.Error = ref.Message
-	v.RetryAfter = "Try again in " + signin.HumanDuration(ref.RetryAfter) + " (after " + s.cfg.Now().Add(ref.RetryAfter).UTC().Format("15:04:05") + " UTC)."
+	v.Error, v.RetryAfter = s.retry(c, ref)
 	return s.authPage(c, http.StatusTooManyRequests, v)
 }
 
@@ -265,9 +261,8 @@ func (s *Site) signUp(c echo.Context) error {
 		v.Error = "The sign-up form expired. Please try again."
 		return s.authPage(c, http.StatusForbidden, v)
 	}
-	if s.cfg.Mailbox != nil && !s.cfg.Dev {
-		return s.message(c, http.StatusServiceUnavailable, web.ConsoleMessageView{Title: "Sign-up is not open",
-			Message: "This Tollgate cannot send email yet, and a new account needs its address confirmed: its operator sets TOLLGATE_SMTP_URL."})
+	if s.mailClosed() {
+		return s.noMail(c, "Sign-up is not open", "a new account needs its address confirmed")
 	}
 	norm, normErr := admin.NormalizeEmail(email)
 	if normErr != nil {
@@ -325,6 +320,17 @@ func (s *Site) signUp(c echo.Context) error {
 	s.setCookie(c, sessionCookie, raw, int(s.cfg.SessionTTL/time.Second))
 	signed := &member{Member: m, token: raw, csrf: signin.CSRFFor(realm, raw)}
 	return s.renderHome(c, signed, []web.ConsoleNewKey{{Kind: "test", Value: created.Test}}, "Welcome. Your test key works now; confirm your email for a live one.")
+}
+
+// mailClosed reports whether this Tollgate may not mail the links that open
+// accounts or reset passwords: no SMTP server outside development, where
+// the development mailbox would write them to the log.
+func (s *Site) mailClosed() bool { return s.cfg.Mailbox != nil && !s.cfg.Dev }
+
+// noMail answers a form that needs a mail while mailClosed (503).
+func (s *Site) noMail(c echo.Context, title, why string) error {
+	return s.message(c, http.StatusServiceUnavailable, web.ConsoleMessageView{Title: title,
+		Message: "This Tollgate cannot send email yet, and " + why + ": its operator sets TOLLGATE_SMTP_URL.", Link: "/console", LinkLabel: "The console"})
 }
 
 // mailConfirmation mails to the link that confirms the address.
