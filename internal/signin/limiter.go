@@ -58,7 +58,7 @@ func NewLimiter(limits *gate.Limiter, pepper []byte, realm string) *Limiter {
 
 // Refusal says which limit refused a sign-in and for how long.
 type Refusal struct {
-	By         string // "ip", "account" or "account_everywhere"
+	By         string // "ip", "account", "account_everywhere", "signup" or "invite"
 	Message    string
 	RetryAfter time.Duration
 }
@@ -144,14 +144,28 @@ func (l *Limiter) Failed(ctx context.Context, ip, email string) error {
 // network may make an hour, and returns the refusal past it (nothing
 // counted then), or nil.
 func (l *Limiter) SignUp(ctx context.Context, ip string, perHour int64) (*Refusal, error) {
-	rule := gate.Rule{Key: l.key("signup", clientKey(ip)), Limit: perHour, Window: time.Hour, Fixed: true}
+	return l.hourly(ctx, "signup", clientKey(ip), perHour,
+		fmt.Sprintf("Too many accounts made from your network address: at most %d an hour.", perHour))
+}
+
+// Invitation counts an invitation tenantID sends against perHour
+// invitations a tenant may send an hour, and returns the refusal past it
+// (nothing counted then), or nil.
+func (l *Limiter) Invitation(ctx context.Context, tenantID string, perHour int64) (*Refusal, error) {
+	return l.hourly(ctx, "invite", tenantID, perHour,
+		fmt.Sprintf("Too many invitations from this workspace: at most %d an hour.", perHour))
+}
+
+// hourly counts one of value's acts of kind against perHour in a fixed
+// hour, and returns the refusal by kind, saying message, past it.
+func (l *Limiter) hourly(ctx context.Context, kind, value string, perHour int64, message string) (*Refusal, error) {
+	rule := gate.Rule{Key: l.key(kind, value), Limit: perHour, Window: time.Hour, Fixed: true}
 	ds, err := l.limits.Check(ctx, gate.Limits{Rules: []gate.Rule{rule}})
 	if err != nil {
 		return nil, err
 	}
 	if d := ds[0]; !d.Allowed {
-		return &Refusal{By: "signup", RetryAfter: d.RetryAfter,
-			Message: fmt.Sprintf("Too many accounts made from your network address: at most %d an hour.", perHour)}, nil
+		return &Refusal{By: kind, RetryAfter: d.RetryAfter, Message: message}, nil
 	}
 	return nil, nil
 }
