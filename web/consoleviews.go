@@ -78,6 +78,7 @@ type ConsoleMail struct {
 var ConsoleNav = []NavItem{
 	{"home", "Quick start", "/console"},
 	{"keys", "Keys", "/console/keys"},
+	{"team", "Team", "/console/team"},
 }
 
 // ConsoleConfirmedView is the answer to a confirmation with no session of

@@ -143,6 +143,7 @@ func (s *Site) Register(e *echo.Echo) {
 	g.GET("/dev/mailbox", s.mailbox)
 	s.registerKeys(g)
 	s.registerReset(g)
+	s.registerTeam(g)
 	g.Any("/*", func(c echo.Context) error {
 		return s.message(c, http.StatusNotFound, web.ConsoleMessageView{Title: "Not found", Message: "There is no console page at this address.", Link: "/console", LinkLabel: "The console"})
 	})

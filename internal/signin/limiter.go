@@ -58,7 +58,7 @@ func NewLimiter(limits *gate.Limiter, pepper []byte, realm string) *Limiter {
 
 // Refusal says which limit refused a sign-in and for how long.
 type Refusal struct {
-	By         string // "ip", "account", "account_everywhere", "signup" or "invite"
+	By         string // "ip", "account", "account_everywhere", "signup", "mail" or "invite"
 	Message    string
 	RetryAfter time.Duration
 }
@@ -144,30 +144,8 @@ func (l *Limiter) Failed(ctx context.Context, ip, email string) error {
 // network may make an hour, and returns the refusal past it (nothing
 // counted then), or nil.
 func (l *Limiter) SignUp(ctx context.Context, ip string, perHour int64) (*Refusal, error) {
-	return l.hourly(ctx, "signup", clientKey(ip), perHour,
+	return l.hourly(ctx, "signup", "signup", clientKey(ip), perHour,
 		fmt.Sprintf("Too many accounts made from your network address: at most %d an hour.", perHour))
-}
-
-// Invitation counts an invitation tenantID sends against perHour
-// invitations a tenant may send an hour, and returns the refusal past it
-// (nothing counted then), or nil.
-func (l *Limiter) Invitation(ctx context.Context, tenantID string, perHour int64) (*Refusal, error) {
-	return l.hourly(ctx, "invite", tenantID, perHour,
-		fmt.Sprintf("Too many invitations from this workspace: at most %d an hour.", perHour))
-}
-
-// hourly counts one of value's acts of kind against perHour in a fixed
-// hour, and returns the refusal by kind, saying message, past it.
-func (l *Limiter) hourly(ctx context.Context, kind, value string, perHour int64, message string) (*Refusal, error) {
-	rule := gate.Rule{Key: l.key(kind, value), Limit: perHour, Window: time.Hour, Fixed: true}
-	ds, err := l.limits.Check(ctx, gate.Limits{Rules: []gate.Rule{rule}})
-	if err != nil {
-		return nil, err
-	}
-	if d := ds[0]; !d.Allowed {
-		return &Refusal{By: kind, RetryAfter: d.RetryAfter, Message: message}, nil
-	}
-	return nil, nil
 }
 
 // Mail counts a mail of kind ("reset", "confirm") to to (an email, or a
@@ -175,14 +153,28 @@ func (l *Limiter) hourly(ctx context.Context, kind, value string, perHour int64,
 // whichever network asks, so that no one can flood an address. It returns
 // the refusal (nothing counted then), or nil to send.
 func (l *Limiter) Mail(ctx context.Context, kind, to string, perHour int64) (*Refusal, error) {
-	rule := gate.Rule{Key: l.key("mail-"+kind, to), Limit: perHour, Window: time.Hour, Fixed: true}
+	return l.hourly(ctx, "mail", "mail-"+kind, to, perHour,
+		fmt.Sprintf("Enough of these emails went to this address: at most %d an hour.", perHour))
+}
+
+// Invitation counts an invitation tenantID sends against perHour
+// invitations a tenant may send an hour (fixed window), and returns the
+// refusal past it (nothing counted then), or nil.
+func (l *Limiter) Invitation(ctx context.Context, tenantID string, perHour int64) (*Refusal, error) {
+	return l.hourly(ctx, "invite", "invite", tenantID, perHour,
+		fmt.Sprintf("Too many invitations from this workspace: at most %d an hour.", perHour))
+}
+
+// hourly counts one act of value's, keyed by kind, against perHour in a
+// fixed hour, and returns the refusal by by, saying message, past it.
+func (l *Limiter) hourly(ctx context.Context, by, kind, value string, perHour int64, message string) (*Refusal, error) {
+	rule := gate.Rule{Key: l.key(kind, value), Limit: perHour, Window: time.Hour, Fixed: true}
 	ds, err := l.limits.Check(ctx, gate.Limits{Rules: []gate.Rule{rule}})
 	if err != nil {
 		return nil, err
 	}
 	if d := ds[0]; !d.Allowed {
-		return &Refusal{By: "mail", RetryAfter: d.RetryAfter,
-			Message: fmt.Sprintf("Enough of these emails went to this address: at most %d an hour.", perHour)}, nil
+		return &Refusal{By: by, RetryAfter: d.RetryAfter, Message: message}, nil
 	}
 	return nil, nil
 }
