@@ -322,3 +322,29 @@ func TestConsoleInviteAttemptsPerNetwork(t *testing.T) {
 		t.Fatalf("a sign-in after the attempts: %d", p.status)
 	}
 }
+
+// TestConsoleInvitationsWithoutSMTP: a production Tollgate without an SMTP
+// server (here a second instance on the database of one that had one)
+// sends no invitation, rather than write its link to the log: 503, and no
+// member made.
+func TestConsoleInvitationsWithoutSMTP(t *testing.T) {
+	t.Parallel()
+	smtp := mailtest.Start(t)
+	dsn := pgtest.New(t)
+	with := start(t, dsn, "TOLLGATE_SMTP_URL="+smtp.SMTPURL())
+	signUpConfirmed(t, newBrowser(t, with.base), dsn, "owner@a.example", "Acme")
+
+	without := start(t, dsn)
+	b := newBrowser(t, without.base)
+	login := b.get("/console/login")
+	team := b.post("/console/login", login, url.Values{"email": {"owner@a.example"}, "password": {"correct horse battery"}, "next": {"/console/team"}})
+	if team.status != 200 || !strings.Contains(team.url, "/console/team") {
+		t.Fatalf("signed in without SMTP: %d %s %s", team.status, team.url, team.body)
+	}
+	if p := b.post("/console/team/invite", team, url.Values{"email": {"dev@a.example"}, "role": {"developer"}}); p.status != 503 {
+		t.Fatalf("an invitation without SMTP in production: %d %s", p.status, p.body)
+	}
+	if p := b.get("/console/team"); strings.Contains(p.body, "dev@a.example") {
+		t.Fatalf("a member made without SMTP: %s", p.body)
+	}
+}

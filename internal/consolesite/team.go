@@ -110,6 +110,9 @@ func (s *Site) invite(c echo.Context, m *member) error {
 		return s.message(c, http.StatusForbidden, web.ConsoleMessageView{Title: "Confirm your email first",
 			Message: "Invitations go out from confirmed addresses only: open the link we mailed you, then invite your team.", Link: "/console/team", LinkLabel: "The team"})
 	}
+	if s.mailClosed() {
+		return s.noMail(c, "Invitations are not open", "an invitation needs its link mailed")
+	}
 	ctx := c.Request().Context()
 	f := web.ConsoleInviteForm{Email: strings.TrimSpace(c.Request().PostFormValue("email")), Role: c.Request().PostFormValue("role")}
 	refuse := func(status int, msg string) error {
