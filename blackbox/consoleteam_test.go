@@ -348,3 +348,43 @@ func TestConsoleInvitationsWithoutSMTP(t *testing.T) {
 		t.Fatalf("a member made without SMTP: %s", p.body)
 	}
 }
+
+// TestConsoleDeveloperLeaves: a developer may remove themself (no one
+// else): the page asks first, then they are signed out and gone from the
+// team.
+func TestConsoleDeveloperLeaves(t *testing.T) {
+	t.Parallel()
+	smtp := mailtest.Start(t)
+	dsn := pgtest.New(t)
+	in := start(t, dsn, "TOLLGATE_SMTP_URL="+smtp.SMTPURL())
+	owner := newBrowser(t, in.base)
+	signUpConfirmed(t, owner, dsn, "owner@a.example", "Acme")
+	team := owner.get("/console/team")
+	owner.post("/console/team/invite", team, url.Values{"email": {"dev@a.example"}, "role": {"developer"}})
+	dev := newBrowser(t, in.base)
+	accept := dev.get(mailedLink(t, smtp, "dev@a.example"))
+	token := tokenBox.FindStringSubmatch(accept.body)
+	if token == nil {
+		t.Fatalf("the invitation's page: %d %s", accept.status, accept.body)
+	}
+	dev.post("/console/invite", accept, url.Values{"token": {token[1]}, "password": {"developer's long password"}})
+
+	devTeam := dev.get("/console/team")
+	leave := regexp.MustCompile(`href="(/console/team/[0-9a-f-]{36}/remove)" data-testid="leave"`).FindStringSubmatch(devTeam.body)
+	if devTeam.status != 200 || leave == nil {
+		t.Fatalf("the developer's team page has no way to leave: %d %s", devTeam.status, devTeam.body)
+	}
+	ask := dev.get(leave[1])
+	if ask.status != 200 || !strings.Contains(ask.body, `data-testid="confirm"`) {
+		t.Fatalf("the leave page: %d %s", ask.status, ask.body)
+	}
+	if p := dev.post(leave[1], ask, url.Values{}); p.status != 200 || !strings.Contains(p.body, "You left the workspace") {
+		t.Fatalf("the developer leaves: %d %s", p.status, p.body)
+	}
+	if p := dev.get("/console/team"); !strings.Contains(p.url, "/console/login") {
+		t.Fatalf("the developer who left is still signed in: %s", p.url)
+	}
+	if p := owner.get("/console/team"); strings.Contains(p.body, "dev@a.example") {
+		t.Fatalf("the developer still listed: %s", p.body)
+	}
+}
