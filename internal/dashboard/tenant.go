@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/tollgate/tollgate/internal/alert"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/console"
@@ -277,79 +275,6 @@ func policyRows(td tenantData) []web.PolicyRow {
 	return rows
 }
 
-// alertRows shows a tenant's alerts; an aggregate alert counts the subjects
-// past the day's alert budget.
-func alertRows(alerts []alert.Alert) []web.AlertRow {
-	var rows []web.AlertRow
-	for _, a := range alerts {
-		row := web.AlertRow{
-			Policy: a.Policy, Subject: shortDigest(a.SubjectKey), Count: count(a.Count), AlertAfter: count(a.AlertAfter),
-			First: when(a.FirstAt), Last: when(a.LastAt), Shadow: a.Shadow,
-		}
-		if a.SubjectKey == alert.AggregateSubject {
-			row.Aggregate = true
-			row.Subject = count(a.Subjects) + " more subjects, past the day's alert budget"
-			if a.Unwatched > 0 {
-				row.Subject += ", and " + count(a.Unwatched) + " refusals of subjects past its watch budget"
-			}
-		}
-		rows = append(rows, row)
-	}
-	return rows
-}
-
-// shortDigest shortens a counter-key digest for display; the whole key is
-// in its title.
-func shortDigest(k string) string {
-	if i := strings.LastIndexByte(k, ':'); i >= 0 {
-		k = k[i+1:]
-	}
-	if len(k) > 16 {
-		return k[:16] + "…"
-	}
-	return k
-}
-
-// monthChart draws this month's live checks, cumulative by day, against the
-// allotment: where the tenant stands, and how fast it gets there.
-func monthChart(days []traffic.DayCount, ms, now time.Time, allotment *int64) web.Chart {
-	n := ms.AddDate(0, 1, 0).Sub(ms) / (24 * time.Hour)
-	columns := int(n)
-	today := int(now.Sub(ms) / (24 * time.Hour))
-	perDay := make([]float64, columns)
-	var total int64
-	for _, d := range days {
-		if i := int(d.Day.Sub(ms) / (24 * time.Hour)); i >= 0 && i < columns {
-			perDay[i] += float64(d.Count)
-			total += d.Count
-		}
-	}
-	cum := make([]float64, columns)
-	run := 0.0
-	for i := 0; i <= today && i < columns; i++ {
-		run += perDay[i]
-		cum[i] = run
-	}
-	c := web.Chart{
-		ID: "chart-tenant-month", Title: "Live checks this month, cumulative, against the allotment",
-		YUnit: "live checks", XLabel: "day of " + ms.Format("January 2006") + " (UTC)",
-		Kind: web.StackedBars, Columns: columns,
-		Series: []web.Series{{Name: "live checks so far", Class: "s-checks", Values: cum}},
-	}
-	for i := 0; i < columns; i++ {
-		if day := i + 1; day == 1 || day%5 == 0 {
-			c.XTicks = append(c.XTicks, web.Tick{Column: i, Label: ms.AddDate(0, 0, i).Format(dayFormat)})
-		}
-	}
-	if allotment != nil {
-		c.Lines = []web.RefLine{{Value: float64(*allotment), Label: "allotment " + count(*allotment), Class: "allotment-line"}}
-		c.Summary = fmt.Sprintf("%s live checks so far this month, %s of the allotment of %s.", count(total), share(total, *allotment), count(*allotment))
-	} else {
-		c.Summary = fmt.Sprintf("%s live checks so far this month; the plan has no monthly cap.", count(total))
-	}
-	return c
-}
-
 // leasesInFlight returns the live leases of each of pols' concurrency
 // policies, by name. A store that does not answer leaves them out (the
 // page says unavailable) rather than failing the page: it is logged.
@@ -398,21 +323,4 @@ func (d *Dashboard) budgets(ctx context.Context, tenantID string, pols []policy.
 		out[b.Policy] = b
 	}
 	return out
-}
-
-// budgetView shows the budget p as bs says it stands.
-func budgetView(p policy.Policy, bs map[string]gate.Budget) *web.BudgetView {
-	if p.Scope != policy.ScopeGlobal {
-		return &web.BudgetView{Note: "a budget of " + p.Unit + " per subject: GET /v1/usage?subject= shows one"}
-	}
-	b, ok := bs[p.Name]
-	if !ok {
-		return &web.BudgetView{Note: "budget: unavailable"}
-	}
-	amount := func(n int64) string { return count(n) + " " + p.Unit }
-	v := &web.BudgetView{Spent: amount(b.Spent), Reserved: amount(b.Reserved), Left: amount(b.Left)}
-	if b.Limit > 0 {
-		v.Meter = min(1, float64(b.Limit-b.Left)/float64(b.Limit))
-	}
-	return v
 }
