@@ -211,6 +211,7 @@ func (a *App) buildConsole() error {
 		Hasher: p.hasher, Limits: gate.NewLimiter("console sign-in limiter", a.store, p.signIns, log), Pepper: cfg.Pepper,
 		Mail: p.Mail, Mailbox: p.Mailbox, Dev: cfg.Dev, PublicURL: cfg.PublicURL, SecureCookies: cfg.SecureCookies,
 		Audit: audit.NewLog(p.AuditStore), Changed: a.invalidate,
+		Usage: &consolesite.UsageSources{Usage: p.Usage, Traffic: p.Traffic, Plans: pgstore.NewTenants(a.Pool), Policies: p.Policies, Budgets: p.Gate},
 	})
 	return err
 }

@@ -98,6 +98,9 @@ type Config struct {
 	// drops a changed key from this instance's caches at once.
 	Audit   AuditLog
 	Changed func(kind, id string)
+	// Usage is what the usage page reads; nil (or incomplete) answers it
+	// with a 503 page.
+	Usage *UsageSources
 }
 
 // Site is the console.
@@ -144,6 +147,7 @@ func (s *Site) Register(e *echo.Echo) {
 	s.registerKeys(g)
 	s.registerReset(g)
 	s.registerTeam(g)
+	s.registerUsage(g)
 	g.Any("/*", func(c echo.Context) error {
 		return s.message(c, http.StatusNotFound, web.ConsoleMessageView{Title: "Not found", Message: "There is no console page at this address.", Link: "/console", LinkLabel: "The console"})
 	})
