@@ -14,8 +14,12 @@ import (
 func usagePage(t *testing.T, b *browser, want ...string) page {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
+	var last page
 	for {
 		p := b.get("/console/usage")
+		if p.status == 200 {
+			last = p
+		}
 		missing := ""
 		for _, w := range want {
 			if !strings.Contains(p.body, w) {
@@ -27,15 +31,15 @@ func usagePage(t *testing.T, b *browser, want ...string) page {
 			return p
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the usage page never showed %q: %d %s", missing, p.status, p.body)
+			t.Fatalf("the usage page never showed %q: %d %s", missing, last.status, last.body)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(time.Second) // the console counts pages per address too
 	}
 }
 
 // liveChecks makes a live key in b's console and sends n checks of the
-// policy with it, returning how many were refused.
-func liveChecks(t *testing.T, in *instance, b *browser, policyName string, limit, n int) int {
+// policy with it, returning the key and how many were refused.
+func liveChecks(t *testing.T, in *instance, b *browser, policyName string, limit, n int) (string, int) {
 	t.Helper()
 	p, key := createKey(b, "prod", "live", "none")
 	if key == "" {
@@ -53,13 +57,14 @@ func liveChecks(t *testing.T, in *instance, b *browser, policyName string, limit
 			refused++
 		}
 	}
-	return refused
+	return key, refused
 }
 
 // TestConsoleUsage reads the usage page against the real binary: after
 // allowed and refused checks with each tenant's live key, each tenant's
 // page shows its own counts (the 24-hour chart's summary, the refusals by
-// layer, the month against the plan) and none of the other's; signed out,
+// layer, the month against the plan, a budget's reservation) and none of
+// the other's; signed out,
 // the page sends the browser to sign in.
 func TestConsoleUsage(t *testing.T) {
 	t.Parallel()
@@ -73,21 +78,28 @@ func TestConsoleUsage(t *testing.T) {
 		!strings.Contains(empty.body, `data-testid="usage-month"`) || !strings.Contains(empty.body, `href="/console/usage"`) {
 		t.Fatalf("the usage page before any check: %d %s", empty.status, empty.body)
 	}
-	if r := liveChecks(t, in, a, "api", 2, 5); r != 3 {
+	keyA, r := liveChecks(t, in, a, "api", 2, 5)
+	if r != 3 {
 		t.Fatalf("tenant A: %d of 5 checks refused, want 3", r)
 	}
-	if r := liveChecks(t, in, b, "api", 100, 7); r != 0 {
+	putPolicy(t, in, keyA, "llm", map[string]any{"limit": 1000, "window": "1h", "unit": "tokens", "scope": "global"})
+	if c := do(t, "POST", in.base+"/v1/reservations", keyA, map[string]any{"policy": "llm", "amount": 300}); c.status/100 != 2 {
+		t.Fatalf("a reservation: %d %s", c.status, c.body)
+	}
+	if _, r := liveChecks(t, in, b, "api", 100, 7); r != 0 {
 		t.Fatalf("tenant B: %d of 7 checks refused, want 0", r)
 	}
 
-	pa := usagePage(t, a, "5 checks in the last 24 hours, 3 refused", "3 refused requests in all; most by tenant policy (3).", "5 of ")
+	// The reservation is counted as A's sixth check.
+	pa := usagePage(t, a, "6 checks in the last 24 hours, 3 refused", "3 refused requests in all; most by tenant policy (3).", "6 of ",
+		"0 tokens spent", "300 tokens reserved", "700 tokens left")
 	pb := usagePage(t, b, "7 checks in the last 24 hours, 0 refused", "7 of ")
 	for _, leak := range []string{"7 checks", "Bravo", "7 of "} {
 		if strings.Contains(pa.body, leak) {
 			t.Fatalf("tenant A's usage page shows B's %q: %s", leak, pa.body)
 		}
 	}
-	for _, leak := range []string{"5 checks", "Acme", "refused requests in all", "5 of "} {
+	for _, leak := range []string{"6 checks", "Acme", "refused requests in all", "6 of ", "llm", "tokens reserved"} {
 		if strings.Contains(pb.body, leak) {
 			t.Fatalf("tenant B's usage page shows A's %q: %s", leak, pb.body)
 		}

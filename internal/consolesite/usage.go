@@ -118,6 +118,7 @@ func (s *Site) usageView(ctx context.Context, m *member) (web.ConsoleUsageView, 
 		Degraded: usageview.DegradedPeriods(degraded),
 	}
 	v.MonthDays.ID = "console-month"
+	v.Refusals.Width = 1000 // as on the dashboard's tenant page: a card's width
 	return v, nil
 }
 
