@@ -91,9 +91,9 @@ func TestConsoleUsage(t *testing.T) {
 	}
 
 	// The reservation is counted as A's sixth check.
-	pa := usagePage(t, a, "6 checks in the last 24 hours, 3 refused", "3 refused requests in all; most by tenant policy (3).", "6 of ",
+	pa := usagePage(t, a, "6 checks in the last 24 hours, 3 refused", "6 checks in the last 30 days, 3 refused", "3 refused requests in all; most by tenant policy (3).", "6 of ",
 		"0 tokens spent", "300 tokens reserved", "700 tokens left")
-	pb := usagePage(t, b, "7 checks in the last 24 hours, 0 refused", "7 of ")
+	pb := usagePage(t, b, "7 checks in the last 24 hours, 0 refused", "7 checks in the last 30 days, 0 refused", "7 of ")
 	for _, leak := range []string{"7 checks", "Bravo", "7 of "} {
 		if strings.Contains(pa.body, leak) {
 			t.Fatalf("tenant A's usage page shows B's %q: %s", leak, pa.body)

@@ -96,3 +96,13 @@ ORDER BY minute;
 -- name: PruneDegraded :execrows
 -- PruneDegraded forgets degraded minutes before before.
 DELETE FROM degraded_minutes WHERE minute < @before;
+
+-- name: TrafficByDay :many
+-- TrafficByDay sums a tenant's /v1/check calls (live and test) per UTC day
+-- and outcome over the minutes in [from_minute, until_minute).
+SELECT date_trunc('day', minute, 'UTC')::timestamptz AS day, outcome, sum(checks)::bigint AS requests
+FROM usage_minutes
+WHERE tenant_id = @tenant_id AND minute >= @from_minute AND minute < @until_minute
+  AND checked
+GROUP BY 1, 2
+ORDER BY 1, 2;

@@ -11,14 +11,14 @@ type ConsoleUsageView struct {
 	// against the plan's allotment.
 	Plan  string
 	Month UsageBar
-	// Minutes are the checks per minute and outcome over 24 hours;
-	// MonthDays the month's live checks by day, cumulative, against the
+	// Minutes are the checks per minute and outcome over 24 hours, Days
+	// per day and outcome over 30 days; MonthDays the month's live checks by day, cumulative, against the
 	// allotment; Refusals the month's refusals by layer.
-	Minutes, MonthDays Chart
-	Refusals           HBars
-	Alerts             []AlertRow
-	Budgets            []ConsoleBudgetRow
-	Degraded           []DegradedPeriod
+	Minutes, Days, MonthDays Chart
+	Refusals                 HBars
+	Alerts                   []AlertRow
+	Budgets                  []ConsoleBudgetRow
+	Degraded                 []DegradedPeriod
 }
 
 // ConsoleBudgetRow is one budget policy and where it stands.

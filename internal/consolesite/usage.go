@@ -28,6 +28,7 @@ type UsageSources struct {
 	Traffic interface {
 		Traffic(ctx context.Context, tenantID string, from, until time.Time) ([]traffic.MinuteCount, error)
 		DailyChecks(ctx context.Context, tenantID string, from, until time.Time) ([]traffic.DayCount, error)
+		DailyTraffic(ctx context.Context, tenantID string, from, until time.Time) ([]traffic.DayOutcome, error)
 		DegradedMinutes(ctx context.Context, from, until time.Time) ([]traffic.Degraded, error)
 	}
 	Plans interface {
@@ -98,6 +99,11 @@ func (s *Site) usageView(ctx context.Context, m *member) (web.ConsoleUsageView, 
 	if err != nil {
 		return fail("checks per day", err)
 	}
+	daysFrom := now.Truncate(24*time.Hour).AddDate(0, 0, 1-usageDays)
+	daily, err := src.Traffic.DailyTraffic(ctx, t.ID, daysFrom, until)
+	if err != nil {
+		return fail("checks per day and outcome", err)
+	}
 	degraded, err := src.Traffic.DegradedMinutes(ctx, dayFrom, until)
 	if err != nil {
 		return fail("degraded minutes", err)
@@ -110,6 +116,7 @@ func (s *Site) usageView(ctx context.Context, m *member) (web.ConsoleUsageView, 
 		Chrome: web.ConsoleChrome{Title: "Usage", Section: "usage", MemberEmail: m.Email, TenantName: t.Name, CSRF: m.csrf},
 		Plan:   plan.Name, Month: usageview.UsageBar(report.ChecksUsed, plan.MonthlyChecks),
 		Minutes:   minuteChart(minutes, degraded, dayFrom),
+		Days:      dayChart(daily, daysFrom),
 		MonthDays: usageview.MonthChart(days, month, now, plan.MonthlyChecks),
 		Refusals: usageview.RefusalBars("console-refusals", "Refused requests by layer, this month", "refused requests", report.Refusals,
 			"No refusals this month."),
@@ -150,6 +157,28 @@ func minuteChart(minutes []traffic.MinuteCount, degraded []traffic.Degraded, day
 	}
 	if len(minutes) == 0 {
 		c.Empty = "No checks in the last 24 hours. The chart fills in as you call POST /v1/check with one of your keys."
+	}
+	return c
+}
+
+// usageDays is how many UTC days, today's included, the per-day chart
+// draws.
+const usageDays = 30
+
+// dayChart draws the tenant's checks per UTC day and outcome over the
+// usageDays days from daysFrom.
+func dayChart(days []traffic.DayOutcome, daysFrom time.Time) web.Chart {
+	series, totals := usageview.DaySeries(days, daysFrom, usageDays)
+	c := web.Chart{
+		ID: "console-days", Title: "Checks per day, last 30 days", YUnit: "checks per day", XLabel: "day (UTC)",
+		Kind: web.StackedBars, Columns: usageDays, Series: series,
+		Summary: usageview.ChartSummary(totals, "in the last 30 days"),
+	}
+	for i := 0; i < usageDays; i += 5 {
+		c.XTicks = append(c.XTicks, web.Tick{Column: i, Label: daysFrom.AddDate(0, 0, i).Format("2 Jan")})
+	}
+	if len(days) == 0 {
+		c.Empty = "No checks in the last 30 days."
 	}
 	return c
 }

@@ -71,6 +71,23 @@ func (s *Traffic) DailyChecks(ctx context.Context, tenantID string, from, until 
 	return out, nil
 }
 
+// DailyTraffic implements traffic.Store.
+func (s *Traffic) DailyTraffic(ctx context.Context, tenantID string, from, until time.Time) ([]traffic.DayOutcome, error) {
+	id, ok := uuidOf(tenantID)
+	if !ok {
+		return nil, nil
+	}
+	rows, err := s.q.TrafficByDay(ctx, sqlcgen.TrafficByDayParams{TenantID: id, FromMinute: ts(from), UntilMinute: ts(until)})
+	if err != nil {
+		return nil, fmt.Errorf("daily traffic of tenant %s: %w", tenantID, dbErr(err, auditErrors))
+	}
+	out := make([]traffic.DayOutcome, len(rows))
+	for i, r := range rows {
+		out[i] = traffic.DayOutcome{Day: timeOf(r.Day), Outcome: r.Outcome, Count: r.Requests}
+	}
+	return out, nil
+}
+
 // TopTenants implements traffic.Store.
 func (s *Traffic) TopTenants(ctx context.Context, from, until time.Time, n int) (byChecks, byRefusals []traffic.TenantTraffic, err error) {
 	checks, err := s.q.TopTenantsByChecks(ctx, sqlcgen.TopTenantsByChecksParams{FromMinute: ts(from), UntilMinute: ts(until), MaxRows: int32(n)})

@@ -70,6 +70,24 @@ func TestTrafficQueries(t *testing.T) {
 		t.Errorf("daily checks: %v", got)
 	}
 
+	// Per day and outcome: the tenant's checks only (live and test), its
+	// other tenants' and the previous month's not.
+	daily, err := d.DailyTraffic(ctx, a.ID, month, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(daily); got != fmt.Sprint([]traffic.DayOutcome{
+		{Day: at(1, 0, 0), Outcome: "allowed", Count: 10},
+		{Day: at(2, 0, 0), Outcome: "allowed", Count: 5},
+		{Day: at(2, 0, 0), Outcome: "ip", Count: 3},
+		{Day: at(2, 0, 0), Outcome: "policy", Count: 4},
+	}) {
+		t.Errorf("daily traffic: %v", got)
+	}
+	if none, err := d.DailyTraffic(ctx, "not-a-uuid", month, until); err != nil || len(none) != 0 {
+		t.Errorf("daily traffic of a non-id: %v %v", none, err)
+	}
+
 	byChecks, byRefusals, err := d.TopTenants(ctx, month, until, 5)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,14 @@ type MinuteCount struct {
 	Count   int64
 }
 
+// DayOutcome is a tenant's /v1/check calls (live and test) of one UTC day
+// with one outcome (admission.OutcomeAllowed or the layer that refused).
+type DayOutcome struct {
+	Day     time.Time
+	Outcome string
+	Count   int64
+}
+
 // DayCount is a tenant's live checks that count toward its allotment in one
 // UTC day.
 type DayCount struct {
@@ -73,6 +81,9 @@ type Store interface {
 	// DailyChecks returns a tenant's allotment-counted live checks per UTC
 	// day, oldest first; days without any are left out.
 	DailyChecks(ctx context.Context, tenantID string, from, until time.Time) ([]DayCount, error)
+	// DailyTraffic returns a tenant's /v1/check calls per UTC day and
+	// outcome, oldest first.
+	DailyTraffic(ctx context.Context, tenantID string, from, until time.Time) ([]DayOutcome, error)
 	// TopTenants returns at most n tenants with the most /v1/check calls,
 	// and at most n with the most refusals (only tenants with some).
 	TopTenants(ctx context.Context, from, until time.Time, n int) (byChecks, byRefusals []TenantTraffic, err error)

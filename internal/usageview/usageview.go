@@ -118,18 +118,31 @@ func UsageBar(used int64, allotment *int64) web.UsageBar {
 // the columns from `from`, one a minute; outcomes without any count are left
 // out. It also returns the totals per outcome, in chart order.
 func MinuteSeries(rows []traffic.MinuteCount, from time.Time, columns int) ([]web.Series, map[string]int64) {
+	return outcomeSeries(len(rows), func(i int) (time.Time, string, int64) { return rows[i].Minute, rows[i].Outcome, rows[i].Count }, from, columns, time.Minute)
+}
+
+// DaySeries is MinuteSeries of per-day counts: one column a UTC day from
+// `from`.
+func DaySeries(rows []traffic.DayOutcome, from time.Time, columns int) ([]web.Series, map[string]int64) {
+	return outcomeSeries(len(rows), func(i int) (time.Time, string, int64) { return rows[i].Day, rows[i].Outcome, rows[i].Count }, from, columns, 24*time.Hour)
+}
+
+// outcomeSeries buckets n rows (row gives each one's instant, outcome and
+// count) into columns of step from `from`, one series per outcome.
+func outcomeSeries(n int, row func(int) (time.Time, string, int64), from time.Time, columns int, step time.Duration) ([]web.Series, map[string]int64) {
 	values := map[string][]float64{}
 	totals := map[string]int64{}
-	for _, r := range rows {
-		i := int(r.Minute.Sub(from) / time.Minute)
+	for k := range n {
+		at, outcome, c := row(k)
+		i := int(at.Sub(from) / step)
 		if i < 0 || i >= columns {
 			continue
 		}
-		if values[r.Outcome] == nil {
-			values[r.Outcome] = make([]float64, columns)
+		if values[outcome] == nil {
+			values[outcome] = make([]float64, columns)
 		}
-		values[r.Outcome][i] += float64(r.Count)
-		totals[r.Outcome] += r.Count
+		values[outcome][i] += float64(c)
+		totals[outcome] += c
 	}
 	var out []web.Series
 	for _, o := range outcomes {

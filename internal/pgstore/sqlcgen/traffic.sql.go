@@ -326,6 +326,49 @@ func (q *Queries) TopTenantsByRefusals(ctx context.Context, arg TopTenantsByRefu
 	return items, nil
 }
 
+const trafficByDay = `-- name: TrafficByDay :many
+SELECT date_trunc('day', minute, 'UTC')::timestamptz AS day, outcome, sum(checks)::bigint AS requests
+FROM usage_minutes
+WHERE tenant_id = $1 AND minute >= $2 AND minute < $3
+  AND checked
+GROUP BY 1, 2
+ORDER BY 1, 2
+`
+
+type TrafficByDayParams struct {
+	TenantID    pgtype.UUID
+	FromMinute  pgtype.Timestamptz
+	UntilMinute pgtype.Timestamptz
+}
+
+type TrafficByDayRow struct {
+	Day      pgtype.Timestamptz
+	Outcome  string
+	Requests int64
+}
+
+// TrafficByDay sums a tenant's /v1/check calls (live and test) per UTC day
+// and outcome over the minutes in [from_minute, until_minute).
+func (q *Queries) TrafficByDay(ctx context.Context, arg TrafficByDayParams) ([]TrafficByDayRow, error) {
+	rows, err := q.db.Query(ctx, trafficByDay, arg.TenantID, arg.FromMinute, arg.UntilMinute)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TrafficByDayRow
+	for rows.Next() {
+		var i TrafficByDayRow
+		if err := rows.Scan(&i.Day, &i.Outcome, &i.Requests); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const trafficByMinute = `-- name: TrafficByMinute :many
 
 SELECT minute, outcome, sum(checks)::bigint AS requests
