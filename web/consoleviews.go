@@ -79,6 +79,7 @@ var ConsoleNav = []NavItem{
 	{"home", "Quick start", "/console"},
 	{"keys", "Keys", "/console/keys"},
 	{"team", "Team", "/console/team"},
+	{"billing", "Billing", "/console/billing"},
 }
 
 // ConsoleConfirmedView is the answer to a confirmation with no session of

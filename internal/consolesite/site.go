@@ -98,6 +98,12 @@ type Config struct {
 	// drops a changed key from this instance's caches at once.
 	Audit   AuditLog
 	Changed func(kind, id string)
+	// Billing starts Checkout and opens the Stripe portal for the billing
+	// page (billing.Service); nil, without STRIPE_API_KEY, shows a note
+	// instead of the buttons. Plans gives the allotments and the plans
+	// for sale; nil shows none.
+	Billing Billing
+	Plans   Plans
 }
 
 // Site is the console.
@@ -144,6 +150,7 @@ func (s *Site) Register(e *echo.Echo) {
 	s.registerKeys(g)
 	s.registerReset(g)
 	s.registerTeam(g)
+	s.registerBilling(g)
 	g.Any("/*", func(c echo.Context) error {
 		return s.message(c, http.StatusNotFound, web.ConsoleMessageView{Title: "Not found", Message: "There is no console page at this address.", Link: "/console", LinkLabel: "The console"})
 	})
