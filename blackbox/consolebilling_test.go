@@ -104,6 +104,14 @@ func TestConsoleBilling(t *testing.T) {
 		t.Fatalf("portal: %d, Location %q; want 303 to the portal", resp.StatusCode, loc)
 	}
 
+	// The owner, signed out elsewhere (the way from a 402's answer): the
+	// sign-in comes back to this page.
+	login := anon.get("/console/billing")
+	back := anon.post("/console/login", login, url.Values{"email": {"owner@a.example"}, "password": {"correct horse battery"}, "next": {"/console/billing"}})
+	if !strings.HasSuffix(back.url, "/console/billing") || !strings.Contains(back.body, `data-testid="why-held"`) {
+		t.Fatalf("signed in from the billing page: %d %s", back.status, back.url)
+	}
+
 	// Another tenant: its own plan, no customer of A's.
 	other := newBrowser(t, in.base)
 	consoleSignUp(t, other, "owner@b.example", "Beta")

@@ -19,8 +19,9 @@ type ConsoleBillingView struct {
 	// Owner shows the buttons (an owner's page); Configured is false
 	// without Stripe, and a note replaces them.
 	Owner, Configured bool
-	// Upgrades are the plans for sale through Checkout: none while a
-	// subscription runs (Subscribed; plan changes go through the portal).
+	// Upgrades are the plans for sale through Checkout with a larger
+	// allotment than the one that applies: none while a subscription runs
+	// (Subscribed; plan changes go through the portal).
 	Upgrades   []ConsoleUpgrade
 	Subscribed bool
 	// HasCustomer shows the portal's button: Stripe knows the tenant.

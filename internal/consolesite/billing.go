@@ -77,15 +77,33 @@ func billingView(t tenant.Tenant, plans []tenant.Plan) web.ConsoleBillingView {
 		HasCustomer: t.StripeCustomerID != "",
 		Subscribed:  t.StripeSubscriptionID != "" && !subscriptionEnded(t.BillingStatus),
 	}
+	var current *int64
 	for _, p := range plans {
 		if p.Name == eff {
+			current = p.MonthlyChecks
 			v.Allotment = allotment(p.MonthlyChecks)
 		}
-		if p.Purchasable && p.StripePriceID != "" && p.Name != t.Plan && !v.Subscribed {
+	}
+	for _, p := range plans {
+		if p.Purchasable && p.StripePriceID != "" && !v.Subscribed && larger(p.MonthlyChecks, current) {
 			v.Upgrades = append(v.Upgrades, web.ConsoleUpgrade{Plan: p.Name, Allotment: allotment(p.MonthlyChecks)})
 		}
 	}
 	return v
+}
+
+// larger reports whether the monthly allotment a beats b (nil is
+// unlimited): the plans offered are upgrades of the one that applies, so
+// that a tenant held to starter is offered its plan again and one on an
+// unlimited plan nothing.
+func larger(a, b *int64) bool {
+	switch {
+	case b == nil:
+		return false
+	case a == nil:
+		return true
+	}
+	return *a > *b
 }
 
 // why says in words why the effective plan applies, as
