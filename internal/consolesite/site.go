@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate/tollgate/internal/console"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/mail"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/signin"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/web"
@@ -98,6 +99,10 @@ type Config struct {
 	// drops a changed key from this instance's caches at once.
 	Audit   AuditLog
 	Changed func(kind, id string)
+	// Policies is the tenants' policies store (*pgstore.Policies), which
+	// the policies page changes through policy.Service; nil leaves the
+	// page out.
+	Policies policy.Store
 }
 
 // Site is the console.
@@ -144,6 +149,9 @@ func (s *Site) Register(e *echo.Echo) {
 	s.registerKeys(g)
 	s.registerReset(g)
 	s.registerTeam(g)
+	if s.cfg.Policies != nil {
+		s.registerPolicies(g)
+	}
 	g.Any("/*", func(c echo.Context) error {
 		return s.message(c, http.StatusNotFound, web.ConsoleMessageView{Title: "Not found", Message: "There is no console page at this address.", Link: "/console", LinkLabel: "The console"})
 	})

@@ -1,0 +1,51 @@
+package web
+
+// The view models of the console's policies pages (/console/policies).
+
+// ConsolePoliciesView is the policies page: the tenant's policies and the
+// form that creates one.
+type ConsolePoliciesView struct {
+	Chrome   ConsoleChrome
+	Policies []ConsolePolicyRow
+	Form     ConsolePolicyForm
+}
+
+// ConsolePolicyRow is one policy as the page lists it, display-ready;
+// Path is its edit page.
+type ConsolePolicyRow struct {
+	Name, Path, Limit, Window, Algorithm, Scope, FailMode, Shadow, Unit string
+}
+
+// ConsolePolicyForm is the policy form (PUT /v1/policies/{name}'s
+// fields) as stored or typed. New is the list's create form (its name is
+// typed; an edit form's is fixed); Error says why it was not saved and
+// ErrorField which field it names ("" for none).
+type ConsolePolicyForm struct {
+	New                                                        bool
+	Name, Limit, Window, Algorithm, Scope, FailMode, AlertAfter string
+	Unit                                                       string
+	Shadow                                                     bool
+	Error, ErrorField                                          string
+}
+
+// ConsolePolicyEditView is a policy's edit page.
+type ConsolePolicyEditView struct {
+	Chrome ConsoleChrome
+	Form   ConsolePolicyForm
+}
+
+// ConsolePolicyDeleteView asks before deleting a policy.
+type ConsolePolicyDeleteView struct {
+	Chrome ConsoleChrome
+	Policy ConsolePolicyRow
+}
+
+// policyFormField reports whether the policy form has a field named
+// field, next to which its error shows.
+func policyFormField(field string) bool {
+	switch field {
+	case "name", "limit", "window", "algorithm", "scope", "fail_mode", "alert_after", "unit":
+		return true
+	}
+	return false
+}
