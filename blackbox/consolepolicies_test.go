@@ -1,10 +1,16 @@
 package blackbox
 
 import (
+	"context"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate/internal/testkit/eventually"
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
@@ -139,5 +145,106 @@ func TestConsolePolicies(t *testing.T) {
 	}
 	if p := a.post("/console/policies/search/delete", ask, url.Values{}); p.status != 404 {
 		t.Fatalf("deleted twice: %d", p.status)
+	}
+}
+
+// tryForm posts a policy's "Try it" form.
+func tryForm(b *browser, name, subject, cost, mode string) page {
+	path := "/console/policies/" + name
+	return b.post(path+"/try", b.get(path), url.Values{"subject": {subject}, "cost": {cost}, "mode": {mode}})
+}
+
+// tryRemaining is the remaining count a "Try it" answer shows.
+var tryRemaining = regexp.MustCompile(`data-testid="try-remaining">(\d+)<`)
+
+// TestConsolePolicyTryAndUnlock tries a policy from its console page and
+// unlocks a subject against the real binary: on the live counters a
+// subject used 2 of 3 shows remaining 1, with the RateLimit headers the
+// API would send, however often it is tried (a peek counts nothing), the
+// sandbox's counter apart; a bad cost or a missing subject is a 400 on the
+// form; unlocking clears the subject's counter, audited with the member's
+// email and never the subject; another tenant's policy name in the try
+// and unlock addresses is a 404 that leaves its counters as they were.
+func TestConsolePolicyTryAndUnlock(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.New(t)
+	in := start(t, dsn, "TOLLGATE_DEV=1")
+	a, b := newBrowser(t, in.base), newBrowser(t, in.base)
+	consoleTestKey(t, a, "a@example.com", "Acme")
+	consoleConfirm(t, a) // the newest mail of the mailbox: before B signs up
+	bKey := consoleTestKey(t, b, "b@example.com", "Beta")
+	p, live := createKey(a, "prod", "live", "none")
+	if live == "" {
+		t.Fatalf("no live key: %d %s", p.status, p.body)
+	}
+	putPolicyForm(a, url.Values{"name": {"api"}, "limit": {"3"}, "window": {"1h"}}, false)
+	for range 2 {
+		if status, allowed := checkOnce(t, in, live, "api", "alice"); status != 200 || !allowed {
+			t.Fatalf("a check of alice: %d %v", status, allowed)
+		}
+	}
+	for range 3 {
+		p := tryForm(a, "api", "alice", "1", "live")
+		if m := tryRemaining.FindStringSubmatch(p.body); p.status != 200 || m == nil || m[1] != "1" {
+			t.Fatalf("try alice used 2 of 3: %d %s", p.status, p.body)
+		}
+		if !strings.Contains(p.body, `RateLimit-Policy: &#34;api&#34;;q=3;w=3600`) || !strings.Contains(p.body, `RateLimit: &#34;api&#34;;r=1;t=`) {
+			t.Fatalf("try's headers: %s", p.body)
+		}
+	}
+	if p := tryForm(a, "api", "alice", "1", "test"); !strings.Contains(p.body, `data-testid="try-remaining">3<`) {
+		t.Fatalf("the sandbox's counter of alice: %d %s", p.status, p.body)
+	}
+	if status, allowed := checkOnce(t, in, live, "api", "alice"); status != 200 || !allowed {
+		t.Fatalf("alice's third check after the tries: %d %v", status, allowed)
+	}
+	if p := tryForm(a, "api", "alice", "1", "live"); !strings.Contains(p.body, `data-testid="try-remaining">0<`) || !strings.Contains(p.body, "Retry-After: ") {
+		t.Fatalf("try alice used 3 of 3: %d %s", p.status, p.body)
+	}
+	if p := tryForm(a, "api", "alice", "two", "live"); p.status != 400 || !strings.Contains(p.body, `data-testid="try-error"`) {
+		t.Fatalf("a cost not a number: %d %s", p.status, p.body)
+	}
+	if p := tryForm(a, "api", "", "1", "live"); p.status != 400 || !strings.Contains(p.body, "subject required") {
+		t.Fatalf("no subject: %d %s", p.status, p.body)
+	}
+
+	// Unlock alice: her counter starts again.
+	edit := a.get("/console/policies/api")
+	if p := a.post("/console/policies/api/unlock", edit, url.Values{"subject": {"alice"}, "mode": {"live"}}); p.status != 200 || !strings.Contains(p.body, "The subject is unlocked") {
+		t.Fatalf("unlock: %d %s", p.status, p.body)
+	}
+	if p := tryForm(a, "api", "alice", "1", "live"); !strings.Contains(p.body, `data-testid="try-remaining">3<`) {
+		t.Fatalf("try alice after the unlock: %d %s", p.status, p.body)
+	}
+	if status, allowed := checkOnce(t, in, live, "api", "alice"); status != 200 || !allowed {
+		t.Fatalf("alice's check after the unlock: %d %v", status, allowed)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var actor, detail string
+	eventually.NoError(t, 10*time.Second, "the unlock's audit entry", func() error {
+		return conn.QueryRow(ctx, `SELECT actor, detail::text FROM audit WHERE kind = 'counter_reset'`).Scan(&actor, &detail)
+	})
+	if actor != "a@example.com" || !strings.Contains(detail, `"policy": "api"`) || strings.Contains(detail, "alice") {
+		t.Errorf("the unlock's audit entry by %s: %s", actor, detail)
+	}
+
+	// B's policy upload, limit 1, used up: A's try and unlock of that name
+	// are 404s, and B's counter stays used up.
+	putPolicyForm(b, url.Values{"name": {"upload"}, "limit": {"1"}, "window": {"1h"}}, false)
+	checkOnce(t, in, bKey, "upload", "x")
+	page := a.get("/console/policies")
+	for _, path := range []string{"/console/policies/upload/try", "/console/policies/upload/unlock"} {
+		if p := a.post(path, page, url.Values{"subject": {"x"}, "mode": {"test"}}); p.status != 404 {
+			t.Fatalf("A's POST %s of B's policy: %d %s", path, p.status, p.body)
+		}
+	}
+	if status, allowed := checkOnce(t, in, bKey, "upload", "x"); status != 200 || allowed {
+		t.Fatalf("B's second check after A's unlock of its name: %d %v", status, allowed)
 	}
 }

@@ -21,17 +21,45 @@ type ConsolePolicyRow struct {
 // typed; an edit form's is fixed); Error says why it was not saved and
 // ErrorField which field it names ("" for none).
 type ConsolePolicyForm struct {
-	New                                                        bool
+	New                                                         bool
 	Name, Limit, Window, Algorithm, Scope, FailMode, AlertAfter string
-	Unit                                                       string
-	Shadow                                                     bool
-	Error, ErrorField                                          string
+	Unit                                                        string
+	Shadow                                                      bool
+	Error, ErrorField                                           string
 }
 
-// ConsolePolicyEditView is a policy's edit page.
+// ConsolePolicyEditView is a policy's edit page (Path), with its "Try it"
+// and "Unlock a subject" forms when Counters (the console reaches the
+// counter store).
 type ConsolePolicyEditView struct {
-	Chrome ConsoleChrome
-	Form   ConsolePolicyForm
+	Chrome   ConsoleChrome
+	Form     ConsolePolicyForm
+	Path     string
+	Counters bool
+	Try      ConsoleTryForm
+	Unlock   ConsoleUnlockForm
+}
+
+// ConsoleTryForm is the "Try it" form as posted (Mode live or test) and,
+// once tried, its Result.
+type ConsoleTryForm struct {
+	Subject, Cost, Mode string
+	Error, ErrorField   string
+	Result              *ConsoleTryResult
+}
+
+// ConsoleTryResult is what a peek check of the policy answered, and the
+// RateLimit headers the API would give it ("Name: value" each).
+type ConsoleTryResult struct {
+	Allowed, Shadow                bool
+	Limit, Remaining, Reset, Retry string
+	Headers                        []string
+}
+
+// ConsoleUnlockForm is the "Unlock a subject" form as posted.
+type ConsoleUnlockForm struct {
+	Subject, Mode     string
+	Error, ErrorField string
 }
 
 // ConsolePolicyDeleteView asks before deleting a policy.

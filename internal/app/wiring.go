@@ -210,7 +210,7 @@ func (a *App) buildConsole() error {
 		Logger: log, Members: pgstore.NewMembers(a.Pool, nil), Tenants: pgstore.NewTenants(a.Pool),
 		Hasher: p.hasher, Limits: gate.NewLimiter("console sign-in limiter", a.store, p.signIns, log), Pepper: cfg.Pepper,
 		Mail: p.Mail, Mailbox: p.Mailbox, Dev: cfg.Dev, PublicURL: cfg.PublicURL, SecureCookies: cfg.SecureCookies,
-		Audit: audit.NewLog(p.AuditStore), Changed: a.invalidate, Policies: p.Policies,
+		Audit: audit.NewLog(p.AuditStore), Changed: a.invalidate, Policies: p.Policies, Counters: p.Gate,
 	})
 	return err
 }

@@ -58,7 +58,7 @@ func (s *Site) editPolicy(c echo.Context, m *member) error {
 	if !ok {
 		return err
 	}
-	return s.renderPolicyEdit(c, m, http.StatusOK, policyForm(p))
+	return s.renderPolicyEdit(c, m, http.StatusOK, policyForm(p), nil, nil)
 }
 
 // putPolicy creates or replaces a policy of the tenant from the form.
@@ -74,7 +74,7 @@ func (s *Site) putPolicy(c echo.Context, m *member) error {
 		if f.New {
 			return s.renderPolicies(c, m, http.StatusBadRequest, f, "")
 		}
-		return s.renderPolicyEdit(c, m, http.StatusBadRequest, f)
+		return s.renderPolicyEdit(c, m, http.StatusBadRequest, f, nil, nil)
 	}
 	if err != nil {
 		return s.fail(c, err)
@@ -155,13 +155,26 @@ func (s *Site) renderPolicies(c echo.Context, m *member, status int, f web.Conso
 	return render(c, status, web.ConsolePolicies(v))
 }
 
-// renderPolicyEdit renders a policy's edit page with form f.
-func (s *Site) renderPolicyEdit(c echo.Context, m *member, status int, f web.ConsolePolicyForm) error {
-	chrome, err := s.chrome(c.Request().Context(), m, "Policy "+f.Name, "")
+// renderPolicyEdit renders a policy's edit page with form f, and its
+// "Try it" and "Unlock a subject" forms as posted (nil: empty).
+func (s *Site) renderPolicyEdit(c echo.Context, m *member, status int, f web.ConsolePolicyForm, try *web.ConsoleTryForm, unlock *web.ConsoleUnlockForm) error {
+	flash := ""
+	if c.Request().Method == http.MethodGet && c.QueryParam("done") == "unlocked" {
+		flash = "The subject is unlocked: its counter of this policy is cleared, and its next check counts from nothing."
+	}
+	chrome, err := s.chrome(c.Request().Context(), m, "Policy "+f.Name, flash)
 	if err != nil {
 		return s.fail(c, err)
 	}
-	return render(c, status, web.ConsolePolicyEdit(web.ConsolePolicyEditView{Chrome: chrome, Form: f}))
+	v := web.ConsolePolicyEditView{Chrome: chrome, Form: f, Path: "/console/policies/" + url.PathEscape(f.Name),
+		Counters: s.cfg.Counters != nil, Try: web.ConsoleTryForm{Mode: "live", Cost: "1"}, Unlock: web.ConsoleUnlockForm{Mode: "live"}}
+	if try != nil {
+		v.Try = *try
+	}
+	if unlock != nil {
+		v.Unlock = *unlock
+	}
+	return render(c, status, web.ConsolePolicyEdit(v))
 }
 
 // renderPolicyDelete renders the page that asks before deleting p.

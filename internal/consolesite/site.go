@@ -103,6 +103,9 @@ type Config struct {
 	// the policies page changes through policy.Service; nil leaves the
 	// page out.
 	Policies policy.Store
+	// Counters tries and unlocks subjects of the policies (*gate.Gate, on
+	// the counter store the API counts in); nil leaves those forms out.
+	Counters Counters
 }
 
 // Site is the console.
@@ -151,6 +154,9 @@ func (s *Site) Register(e *echo.Echo) {
 	s.registerTeam(g)
 	if s.cfg.Policies != nil {
 		s.registerPolicies(g)
+	}
+	if s.cfg.Policies != nil && s.cfg.Counters != nil {
+		s.registerPolicyCounters(g)
 	}
 	g.Any("/*", func(c echo.Context) error {
 		return s.message(c, http.StatusNotFound, web.ConsoleMessageView{Title: "Not found", Message: "There is no console page at this address.", Link: "/console", LinkLabel: "The console"})
