@@ -248,3 +248,63 @@ func TestConsolePolicyTryAndUnlock(t *testing.T) {
 		t.Fatalf("B's second check after A's unlock of its name: %d %v", status, allowed)
 	}
 }
+
+// TestConsolePolicyOverrides manages a policy's overrides from its console
+// page against the real binary: an override made through the form lifts
+// its subject's limit at the API and shows in the list, a bad limit is a
+// 400 on the form with nothing saved, deleting asks on a page of its own,
+// then the API counts the subject by the policy's limit again; another
+// tenant's policy name takes no override.
+func TestConsolePolicyOverrides(t *testing.T) {
+	t.Parallel()
+	in := start(t, pgtest.New(t), "TOLLGATE_DEV=1")
+	a, b := newBrowser(t, in.base), newBrowser(t, in.base)
+	aKey := consoleTestKey(t, a, "a@example.com", "Acme")
+	bKey := consoleTestKey(t, b, "b@example.com", "Beta")
+	putPolicyForm(a, url.Values{"name": {"api"}, "limit": {"1"}, "window": {"1h"}}, false)
+	putPolicyForm(b, url.Values{"name": {"upload"}, "limit": {"1"}, "window": {"1h"}}, false)
+
+	edit := a.get("/console/policies/api")
+	if p := a.post("/console/policies/api/overrides", edit, url.Values{"pattern": {"vip-*"}, "limit": {"lots"}}); p.status != 400 || !strings.Contains(p.body, `data-testid="override-error"`) {
+		t.Fatalf("a bad override limit: %d %s", p.status, p.body)
+	}
+	p := a.post("/console/policies/api/overrides", edit, url.Values{"pattern": {"vip-*"}, "limit": {"2"}})
+	if p.status != 200 || !strings.Contains(p.body, `data-label="Pattern"><code>vip-*</code>`) {
+		t.Fatalf("the override made: %d %s", p.status, p.body)
+	}
+	for i, want := range []bool{true, true, false} {
+		if status, allowed := checkOnce(t, in, aKey, "api", "vip-1"); status != 200 || allowed != want {
+			t.Fatalf("check %d of vip-1 (override 2): %d %v, want %v", i+1, status, allowed, want)
+		}
+	}
+
+	// Delete it: a page that asks, then the post.
+	ask := a.get("/console/policies/api/overrides/delete?pattern=" + url.QueryEscape("vip-*"))
+	if ask.status != 200 || !strings.Contains(ask.body, `data-testid="override-delete-form"`) {
+		t.Fatalf("the override's delete page: %d %s", ask.status, ask.body)
+	}
+	if p := a.post("/console/policies/api/overrides/delete", ask, url.Values{"pattern": {"vip-*"}}); p.status != 200 || strings.Contains(p.body, `<code>vip-*</code>`) {
+		t.Fatalf("the override deleted: %d %s", p.status, p.body)
+	}
+	if status, allowed := checkOnce(t, in, aKey, "api", "vip-2"); status != 200 || !allowed {
+		t.Fatalf("vip-2's first check: %d %v", status, allowed)
+	}
+	if status, allowed := checkOnce(t, in, aKey, "api", "vip-2"); status != 200 || allowed {
+		t.Fatalf("vip-2's second check, by the policy's limit 1 again: %d %v", status, allowed)
+	}
+	if p := a.post("/console/policies/api/overrides/delete", ask, url.Values{"pattern": {"vip-*"}}); p.status != 404 {
+		t.Fatalf("deleted twice: %d", p.status)
+	}
+
+	// B's policy name in A's addresses: 404s, and B's subject keeps its limit.
+	if p := a.post("/console/policies/upload/overrides", edit, url.Values{"pattern": {"x"}, "limit": {"100"}}); p.status != 404 {
+		t.Fatalf("A's override of B's policy: %d %s", p.status, p.body)
+	}
+	if p := a.get("/console/policies/upload/overrides/delete?pattern=x"); p.status != 404 {
+		t.Fatalf("A's override delete page of B's policy: %d", p.status)
+	}
+	checkOnce(t, in, bKey, "upload", "x")
+	if status, allowed := checkOnce(t, in, bKey, "upload", "x"); status != 200 || allowed {
+		t.Fatalf("B's second check of x: %d %v", status, allowed)
+	}
+}

@@ -38,6 +38,31 @@ type ConsolePolicyEditView struct {
 	Counters bool
 	Try      ConsoleTryForm
 	Unlock   ConsoleUnlockForm
+	// Overrides says the policy takes overrides (scope subject): its
+	// OverrideRows and the NewOverride form, as posted, show.
+	Overrides    bool
+	OverrideRows []ConsoleOverrideRow
+	NewOverride  ConsoleOverrideForm
+}
+
+// ConsoleOverrideRow is one override of a policy, display-ready;
+// DeleteHref is its delete page.
+type ConsoleOverrideRow struct {
+	Pattern, Limit, Expires, DeleteHref string
+}
+
+// ConsoleOverrideForm is the form that adds or replaces an override
+// (PUT …/overrides/{pattern}'s fields), as typed.
+type ConsoleOverrideForm struct {
+	Pattern, Limit, ExpiresAt string
+	Error, ErrorField         string
+}
+
+// ConsoleOverrideDeleteView asks before deleting an override.
+type ConsoleOverrideDeleteView struct {
+	Chrome   ConsoleChrome
+	Policy   ConsolePolicyRow
+	Override ConsoleOverrideRow
 }
 
 // ConsoleTryForm is the "Try it" form as posted (Mode live or test) and,

@@ -30,6 +30,7 @@ func (s *Site) registerPolicies(g *echo.Group) {
 	g.GET("/policies/:name", s.page(s.editPolicy))
 	g.GET("/policies/:name/delete", s.page(s.confirmDeletePolicy))
 	g.POST("/policies/:name/delete", s.page(s.deletePolicy))
+	s.registerOverrides(g)
 }
 
 // policyService is the policy Service acting for member m: its audit
@@ -158,16 +159,10 @@ func (s *Site) renderPolicies(c echo.Context, m *member, status int, f web.Conso
 // renderPolicyEdit renders a policy's edit page with form f, and its
 // "Try it" and "Unlock a subject" forms as posted (nil: empty).
 func (s *Site) renderPolicyEdit(c echo.Context, m *member, status int, f web.ConsolePolicyForm, try *web.ConsoleTryForm, unlock *web.ConsoleUnlockForm) error {
-	flash := ""
-	if c.Request().Method == http.MethodGet && c.QueryParam("done") == "unlocked" {
-		flash = "The subject is unlocked: its counter of this policy is cleared, and its next check counts from nothing."
-	}
-	chrome, err := s.chrome(c.Request().Context(), m, "Policy "+f.Name, flash)
+	v, err := s.policyEditView(c, m, f)
 	if err != nil {
 		return s.fail(c, err)
 	}
-	v := web.ConsolePolicyEditView{Chrome: chrome, Form: f, Path: "/console/policies/" + url.PathEscape(f.Name),
-		Counters: s.cfg.Counters != nil, Try: web.ConsoleTryForm{Mode: "live", Cost: "1"}, Unlock: web.ConsoleUnlockForm{Mode: "live"}}
 	if try != nil {
 		v.Try = *try
 	}
@@ -175,6 +170,41 @@ func (s *Site) renderPolicyEdit(c echo.Context, m *member, status int, f web.Con
 		v.Unlock = *unlock
 	}
 	return render(c, status, web.ConsolePolicyEdit(v))
+}
+
+// policyEditDone are the flashes of a policy's page after a change.
+var policyEditDone = map[string]string{
+	"unlocked":         "The subject is unlocked: its counter of this policy is cleared, and its next check counts from nothing.",
+	"override":         "The override is saved: the API counts by it within a second.",
+	"override-deleted": "The override is deleted: its subjects are counted by the policy's limit again.",
+}
+
+// policyEditView is a policy's page with form f, its overrides (a policy
+// of scope subject's) and its empty forms.
+func (s *Site) policyEditView(c echo.Context, m *member, f web.ConsolePolicyForm) (web.ConsolePolicyEditView, error) {
+	ctx := c.Request().Context()
+	flash := ""
+	if c.Request().Method == http.MethodGet {
+		flash = policyEditDone[c.QueryParam("done")]
+	}
+	chrome, err := s.chrome(ctx, m, "Policy "+f.Name, flash)
+	if err != nil {
+		return web.ConsolePolicyEditView{}, err
+	}
+	v := web.ConsolePolicyEditView{Chrome: chrome, Form: f, Path: "/console/policies/" + url.PathEscape(f.Name),
+		Counters: s.cfg.Counters != nil, Try: web.ConsoleTryForm{Mode: "live", Cost: "1"}, Unlock: web.ConsoleUnlockForm{Mode: "live"},
+		Overrides: f.Scope == string(policy.ScopeSubject)}
+	if !v.Overrides {
+		return v, nil
+	}
+	ovs, err := s.cfg.Policies.ListOverrides(ctx, m.TenantID, f.Name)
+	if err != nil && !errors.Is(err, policy.ErrNotFound) {
+		return v, err
+	}
+	for _, o := range ovs {
+		v.OverrideRows = append(v.OverrideRows, overrideRow(f.Name, o))
+	}
+	return v, nil
 }
 
 // renderPolicyDelete renders the page that asks before deleting p.

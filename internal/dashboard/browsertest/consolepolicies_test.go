@@ -12,8 +12,9 @@ import (
 
 // TestConsolePoliciesInChromium makes a policy on the console's policies
 // page in a real browser, sees a bad window refused next to its field,
-// tries the policy for a subject on its page, and surveys the policies
-// page, a policy's page and its delete page at a phone's and a laptop's
+// tries the policy for a subject on its page, adds an override, and
+// surveys the policies page, a policy's page, its delete page and the
+// override's at a phone's and a laptop's
 // width: no sideways scrolling, no axe-core violation, screenshots.
 func TestConsolePoliciesInChromium(t *testing.T) {
 	dsn := pgtest.New(t)
@@ -50,6 +51,10 @@ func TestConsolePoliciesInChromium(t *testing.T) {
 	}
 	b.screenshot("61-console-policy-tried")
 
+	b.do("fill the override form", chromedp.SetValue(chromedp.ID("override-pattern"), "vip-*"), chromedp.SetValue(chromedp.ID("override-limit"), "1000"))
+	b.click("override-submit", "override-rows")
+
 	b.survey([]surveyPage{{"62-console-policies", "/console/policies", "policies"}, {"63-console-policy", "/console/policies/search", "policy-form"},
-		{"64-console-policy-delete", "/console/policies/search/delete", "delete-form"}})
+		{"64-console-policy-delete", "/console/policies/search/delete", "delete-form"},
+		{"65-console-override-delete", "/console/policies/search/overrides/delete?pattern=vip-%2A", "override-delete-form"}})
 }
