@@ -73,7 +73,7 @@ func (s *Site) confirmDeleteOverride(c echo.Context, m *member) error {
 	if err != nil {
 		return s.fail(c, err)
 	}
-	chrome, err := s.chrome(c.Request().Context(), m, "Delete the override “"+o.Pattern+"” of "+p.Name+"?", "")
+	chrome, err := s.policyChrome(c.Request().Context(), m, "Delete the override “"+o.Pattern+"” of "+p.Name+"?", "")
 	if err != nil {
 		return s.fail(c, err)
 	}

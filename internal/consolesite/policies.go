@@ -141,7 +141,7 @@ func (s *Site) noPolicy(c echo.Context) error {
 // renderPolicies renders the list with the new-policy form f.
 func (s *Site) renderPolicies(c echo.Context, m *member, status int, f web.ConsolePolicyForm, flash string) error {
 	ctx := c.Request().Context()
-	chrome, err := s.chrome(ctx, m, "Policies", flash)
+	chrome, err := s.policyChrome(ctx, m, "Policies", flash)
 	if err != nil {
 		return s.fail(c, err)
 	}
@@ -187,7 +187,7 @@ func (s *Site) policyEditView(c echo.Context, m *member, f web.ConsolePolicyForm
 	if c.Request().Method == http.MethodGet {
 		flash = policyEditDone[c.QueryParam("done")]
 	}
-	chrome, err := s.chrome(ctx, m, "Policy "+f.Name, flash)
+	chrome, err := s.policyChrome(ctx, m, "Policy "+f.Name, flash)
 	if err != nil {
 		return web.ConsolePolicyEditView{}, err
 	}
@@ -209,15 +209,15 @@ func (s *Site) policyEditView(c echo.Context, m *member, f web.ConsolePolicyForm
 
 // renderPolicyDelete renders the page that asks before deleting p.
 func (s *Site) renderPolicyDelete(c echo.Context, m *member, p policy.Policy) error {
-	chrome, err := s.chrome(c.Request().Context(), m, "Delete the policy “"+p.Name+"”?", "")
+	chrome, err := s.policyChrome(c.Request().Context(), m, "Delete the policy “"+p.Name+"”?", "")
 	if err != nil {
 		return s.fail(c, err)
 	}
 	return render(c, http.StatusOK, web.ConsolePolicyDelete(web.ConsolePolicyDeleteView{Chrome: chrome, Policy: policyRow(p)}))
 }
 
-// chrome is the policies pages' frame.
-func (s *Site) chrome(ctx context.Context, m *member, title, flash string) (web.ConsoleChrome, error) {
+// policyChrome is the policies pages' frame.
+func (s *Site) policyChrome(ctx context.Context, m *member, title, flash string) (web.ConsoleChrome, error) {
 	t, err := s.cfg.Tenants.Tenant(ctx, m.TenantID)
 	if err != nil {
 		return web.ConsoleChrome{}, err
