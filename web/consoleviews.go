@@ -78,6 +78,7 @@ type ConsoleMail struct {
 var ConsoleNav = []NavItem{
 	{"home", "Quick start", "/console"},
 	{"keys", "Keys", "/console/keys"},
+	{"policies", "Policies", "/console/policies"},
 	{"team", "Team", "/console/team"},
 	{"billing", "Billing", "/console/billing"},
 }

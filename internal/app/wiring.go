@@ -212,6 +212,7 @@ func (a *App) buildConsole() error {
 		Mail: p.Mail, Mailbox: p.Mailbox, Dev: cfg.Dev, PublicURL: cfg.PublicURL, SecureCookies: cfg.SecureCookies,
 		Audit: audit.NewLog(p.AuditStore), Changed: a.invalidate,
 		Plans: p.Tenants, Billing: consoleBilling(cfg, p.Billing),
+		Policies: p.Policies, Counters: p.Gate,
 	})
 	return err
 }

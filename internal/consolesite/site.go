@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate/tollgate/internal/console"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/mail"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/signin"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/web"
@@ -104,6 +105,13 @@ type Config struct {
 	// for sale; nil shows none.
 	Billing Billing
 	Plans   Plans
+	// Policies is the tenants' policies store (*pgstore.Policies), which
+	// the policies page changes through policy.Service; nil leaves the
+	// page out.
+	Policies policy.Store
+	// Counters tries and unlocks subjects of the policies (*gate.Gate, on
+	// the counter store the API counts in); nil leaves those forms out.
+	Counters Counters
 }
 
 // Site is the console.
@@ -151,6 +159,12 @@ func (s *Site) Register(e *echo.Echo) {
 	s.registerReset(g)
 	s.registerTeam(g)
 	s.registerBilling(g)
+	if s.cfg.Policies != nil {
+		s.registerPolicies(g)
+	}
+	if s.cfg.Policies != nil && s.cfg.Counters != nil {
+		s.registerPolicyCounters(g)
+	}
 	g.Any("/*", func(c echo.Context) error {
 		return s.message(c, http.StatusNotFound, web.ConsoleMessageView{Title: "Not found", Message: "There is no console page at this address.", Link: "/console", LinkLabel: "The console"})
 	})
