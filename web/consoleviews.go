@@ -78,8 +78,10 @@ type ConsoleMail struct {
 var ConsoleNav = []NavItem{
 	{"home", "Quick start", "/console"},
 	{"keys", "Keys", "/console/keys"},
+	{"policies", "Policies", "/console/policies"},
 	{"team", "Team", "/console/team"},
 	{"usage", "Usage", "/console/usage"},
+	{"billing", "Billing", "/console/billing"},
 }
 
 // ConsoleConfirmedView is the answer to a confirmation with no session of

@@ -211,9 +211,20 @@ func (a *App) buildConsole() error {
 		Hasher: p.hasher, Limits: gate.NewLimiter("console sign-in limiter", a.store, p.signIns, log), Pepper: cfg.Pepper,
 		Mail: p.Mail, Mailbox: p.Mailbox, Dev: cfg.Dev, PublicURL: cfg.PublicURL, SecureCookies: cfg.SecureCookies,
 		Audit: audit.NewLog(p.AuditStore), Changed: a.invalidate,
-		Usage: &consolesite.UsageSources{Usage: p.Usage, Traffic: p.Traffic, Plans: pgstore.NewTenants(a.Pool), Policies: p.Policies, Budgets: p.Gate},
+		Plans: p.Tenants, Billing: consoleBilling(cfg, p.Billing),
+		Policies: p.Policies, Counters: p.Gate,
+		Usage: &consolesite.UsageSources{Usage: p.Usage, Traffic: p.Traffic, Budgets: p.Gate},
 	})
 	return err
+}
+
+// consoleBilling is the console's billing: the service of the API's
+// billing routes once STRIPE_API_KEY is set, else nil (the page says so).
+func consoleBilling(cfg Config, svc *billing.Service) consolesite.Billing {
+	if cfg.StripeAPIKey == "" || svc == nil {
+		return nil
+	}
+	return svc
 }
 
 // buildDashboard builds the dashboard (/admin): sign-in counted in the same

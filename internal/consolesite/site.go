@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate/tollgate/internal/console"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/mail"
+	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/internal/signin"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/web"
@@ -98,6 +99,19 @@ type Config struct {
 	// drops a changed key from this instance's caches at once.
 	Audit   AuditLog
 	Changed func(kind, id string)
+	// Billing starts Checkout and opens the Stripe portal for the billing
+	// page (billing.Service); nil, without STRIPE_API_KEY, shows a note
+	// instead of the buttons. Plans gives the allotments and the plans
+	// for sale; nil shows none.
+	Billing Billing
+	Plans   Plans
+	// Policies is the tenants' policies store (*pgstore.Policies), which
+	// the policies page changes through policy.Service; nil leaves the
+	// page out.
+	Policies policy.Store
+	// Counters tries and unlocks subjects of the policies (*gate.Gate, on
+	// the counter store the API counts in); nil leaves those forms out.
+	Counters Counters
 	// Usage is what the usage page reads; nil (or incomplete) answers it
 	// with a 503 page.
 	Usage *UsageSources
@@ -148,6 +162,13 @@ func (s *Site) Register(e *echo.Echo) {
 	s.registerReset(g)
 	s.registerTeam(g)
 	s.registerUsage(g)
+	s.registerBilling(g)
+	if s.cfg.Policies != nil {
+		s.registerPolicies(g)
+	}
+	if s.cfg.Policies != nil && s.cfg.Counters != nil {
+		s.registerPolicyCounters(g)
+	}
 	g.Any("/*", func(c echo.Context) error {
 		return s.message(c, http.StatusNotFound, web.ConsoleMessageView{Title: "Not found", Message: "There is no console page at this address.", Link: "/console", LinkLabel: "The console"})
 	})

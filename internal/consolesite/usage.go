@@ -17,9 +17,9 @@ import (
 	"github.com/tollgate/tollgate/web"
 )
 
-// UsageSources is what the usage page reads, as the dashboard's tenant
-// page reads it: the usage report (*usage.Recorder), the traffic
-// (traffic.Store), the plans and policies, and where budgets stand
+// UsageSources is what the usage page reads besides Config's Plans and
+// Policies, as the dashboard's tenant page reads it: the usage report
+// (*usage.Recorder), the traffic (traffic.Store), and where budgets stand
 // (*gate.Gate). Every read is of the member's own tenant.
 type UsageSources struct {
 	Usage interface {
@@ -31,21 +31,16 @@ type UsageSources struct {
 		DailyTraffic(ctx context.Context, tenantID string, from, until time.Time) ([]traffic.DayOutcome, error)
 		DegradedMinutes(ctx context.Context, from, until time.Time) ([]traffic.Degraded, error)
 	}
-	Plans interface {
-		Plans(ctx context.Context) ([]tenant.Plan, error)
-	}
-	Policies interface {
-		ListPolicies(ctx context.Context, tenantID string) ([]policy.Policy, error)
-	}
 	// Budgets may be nil: the page then shows budgets as unavailable.
 	Budgets interface {
 		Budgets(ctx context.Context, tenantID string, policies []string, subject string) ([]gate.Budget, error)
 	}
 }
 
-// ready reports whether the sources the page needs are wired.
-func (u *UsageSources) ready() bool {
-	return u != nil && u.Usage != nil && u.Traffic != nil && u.Plans != nil && u.Policies != nil
+// usageReady reports whether the sources the usage page needs are wired.
+func (s *Site) usageReady() bool {
+	u := s.cfg.Usage
+	return u != nil && u.Usage != nil && u.Traffic != nil && s.cfg.Plans != nil && s.cfg.Policies != nil
 }
 
 // registerUsage mounts the usage page: both roles may read it.
@@ -57,7 +52,7 @@ func (s *Site) registerUsage(g *echo.Group) {
 // allotment, checks per minute over 24 hours, the month's checks by day,
 // refusals by layer, alerts, budgets and degraded periods.
 func (s *Site) usage(c echo.Context, m *member) error {
-	if !s.cfg.Usage.ready() {
+	if !s.usageReady() {
 		return s.message(c, http.StatusServiceUnavailable, web.ConsoleMessageView{Title: "Usage unavailable",
 			Message: "This Tollgate does not show usage in its console yet.", Link: "/console", LinkLabel: "The console"})
 	}
@@ -108,7 +103,7 @@ func (s *Site) usageView(ctx context.Context, m *member) (web.ConsoleUsageView, 
 	if err != nil {
 		return fail("degraded minutes", err)
 	}
-	pols, err := src.Policies.ListPolicies(ctx, t.ID)
+	pols, err := s.cfg.Policies.ListPolicies(ctx, t.ID)
 	if err != nil {
 		return fail("policies", err)
 	}
@@ -132,7 +127,7 @@ func (s *Site) usageView(ctx context.Context, m *member) (web.ConsoleUsageView, 
 // effectivePlan is the plan t's checks count against (its plan, or
 // starter while billing holds it there).
 func (s *Site) effectivePlan(ctx context.Context, t tenant.Tenant) (tenant.Plan, error) {
-	ps, err := s.cfg.Usage.Plans.Plans(ctx)
+	ps, err := s.cfg.Plans.Plans(ctx)
 	if err != nil {
 		return tenant.Plan{}, err
 	}
