@@ -79,6 +79,7 @@ var ConsoleNav = []NavItem{
 	{"home", "Quick start", "/console"},
 	{"keys", "Keys", "/console/keys"},
 	{"policies", "Policies", "/console/policies"},
+	{"webhooks", "Webhooks", "/console/webhooks"},
 	{"team", "Team", "/console/team"},
 	{"usage", "Usage", "/console/usage"},
 	{"billing", "Billing", "/console/billing"},

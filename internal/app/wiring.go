@@ -214,6 +214,10 @@ func (a *App) buildConsole() error {
 		Plans: p.Tenants, Billing: consoleBilling(cfg, p.Billing),
 		Policies: p.Policies, Counters: p.Gate,
 		Usage: &consolesite.UsageSources{Usage: p.Usage, Traffic: p.Traffic, Budgets: p.Gate},
+		// The API's webhooks service and test send limit (counted as
+		// the API's: same counters, same group).
+		Webhooks: p.Hooks, WebhookTestsPerMinute: cfg.WebhookTestSends,
+		WebhookTests: gate.NewLimiter("webhook test limits", a.store, p.linkOpens, log),
 	})
 	return err
 }

@@ -115,6 +115,12 @@ type Config struct {
 	// Usage is what the usage page reads; nil (or incomplete) answers it
 	// with a 503 page.
 	Usage *UsageSources
+	// Webhooks is the tenants' webhooks service (webhooks.Service); nil
+	// leaves the webhooks page out. WebhookTests counts test sends in the
+	// API's limit, WebhookTestsPerMinute of them (default 10).
+	Webhooks              Webhooks
+	WebhookTests          *gate.Limiter
+	WebhookTestsPerMinute int64
 }
 
 // Site is the console.
@@ -165,6 +171,9 @@ func (s *Site) Register(e *echo.Echo) {
 	s.registerBilling(g)
 	if s.cfg.Policies != nil {
 		s.registerPolicies(g)
+	}
+	if s.cfg.Webhooks != nil {
+		s.registerWebhooks(g)
 	}
 	if s.cfg.Policies != nil && s.cfg.Counters != nil {
 		s.registerPolicyCounters(g)
