@@ -81,7 +81,8 @@ func createHook(t *testing.T, b *browser, u string, events ...string) (string, s
 // the real binary and a real receiver: an endpoint made with its secret
 // shown once, a test event that arrives signed under it and shows in the
 // deliveries log, redelivered; a rotation (a page that asks, then the
-// post) whose new secret signs the next test event; a refused URL; and
+// post) whose new secret signs the next test event; a refused URL; the
+// test sends' limit shared with the API; and
 // tenant B's endpoint id a 404 in every address of A's.
 func TestConsoleWebhooks(t *testing.T) {
 	t.Parallel()
@@ -142,6 +143,23 @@ func TestConsoleWebhooks(t *testing.T) {
 	eventually.True(t, 20*time.Second, "the second test event arrives", func() bool { return len(rcv.posts()) == 3 })
 	if got := rcv.posts()[2]; !got.signedBy(t, m[1]) {
 		t.Fatalf("the test event after rotation is not signed by the new secret: %+v", got)
+	}
+
+	// The test sends' limit (10 a minute) is the API's: the console's
+	// sends count in it, and past it both refuse.
+	consoleConfirm(t, a)
+	_, live := createKey(a, "api", "live", "none")
+	sent := 2
+	for ; sent < 10; sent++ {
+		if p := a.post("/console/webhooks/"+id+"/test", a.get("/console/webhooks/"+id), url.Values{}); p.status != 200 {
+			t.Fatalf("test send %d: %d %s", sent+1, p.status, p.body)
+		}
+	}
+	if p := a.post("/console/webhooks/"+id+"/test", a.get("/console/webhooks/"+id), url.Values{}); p.status != 429 || !strings.Contains(p.body, "10 test events a minute") {
+		t.Fatalf("test send past the limit: %d %s", p.status, p.body)
+	}
+	if c := do(t, "POST", in.base+"/v1/webhooks/"+id+"/test", live, nil); c.status != 429 {
+		t.Fatalf("the API's test send after the console's ten: %d %s", c.status, c.body)
 	}
 
 	// Tenant B's endpoint id in A's addresses: 404, and nothing sent.
