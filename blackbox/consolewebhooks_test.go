@@ -172,7 +172,8 @@ func TestConsoleWebhooks(t *testing.T) {
 		}
 	}
 	form := a.get("/console/webhooks")
-	for _, path := range []string{"/console/webhooks/" + bID + "/test", "/console/webhooks/" + bID + "/rotate"} {
+	for _, path := range []string{"/console/webhooks/" + bID + "/test", "/console/webhooks/" + bID + "/rotate",
+		"/console/webhooks/" + bID + "/deliveries/" + bID + "/resend"} {
 		if p := a.post(path, form, url.Values{}); p.status != 404 {
 			t.Fatalf("POST %s as A: %d %s", path, p.status, p.body)
 		}

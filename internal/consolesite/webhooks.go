@@ -29,14 +29,6 @@ type Webhooks interface {
 	Resend(ctx context.Context, tenantID, endpointID, deliveryID string) error
 }
 
-// WebhookTestGroup and DefaultWebhookTestsPerMinute are the API's test
-// send limit (package httpapi's), counted in the same counters so that the
-// console and the API share it.
-const (
-	WebhookTestGroup             = "webhook-tests"
-	DefaultWebhookTestsPerMinute = 10
-)
-
 // hookDeliveries is how many deliveries an endpoint's page lists.
 const hookDeliveries = 50
 
@@ -156,7 +148,8 @@ func (s *Site) webhook(c echo.Context, m *member) error {
 	return s.renderWebhook(c, m, http.StatusOK, e, "", nil)
 }
 
-// testWebhook sends a test event, within the API's test send limit.
+// testWebhook sends a test event, within the API's test send limit
+// (webhooks.TestSendGroup, counted in the same counters).
 func (s *Site) testWebhook(c echo.Context, m *member) error {
 	ctx := c.Request().Context()
 	e, ok, err := s.memberHook(c, m)
@@ -183,7 +176,7 @@ func (s *Site) testsPerMinute() int64 {
 	if s.cfg.WebhookTestsPerMinute > 0 {
 		return s.cfg.WebhookTestsPerMinute
 	}
-	return DefaultWebhookTestsPerMinute
+	return webhooks.DefaultTestSendsPerMinute
 }
 
 // allowTest counts a test send of the tenant against the shared limit.
@@ -191,7 +184,7 @@ func (s *Site) allowTest(ctx context.Context, tenantID string) (bool, error) {
 	if s.cfg.WebhookTests == nil {
 		return false, fmt.Errorf("webhook test limits: %w", gate.ErrStoreUnavailable)
 	}
-	ds, err := s.cfg.WebhookTests.Check(ctx, gate.Limits{Group: WebhookTestGroup, Rules: []gate.Rule{
+	ds, err := s.cfg.WebhookTests.Check(ctx, gate.Limits{Group: webhooks.TestSendGroup, Rules: []gate.Rule{
 		{Key: "tenant:" + tenantID, Limit: s.testsPerMinute(), Window: time.Minute},
 	}})
 	if err != nil {

@@ -47,10 +47,11 @@ const disabledByTenant = "disabled by the tenant"
 // a minute, across its endpoints, unless configured otherwise: a person
 // trying a receiver sends a few; a script cannot turn the route into a
 // stream of outbox rows or of requests to someone's server.
-const DefaultWebhookTestsPerMinute = 10
+const DefaultWebhookTestsPerMinute = webhooks.DefaultTestSendsPerMinute
 
-// webhookTestGroup is the counter group of the test sends' limit.
-const webhookTestGroup = "webhook-tests"
+// webhookTestGroup is the counter group of the test sends' limit, shared
+// with the console's.
+const webhookTestGroup = webhooks.TestSendGroup
 
 // errTestsLimited is a test send past the tenant's limit.
 var errTestsLimited = errors.New("webhook test sends limited")

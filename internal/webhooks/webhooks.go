@@ -55,6 +55,15 @@ const MaxURLLength = 2048
 // allotment.threshold, once each per tenant and month.
 var AllotmentPercents = []int{50, 80, 100}
 
+// TestSendGroup is the counter group of the tenants' test sends' limit,
+// DefaultTestSendsPerMinute of them a tenant a minute unless configured
+// otherwise (TOLLGATE_WEBHOOK_TEST_SENDS). The API and the console count
+// in it both, so that they share one limit.
+const (
+	TestSendGroup             = "webhook-tests"
+	DefaultTestSendsPerMinute = 10
+)
+
 var (
 	// ErrNotFound is an endpoint or delivery the tenant does not have.
 	ErrNotFound = errors.New("webhook not found")
