@@ -81,9 +81,8 @@ func createHook(t *testing.T, b *browser, u string, events ...string) (string, s
 // the real binary and a real receiver: an endpoint made with its secret
 // shown once, a test event that arrives signed under it and shows in the
 // deliveries log, redelivered; a rotation (a page that asks, then the
-// post) whose new secret signs the next test event; a refused URL; the
-// test sends' limit shared with the API; and
-// tenant B's endpoint id a 404 in every address of A's.
+// post) whose new secret signs the next test event; disabling and
+// enabling; a refused URL; the test sends' limit shared with the API.
 func TestConsoleWebhooks(t *testing.T) {
 	t.Parallel()
 	in := start(t, pgtest.New(t), "TOLLGATE_DEV=1", allowPrivate)
@@ -145,24 +144,48 @@ func TestConsoleWebhooks(t *testing.T) {
 		t.Fatalf("the test event after rotation is not signed by the new secret: %+v", got)
 	}
 
+	// Disable and enable it again: its state says so.
+	hook = a.get("/console/webhooks/" + id)
+	if p := a.post("/console/webhooks/"+id+"/disable", hook, url.Values{}); p.status != 200 || !strings.Contains(p.body, `data-testid="webhook-state">disabled: disabled by the tenant<`) {
+		t.Fatalf("disable: %d %s", p.status, p.body)
+	}
+	if p := a.post("/console/webhooks/"+id+"/enable", hook, url.Values{}); p.status != 200 || !strings.Contains(p.body, `data-testid="webhook-state">enabled<`) {
+		t.Fatalf("enable: %d %s", p.status, p.body)
+	}
+
 	// The test sends' limit (10 a minute) is the API's: the console's
 	// sends count in it, and past it both refuse.
 	consoleConfirm(t, a)
 	_, live := createKey(a, "api", "live", "none")
 	sent := 2
+	last := a.get("/console/webhooks/" + id)
 	for ; sent < 10; sent++ {
-		if p := a.post("/console/webhooks/"+id+"/test", a.get("/console/webhooks/"+id), url.Values{}); p.status != 200 {
-			t.Fatalf("test send %d: %d %s", sent+1, p.status, p.body)
+		if last = a.post("/console/webhooks/"+id+"/test", last, url.Values{}); last.status != 200 {
+			t.Fatalf("test send %d: %d %s", sent+1, last.status, last.body)
 		}
 	}
-	if p := a.post("/console/webhooks/"+id+"/test", a.get("/console/webhooks/"+id), url.Values{}); p.status != 429 || !strings.Contains(p.body, "10 test events a minute") {
+	if p := a.post("/console/webhooks/"+id+"/test", last, url.Values{}); p.status != 429 || !strings.Contains(p.body, "10 test events a minute") {
 		t.Fatalf("test send past the limit: %d %s", p.status, p.body)
 	}
 	if c := do(t, "POST", in.base+"/v1/webhooks/"+id+"/test", live, nil); c.status != 429 {
 		t.Fatalf("the API's test send after the console's ten: %d %s", c.status, c.body)
 	}
 
-	// Tenant B's endpoint id in A's addresses: 404, and nothing sent.
+}
+
+// TestConsoleWebhooksIsolation tries tenant B's endpoint id in every
+// address of A's webhooks pages: each a 404, nothing of B's shown or sent.
+// (Its own instance: the pages' requests stay under the per-address
+// limit of keyless requests.)
+func TestConsoleWebhooksIsolation(t *testing.T) {
+	t.Parallel()
+	in := start(t, pgtest.New(t), "TOLLGATE_DEV=1", allowPrivate)
+	rcv := &postLog{}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	a := newBrowser(t, in.base)
+	consoleSignUp(t, a, "a@example.com", "Acme")
+	createHook(t, a, srv.URL+"/a", "key.revoked")
 	b := newBrowser(t, in.base)
 	consoleSignUp(t, b, "b@example.com", "Bolt")
 	bID, _ := createHook(t, b, srv.URL+"/b", "plan.changed")
@@ -173,12 +196,15 @@ func TestConsoleWebhooks(t *testing.T) {
 	}
 	form := a.get("/console/webhooks")
 	for _, path := range []string{"/console/webhooks/" + bID + "/test", "/console/webhooks/" + bID + "/rotate",
-		"/console/webhooks/" + bID + "/deliveries/" + bID + "/resend"} {
+		"/console/webhooks/" + bID + "/deliveries/" + bID + "/resend", "/console/webhooks/" + bID + "/disable"} {
 		if p := a.post(path, form, url.Values{}); p.status != 404 {
 			t.Fatalf("POST %s as A: %d %s", path, p.status, p.body)
 		}
 	}
-	if p := b.get("/console/webhooks/" + bID); p.status != 200 || strings.Contains(p.body, "delivery-row") {
+	if p := b.get("/console/webhooks/" + bID); p.status != 200 || strings.Contains(p.body, "delivery-row") || !strings.Contains(p.body, `data-testid="webhook-state">enabled<`) {
 		t.Fatalf("B's endpoint after A's tries: %d %s", p.status, p.body)
+	}
+	if got := rcv.posts(); len(got) != 0 {
+		t.Fatalf("posts after A's tries: %+v", got)
 	}
 }

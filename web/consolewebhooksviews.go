@@ -16,6 +16,8 @@ type ConsoleWebhooksView struct {
 // ConsoleWebhookRow is one endpoint, display-ready.
 type ConsoleWebhookRow struct {
 	ID, URL, Events, State, Created string
+	// Enabled endpoints get a Disable button, disabled ones Enable.
+	Enabled bool
 }
 
 // ConsoleWebhookForm is the form that adds an endpoint, as typed, the

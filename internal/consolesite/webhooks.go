@@ -27,7 +27,12 @@ type Webhooks interface {
 	Ping(ctx context.Context, tenantID, endpointID string) (webhooks.Delivery, error)
 	Deliveries(ctx context.Context, tenantID, endpointID string, limit int) ([]webhooks.Delivery, error)
 	Resend(ctx context.Context, tenantID, endpointID, deliveryID string) error
+	SetEnabled(ctx context.Context, tenantID, id string, enabled bool, reason string) (webhooks.Endpoint, error)
 }
+
+// disabledByMember is the reason an endpoint disabled here shows (the
+// API's words for the same act).
+const disabledByMember = "disabled by the tenant"
 
 // hookDeliveries is how many deliveries an endpoint's page lists.
 const hookDeliveries = 50
@@ -42,6 +47,8 @@ func (s *Site) registerWebhooks(g *echo.Group) {
 	g.GET("/webhooks/:hook/rotate", s.page(s.confirmRotate))
 	g.POST("/webhooks/:hook/rotate", s.page(s.rotateWebhook))
 	g.POST("/webhooks/:hook/deliveries/:delivery/resend", s.page(s.resendDelivery))
+	g.POST("/webhooks/:hook/enable", s.page(s.enableWebhook(true)))
+	g.POST("/webhooks/:hook/disable", s.page(s.enableWebhook(false)))
 }
 
 // webhooks lists the endpoints and the form that adds one.
@@ -213,6 +220,31 @@ func (s *Site) resendDelivery(c echo.Context, m *member) error {
 	return c.Redirect(http.StatusSeeOther, "/console/webhooks/"+e.ID)
 }
 
+// enableWebhook enables the endpoint, or disables it (deliveries wait
+// until it is enabled again): both are undone by the other button, so
+// neither asks first.
+func (s *Site) enableWebhook(enabled bool) func(c echo.Context, m *member) error {
+	return func(c echo.Context, m *member) error {
+		ctx := c.Request().Context()
+		e, ok, err := s.memberHook(c, m)
+		if !ok {
+			return err
+		}
+		reason := ""
+		if !enabled {
+			reason = disabledByMember
+		}
+		e, err = s.cfg.Webhooks.SetEnabled(ctx, m.TenantID, e.ID, enabled, reason)
+		if errors.Is(err, webhooks.ErrNotFound) {
+			return s.hookNotFound(c)
+		} else if err != nil {
+			return s.fail(c, err)
+		}
+		s.log.InfoContext(ctx, "console webhook enabled or disabled", "tenant_id", m.TenantID, "endpoint_id", e.ID, "enabled", enabled, "member_id", m.ID)
+		return s.renderWebhook(c, m, http.StatusOK, e, "", nil)
+	}
+}
+
 // confirmRotate asks before rotating the endpoint's secret.
 func (s *Site) confirmRotate(c echo.Context, m *member) error {
 	e, ok, err := s.memberHook(c, m)
@@ -275,7 +307,7 @@ func hookRow(e webhooks.Endpoint) web.ConsoleWebhookRow {
 			state += ": " + e.DisabledReason
 		}
 	}
-	return web.ConsoleWebhookRow{ID: e.ID, URL: e.URL, Events: strings.Join(e.Events, ", "), State: state, Created: when(e.CreatedAt)}
+	return web.ConsoleWebhookRow{ID: e.ID, URL: e.URL, Events: strings.Join(e.Events, ", "), State: state, Created: when(e.CreatedAt), Enabled: e.Enabled}
 }
 
 // deliveryRow is how the log lists a delivery.
