@@ -191,7 +191,7 @@ func (s *Store) record(group, rec string) (record, error) {
 			Amount:    int64(f64(b[17:])),
 			Charged:   int64(f64(b[25:])),
 		}
-		r.after[i] = limit.State{Start: int64(f64(b[33:])), Count: int64(f64(b[41:])), Prev: int64(f64(b[49:])), TAT: f64(b[57:])}
+		r.after[i] = unpackState(b[33:])
 		b = b[charge+kl:]
 	}
 	if len(b) != 0 {
@@ -256,8 +256,7 @@ func (s *Store) Charge(ctx context.Context, req counter.Request) (counter.Charge
 	}
 	after := make([]limit.State, len(req.Items))
 	for i := range after {
-		b := states[stateLen*i:]
-		after[i] = limit.State{Start: int64(f64(b)), Count: int64(f64(b[8:])), Prev: int64(f64(b[16:])), TAT: f64(b[24:])}
+		after[i] = unpackState(states[stateLen*i:])
 	}
 	now := time.UnixMicro(us).UTC()
 	if !req.Now.IsZero() {

@@ -456,10 +456,16 @@ func decode(reply string, seen []counter.Seen, n int) (int64, []counter.Seen, er
 	now := f64(reply)
 	for i := range n {
 		b := reply[8+(stateLen+1)*i:]
-		st := limit.State{Start: int64(f64(b)), Count: int64(f64(b[8:])), Prev: int64(f64(b[16:])), TAT: f64(b[24:])}
+		st := unpackState(b)
 		seen = append(seen, counter.Seen{State: st, Allowed: b[stateLen] == 1})
 	}
 	return int64(now), seen, nil
+}
+
+// unpackState reads the packed limit.State (struct.pack '<dddd': start,
+// count, prev, tat) at the start of b.
+func unpackState(b string) limit.State {
+	return limit.State{Start: int64(f64(b)), Count: int64(f64(b[8:])), Prev: int64(f64(b[16:])), TAT: f64(b[24:])}
 }
 
 // f64 reads the little-endian float64 at the start of b, as the script's
