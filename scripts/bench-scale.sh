@@ -51,13 +51,19 @@
 #   SUBJECTS_AXIS="1000 10000" TENANTS_AXIS="1 10" POLICIES_AXIS="1 10" \
 #   BATCH_AXIS="1 16 100" BASE_SUBJECTS=10000 DURATION=3s scripts/bench-scale.sh
 # Settings: the axes and bases above, DURATION, CALLERS, FILL_PER,
-# FILL_CALLERS, OUT (a file: the tables are written there too).
+# FILL_CALLERS, COUNTER_TIMEOUT, OUT (a file: the tables are written there
+# too).
 #
 # The tenants (as many as the tenants' axis's largest) are made in one SQL
 # statement, each with a live key whose secret is known (its hash is what
 # Tollgate stores), so that 10,000 take a second; their ceilings (the
 # enterprise plan's) are far above what one box sends, and a tenant's work
-# in progress is not bounded (TOLLGATE_TENANT_INFLIGHT 1000000).
+# in progress is not bounded (TOLLGATE_TENANT_INFLIGHT 1000000). The store's
+# deadline is COUNTER_TIMEOUT (1s, TOLLGATE_COUNTER_TIMEOUT; Tollgate's own
+# default is 50ms): a sitting measures what a check costs, and a check
+# answered without the store (degraded) costs less and counts nothing. A
+# point where some were is marked "(N!)" beside its checks a second, and
+# the first reasons are written to stderr.
 #
 # Like scripts/bench-batch.sh it starts a PostgreSQL and a Redis of its
 # own (ports BENCH_PG_PORT 18432, BENCH_REDIS_PORT 18379; Tollgate on
@@ -78,6 +84,7 @@ duration=${DURATION:-10s}
 callers=${CALLERS:-64}
 fill_per=${FILL_PER:-1000}
 fill_callers=${FILL_CALLERS:-4}
+counter_timeout=${COUNTER_TIMEOUT:-1s}
 port=${TOLLGATE_PORT:-18281}
 out=${OUT:-}
 stores=("$@")
@@ -114,7 +121,7 @@ bench_stores
 # the base point's policies for the others.
 seed() {
   local dsn=$1 first
-  tg() { env DATABASE_URL="$dsn" TOLLGATE_DEV=1 bin/tollgate "$@"; }
+  tg() { env DATABASE_URL="$dsn" TOLLGATE_DEV=1 bin/tollgate "$@" 2>>"$work/seed.log" || { cat "$work/seed.log" >&2; return 1; }; }
   tg migrate up >/dev/null 2>&1
   tg plans set enterprise --ip-per-minute 1000000000 --quota-per-minute 1000000000 --quota-per-hour 1000000000 --monthly-checks unlimited >/dev/null
   # The first policy through the CLI, so that its row is what Tollgate
@@ -163,6 +170,9 @@ storecpu() {
   esac
 }
 now() { date +%s.%N; }
+# degraded_why shows why answers were degraded (Tollgate logs it once a
+# second at most).
+degraded_why() { grep -h L2_DEGRADED "$work/serve.log" | head -3 | cut -c1-300 >&2 || true; }
 
 # point SUBJECTS TENANTS POLICIES BATCH measures one point of the store and
 # sets row: "subjects tenants policies batch checks/s cpu_us
@@ -176,7 +186,7 @@ point() {
   esac
   env DATABASE_URL="$dsn" TOLLGATE_DEV=1 TOLLGATE_ADDR=127.0.0.1:$port TOLLGATE_LOG_LEVEL=error \
     TOLLGATE_COUNTER_STORE="$store" REDIS_URL="$REDIS_URL" TOLLGATE_MEMORY_MAX_KEYS=100000000 \
-    TOLLGATE_TENANT_INFLIGHT=1000000 bin/tollgate serve 2>"$work/serve.log" &
+    TOLLGATE_TENANT_INFLIGHT=1000000 TOLLGATE_COUNTER_TIMEOUT="$counter_timeout" bin/tollgate serve 2>"$work/serve.log" &
   server=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
   curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || { echo "tollgate did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
@@ -187,12 +197,12 @@ point() {
   f0=$(now)
   read -r fr _ _ _ _ fdeg ferr _ < <(bin/loadgen "${load[@]}" -fill -per "$fill_per" -callers "$fill_callers")
   f1=$(now)
-  [ "$fdeg$ferr" = 00 ] || echo "$store fill $s/$t/$p: $fdeg degraded, $ferr failed" >&2
+  [ "$fdeg$ferr" = 00 ] || { echo "$store fill $s/$t/$p: $fdeg degraded, $ferr failed" >&2; degraded_why; }
   read -r n1 b1 h1 i1 < <(size)
   c0=$(cpu "$server"); s0=$(storecpu)
   read -r cps _ _ n _ deg errs _ < <(bin/loadgen "${load[@]}" -per "$b" -callers "$callers" -duration "$duration")
   c1=$(cpu "$server"); s1=$(storecpu)
-  [ "$deg$errs" = 00 ] || echo "$store $s/$t/$p/$b: $deg degraded, $errs failed" >&2
+  [ "$deg$errs" = 00 ] || { echo "$store $s/$t/$p/$b: $deg degraded, $errs failed" >&2; degraded_why; }
   stop "$server"; server=""
   local counters vac="–"
   case "$store" in
