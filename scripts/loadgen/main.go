@@ -76,6 +76,23 @@ func newSpace(keys []string, policy string, policies, subjects int) space {
 	return s
 }
 
+// chunks is how many requests of at most per checks fill every counter,
+// each request one tenant's.
+func (s space) chunks(per int) int {
+	return (s.perTenant + per - 1) / per * len(s.keys)
+}
+
+// chunk appends to rs the counters of the c-th of those requests and
+// returns its tenant (an index in keys).
+func (s space) chunk(rs []int, c, per int) (int, []int) {
+	each := (s.perTenant + per - 1) / per
+	lo := c % each * per
+	for r := lo; r < min(s.perTenant, lo+per); r++ {
+		rs = append(rs, r)
+	}
+	return c / each, rs
+}
+
 // item appends the check item of the tenant's counter r to b as JSON.
 func (s space) item(b []byte, r int) []byte {
 	b = append(b, `{"policy":"`...)
@@ -167,9 +184,8 @@ func main() {
 	start := time.Now()
 	switch {
 	case *fill:
-		// Chunks of -per counters of one tenant, taken in order by
-		// whichever caller is free.
-		chunks := (sp.perTenant + *per - 1) / *per
+		// The chunks taken in order by whichever caller is free.
+		chunks := sp.chunks(*per)
 		var next atomic.Int64
 		for i := range *callers {
 			wg.Go(func() {
@@ -177,15 +193,12 @@ func main() {
 				rs := make([]int, 0, *per)
 				for {
 					c := int(next.Add(1) - 1)
-					if c >= chunks*len(keys) {
+					if c >= chunks {
 						return
 					}
-					rs = rs[:0]
-					for r := c % chunks * *per; r < min(sp.perTenant, (c%chunks+1)**per); r++ {
-						rs = append(rs, r)
-					}
+					k, rs := sp.chunk(rs[:0], c, *per)
 					b = sp.body(b[:0], rs)
-					tl.send(hc, *base, keys[c/chunks], b, len(rs), i)
+					tl.send(hc, *base, keys[k], b, len(rs), i)
 				}
 			})
 		}
