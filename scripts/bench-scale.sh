@@ -47,6 +47,10 @@
 #                 measurement's updates that were HOT (no index touched)
 #
 # Usage: scripts/bench-scale.sh [memory] [redis] [postgres]   (make bench-scale)
+# The whole sitting takes 25-45 minutes on 2 cores, most of it filling
+# 10^7 counters (PostgreSQL's some 19 minutes), and wants some 4 GB of
+# memory for the memory store's, 2.5 GB for Redis's, 5 GB of disk for
+# PostgreSQL's (docs/benchmarks.md, How cost grows).
 # A small sitting, to see it work:
 #   SUBJECTS_AXIS="1000 10000" TENANTS_AXIS="1 10" POLICIES_AXIS="1 10" \
 #   BATCH_AXIS="1 16 100" BASE_SUBJECTS=10000 DURATION=3s scripts/bench-scale.sh
