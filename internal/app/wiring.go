@@ -42,19 +42,16 @@ type Parts struct {
 	AuditStore   *pgstore.Audit
 	Audit        *audit.Recorder
 	Usage        *usage.Recorder
-
-	// PolicyUsage counts checks and refusals per policy and hour.
-	PolicyUsage *usage.PolicyRecorder
-
-	Hooks      *webhooks.Service
-	HookWorker *webhooks.Worker
-	Metrics    *metrics.Metrics
-	Traffic    *pgstore.Traffic
-	Degraded   *traffic.Recorder
-	Gate       *gate.Gate
-	Billing    *billing.Service
-	Dashboard  *dashboard.Dashboard
-	Console    *consolesite.Site
+	PolicyUsage  *usage.PolicyRecorder // checks and refusals per policy and hour
+	Hooks        *webhooks.Service
+	HookWorker   *webhooks.Worker
+	Metrics      *metrics.Metrics
+	Traffic      *pgstore.Traffic
+	Degraded     *traffic.Recorder
+	Gate         *gate.Gate
+	Billing      *billing.Service
+	Dashboard    *dashboard.Dashboard
+	Console      *consolesite.Site
 	// Mail sends email: over SMTP when Config.SMTPURL is set, else into
 	// Mailbox, which is then the same Sender (nil with SMTP), for the
 	// development-only mailbox page.
