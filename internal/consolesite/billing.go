@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/console"
+	"github.com/tollgate/tollgate/internal/signin"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/web"
 )
@@ -108,6 +109,10 @@ func (s *Site) renderBilling(c echo.Context, m *member, flash string, fromLink b
 	v.Owner = m.Role == console.RoleOwner
 	v.Configured = s.cfg.Billing != nil
 	v.FromLink = fromLink
+	if v.Owner && v.Configured {
+		// Its Upgrade and portal forms' answers send the browser to Stripe.
+		signin.FormsLeadToHTTPS(c.Response().Header())
+	}
 	return render(c, http.StatusOK, web.ConsoleBilling(v))
 }
 

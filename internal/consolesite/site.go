@@ -536,11 +536,12 @@ func (s *Site) renderHomeAt(c echo.Context, status int, m *member, fresh []web.C
 		BaseURL:       cmp.Or(s.cfg.PublicURL, "http://localhost:8080"),
 		SandboxChecks: web.Count(tenant.SandboxAllotment),
 		Key:           "tg_live_…",
+		KeyKind:       "live",
 	}
 	if len(fresh) > 0 {
 		v.Key = fresh[0].Value
 	} else if m.ConfirmedAt == nil {
-		v.Key = "tg_test_…"
+		v.Key, v.KeyKind = "tg_test_…", "test"
 	}
 	for _, k := range keys {
 		v.Keys = append(v.Keys, keyRow(k))
