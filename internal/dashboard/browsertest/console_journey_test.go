@@ -210,6 +210,29 @@ func journey(t *testing.T, width int64) {
 		t.Errorf("the portal's button: %q", p)
 	}
 	step("12-billing-link")
+
+	// A member of another workspace who follows the link sees nothing of
+	// this one, and may sign out to sign in as its member.
+	other := newBrowser(t, base)
+	other.do("viewport", chromedp.EmulateViewport(width, 900))
+	other.open("/console/signup", "signup-form")
+	other.do("fill the sign-up form",
+		chromedp.SetValue(chromedp.ID("email"), "someone@beta.example"),
+		chromedp.SetValue(chromedp.ID("password"), password),
+		chromedp.SetValue(chromedp.ID("name"), "Beta Bakery"),
+	)
+	other.click("sign-up", "new-key-test")
+	other.do("follow A's billing_url", chromedp.Navigate(billingURL), chromedp.WaitVisible(tid("other-workspace")))
+	other.look(fmt.Sprintf("70-journey-13-other-workspace-%d", width), width)
+	if text, _ := chromedp.Run(other.ctx, chromedp.Evaluate[string](`document.body.innerText`)); strings.Contains(text, "Acme") || strings.Contains(text, "unpaid") || strings.Contains(text, "dev@example.com") {
+		t.Errorf("another workspace's member sees A's billing: %q", text)
+	}
+	other.click("other-workspace-sign-out", "console-login-form")
+	other.do("fill the sign-in form",
+		chromedp.SetValue(chromedp.ID("email"), "dev@example.com"),
+		chromedp.SetValue(chromedp.ID("password"), password),
+	)
+	other.click("console-sign-in", "billing-link-reason")
 	t.Logf("at %d px the journey from sign-up to the paid plan took %s (the 402's link after it: %s in all)",
 		width, took.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 }
