@@ -169,4 +169,13 @@ func TestBillingLinkLandsOnTheConsole(t *testing.T) {
 	if !strings.Contains(dev.body, `data-testid="ask-an-owner"`) || strings.Contains(dev.body, `data-testid="portal"`) {
 		t.Fatalf("a developer's billing page from the link: %d %s", dev.status, dev.body)
 	}
+
+	// The subscription canceled: no card to fix, the owner is told to buy
+	// again.
+	sql(t, dsn, `UPDATE members SET role = 'owner' WHERE email = $1`, "owner@a.example")
+	postStripeEvent(t, in, "evt_del_sub_bl_a", "customer.subscription.deleted", time.Now().Add(time.Second), stripeSubscriptionObject("cus_bl_a", "sub_bl_a", "canceled", "price_bl_pro"))
+	ended := owner.get(strings.TrimPrefix(link, in.base))
+	if !strings.Contains(ended.body, `data-testid="buy-again"`) || !strings.Contains(ended.body, `data-testid="upgrade-pro"`) {
+		t.Fatalf("an owner's billing page from the link, the subscription canceled: %d %s", ended.status, ended.body)
+	}
 }
