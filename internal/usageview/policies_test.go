@@ -82,3 +82,22 @@ func TestPolicyUsage(t *testing.T) {
 		}
 	})
 }
+
+func TestRefusalBarsSummaryCountsInWords(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		totals map[string]int64
+		want   string
+	}{
+		{"one", map[string]int64{"policy": 1}, "1 refused request in all; most by tenant policy (1)."},
+		{"two", map[string]int64{"policy": 1, "ip": 1}, "2 refused requests in all; most by tenant policy (1)."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := usageview.RefusalBars("x", "t", "refused requests", tc.totals, "none").Summary; got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

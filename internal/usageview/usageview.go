@@ -206,8 +206,17 @@ func RefusalBars(id, title, unit string, totals map[string]int64, empty string) 
 		return h
 	}
 	sortBars(h.Rows)
-	h.Summary = fmt.Sprintf("%s %s in all; most by %s (%s).", count(all), unit, h.Rows[0].Label, count(h.Rows[0].Value))
+	h.Summary = fmt.Sprintf("%s %s in all; most by %s (%s).", count(all), unitOf(all, unit), h.Rows[0].Label, count(h.Rows[0].Value))
 	return h
+}
+
+// unitOf is unit, a plural such as "refused requests", as n counts it:
+// singular for one.
+func unitOf(n int64, unit string) string {
+	if n == 1 {
+		return strings.TrimSuffix(unit, "s")
+	}
+	return unit
 }
 
 func sortBars(rows []web.HBar) {
