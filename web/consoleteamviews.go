@@ -59,6 +59,6 @@ type ConsoleAcceptView struct {
 	// shown before a password is chosen; empty on a refusal of the
 	// network's attempts, which reads no token.
 	Email, Workspace string
-	Error       string
-	RetryAfter  string
+	Error            string
+	RetryAfter       string
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/gate"
@@ -265,6 +266,15 @@ func (s *Site) enableWebhook(enabled bool) func(c echo.Context, m *member) error
 
 // confirmRotate asks before rotating the endpoint's secret.
 func (s *Site) confirmRotate(c echo.Context, m *member) error {
+	return s.confirmHook(c, m, "Rotate the secret?", func(chrome web.ConsoleChrome, e web.ConsoleWebhookRow) templ.Component {
+		return web.ConsoleWebhookRotate(web.ConsoleWebhookRotateView{Chrome: chrome, Endpoint: e})
+	})
+}
+
+// confirmHook renders the page that asks before a change to the endpoint
+// named in the path (a 404 page for none of the member's), page made
+// with the webhooks pages' frame titled title.
+func (s *Site) confirmHook(c echo.Context, m *member, title string, page func(web.ConsoleChrome, web.ConsoleWebhookRow) templ.Component) error {
 	e, ok, err := s.memberHook(c, m)
 	if !ok {
 		return err
@@ -273,9 +283,8 @@ func (s *Site) confirmRotate(c echo.Context, m *member) error {
 	if err != nil {
 		return s.fail(c, err)
 	}
-	return render(c, http.StatusOK, web.ConsoleWebhookRotate(web.ConsoleWebhookRotateView{
-		Chrome:   web.ConsoleChrome{Title: "Rotate the secret?", Section: "webhooks", MemberEmail: m.Email, TenantName: t.Name, CSRF: m.csrf},
-		Endpoint: hookRow(e)}))
+	chrome := web.ConsoleChrome{Title: title, Section: "webhooks", MemberEmail: m.Email, TenantName: t.Name, CSRF: m.csrf}
+	return render(c, http.StatusOK, page(chrome, hookRow(e)))
 }
 
 // rotateWebhook gives the endpoint a new secret, shown once.
@@ -299,17 +308,9 @@ func (s *Site) rotateWebhook(c echo.Context, m *member) error {
 // deliveries: deleting cannot be undone. The page's button posts to
 // deleteWebhook.
 func (s *Site) confirmDeleteWebhook(c echo.Context, m *member) error {
-	e, ok, err := s.memberHook(c, m)
-	if !ok {
-		return err
-	}
-	t, err := s.cfg.Tenants.Tenant(c.Request().Context(), m.TenantID)
-	if err != nil {
-		return s.fail(c, err)
-	}
-	return render(c, http.StatusOK, web.ConsoleWebhookDelete(web.ConsoleWebhookDeleteView{
-		Chrome:   web.ConsoleChrome{Title: "Delete the endpoint?", Section: "webhooks", MemberEmail: m.Email, TenantName: t.Name, CSRF: m.csrf},
-		Endpoint: hookRow(e)}))
+	return s.confirmHook(c, m, "Delete the endpoint?", func(chrome web.ConsoleChrome, e web.ConsoleWebhookRow) templ.Component {
+		return web.ConsoleWebhookDelete(web.ConsoleWebhookDeleteView{Chrome: chrome, Endpoint: e})
+	})
 }
 
 // deleteWebhook deletes the endpoint and its deliveries, as the API's
