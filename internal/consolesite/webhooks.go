@@ -13,6 +13,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/webhooks"
 	"github.com/tollgate/tollgate/web"
@@ -33,10 +34,9 @@ type Webhooks interface {
 	DeleteEndpoint(ctx context.Context, tenantID, id string) error
 }
 
-// KindEndpointDeleted is the audit kind of an endpoint a member deleted;
-// its detail holds endpoint_id and host (the URL's host alone: a path or
-// query may carry the receiver's own secret).
-const KindEndpointDeleted = "webhook_endpoint_deleted"
+// KindEndpointDeleted is the audit kind of an endpoint a member deleted
+// (audit.KindEndpointDeleted).
+const KindEndpointDeleted = audit.KindEndpointDeleted
 
 // disabledByMember is the reason an endpoint disabled here shows (the
 // API's words for the same act).
