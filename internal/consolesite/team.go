@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/admin"
@@ -290,12 +291,7 @@ func (s *Site) acceptForm(c echo.Context, status int, v web.ConsoleAcceptView) e
 
 // renderAccept renders the invitation's form with a fresh form token.
 func (s *Site) renderAccept(c echo.Context, status int, v web.ConsoleAcceptView) error {
-	t, err := s.formToken(c)
-	if err != nil {
-		return s.fail(c, err)
-	}
-	v.CSRF = t
-	return render(c, status, web.ConsoleAccept(v))
+	return s.signedOutForm(c, status, func(csrf string) templ.Component { v.CSRF = csrf; return web.ConsoleAccept(v) })
 }
 
 // inviteGone is the page of an invitation used already, taken back or
