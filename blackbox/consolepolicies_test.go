@@ -308,3 +308,45 @@ func TestConsolePolicyOverrides(t *testing.T) {
 		t.Fatalf("B's second check of x: %d %v", status, allowed)
 	}
 }
+
+// TestConsolePolicyBudgetForm: a budget made on the console's form keeps
+// its on_expiry, at the API and through an edit sent back as the page
+// shows it (the form used to drop on_expiry: "release" became "settle").
+func TestConsolePolicyBudgetForm(t *testing.T) {
+	t.Parallel()
+	in := start(t, pgtest.New(t), "TOLLGATE_DEV=1")
+	a := newBrowser(t, in.base)
+	key := consoleTestKey(t, a, "a@example.com", "Acme")
+	fields := url.Values{"name": {"llm"}, "limit": {"1000"}, "window": {"1h"}, "algorithm": {"fixed_window"}, "scope": {"subject"},
+		"fail_mode": {"open"}, "unit": {"tokens"}, "on_expiry": {"release"}}
+	if p := putPolicyForm(a, fields, false); p.status != 200 {
+		t.Fatalf("the budget made: %d %s", p.status, p.body)
+	}
+	onExpiry := func() string {
+		t.Helper()
+		c := do(t, "GET", in.base+"/v1/policies/llm", key, nil)
+		var v struct {
+			Unit     string `json:"unit"`
+			OnExpiry string `json:"on_expiry"`
+		}
+		if c.status != 200 {
+			t.Fatalf("GET /v1/policies/llm: %d %s", c.status, c.body)
+		}
+		c.json(t, &v)
+		return v.Unit + " " + v.OnExpiry
+	}
+	if got := onExpiry(); got != "tokens release" {
+		t.Fatalf("the API's unit and on_expiry after the form: %q, want tokens release", got)
+	}
+	edit := a.get("/console/policies/llm")
+	if !regexp.MustCompile(`<option value="release" selected>`).MatchString(edit.body) {
+		t.Fatalf("the edit form does not show on_expiry release: %s", edit.body)
+	}
+	fields.Set("limit", "2000")
+	if p := putPolicyForm(a, fields, true); p.status != 200 {
+		t.Fatalf("the edit: %d %s", p.status, p.body)
+	}
+	if got := onExpiry(); got != "tokens release" {
+		t.Fatalf("the API's unit and on_expiry after an edit: %q, want tokens release", got)
+	}
+}

@@ -105,8 +105,16 @@ func TestConsoleTeam(t *testing.T) {
 	if accept.status != 200 || token == nil || !strings.Contains(accept.body, `data-testid="accept-form"`) {
 		t.Fatalf("the invitation's page: %d %s", accept.status, accept.body)
 	}
-	if short := dev.post("/console/invite", accept, url.Values{"token": {token[1]}, "password": {"short"}}); short.status != 400 {
-		t.Fatalf("a short password: %d", short.status)
+	// It names the address and the workspace being joined, before a
+	// password is chosen, and again on a refused form.
+	invited := func(p page) bool {
+		return strings.Contains(p.body, `data-testid="invite-email">dev@a.example<`) && strings.Contains(p.body, `data-testid="invite-workspace">Acme<`)
+	}
+	if !invited(accept) {
+		t.Fatalf("the invitation's page does not name the address and the workspace: %s", accept.body)
+	}
+	if short := dev.post("/console/invite", accept, url.Values{"token": {token[1]}, "password": {"short"}}); short.status != 400 || !invited(short) {
+		t.Fatalf("a short password: %d %s", short.status, short.body)
 	}
 	accept = dev.get(link)
 	home := dev.post("/console/invite", accept, url.Values{"token": {token[1]}, "password": {"developer's long password"}})
@@ -115,7 +123,12 @@ func TestConsoleTeam(t *testing.T) {
 	}
 	stranger := newBrowser(t, in.base)
 	again := stranger.get(link)
-	if used := stranger.post("/console/invite", again, url.Values{"token": {token[1]}, "password": {"a stranger's password"}}); used.status != 404 || strings.Contains(used.body, "member-email") {
+	if again.status != 404 || strings.Contains(again.body, "dev@a.example") || strings.Contains(again.body, `data-testid="accept-form"`) {
+		t.Fatalf("the used link's page: %d %s", again.status, again.body)
+	}
+	// A post of the used token (a form token from another signed-out page)
+	// is the same page.
+	if used := stranger.post("/console/invite", stranger.get("/console/login"), url.Values{"token": {token[1]}, "password": {"a stranger's password"}}); used.status != 404 || strings.Contains(used.body, "member-email") {
 		t.Fatalf("the link a second time: %d %s", used.status, used.body)
 	}
 
@@ -209,9 +222,11 @@ func TestConsoleTeam(t *testing.T) {
 	sql(t, dsn, `UPDATE member_tokens SET expires_at = now() - interval '1 second' FROM members m WHERE m.id = member_id AND m.email = 'late@a.example'`)
 	late := newBrowser(t, in.base)
 	link = mailedLink(t, smtp, "late@a.example")
-	accept = late.get(link)
-	token = tokenBox.FindStringSubmatch(accept.body)
-	if p := late.post("/console/invite", accept, url.Values{"token": {token[1]}, "password": {"late comer's password"}}); p.status != 404 {
+	if p := late.get(link); p.status != 404 || !strings.Contains(p.body, "no longer works") || strings.Contains(p.body, "late@a.example") {
+		t.Fatalf("an expired invitation's page: %d %s", p.status, p.body)
+	}
+	token = regexp.MustCompile(`token=([A-Za-z0-9_-]+)`).FindStringSubmatch(link)
+	if p := late.post("/console/invite", late.get("/console/login"), url.Values{"token": {token[1]}, "password": {"late comer's password"}}); p.status != 404 {
 		t.Fatalf("an expired invitation: %d %s", p.status, p.body)
 	}
 }
@@ -302,7 +317,12 @@ func TestConsoleInviteAttemptsPerNetwork(t *testing.T) {
 	t.Parallel()
 	in := start(t, pgtest.New(t), "TOLLGATE_DEV=1")
 	b := newBrowser(t, in.base)
-	form := b.get("/console/invite?token=guessed")
+	// A guessed token's page is a 404 without a form: the posts carry the
+	// form token of another signed-out page.
+	if p := b.get("/console/invite?token=guessed"); p.status != 404 || strings.Contains(p.body, `data-testid="accept-form"`) {
+		t.Fatalf("a guessed invitation's page: %d %s", p.status, p.body)
+	}
+	form := b.get("/console/login")
 	for i := 1; i <= 11; i++ {
 		p := b.post("/console/invite", form, url.Values{"token": {"guessed" + strconv.Itoa(i)}, "password": {"a long enough password"}})
 		want := 404
@@ -315,7 +335,7 @@ func TestConsoleInviteAttemptsPerNetwork(t *testing.T) {
 		if p.status == 429 {
 			break
 		}
-		form = b.get("/console/invite?token=guessed")
+		form = b.get("/console/login")
 	}
 	login := b.get("/console/login")
 	if p := b.post("/console/login", login, url.Values{"email": {"dev@example.com"}, "password": {"a long enough password"}}); p.status != 429 {

@@ -82,10 +82,13 @@ func createHook(t *testing.T, b *browser, u string, events ...string) (string, s
 // shown once, a test event that arrives signed under it and shows in the
 // deliveries log, redelivered; a rotation (a page that asks, then the
 // post) whose new secret signs the next test event; disabling and
-// enabling; a refused URL; the test sends' limit shared with the API.
+// enabling; a refused URL; the test sends' limit shared with the API;
+// deleting (a page that asks, then the post): the API no longer has it,
+// the audit log names the member.
 func TestConsoleWebhooks(t *testing.T) {
 	t.Parallel()
-	in := start(t, pgtest.New(t), "TOLLGATE_DEV=1", allowPrivate)
+	dsn := pgtest.New(t)
+	in := start(t, dsn, "TOLLGATE_DEV=1", allowPrivate)
 	rcv := &postLog{}
 	srv := httptest.NewServer(rcv)
 	t.Cleanup(srv.Close)
@@ -171,6 +174,37 @@ func TestConsoleWebhooks(t *testing.T) {
 		t.Fatalf("the API's test send after the console's ten: %d %s", c.status, c.body)
 	}
 
+	// Delete it: the endpoint's page links to a page that asks, whose
+	// button deletes; the list and the API no longer have it, and the
+	// audit log names the member.
+	hook = a.get("/console/webhooks/" + id)
+	if !strings.Contains(hook.body, `href="/console/webhooks/`+id+`/delete"`) {
+		t.Fatalf("no delete link on the endpoint's page: %s", hook.body)
+	}
+	ask = a.get("/console/webhooks/" + id + "/delete")
+	if ask.status != 200 || !strings.Contains(ask.body, `data-testid="delete-webhook"`) || !strings.Contains(ask.body, srv.URL+"/a") {
+		t.Fatalf("delete page: %d %s", ask.status, ask.body)
+	}
+	if c := do(t, "GET", in.base+"/v1/webhooks/"+id, live, nil); c.status != 200 {
+		t.Fatalf("the API's endpoint after the delete page (which must change nothing): %d %s", c.status, c.body)
+	}
+	gone := a.post("/console/webhooks/"+id+"/delete", ask, url.Values{})
+	if gone.status != 200 || !strings.HasSuffix(gone.url, "/console/webhooks?done=deleted") || strings.Contains(gone.body, srv.URL+"/a") ||
+		!strings.Contains(gone.body, `data-testid="flash"`) {
+		t.Fatalf("after deleting: %d %s %s", gone.status, gone.url, gone.body)
+	}
+	if c := do(t, "GET", in.base+"/v1/webhooks/"+id, live, nil); c.status != 404 {
+		t.Fatalf("the API's endpoint after the console's delete: %d %s", c.status, c.body)
+	}
+	if p := a.get("/console/webhooks/" + id); p.status != 404 {
+		t.Fatalf("the deleted endpoint's page: %d %s", p.status, p.body)
+	}
+	if p := a.post("/console/webhooks/"+id+"/delete", ask, url.Values{}); p.status != 404 {
+		t.Fatalf("deleting it again: %d %s", p.status, p.body)
+	}
+	if n := queryInt(t, dsn, `SELECT count(*) FROM audit WHERE kind = 'webhook_endpoint_deleted' AND actor = 'a@example.com' AND detail->>'endpoint_id' = $1`, id); n != 1 {
+		t.Fatalf("%d audit entries of the deletion, want 1", n)
+	}
 }
 
 // TestConsoleWebhooksIsolation tries tenant B's endpoint id in every
@@ -189,14 +223,15 @@ func TestConsoleWebhooksIsolation(t *testing.T) {
 	b := newBrowser(t, in.base)
 	consoleSignUp(t, b, "b@example.com", "Bolt")
 	bID, _ := createHook(t, b, srv.URL+"/b", "plan.changed")
-	for _, path := range []string{"/console/webhooks/" + bID, "/console/webhooks/" + bID + "/rotate"} {
+	for _, path := range []string{"/console/webhooks/" + bID, "/console/webhooks/" + bID + "/rotate", "/console/webhooks/" + bID + "/delete"} {
 		if p := a.get(path); p.status != 404 || strings.Contains(p.body, srv.URL+"/b") {
 			t.Fatalf("GET %s as A: %d %s", path, p.status, p.body)
 		}
 	}
 	form := a.get("/console/webhooks")
 	for _, path := range []string{"/console/webhooks/" + bID + "/test", "/console/webhooks/" + bID + "/rotate",
-		"/console/webhooks/" + bID + "/deliveries/" + bID + "/resend", "/console/webhooks/" + bID + "/disable"} {
+		"/console/webhooks/" + bID + "/deliveries/" + bID + "/resend", "/console/webhooks/" + bID + "/disable",
+		"/console/webhooks/" + bID + "/delete", "/console/webhooks/not-an-id/delete"} {
 		if p := a.post(path, form, url.Values{}); p.status != 404 {
 			t.Fatalf("POST %s as A: %d %s", path, p.status, p.body)
 		}

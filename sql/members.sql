@@ -64,6 +64,16 @@ WHERE t.token_hash = @token_hash AND t.purpose = @purpose AND t.used_at IS NULL
   AND t.expires_at > @now AND m.id = t.member_id
 RETURNING m.id, m.tenant_id;
 
+-- name: PeekMemberToken :one
+-- PeekMemberToken returns the member of a token of purpose that has not
+-- been used and has not expired at now, without spending it: what a
+-- mailed link's page shows before the form that spends it.
+SELECT sqlc.embed(m)
+FROM member_tokens AS t
+JOIN members AS m ON m.id = t.member_id
+WHERE t.token_hash = @token_hash AND t.purpose = @purpose AND t.used_at IS NULL
+  AND t.expires_at > @now;
+
 -- name: CreateMemberSession :execrows
 -- CreateMemberSession stores a session of the member, when the member is
 -- the tenant's (no row otherwise).

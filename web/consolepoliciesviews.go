@@ -23,9 +23,12 @@ type ConsolePolicyRow struct {
 type ConsolePolicyForm struct {
 	New                                                         bool
 	Name, Limit, Window, Algorithm, Scope, FailMode, AlertAfter string
-	Unit                                                        string
-	Shadow                                                      bool
-	Error, ErrorField                                           string
+	// Unit and OnExpiry make the policy a budget of reservations: "" for
+	// none and for the default ("settle"), so that a concurrency policy,
+	// which takes neither, sends neither.
+	Unit, OnExpiry    string
+	Shadow            bool
+	Error, ErrorField string
 }
 
 // ConsolePolicyEditView is a policy's edit page (Path), with its "Try it"

@@ -55,6 +55,10 @@ type ConsoleRemoveView struct {
 // member chooses, sent with the link's token.
 type ConsoleAcceptView struct {
 	Token, CSRF string
-	Error       string
-	RetryAfter  string
+	// Email and Workspace are the invited address and the tenant's name,
+	// shown before a password is chosen; empty on a refusal of the
+	// network's attempts, which reads no token.
+	Email, Workspace string
+	Error            string
+	RetryAfter       string
 }

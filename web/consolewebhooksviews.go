@@ -61,3 +61,10 @@ type ConsoleWebhookRotateView struct {
 	Chrome   ConsoleChrome
 	Endpoint ConsoleWebhookRow
 }
+
+// ConsoleWebhookDeleteView is the page that asks before deleting an
+// endpoint with its deliveries.
+type ConsoleWebhookDeleteView struct {
+	Chrome   ConsoleChrome
+	Endpoint ConsoleWebhookRow
+}

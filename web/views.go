@@ -290,7 +290,11 @@ type PolicyForm struct {
 	// New marks the form that creates a policy: it asks for the name.
 	New                                                         bool
 	Name, Limit, Window, Algorithm, Scope, FailMode, AlertAfter string
-	Shadow                                                      bool
+	// Unit and OnExpiry make the policy a budget of reservations: "" for
+	// none and for the default ("settle"), so that a concurrency policy,
+	// which takes neither, sends neither.
+	Unit, OnExpiry string
+	Shadow         bool
 	// Error says why the form was not saved; ErrorField names the field at
 	// fault ("limit", "window", …), empty when no one field is.
 	Error, ErrorField string

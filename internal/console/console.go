@@ -153,6 +153,11 @@ type Store interface {
 	// UseToken spends a token of purpose and returns its member;
 	// ErrTokenInvalid (unknown, used, expired or another purpose).
 	UseToken(ctx context.Context, purpose Purpose, rawToken string) (Member, error)
+	// TokenMember returns the member of an unused, unexpired token of
+	// purpose without spending it, for the page a mailed link opens (mail
+	// scanners follow links); ErrTokenInvalid (unknown, used, expired or
+	// another purpose).
+	TokenMember(ctx context.Context, purpose Purpose, rawToken string) (Member, error)
 	// SetPassword replaces the tenant's member's password hash and ends
 	// every session of the member, in one transaction; ErrNotFound.
 	SetPassword(ctx context.Context, tenantID, memberID, passwordHash string) (Member, error)

@@ -1,15 +1,14 @@
 package consolesite
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/fault"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/web"
 )
@@ -35,12 +34,12 @@ func (s *Site) putOverride(c echo.Context, m *member) error {
 		return err
 	}
 	f := web.ConsoleOverrideForm{Pattern: c.FormValue("pattern"), Limit: c.FormValue("limit"), ExpiresAt: c.FormValue("expires_at")}
-	o, err := policy.ParseOverride(f.Pattern, overrideBody(c))
+	o, err := policy.ParseOverrideForm(f.Pattern, c.FormValue)
 	if err == nil {
 		o, err = s.policyService(m).PutOverride(ctx, m.TenantID, p.Name, o)
 	}
-	if field, reason, ok := clientFault(err); ok {
-		f.ErrorField, f.Error = field, notSaved(field, reason)
+	if field, reason, ok := fault.Of(err); ok {
+		f.ErrorField, f.Error = field, fault.NotSaved(field, reason)
 		v, err := s.policyEditView(c, m, policyForm(p))
 		if err != nil {
 			return s.fail(c, err)
@@ -120,25 +119,4 @@ func overrideRow(name string, o policy.Override) web.ConsoleOverrideRow {
 		r.Expires = when(*o.ExpiresAt)
 	}
 	return r
-}
-
-// overrideBody turns the override form into PUT …/overrides' JSON body,
-// as the dashboard's does: a datetime-local input's "2026-12-01T00:00" (or
-// with seconds) is taken as UTC, as the page says, and sent in RFC 3339.
-func overrideBody(c echo.Context) []byte {
-	m := map[string]any{}
-	if v := strings.TrimSpace(c.FormValue("limit")); v != "" {
-		m["limit"] = numberOrString(v)
-	}
-	if v := strings.TrimSpace(c.FormValue("expires_at")); v != "" {
-		switch len(v) {
-		case len("2006-01-02T15:04"):
-			v += ":00Z"
-		case len("2006-01-02T15:04:05"):
-			v += "Z"
-		}
-		m["expires_at"] = v
-	}
-	b, _ := json.Marshal(m)
-	return b
 }

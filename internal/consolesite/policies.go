@@ -2,7 +2,6 @@ package consolesite
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/fault"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/web"
 )
@@ -18,7 +18,8 @@ import (
 // The policies page (/console/policies, issue 41 "Policies and overrides"):
 // a member lists, creates, edits and deletes their tenant's policies. The
 // form's fields are those of PUT /v1/policies/{name}: they are turned into
-// the same JSON body and read by the same policy.Parse, so the console
+// the same JSON body and read by the same policy.Parse (policy.ParseForm,
+// shared with the operators' dashboard), so the console
 // accepts exactly what the API accepts, and a policy.FieldError is shown
 // next to its field with a 400 page. Changes go through policy.Service,
 // audited with the member's email. Both roles may manage policies.
@@ -66,12 +67,12 @@ func (s *Site) editPolicy(c echo.Context, m *member) error {
 func (s *Site) putPolicy(c echo.Context, m *member) error {
 	ctx := c.Request().Context()
 	f := typedForm(c)
-	p, err := policy.Parse(f.Name, policyBody(c))
+	p, err := policy.ParseForm(f.Name, c.FormValue)
 	if err == nil {
 		p, err = s.policyService(m).PutPolicy(ctx, m.TenantID, p)
 	}
-	if field, reason, ok := clientFault(err); ok {
-		f.ErrorField, f.Error = field, notSaved(field, reason)
+	if field, reason, ok := fault.Of(err); ok {
+		f.ErrorField, f.Error = field, fault.NotSaved(field, reason)
 		if f.New {
 			return s.renderPolicies(c, m, http.StatusBadRequest, f, "")
 		}
@@ -246,6 +247,9 @@ func policyRow(p policy.Policy) web.ConsolePolicyRow {
 func policyForm(p policy.Policy) web.ConsolePolicyForm {
 	f := web.ConsolePolicyForm{Name: p.Name, Limit: strconv.FormatInt(p.Limit, 10), Algorithm: p.Algorithm.String(),
 		Scope: string(p.Scope), FailMode: string(p.FailMode), AlertAfter: strconv.FormatInt(p.AlertAfter, 10), Shadow: p.Shadow, Unit: p.Unit}
+	if p.ReleaseOnExpiry {
+		f.OnExpiry = "release"
+	}
 	if !p.Concurrent() {
 		f.Window = policy.FormatWindow(p.Window)
 	}
@@ -265,55 +269,5 @@ func typedForm(c echo.Context) web.ConsolePolicyForm {
 	return web.ConsolePolicyForm{New: c.FormValue("new") != "",
 		Name: strings.TrimSpace(c.FormValue("name")), Limit: c.FormValue("limit"), Window: c.FormValue("window"),
 		Algorithm: c.FormValue("algorithm"), Scope: c.FormValue("scope"), FailMode: c.FormValue("fail_mode"),
-		AlertAfter: c.FormValue("alert_after"), Shadow: c.FormValue("shadow") != "", Unit: c.FormValue("unit")}
-}
-
-// policyBody turns the policy form into PUT /v1/policies' JSON body, as
-// the dashboard's does: empty fields are left out (Parse's defaults
-// apply), numbers that read as integers go as numbers and anything else
-// as the string typed, for Parse to refuse in its own words.
-func policyBody(c echo.Context) []byte {
-	m := map[string]any{}
-	for _, f := range []string{"limit", "alert_after"} {
-		if v := strings.TrimSpace(c.FormValue(f)); v != "" {
-			m[f] = numberOrString(v)
-		}
-	}
-	for _, f := range []string{"window", "algorithm", "scope", "fail_mode", "unit"} {
-		if v := strings.TrimSpace(c.FormValue(f)); v != "" {
-			m[f] = v
-		}
-	}
-	if m["window"] == "none" {
-		delete(m, "window")
-	}
-	m["shadow"] = c.FormValue("shadow") != ""
-	b, _ := json.Marshal(m)
-	return b
-}
-
-func numberOrString(v string) any {
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		return n
-	}
-	return v
-}
-
-// clientFault returns the field and reason of an error meant for the
-// client (policy.FieldError, policy.NotFoundError), false for any other.
-func clientFault(err error) (field, reason string, ok bool) {
-	var cf interface{ ClientFault() (string, string) }
-	if !errors.As(err, &cf) {
-		return "", "", false
-	}
-	field, reason = cf.ClientFault()
-	return field, reason, true
-}
-
-// notSaved words a client fault for the form.
-func notSaved(field, reason string) string {
-	if field == "" {
-		return "Not saved: " + reason + "."
-	}
-	return "Not saved: " + field + " " + reason + "."
+		AlertAfter: c.FormValue("alert_after"), Shadow: c.FormValue("shadow") != "", Unit: c.FormValue("unit"), OnExpiry: c.FormValue("on_expiry")}
 }

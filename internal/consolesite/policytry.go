@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/fault"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/web"
 )
@@ -128,7 +129,7 @@ func (s *Site) unlockSubject(c echo.Context, m *member) error {
 // fault of theirs (400, with the field it names) or a counter store that
 // did not answer (503, logged). handled is false for any other error.
 func (s *Site) counterFault(c echo.Context, name string, err error) (status int, msg, field string, handled bool) {
-	if f, reason, ok := clientFault(err); ok {
+	if f, reason, ok := fault.Of(err); ok {
 		if f == "" {
 			return http.StatusBadRequest, reason, "", true
 		}

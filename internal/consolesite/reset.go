@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/admin"
@@ -44,12 +45,7 @@ func (s *Site) resetPage(c echo.Context) error {
 
 // resetForm renders the reset form with a fresh signed-out form token.
 func (s *Site) resetForm(c echo.Context, status int, v web.ConsoleResetView) error {
-	t, err := s.formToken(c)
-	if err != nil {
-		return s.fail(c, err)
-	}
-	v.CSRF = t
-	return render(c, status, web.ConsoleReset(v))
+	return s.signedOutForm(c, status, func(csrf string) templ.Component { v.CSRF = csrf; return web.ConsoleReset(v) })
 }
 
 // reset mails a reset link to the member with the posted address, if there
@@ -146,12 +142,7 @@ func (s *Site) newPasswordPage(c echo.Context) error {
 // newPasswordForm renders the new password's form with a fresh signed-out
 // form token.
 func (s *Site) newPasswordForm(c echo.Context, status int, v web.ConsoleNewPasswordView) error {
-	t, err := s.formToken(c)
-	if err != nil {
-		return s.fail(c, err)
-	}
-	v.CSRF = t
-	return render(c, status, web.ConsoleNewPassword(v))
+	return s.signedOutForm(c, status, func(csrf string) templ.Component { v.CSRF = csrf; return web.ConsoleNewPassword(v) })
 }
 
 // setNewPassword spends a reset token with the posted password: the

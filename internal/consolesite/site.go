@@ -261,12 +261,17 @@ func postedForm(c echo.Context) bool {
 
 // authPage renders the sign-up or sign-in form with a fresh form token.
 func (s *Site) authPage(c echo.Context, status int, v web.ConsoleAuthView) error {
+	return s.signedOutForm(c, status, func(csrf string) templ.Component { v.CSRF = csrf; return web.ConsoleAuth(v) })
+}
+
+// signedOutForm renders the page page makes around a signed-out form,
+// given a fresh form token (formToken) to carry.
+func (s *Site) signedOutForm(c echo.Context, status int, page func(csrf string) templ.Component) error {
 	t, err := s.formToken(c)
 	if err != nil {
 		return s.fail(c, err)
 	}
-	v.CSRF = t
-	return render(c, status, web.ConsoleAuth(v))
+	return render(c, status, page(t))
 }
 
 // refused fills v for a refusal by the limiter and answers 429.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/admin"
@@ -251,8 +252,10 @@ func (s *Site) remove(c echo.Context, m *member) error {
 	return c.Redirect(http.StatusSeeOther, "/console/team?removed=1")
 }
 
-// acceptPage is the invitation link's page: the password form. It spends
-// nothing, as mail scanners follow links.
+// acceptPage is the invitation link's page: which address joins which
+// workspace, and the password form. It reads the token without spending
+// it, as mail scanners follow links; a used, taken back or expired one
+// gets the page that says so.
 func (s *Site) acceptPage(c echo.Context) error {
 	token := c.QueryParam("token")
 	if token == "" || len(token) > 100 {
@@ -261,14 +264,41 @@ func (s *Site) acceptPage(c echo.Context) error {
 	return s.acceptForm(c, http.StatusOK, web.ConsoleAcceptView{Token: token})
 }
 
-// acceptForm renders the invitation's form with a fresh form token.
+// acceptForm renders the invitation's form for v.Token with the invited
+// address and workspace and a fresh form token; the invitation's "no
+// longer works" page when the token is no unspent invitation. A refusal
+// of the network's attempts (429) reads no token: past the limit, a
+// guesser learns nothing more.
 func (s *Site) acceptForm(c echo.Context, status int, v web.ConsoleAcceptView) error {
-	t, err := s.formToken(c)
+	if status == http.StatusTooManyRequests {
+		return s.renderAccept(c, status, v)
+	}
+	ctx := c.Request().Context()
+	m, err := s.cfg.Members.TokenMember(ctx, console.PurposeInvite, v.Token)
+	if errors.Is(err, console.ErrTokenInvalid) {
+		return s.inviteGone(c)
+	}
 	if err != nil {
 		return s.fail(c, err)
 	}
-	v.CSRF = t
-	return render(c, status, web.ConsoleAccept(v))
+	t, err := s.cfg.Tenants.Tenant(ctx, m.TenantID)
+	if err != nil {
+		return s.fail(c, err)
+	}
+	v.Email, v.Workspace = m.Email, t.Name
+	return s.renderAccept(c, status, v)
+}
+
+// renderAccept renders the invitation's form with a fresh form token.
+func (s *Site) renderAccept(c echo.Context, status int, v web.ConsoleAcceptView) error {
+	return s.signedOutForm(c, status, func(csrf string) templ.Component { v.CSRF = csrf; return web.ConsoleAccept(v) })
+}
+
+// inviteGone is the page of an invitation used already, taken back or
+// expired: the four are one answer.
+func (s *Site) inviteGone(c echo.Context) error {
+	return s.message(c, http.StatusNotFound, web.ConsoleMessageView{Title: "This invitation no longer works",
+		Message: "It was used already, taken back, or it expired (after " + inviteTTL + "). If you joined, sign in; else ask an owner of the workspace to invite you again.", Link: "/console/login", LinkLabel: "Sign in"})
 }
 
 // accept spends an invitation: its member's password is set (the address
@@ -309,8 +339,7 @@ func (s *Site) accept(c echo.Context) error {
 	}
 	m, err := s.cfg.Members.AcceptInvite(ctx, v.Token, hash)
 	if errors.Is(err, console.ErrTokenInvalid) {
-		return s.message(c, http.StatusNotFound, web.ConsoleMessageView{Title: "This invitation no longer works",
-			Message: "It was used already, taken back, or it expired (after " + inviteTTL + "). If you joined, sign in; else ask an owner of the workspace to invite you again.", Link: "/console/login", LinkLabel: "Sign in"})
+		return s.inviteGone(c)
 	}
 	if err != nil {
 		return s.fail(c, err)

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/webhooks"
 	"github.com/tollgate/tollgate/web"
@@ -28,7 +31,12 @@ type Webhooks interface {
 	Deliveries(ctx context.Context, tenantID, endpointID string, limit int) ([]webhooks.Delivery, error)
 	Resend(ctx context.Context, tenantID, endpointID, deliveryID string) error
 	SetEnabled(ctx context.Context, tenantID, id string, enabled bool, reason string) (webhooks.Endpoint, error)
+	DeleteEndpoint(ctx context.Context, tenantID, id string) error
 }
+
+// KindEndpointDeleted is the audit kind of an endpoint a member deleted
+// (audit.KindEndpointDeleted).
+const KindEndpointDeleted = audit.KindEndpointDeleted
 
 // disabledByMember is the reason an endpoint disabled here shows (the
 // API's words for the same act).
@@ -49,21 +57,27 @@ func (s *Site) registerWebhooks(g *echo.Group) {
 	g.POST("/webhooks/:hook/deliveries/:delivery/resend", s.page(s.resendDelivery))
 	g.POST("/webhooks/:hook/enable", s.page(s.enableWebhook(true)))
 	g.POST("/webhooks/:hook/disable", s.page(s.enableWebhook(false)))
+	g.GET("/webhooks/:hook/delete", s.page(s.confirmDeleteWebhook))
+	g.POST("/webhooks/:hook/delete", s.page(s.deleteWebhook))
 }
 
 // webhooks lists the endpoints and the form that adds one.
 func (s *Site) webhooks(c echo.Context, m *member) error {
-	return s.renderWebhooks(c, m, http.StatusOK, hookForm("", nil, ""), nil)
+	flash := ""
+	if c.QueryParam("done") == "deleted" {
+		flash = "The endpoint is deleted, with its deliveries: nothing more is sent to it."
+	}
+	return s.renderWebhooksFlash(c, m, http.StatusOK, hookForm("", nil, ""), nil, flash)
 }
 
 // createWebhook adds the form's endpoint; its secret is shown once.
 func (s *Site) createWebhook(c echo.Context, m *member) error {
 	ctx := c.Request().Context()
 	form, _ := c.FormParams()
-	url, events := strings.TrimSpace(c.FormValue("url")), form["events"]
-	e, err := s.cfg.Webhooks.Create(ctx, m.TenantID, url, events)
+	rawURL, events := strings.TrimSpace(c.FormValue("url")), form["events"]
+	e, err := s.cfg.Webhooks.Create(ctx, m.TenantID, rawURL, events)
 	if reason, ok := hookFault(err); ok {
-		return s.renderWebhooks(c, m, http.StatusBadRequest, hookForm(url, events, reason), nil)
+		return s.renderWebhooks(c, m, http.StatusBadRequest, hookForm(rawURL, events, reason), nil)
 	}
 	if err != nil {
 		return s.fail(c, err)
@@ -87,9 +101,9 @@ func hookFault(err error) (string, bool) {
 	return "", false
 }
 
-// hookForm is the add form with url and events as typed.
-func hookForm(url string, events []string, reason string) web.ConsoleWebhookForm {
-	f := web.ConsoleWebhookForm{URL: url, Error: reason}
+// hookForm is the add form with rawURL and events as typed.
+func hookForm(rawURL string, events []string, reason string) web.ConsoleWebhookForm {
+	f := web.ConsoleWebhookForm{URL: rawURL, Error: reason}
 	for _, t := range webhooks.EventTypes {
 		f.Events = append(f.Events, web.ConsoleWebhookEvent{Name: t, Checked: containsString(events, t)})
 	}
@@ -108,6 +122,11 @@ func containsString(list []string, s string) bool {
 // renderWebhooks renders the webhooks page with form f and secret, a
 // secret just made.
 func (s *Site) renderWebhooks(c echo.Context, m *member, status int, f web.ConsoleWebhookForm, secret *web.ConsoleWebhookSecret) error {
+	return s.renderWebhooksFlash(c, m, status, f, secret, "")
+}
+
+// renderWebhooksFlash is renderWebhooks with a flash, what a change did.
+func (s *Site) renderWebhooksFlash(c echo.Context, m *member, status int, f web.ConsoleWebhookForm, secret *web.ConsoleWebhookSecret, flash string) error {
 	ctx := c.Request().Context()
 	t, err := s.cfg.Tenants.Tenant(ctx, m.TenantID)
 	if err != nil {
@@ -118,7 +137,7 @@ func (s *Site) renderWebhooks(c echo.Context, m *member, status int, f web.Conso
 		return s.fail(c, err)
 	}
 	v := web.ConsoleWebhooksView{
-		Chrome: web.ConsoleChrome{Title: "Webhooks", Section: "webhooks", MemberEmail: m.Email, TenantName: t.Name, CSRF: m.csrf},
+		Chrome: web.ConsoleChrome{Title: "Webhooks", Section: "webhooks", MemberEmail: m.Email, TenantName: t.Name, CSRF: m.csrf, Flash: flash},
 		Form:   f, Secret: secret,
 	}
 	for _, e := range es {
@@ -247,6 +266,15 @@ func (s *Site) enableWebhook(enabled bool) func(c echo.Context, m *member) error
 
 // confirmRotate asks before rotating the endpoint's secret.
 func (s *Site) confirmRotate(c echo.Context, m *member) error {
+	return s.confirmHook(c, m, "Rotate the secret?", func(chrome web.ConsoleChrome, e web.ConsoleWebhookRow) templ.Component {
+		return web.ConsoleWebhookRotate(web.ConsoleWebhookRotateView{Chrome: chrome, Endpoint: e})
+	})
+}
+
+// confirmHook renders the page that asks before a change to the endpoint
+// named in the path (a 404 page for none of the member's), page made
+// with the webhooks pages' frame titled title.
+func (s *Site) confirmHook(c echo.Context, m *member, title string, page func(web.ConsoleChrome, web.ConsoleWebhookRow) templ.Component) error {
 	e, ok, err := s.memberHook(c, m)
 	if !ok {
 		return err
@@ -255,9 +283,8 @@ func (s *Site) confirmRotate(c echo.Context, m *member) error {
 	if err != nil {
 		return s.fail(c, err)
 	}
-	return render(c, http.StatusOK, web.ConsoleWebhookRotate(web.ConsoleWebhookRotateView{
-		Chrome:   web.ConsoleChrome{Title: "Rotate the secret?", Section: "webhooks", MemberEmail: m.Email, TenantName: t.Name, CSRF: m.csrf},
-		Endpoint: hookRow(e)}))
+	chrome := web.ConsoleChrome{Title: title, Section: "webhooks", MemberEmail: m.Email, TenantName: t.Name, CSRF: m.csrf}
+	return render(c, http.StatusOK, page(chrome, hookRow(e)))
 }
 
 // rotateWebhook gives the endpoint a new secret, shown once.
@@ -275,6 +302,39 @@ func (s *Site) rotateWebhook(c echo.Context, m *member) error {
 	}
 	s.log.InfoContext(ctx, "console webhook secret rotated", "tenant_id", m.TenantID, "endpoint_id", e.ID, "member_id", m.ID)
 	return s.renderWebhook(c, m, http.StatusOK, r.Endpoint, "", &web.ConsoleWebhookSecret{EndpointID: e.ID, URL: e.URL, Value: r.Secret})
+}
+
+// confirmDeleteWebhook asks before deleting the endpoint with its
+// deliveries: deleting cannot be undone. The page's button posts to
+// deleteWebhook.
+func (s *Site) confirmDeleteWebhook(c echo.Context, m *member) error {
+	return s.confirmHook(c, m, "Delete the endpoint?", func(chrome web.ConsoleChrome, e web.ConsoleWebhookRow) templ.Component {
+		return web.ConsoleWebhookDelete(web.ConsoleWebhookDeleteView{Chrome: chrome, Endpoint: e})
+	})
+}
+
+// deleteWebhook deletes the endpoint and its deliveries, as the API's
+// DELETE /v1/webhooks/{id} does (the same webhooks.Service call), audited
+// with the member's email (asked first by confirmDeleteWebhook).
+func (s *Site) deleteWebhook(c echo.Context, m *member) error {
+	ctx := c.Request().Context()
+	e, ok, err := s.memberHook(c, m)
+	if !ok {
+		return err
+	}
+	err = s.cfg.Webhooks.DeleteEndpoint(ctx, m.TenantID, e.ID)
+	if errors.Is(err, webhooks.ErrNotFound) {
+		return s.hookNotFound(c)
+	} else if err != nil {
+		return s.fail(c, err)
+	}
+	host := ""
+	if u, err := url.Parse(e.URL); err == nil {
+		host = u.Host
+	}
+	s.record(ctx, m, KindEndpointDeleted, map[string]any{"endpoint_id": e.ID, "host": host})
+	s.log.InfoContext(ctx, "console webhook deleted", "tenant_id", m.TenantID, "endpoint_id", e.ID, "member_id", m.ID)
+	return c.Redirect(http.StatusSeeOther, "/console/webhooks?done=deleted")
 }
 
 // renderWebhook renders an endpoint's page with its deliveries log.

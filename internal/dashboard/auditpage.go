@@ -39,11 +39,11 @@ const (
 var refusalKinds = []string{audit.KindRefusal, audit.KindRefusalFlood}
 
 // changeKinds are the kinds of the changes view's filter: those written by
-// the dashboard, the CLI and the tenant API's policy routes, billing, and
-// the tenant API's counter resets.
+// the dashboard, the CLI and the tenant API's policy routes, billing, the
+// tenant API's counter resets, and the console's endpoint deletions.
 var changeKinds = []string{
 	KindTenantCreated, KindLimitsChanged, KindKeyCreated, KindKeyRevoked, audit.KindKeyRolled, KindPlanChanged, KindEndpointDisabled, KindEndpointEnabled,
-	KindMemberDisabled, KindMemberEnabled,
+	audit.KindEndpointDeleted, KindMemberDisabled, KindMemberEnabled,
 	policy.KindPolicyPut, policy.KindPolicyDeleted, policy.KindOverridePut, policy.KindOverrideDeleted,
 	billing.AuditKind, billing.AuditKindCustomerLinked,
 	audit.KindCounterReset, audit.KindCounterReset + audit.FloodSuffix,

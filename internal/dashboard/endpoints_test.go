@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/dashboard"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/tenant"
@@ -107,5 +108,26 @@ func TestOperatorEnablesAWebhookEndpoint(t *testing.T) {
 	au := b.get("/admin/audit?tenant=" + acme.ID + "&kind=" + dashboard.KindEndpointEnabled).mustStatus(http.StatusOK)
 	if rows := au.all("audit-row"); len(rows) != 1 || !strings.Contains(au.text("audit-row"), "ops@example.com") {
 		t.Errorf("audit of the enabling: %d rows: %q", len(rows), au.text("audit-row"))
+	}
+}
+
+// TestOperatorFindsConsoleEndpointDeletions: the audit page's changes
+// filter knows the console's webhook_endpoint_deleted (a kind outside the
+// list is a 400), and lists the member who deleted.
+func TestOperatorFindsConsoleEndpointDeletions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.admin("ops@example.com")
+	ctx := context.Background()
+	acme, _ := e.tenantWith("Acme Rockets", tenant.PlanStarter)
+	if err := e.audit.Record(ctx, audit.Entry{TenantID: acme.ID, Actor: "dev@acme.example", Kind: audit.KindEndpointDeleted,
+		Detail: map[string]any{"endpoint_id": "e1", "host": "hooks.acme.example"}}); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.signIn("ops@example.com")
+	au := b.get("/admin/audit?tenant=" + acme.ID + "&kind=" + audit.KindEndpointDeleted).mustStatus(http.StatusOK)
+	if rows := au.all("audit-row"); len(rows) != 1 || !strings.Contains(au.text("audit-row"), "dev@acme.example") {
+		t.Errorf("the console's endpoint deletion on the audit page: %d rows: %q", len(rows), au.text("audit-row"))
 	}
 }

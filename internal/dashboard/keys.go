@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/fault"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/web"
 )
@@ -39,7 +40,7 @@ func (d *Dashboard) createKey(c echo.Context, s *signedIn) error {
 	if err == nil {
 		expiresAt, err = tenant.ParseKeyExpiry(f.ExpiresAt, d.now())
 	}
-	if field, reason, ok := clientFault(err); ok {
+	if field, reason, ok := fault.Of(err); ok {
 		v, err := d.tenantView(ctx, s, id)
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/fault"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/web"
 )
@@ -46,7 +47,7 @@ func faultyField(err error) string {
 	if errors.As(err, &fe) {
 		return fe.field
 	}
-	field, _, _ := clientFault(err)
+	field, _, _ := fault.Of(err)
 	return field
 }
 

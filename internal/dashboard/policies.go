@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/fault"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/web"
 )
@@ -20,7 +20,8 @@ import (
 // forms' fields are those of the tenant API's PUT /v1/policies/{name} and
 // PUT /v1/policies/{name}/overrides/{pattern}: they are turned into the
 // same JSON body and read by the same policy.Parse and policy.ParseOverride,
-// so the dashboard accepts exactly what the API accepts. The changes go
+// so the dashboard accepts exactly what the API accepts (policy.ParseForm
+// and policy.ParseOverrideForm, shared with the tenants' console). The changes go
 // through policy.Service, which audits them (with the admin as actor, here).
 
 // policyService is the policy Service acting for admin s: its audit entries
@@ -31,78 +32,6 @@ func (d *Dashboard) policyService(s *signedIn) policy.Service {
 	}}
 }
 
-// policyBody turns the policy form into PUT /v1/policies' JSON body: empty
-// fields are left out (Parse's defaults apply), numbers that read as
-// integers go as numbers and anything else as the string typed, for Parse
-// to refuse in its own words.
-func policyBody(c echo.Context) []byte {
-	m := map[string]any{}
-	for _, f := range []string{"limit", "alert_after"} {
-		if v := strings.TrimSpace(c.FormValue(f)); v != "" {
-			m[f] = numberOrString(v)
-		}
-	}
-	for _, f := range []string{"window", "algorithm", "scope", "fail_mode"} {
-		if v := strings.TrimSpace(c.FormValue(f)); v != "" {
-			m[f] = v
-		}
-	}
-	// "none" is what the page shows as a concurrency policy's window.
-	if m["window"] == "none" {
-		delete(m, "window")
-	}
-	m["shadow"] = c.FormValue("shadow") != ""
-	b, _ := json.Marshal(m)
-	return b
-}
-
-// overrideBody turns the override form into PUT …/overrides' JSON body. A
-// datetime-local input sends "2026-12-01T00:00" (or with seconds): the page
-// says it is UTC, so it is sent as that instant in RFC 3339.
-func overrideBody(c echo.Context) []byte {
-	m := map[string]any{}
-	if v := strings.TrimSpace(c.FormValue("limit")); v != "" {
-		m["limit"] = numberOrString(v)
-	}
-	if v := strings.TrimSpace(c.FormValue("expires_at")); v != "" {
-		switch len(v) {
-		case len("2006-01-02T15:04"):
-			v += ":00Z"
-		case len("2006-01-02T15:04:05"):
-			v += "Z"
-		}
-		m["expires_at"] = v
-	}
-	b, _ := json.Marshal(m)
-	return b
-}
-
-func numberOrString(v string) any {
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		return n
-	}
-	return v
-}
-
-// clientFault returns the field and reason of an error meant for the
-// client (policy.FieldError, policy.NotFoundError), false for any other.
-func clientFault(err error) (field, reason string, ok bool) {
-	var cf interface{ ClientFault() (string, string) }
-	if !errors.As(err, &cf) {
-		return "", "", false
-	}
-	field, reason = cf.ClientFault()
-	return field, reason, true
-}
-
-// notSaved words a client fault for the form.
-func notSaved(field, reason string) string {
-	if field == "" {
-		return "Not saved: " + reason + "."
-	}
-	return "Not saved: " + field + " " + reason + "."
-}
-
 // putPolicy creates or replaces a policy of the tenant.
 func (d *Dashboard) putPolicy(c echo.Context, s *signedIn) error {
 	ctx := c.Request().Context()
@@ -111,11 +40,11 @@ func (d *Dashboard) putPolicy(c echo.Context, s *signedIn) error {
 		return fmt.Errorf("policies of tenant %s: %w", id, err)
 	}
 	name := strings.TrimSpace(c.FormValue("name"))
-	p, err := policy.Parse(name, policyBody(c))
+	p, err := policy.ParseForm(name, c.FormValue)
 	if err == nil {
 		p, err = d.policyService(s).PutPolicy(ctx, id, p)
 	}
-	if field, reason, ok := clientFault(err); ok {
+	if field, reason, ok := fault.Of(err); ok {
 		return d.policyFormFailed(c, s, id, name, field, reason)
 	}
 	if err != nil {
@@ -143,7 +72,8 @@ func (d *Dashboard) policyFormFailed(c echo.Context, s *signedIn, id, name, fiel
 	f.Name, f.Limit, f.Window = name, c.FormValue("limit"), c.FormValue("window")
 	f.Algorithm, f.Scope, f.FailMode = c.FormValue("algorithm"), c.FormValue("scope"), c.FormValue("fail_mode")
 	f.AlertAfter, f.Shadow = c.FormValue("alert_after"), c.FormValue("shadow") != ""
-	f.Error, f.ErrorField, f.Open = notSaved(field, reason), field, true
+	f.Unit, f.OnExpiry = c.FormValue("unit"), c.FormValue("on_expiry")
+	f.Error, f.ErrorField, f.Open = fault.NotSaved(field, reason), field, true
 	return render(c, http.StatusBadRequest, web.Tenant(v))
 }
 
@@ -225,11 +155,11 @@ func (d *Dashboard) putOverride(c echo.Context, s *signedIn) error {
 		return fmt.Errorf("policies of tenant %s: %w", id, err)
 	}
 	pattern := c.FormValue("pattern")
-	o, err := policy.ParseOverride(pattern, overrideBody(c))
+	o, err := policy.ParseOverrideForm(pattern, c.FormValue)
 	if err == nil {
 		o, err = d.policyService(s).PutOverride(ctx, id, name, o)
 	}
-	if field, reason, ok := clientFault(err); ok {
+	if field, reason, ok := fault.Of(err); ok {
 		return d.overrideFormFailed(c, s, id, name, field, reason)
 	}
 	if err != nil {
@@ -250,12 +180,12 @@ func (d *Dashboard) overrideFormFailed(c echo.Context, s *signedIn, id, name, fi
 	for i := range v.Policies {
 		if f := v.Policies[i].NewOverride; v.Policies[i].Name == name && f != nil {
 			f.Pattern, f.Limit, f.ExpiresAt = c.FormValue("pattern"), c.FormValue("limit"), c.FormValue("expires_at")
-			f.Error, f.ErrorField, f.Open = notSaved(field, reason), field, true
+			f.Error, f.ErrorField, f.Open = fault.NotSaved(field, reason), field, true
 			return render(c, http.StatusBadRequest, web.Tenant(v))
 		}
 	}
 	// The policy is gone, or has scope global: no form to show it in.
-	return badRequest(notSaved(field, reason))
+	return badRequest(fault.NotSaved(field, reason))
 }
 
 // deleteOverride deletes an override of one of the tenant's policies; the
@@ -288,6 +218,7 @@ func policyForms(tenantID string, p policy.Policy, row *web.PolicyRow) {
 		Action: "/admin/tenants/" + tenantID + "/policies", ID: "policy-" + p.Name,
 		Name: p.Name, Limit: strconv.FormatInt(p.Limit, 10), Algorithm: p.Algorithm.String(), Scope: string(p.Scope),
 		FailMode: string(p.FailMode), AlertAfter: strconv.FormatInt(p.AlertAfter, 10), Shadow: p.Shadow,
+		Unit: p.Unit, OnExpiry: onExpiry(p),
 	}
 	if !p.Concurrent() {
 		row.Edit.Window = policy.FormatWindow(p.Window)
@@ -299,6 +230,15 @@ func policyForms(tenantID string, p policy.Policy, row *web.PolicyRow) {
 	for i := range row.Overrides {
 		row.Overrides[i].DeleteAction = base + "/overrides/delete"
 	}
+}
+
+// onExpiry is p's on_expiry as the forms send it: "release", or "" for
+// the default (settle), which a concurrency policy leaves out.
+func onExpiry(p policy.Policy) string {
+	if p.ReleaseOnExpiry {
+		return "release"
+	}
+	return ""
 }
 
 // newPolicyForm is the empty form that creates a policy, with the API's

@@ -132,3 +132,55 @@ func TestOperatorChangesPolicies(t *testing.T) {
 		t.Errorf("caches told of %d policy changes, want 5: %v", n, e.changes())
 	}
 }
+
+// formFields is what a browser sends for form n as rendered: its inputs'
+// values (a checkbox's when checked) and each select's selected option.
+func formFields(n *html.Node) url.Values {
+	v := url.Values{}
+	for _, in := range find(n, func(x *html.Node) bool { return x.Data == "input" || x.Data == "select" }) {
+		name := attr(in, "name")
+		switch {
+		case name == "":
+		case in.Data == "select":
+			for _, o := range find(in, func(x *html.Node) bool { return x.Data == "option" && hasAttr(x, "selected") }) {
+				v.Add(name, attr(o, "value"))
+			}
+		case attr(in, "type") == "checkbox":
+			if hasAttr(in, "checked") {
+				v.Add(name, attr(in, "value"))
+			}
+		default:
+			v.Add(name, attr(in, "value"))
+		}
+	}
+	return v
+}
+
+// TestOperatorEditKeepsBudget: a budget's edit form, sent back as shown
+// with only its limit changed, keeps the policy's unit and on_expiry (the
+// form used to carry neither, and a save reset them).
+func TestOperatorEditKeepsBudget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.admin("ops@example.com")
+	acme, _ := e.tenantWith("Acme Rockets", tenant.PlanStarter)
+	store := pgstore.NewPolicies(e.pool)
+	ctx := context.Background()
+	p, err := policy.Parse("tokens", []byte(`{"limit":1000,"window":"1h","unit":"tokens","on_expiry":"release"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.PutPolicy(ctx, acme.ID, p); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.signIn("ops@example.com")
+	tp := "/admin/tenants/" + acme.ID
+	form := formFields(b.get(tp).mustStatus(http.StatusOK).one("policy-tokens-form"))
+	form.Set("limit", "2000")
+	b.post(tp+"/policies", form).mustStatus(http.StatusSeeOther)
+	got, err := store.GetPolicy(ctx, acme.ID, "tokens")
+	if err != nil || got.Limit != 2000 || got.Unit != "tokens" || !got.ReleaseOnExpiry {
+		t.Fatalf("after saving the form as shown: %+v, %v; want limit 2000, unit tokens, on_expiry release", got, err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/fault"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/web"
@@ -156,7 +157,7 @@ func (d *Dashboard) createTenant(c echo.Context, s *signedIn) error {
 	if err == nil {
 		created, err = tenant.Create(ctx, d.cfg.Tenants, name, plan)
 	}
-	if field, reason, ok := clientFault(err); ok {
+	if field, reason, ok := fault.Of(err); ok {
 		v, err := d.tenantsView(c, s)
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/fault"
 	"github.com/tollgate/tollgate/internal/gate"
 	"github.com/tollgate/tollgate/internal/policy"
 	"github.com/tollgate/tollgate/web"
@@ -56,12 +57,12 @@ func (d *Dashboard) unlockSubject(c echo.Context, s *signedIn) error {
 	}
 	key, err := d.cfg.Counters.Reset(ctx, id, test, name, subject)
 	status, msg := http.StatusBadRequest, ""
-	field, reason, fault := clientFault(err)
+	field, reason, isFault := fault.Of(err)
 	var nf *policy.NotFoundError
 	switch {
 	case errors.As(err, &nf):
 		field, msg = "policy", nf.Error()
-	case fault:
+	case isFault:
 		msg = field + " " + reason
 	case errors.Is(err, gate.ErrStoreUnavailable), errors.Is(err, gate.ErrBusy), errors.Is(err, gate.ErrUnavailable):
 		d.log.WarnContext(ctx, "subject not unlocked", "tenant_id", id, "policy", name, "err", err)

@@ -309,7 +309,7 @@ func TestMemberResetPassword(t *testing.T) {
 
 func TestMemberInviteAccept(t *testing.T) {
 	t.Parallel()
-	s, _, _ := newMembers(t)
+	s, _, c := newMembers(t)
 	ctx := context.Background()
 	owner, _, _ := signUp(t, s, "owner@example.com")
 	tok, err := s.Invite(ctx, owner.TenantID, "dev@example.com", console.RoleDeveloper)
@@ -326,6 +326,19 @@ func TestMemberInviteAccept(t *testing.T) {
 	if err != nil || invited.PasswordHash != "" || invited.ConfirmedAt != nil || invited.Role != console.RoleDeveloper {
 		t.Fatalf("invited: %+v, %v; want a developer with no password, unconfirmed", invited, err)
 	}
+	// The invitation's page reads the token's member without spending it,
+	// however often it is opened; a token of another purpose is none.
+	for range 2 {
+		if peek, err := s.TokenMember(ctx, console.PurposeInvite, tok); err != nil || peek.ID != invited.ID || peek.Email != "dev@example.com" || peek.TenantID != owner.TenantID {
+			t.Fatalf("token member: %+v, %v; want the invited member", peek, err)
+		}
+	}
+	if _, err := s.TokenMember(ctx, console.PurposeReset, tok); !errors.Is(err, console.ErrTokenInvalid) {
+		t.Fatalf("an invite token read as a reset token: %v, want ErrTokenInvalid", err)
+	}
+	if _, err := s.TokenMember(ctx, console.PurposeInvite, "unknown"); !errors.Is(err, console.ErrTokenInvalid) {
+		t.Fatalf("an unknown token: %v, want ErrTokenInvalid", err)
+	}
 	got, err := s.AcceptInvite(ctx, tok, hashA)
 	if err != nil || got.ID != invited.ID || got.PasswordHash != hashA || got.ConfirmedAt == nil || got.TenantID != owner.TenantID {
 		t.Fatalf("accept: %+v, %v", got, err)
@@ -333,9 +346,21 @@ func TestMemberInviteAccept(t *testing.T) {
 	if _, err := s.AcceptInvite(ctx, tok, hashA); !errors.Is(err, console.ErrTokenInvalid) {
 		t.Fatalf("accept twice: %v, want ErrTokenInvalid", err)
 	}
+	if _, err := s.TokenMember(ctx, console.PurposeInvite, tok); !errors.Is(err, console.ErrTokenInvalid) {
+		t.Fatalf("a spent token read: %v, want ErrTokenInvalid", err)
+	}
 	all, err := s.Members(ctx, owner.TenantID)
 	if err != nil || len(all) != 2 || all[0].ID != invited.ID || all[1].ID != owner.ID {
 		t.Fatalf("members %+v, %v; want dev then owner", all, err)
+	}
+	// An invitation past its 7 days reads as none.
+	late, err := s.Invite(ctx, owner.TenantID, "late@example.com", console.RoleDeveloper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.add(console.InviteTTL)
+	if _, err := s.TokenMember(ctx, console.PurposeInvite, late); !errors.Is(err, console.ErrTokenInvalid) {
+		t.Fatalf("an expired token read: %v, want ErrTokenInvalid", err)
 	}
 }
 

@@ -21,7 +21,7 @@ func TestBudgetOnTheTenantPage(t *testing.T) {
 	acme := createTenant(t, dsn, "Acme Rockets", "pro")
 	base := serve(t, dsn)
 	for name, body := range map[string]string{
-		"llm-tokens": `{"limit":1000000,"window":"720h","unit":"tokens","scope":"global"}`,
+		"llm-tokens": `{"limit":1000000,"window":"720h","unit":"tokens","scope":"global","on_expiry":"release"}`,
 		"gpu-cents":  `{"limit":5000,"window":"24h","unit":"cents"}`,
 	} {
 		if r := api(t, http.MethodPut, base+"/v1/policies/"+name, acme.LiveKey, apiIP, body); r.StatusCode != http.StatusOK {
@@ -71,4 +71,14 @@ func TestBudgetOnTheTenantPage(t *testing.T) {
 		t.Errorf("gpu-cents: %q, want a note that it is per subject", got)
 	}
 	b.screenshotWith("budget-tenant", chromedp.Screenshot(tid("policies-card")))
+
+	// The budget's form shows its unit and on_expiry, so that a save keeps
+	// them.
+	b.do("open the llm-tokens form", chromedp.Click(chromedp.CSS(`[data-policy="llm-tokens"] > summary`), chromedp.NodeVisible),
+		chromedp.WaitVisible(chromedp.ID("policy-llm-tokens-unit")))
+	unit, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.getElementById("policy-llm-tokens-unit").value + " " + document.getElementById("policy-llm-tokens-on-expiry").value`))
+	if err != nil || unit != "tokens release" {
+		t.Fatalf("the budget's form shows unit and on_expiry %q (%v), want tokens release", unit, err)
+	}
+	b.screenshotWith("budget-tenant-form", chromedp.Screenshot(tid("policy-llm-tokens-form")))
 }

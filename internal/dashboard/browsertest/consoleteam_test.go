@@ -69,6 +69,9 @@ func TestConsoleTeamInChromium(t *testing.T) {
 	b.click("console-sign-out", "console-login-form")
 	b.survey([]surveyPage{{"52-console-invite", u.RequestURI(), "accept-form"}})
 	b.open(u.RequestURI(), "accept-form")
+	if who, where := b.text("invite-email"), b.text("invite-workspace"); who != "dev@example.com" || where != "Acme Robotics" {
+		t.Fatalf("the invitation's page names %q joining %q, want dev@example.com joining Acme Robotics", who, where)
+	}
 	b.do("choose a password", chromedp.SetValue(chromedp.ID("password"), password))
 	b.click("accept", "member-email")
 	if who := b.text("member-email"); who != "dev@example.com" {

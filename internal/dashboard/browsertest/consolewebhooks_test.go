@@ -11,10 +11,10 @@ import (
 )
 
 // TestConsoleWebhooksInChromium adds a webhook endpoint on the console's
-// webhooks page in a real browser (its secret shown once), and surveys
-// the list, the endpoint's page and the rotate page at a phone's and a
-// laptop's width: no sideways scrolling, no axe-core violation,
-// screenshots.
+// webhooks page in a real browser (its secret shown once), surveys the
+// list, the endpoint's page, the rotate and the delete pages at a phone's
+// and a laptop's width (no sideways scrolling, no axe-core violation,
+// screenshots), then deletes the endpoint through its page's link.
 func TestConsoleWebhooksInChromium(t *testing.T) {
 	dsn := pgtest.New(t)
 	base := bintest.Start(t, binary, environ(dsn, "TOLLGATE_DEV=1", "TOLLGATE_WEBHOOK_ALLOW_PRIVATE=1")).URL
@@ -43,5 +43,15 @@ func TestConsoleWebhooksInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatalf("an endpoint link: %v", err)
 	}
-	b.survey([]surveyPage{{"67-console-webhooks", "/console/webhooks", "webhooks"}, {"68-console-webhook", hook, "send-test"}, {"69-console-webhook-rotate", hook + "/rotate", "rotate"}})
+	b.survey([]surveyPage{{"67-console-webhooks", "/console/webhooks", "webhooks"}, {"68-console-webhook", hook, "send-test"},
+		{"69-console-webhook-rotate", hook + "/rotate", "rotate"}, {"70-console-webhook-delete", hook + "/delete", "delete-webhook"}})
+
+	// Delete it from its page: the link, the page that asks, the button.
+	b.open(hook, "delete-link")
+	b.click("delete-link", "delete-webhook")
+	b.click("delete-webhook", "flash")
+	if n := b.count(`[data-testid="webhook-row"]`); n != 0 {
+		t.Fatalf("%d endpoints listed after deleting the only one", n)
+	}
+	b.screenshot("71-console-webhook-deleted")
 }

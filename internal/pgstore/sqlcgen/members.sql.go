@@ -308,6 +308,44 @@ func (q *Queries) MemberByID(ctx context.Context, arg MemberByIDParams) (Member,
 	return i, err
 }
 
+const peekMemberToken = `-- name: PeekMemberToken :one
+SELECT m.id, m.tenant_id, m.email, m.password_hash, m.role, m.confirmed_at, m.disabled_at, m.created_at, m.updated_at
+FROM member_tokens AS t
+JOIN members AS m ON m.id = t.member_id
+WHERE t.token_hash = $1 AND t.purpose = $2 AND t.used_at IS NULL
+  AND t.expires_at > $3
+`
+
+type PeekMemberTokenParams struct {
+	TokenHash []byte
+	Purpose   string
+	Now       pgtype.Timestamptz
+}
+
+type PeekMemberTokenRow struct {
+	Member Member
+}
+
+// PeekMemberToken returns the member of a token of purpose that has not
+// been used and has not expired at now, without spending it: what a
+// mailed link's page shows before the form that spends it.
+func (q *Queries) PeekMemberToken(ctx context.Context, arg PeekMemberTokenParams) (PeekMemberTokenRow, error) {
+	row := q.db.QueryRow(ctx, peekMemberToken, arg.TokenHash, arg.Purpose, arg.Now)
+	var i PeekMemberTokenRow
+	err := row.Scan(
+		&i.Member.ID,
+		&i.Member.TenantID,
+		&i.Member.Email,
+		&i.Member.PasswordHash,
+		&i.Member.Role,
+		&i.Member.ConfirmedAt,
+		&i.Member.DisabledAt,
+		&i.Member.CreatedAt,
+		&i.Member.UpdatedAt,
+	)
+	return i, err
+}
+
 const sessionMember = `-- name: SessionMember :one
 SELECT m.id, m.tenant_id, m.email, m.password_hash, m.role, m.confirmed_at, m.disabled_at, m.created_at, m.updated_at, s.created_at AS session_created_at, s.expires_at AS session_expires_at
 FROM member_sessions AS s
