@@ -43,7 +43,7 @@ var refusalKinds = []string{audit.KindRefusal, audit.KindRefusalFlood}
 // the tenant API's counter resets.
 var changeKinds = []string{
 	KindTenantCreated, KindLimitsChanged, KindKeyCreated, KindKeyRevoked, audit.KindKeyRolled, KindPlanChanged, KindEndpointDisabled, KindEndpointEnabled,
-	KindMemberDisabled, KindMemberEnabled,
+	KindMemberDisabled, KindMemberEnabled, audit.KindTenantDisabled, audit.KindTenantEnabled,
 	policy.KindPolicyPut, policy.KindPolicyDeleted, policy.KindOverridePut, policy.KindOverrideDeleted,
 	billing.AuditKind, billing.AuditKindCustomerLinked,
 	audit.KindCounterReset, audit.KindCounterReset + audit.FloodSuffix,
