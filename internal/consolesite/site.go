@@ -435,9 +435,12 @@ func (s *Site) confirm(c echo.Context) error {
 	}
 	s.log.InfoContext(ctx, "console email confirmed", "tenant_id", m.TenantID, "member_id", m.ID)
 	signed, err := s.session(c)
-	if err != nil {
+	if err != nil && !errors.Is(err, errWorkspaceDisabled) {
 		return s.fail(c, err)
 	}
+	// A member of a disabled workspace was signed out by session: the key
+	// is shown once all the same (it is refused until the workspace is
+	// enabled, and is not shown again then).
 	keys := []web.ConsoleNewKey{{Kind: "live", Value: live}}
 	if signed != nil && signed.ID == m.ID {
 		signed.Member = m
