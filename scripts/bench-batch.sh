@@ -62,16 +62,8 @@ mkdir -p bin
 go build -o bin/bare ./scripts/bare
 go build -o bin/loadgen ./scripts/loadgen
 go build -o bin/tollgate ./cmd/tollgate
-tick=$(getconf CLK_TCK)
-cpu() {
-  local sum=0 p
-  for p in "$@"; do
-    [ -r "/proc/$p/stat" ] || continue
-    sum=$((sum + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-  done
-  echo "$sum"
-}
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# cpu, median, stop, bench_stores.
+. scripts/lib/bench.sh
 # summary prints the row of one target and mode: each column's median over
 # the runs in file (lines "target mode column…").
 summary() {
@@ -79,17 +71,11 @@ summary() {
   for col in 3 4 5 6 7 8 9 10 11 12; do row="$row $(awk -v m="$2" -v c=$col '$2==m {print $c}' "$3" | median)"; done
   echo "$row" | awk '{printf "%-9s %-8s %9s %9s %6s %7s %9s %12s %8s %7s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}'
 }
-stop() {
-  [ -n "$1" ] || return 0
-  kill "$1" 2>/dev/null || return 0
-  for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
-  kill -9 "$1" 2>/dev/null || true
-}
 work=$(mktemp -d)
 server=""
 cleanup() {
-  stop "$server"; stop "${bare:-}"; stop "${redis:-}"; stop "${guber:-}"
-  declare -F pgstop >/dev/null && pgstop
+  stop "$server"; stop "${bare:-}"; stop "${guber:-}"
+  bench_stores_stop
   rm -rf "$work"
   true
 }
@@ -97,20 +83,7 @@ trap cleanup EXIT
 
 bin/bare -addr 127.0.0.1:18280 &
 bare=$!
-pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-pgdata="$work/pg"
-mkdir -p "$pgdata"
-runas=()
-if [ "$(id -u)" = 0 ]; then chown postgres "$work" "$pgdata"; runas=(runuser -u postgres --); fi
-"${runas[@]}" "$pgbin/initdb" -D "$pgdata" -U postgres --auth=trust >/dev/null
-"${runas[@]}" "$pgbin/pg_ctl" -D "$pgdata" -l "$pgdata/log" -w \
-  -o "-p 18432 -k $pgdata -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
-pgstop() { "${runas[@]}" "$pgbin/pg_ctl" -D "$pgdata" -m immediate stop >/dev/null 2>&1 || true; }
-redis-server --port 18379 --bind 127.0.0.1 --save "" --appendonly no --daemonize no >/dev/null &
-redis=$!
-DATABASE_URL="postgres://postgres@127.0.0.1:18432/postgres?sslmode=disable"
-REDIS_URL="redis://127.0.0.1:18379/0"
-for _ in $(seq 50); do redis-cli -p 18379 ping >/dev/null 2>&1 && break; sleep 0.1; done
+bench_stores
 cat >"$work/bare.lua" <<'LUA'
 wrk.method = "POST"
 wrk.body = '{"items":[{"policy":"bench","subject":"user-1"}]}'
@@ -120,13 +93,13 @@ LUA
 calls() {
   case "$1" in
     postgres) psql -qtA "$DATABASE_URL" -c "SELECT xact_commit FROM pg_stat_database WHERE datname = '$db'" ;;
-    redis) redis-cli -p 18379 info commandstats | awk -F'[=,:]' '/^cmdstat_(evalsha|eval)/ {n += $3} END {print n+0}' ;;
+    redis) redis-cli -p "$redis_port" info commandstats | awk -F'[=,:]' '/^cmdstat_(evalsha|eval)/ {n += $3} END {print n+0}' ;;
     *) echo 0 ;;
   esac
 }
 storepids() {
   case "$1" in
-    postgres) local pm; pm=$(head -1 "$pgdata/postmaster.pid"); echo "$pm $(pgrep -d' ' -P "$pm")" ;;
+    postgres) pgpids ;;
     redis) echo "$redis" ;;
   esac
 }

@@ -80,39 +80,22 @@ if [ ${#bins[@]} -gt 1 ]; then
   for i in "${!bins[@]}"; do echo "#$((i + 1)) ${bins[i]}"; done
 fi
 
-tick=$(getconf CLK_TCK)
-# cpu PID...: utime+stime of the processes, in clock ticks.
-cpu() {
-  local sum=0 p
-  for p in "$@"; do
-    [ -r "/proc/$p/stat" ] || continue
-    sum=$((sum + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-  done
-  echo "$sum"
-}
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# cpu, median, stop, bench_stores.
+. scripts/lib/bench.sh
 
 script=$(mktemp --suffix .lua)
 work=$(mktemp -d)
 server=""
 db=""
-# stop PID: SIGTERM, then SIGKILL after five seconds.
-stop() {
-  [ -n "$1" ] || return 0
-  kill "$1" 2>/dev/null || return 0
-  for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
-  kill -9 "$1" 2>/dev/null || true
-}
 cleanup() {
   local p
   for p in $server; do stop "$p"; done
   stop "${bare:-}"
-  stop "${redis:-}"
   if [ -n "${cluster_dir:-}" ]; then
     for pidfile in "$cluster_dir"/*/pid; do [ -f "$pidfile" ] && stop "$(cat "$pidfile")"; done
     rm -rf "$cluster_dir"
   fi
-  declare -F pgstop >/dev/null && pgstop
+  bench_stores_stop
   rm -rf "$script" "$script".* "$work"
   true
 }
@@ -122,23 +105,7 @@ env ${procs:+GOMAXPROCS=$procs} bin/bare -addr 127.0.0.1:18280 &
 bare=$!
 
 # A PostgreSQL and a Redis of the benchmark's own.
-pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-pgdata="$work/pg"
-mkdir -p "$pgdata"
-runas=()
-if [ "$(id -u)" = 0 ]; then
-  chown postgres "$work" "$pgdata"
-  runas=(runuser -u postgres --)
-fi
-"${runas[@]}" "$pgbin/initdb" -D "$pgdata" -U postgres --auth=trust >/dev/null
-"${runas[@]}" "$pgbin/pg_ctl" -D "$pgdata" -l "$pgdata/log" -w \
-  -o "-p 18432 -k $pgdata -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
-pgstop() { "${runas[@]}" "$pgbin/pg_ctl" -D "$pgdata" -m immediate stop >/dev/null 2>&1 || true; }
-redis-server --port 18379 --bind 127.0.0.1 --save "" --appendonly no --daemonize no >/dev/null &
-redis=$!
-DATABASE_URL="postgres://postgres@127.0.0.1:18432/postgres?sslmode=disable"
-REDIS_URL="redis://127.0.0.1:18379/0"
-for _ in $(seq 50); do redis-cli -p 18379 ping >/dev/null 2>&1 && break; sleep 0.1; done
+bench_stores
 
 # start_cluster starts three masters (and REPLICAS replicas each) and sets
 # cluster_url and cluster_dir.
@@ -205,7 +172,7 @@ mallocs() { curl -s "http://$addr/metrics" | awk '/^go_memstats_mallocs_total/ {
 
 storeports() {
   case "$1" in
-    redis) echo 18379 ;;
+    redis) echo "$redis_port" ;;
     cluster) ls "$cluster_dir" ;;
   esac
 }
@@ -213,7 +180,7 @@ storeports() {
 storepids() {
   case "$1" in
     cluster) cat "$cluster_dir"/*/pid ;;
-    postgres) local pm; pm=$(head -1 "$pgdata/postmaster.pid"); echo "$pm $(pgrep -d' ' -P "$pm")" ;;
+    postgres) pgpids ;;
     redis) echo "$redis" ;;
   esac
 }

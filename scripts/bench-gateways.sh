@@ -92,28 +92,16 @@ go build -o bin/rlsbare ./scripts/rlsbare
 go build -o bin/tollgate ./cmd/tollgate
 read -r -a tgbins <<<"${TOLLGATE_BIN:-bin/tollgate}"
 read -r -a tgenv <<<"${TOLLGATE_ENV:-}"
-tick=$(getconf CLK_TCK)
-cpu() {
-  local sum=0 p
-  for p in "$@"; do
-    [ -r "/proc/$p/stat" ] || continue
-    sum=$((sum + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-  done
-  echo "$sum"
-}
-# median of the numbers on stdin; of an even count, the mean of the middle two.
+# cpu, stop, bench_stores, pgcpu.
+. scripts/lib/bench.sh
+# median of the numbers on stdin; of an even count (RUNS is 2), the mean of
+# the middle two.
 median() { sort -g | awk '{a[NR]=$1} END {m = int((NR+1)/2); print (NR % 2 ? a[m] : (a[m] + a[m+1]) / 2)}'; }
-stop() {
-  [ -n "$1" ] || return 0
-  kill "$1" 2>/dev/null || return 0
-  for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
-  kill -9 "$1" 2>/dev/null || true
-}
 work=$(mktemp -d)
 svc=""
 cleanup() {
-  stop "$svc"; stop "${redis:-}"
-  declare -F pgstop >/dev/null && pgstop
+  stop "$svc"
+  bench_stores_stop
   rm -rf "$work"
   true
 }
@@ -180,30 +168,12 @@ EOF
 }
 for t in "${targets[@]}"; do [ "$t" != envoy ] || ratelimit_build; done
 
-pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-pgdata="$work/pg"
-mkdir -p "$pgdata"
-runas=()
-if [ "$(id -u)" = 0 ]; then chown postgres "$work" "$pgdata"; runas=(runuser -u postgres --); fi
-"${runas[@]}" "$pgbin/initdb" -D "$pgdata" -U postgres --auth=trust >/dev/null
-"${runas[@]}" "$pgbin/pg_ctl" -D "$pgdata" -l "$pgdata/log" -w \
-  -o "-p 18432 -k $pgdata -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
-pgstop() { "${runas[@]}" "$pgbin/pg_ctl" -D "$pgdata" -m immediate stop >/dev/null 2>&1 || true; }
-# pgcpu is PostgreSQL's CPU: the postmaster, its children now, and those
-# that exited (the postmaster's cutime and cstime).
-pgcpu() {
-  local pm
-  pm=$(head -1 "$pgdata/postmaster.pid")
-  echo $(( $(cpu "$pm" $(pgrep -P "$pm" || true)) + $(awk '{print $16 + $17}' "/proc/$pm/stat") ))
-}
-redis-server --port 18379 --bind 127.0.0.1 --save "" --appendonly no --daemonize no >/dev/null &
-redis=$!
-for _ in $(seq 50); do redis-cli -p 18379 ping >/dev/null 2>&1 && break; sleep 0.1; done
-rcmds() { redis-cli -p 18379 info stats | awk -F: '/^total_commands_processed/ {print $2 + 0}'; }
+bench_stores
+rcmds() { redis-cli -p "$redis_port" info stats | awk -F: '/^total_commands_processed/ {print $2 + 0}'; }
 
 # Tollgate: one tenant on a plan whose ceilings the load never reaches, and
 # its policy per-client, in one database that every counter store shares.
-dsn="postgres://postgres@127.0.0.1:18432/postgres?sslmode=disable"
+dsn=$DATABASE_URL
 tg() { env DATABASE_URL="$dsn" TOLLGATE_DEV=1 bin/tollgate "$@"; }
 tg migrate up >/dev/null 2>&1
 tg plans set enterprise --ip-per-minute $limit --quota-per-minute $limit --quota-per-hour $limit --monthly-checks unlimited >/dev/null
@@ -239,7 +209,7 @@ start() {
     envoy)
       addr=127.0.0.1:18091 debug=http://127.0.0.1:18093
       read -r -a extra <<<"${RATELIMIT_ENV:-}"
-      env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:18379 CACHE_KEY_PREFIX=envoy-bench: \
+      env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:$redis_port CACHE_KEY_PREFIX=envoy-bench: \
         RUNTIME_ROOT="$work/rl" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
         HOST=127.0.0.1 PORT=18092 GRPC_HOST=127.0.0.1 GRPC_PORT=18091 DEBUG_HOST=127.0.0.1 DEBUG_PORT=18093 \
         "${extra[@]}" "$rl_bin" >"$work/svc.log" 2>&1 &
@@ -252,7 +222,7 @@ start() {
       [ -n "${tgbins[build - 1]:-}" ] || { echo "bench-gateways: $t: TOLLGATE_BIN has no build $build" >&2; exit 2; }
       env DATABASE_URL="$dsn" TOLLGATE_DEV=1 TOLLGATE_ADDR=127.0.0.1:18281 TOLLGATE_GRPC_ADDR="$addr" \
         TOLLGATE_DEBUG_ADDR=127.0.0.1:18381 TOLLGATE_LOG_LEVEL=error TOLLGATE_COUNTER_STORE="${t%%:*}" \
-        REDIS_URL=redis://127.0.0.1:18379/1 "${tgenv[@]}" "${tgbins[build - 1]}" serve 2>"$work/svc.log" &
+        REDIS_URL=redis://127.0.0.1:$redis_port/1 "${tgenv[@]}" "${tgbins[build - 1]}" serve 2>"$work/svc.log" &
       load+=(-key "$key")
       ;;
     *) echo "bench-gateways: unknown target $t" >&2; exit 2 ;;

@@ -16,9 +16,11 @@ type ConsoleUsageView struct {
 	// allotment; Refusals the month's refusals by layer.
 	Minutes, Days, MonthDays Chart
 	Refusals                 HBars
-	Alerts                   []AlertRow
-	Budgets                  []ConsoleBudgetRow
-	Degraded                 []DegradedPeriod
+	// PolicyUsage is the checks and refusals per policy.
+	PolicyUsage PolicyUsage
+	Alerts      []AlertRow
+	Budgets     []ConsoleBudgetRow
+	Degraded    []DegradedPeriod
 }
 
 // ConsoleBudgetRow is one budget policy and where it stands.

@@ -353,8 +353,10 @@ type TenantView struct {
 	Minutes    Chart
 	Month      Chart
 	MonthUsage UsageBar
-	Refusals   HBars
-	Keys       []KeyRow
+	// PolicyUsage is the checks and refusals per policy.
+	PolicyUsage PolicyUsage
+	Refusals    HBars
+	Keys        []KeyRow
 	// KeyForm creates a key; NewKey, above it, is the key it just made.
 	KeyForm  KeyForm
 	Limits   LimitsForm

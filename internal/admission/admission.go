@@ -50,6 +50,14 @@ type Event struct {
 	// Refusals lists the ceiling or the policy items that refused (shadow
 	// policies included: they report what they would have decided).
 	Refusals []Refusal
+	// Policies names the tenant's policies a check's items or a lease
+	// named, in item order (a name twice when two items name it), once
+	// every name was found among the tenant's policies: a name that is
+	// not one is answered 4xx and never observed. The rules of an Envoy
+	// domain's configuration are left out (their names are not policies').
+	// A check a ceiling refused carries them too, though no policy decided
+	// it. Observers read it and must not keep or change it.
+	Policies []string
 }
 
 // Refusal describes a refusal by a ceiling or by one policy item.

@@ -42,6 +42,7 @@ type Parts struct {
 	AuditStore   *pgstore.Audit
 	Audit        *audit.Recorder
 	Usage        *usage.Recorder
+	PolicyUsage  *usage.PolicyRecorder // checks and refusals per policy and hour
 	Hooks        *webhooks.Service
 	HookWorker   *webhooks.Worker
 	Metrics      *metrics.Metrics
@@ -104,7 +105,12 @@ func (a *App) buildDomain() error {
 	if err != nil {
 		return err
 	}
-	p.Usage, err = usage.NewRecorder(usage.Config{Store: pgstore.NewUsage(a.Pool), Alerts: p.Audit, Logger: log})
+	usageStore := pgstore.NewUsage(a.Pool)
+	p.Usage, err = usage.NewRecorder(usage.Config{Store: usageStore, Alerts: p.Audit, Logger: log})
+	if err != nil {
+		return err
+	}
+	p.PolicyUsage, err = usage.NewPolicyRecorder(usage.PolicyConfig{Store: usageStore, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -143,7 +149,7 @@ func (a *App) buildGate() error {
 	a.closing = append(a.closing, func() { p.l1.Close() }, func() { p.signIns.Close() }, func() { p.linkOpens.Close() })
 	var err error
 	p.Gate, err = gate.New(gate.Config{
-		Store: a.store, Local: p.l1, Tenants: p.Tenants, Policies: p.Catalog, Observer: admission.Observers{p.Usage, p.Audit, p.Degraded},
+		Store: a.store, Local: p.l1, Tenants: p.Tenants, Policies: p.Catalog, Observer: admission.Observers{p.Usage, p.PolicyUsage, p.Audit, p.Degraded},
 		Metrics: p.Metrics, StoreName: cfg.CounterStore, Logger: a.log, Pepper: cfg.Pepper, InstanceCeiling: cfg.InstanceCeiling,
 		TenantInflight:        cfg.TenantInflight,
 		TenantMaxLeases:       cfg.TenantMaxLeases,
@@ -176,6 +182,7 @@ func (a *App) startLoops(dsn string) {
 	p, log := &a.Parts, a.log
 	a.running.Go(func() { logRun(log, "api key use flush", p.Tenants.Run(a.bg)) })
 	a.running.Go(func() { logRun(log, "usage flush", p.Usage.Run(a.bg)) })
+	a.running.Go(func() { logRun(log, "policy usage flush", p.PolicyUsage.Run(a.bg)) })
 	a.running.Go(func() { logRun(log, "audit flush", p.Audit.Run(a.bg)) })
 	a.running.Go(func() { logRun(log, "degraded minutes flush", p.Degraded.Run(a.bg)) })
 	// Outbound tenant webhooks: every instance delivers from the outbox,
@@ -213,7 +220,7 @@ func (a *App) buildConsole() error {
 		Audit: audit.NewLog(p.AuditStore), Changed: a.invalidate,
 		Plans: p.Tenants, Billing: consoleBilling(cfg, p.Billing),
 		Policies: p.Policies, Counters: p.Gate,
-		Usage: &consolesite.UsageSources{Usage: p.Usage, Traffic: p.Traffic, Budgets: p.Gate},
+		Usage: &consolesite.UsageSources{Usage: p.Usage, Traffic: p.Traffic, Policies: p.PolicyUsage, Budgets: p.Gate},
 		// The API's webhooks service and test send limit (counted as
 		// the API's: same counters, same group).
 		Webhooks: p.Hooks, WebhookTestsPerMinute: cfg.WebhookTestSends,
@@ -238,7 +245,7 @@ func (a *App) buildDashboard(hook func(*dashboard.Config)) error {
 	p, cfg, log := &a.Parts, a.cfg, a.log
 	dcfg := dashboard.Config{
 		Logger: log, Accounts: pgstore.NewAdmins(a.Pool), Tenants: pgstore.NewTenants(a.Pool), Policies: p.Policies,
-		Usage: p.Usage, Audit: audit.NewLog(p.AuditStore), Traffic: p.Traffic,
+		Usage: p.Usage, PolicyUsage: p.PolicyUsage, Audit: audit.NewLog(p.AuditStore), Traffic: p.Traffic,
 		Webhooks: p.Billing, Billing: p.Billing, SignInLimiter: gate.NewLimiter("sign-in limiter", a.store, p.signIns, log), Leases: p.Gate, Budgets: p.Gate, Counters: p.Gate, Pepper: cfg.Pepper, SecureCookies: cfg.SecureCookies,
 		Changed:   a.invalidate,
 		Endpoints: p.Hooks,

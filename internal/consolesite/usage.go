@@ -31,6 +31,9 @@ type UsageSources struct {
 		DailyTraffic(ctx context.Context, tenantID string, from, until time.Time) ([]traffic.DayOutcome, error)
 		DegradedMinutes(ctx context.Context, from, until time.Time) ([]traffic.Degraded, error)
 	}
+	// Policies counts checks and refusals per policy
+	// (*usage.PolicyRecorder); nil: the page says they are not counted.
+	Policies usageview.PolicySource
 	// Budgets may be nil: the page then shows budgets as unavailable.
 	Budgets interface {
 		Budgets(ctx context.Context, tenantID string, policies []string, subject string) ([]gate.Budget, error)
@@ -118,6 +121,12 @@ func (s *Site) usageView(ctx context.Context, m *member) (web.ConsoleUsageView, 
 		Alerts:   usageview.AlertRows(report.Alerts),
 		Budgets:  s.budgetRows(ctx, t.ID, pols),
 		Degraded: usageview.DegradedPeriods(degraded),
+	}
+	v.PolicyUsage = web.PolicyUsage{ID: "console-policy-usage", Empty: "This Tollgate does not count checks per policy."}
+	if src.Policies != nil {
+		if v.PolicyUsage, err = usageview.PolicyCharts(ctx, src.Policies, t.ID, now, "console-policy-usage"); err != nil {
+			return fail("checks per policy", err)
+		}
 	}
 	v.MonthDays.ID = "console-month"
 	v.Refusals.Width = 1000 // as on the dashboard's tenant page: a card's width

@@ -33,6 +33,7 @@ import (
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/internal/usage"
+	"github.com/tollgate/tollgate/internal/usageview"
 	"github.com/tollgate/tollgate/web"
 )
 
@@ -117,8 +118,12 @@ type Config struct {
 	// change on a tenant's page (through policy.Service, which audits).
 	Policies policy.Store
 	Usage    UsageReporter
-	Audit    AuditLog
-	Traffic  traffic.Store
+	// PolicyUsage counts checks and refusals per policy, shown on a
+	// tenant's page (*usage.PolicyRecorder); nil: the page says they are
+	// not counted.
+	PolicyUsage usageview.PolicySource
+	Audit       AuditLog
+	Traffic     traffic.Store
 	// Webhooks is the Stripe event log; nil shows the webhook pages empty,
 	// with what to configure.
 	Webhooks WebhookLog

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/internal/traffic"
 	"github.com/tollgate/tollgate/internal/usage"
+	"github.com/tollgate/tollgate/internal/usageview"
 	"github.com/tollgate/tollgate/internal/webhooks"
 	"github.com/tollgate/tollgate/web"
 )
@@ -183,6 +184,12 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 	}
 	if len(td.minutes) == 0 {
 		v.Minutes.Empty = "No checks in the last 24 hours. The chart fills in as the tenant calls POST /v1/check with one of its keys."
+	}
+	v.PolicyUsage = web.PolicyUsage{ID: "tenant-policy-usage", Empty: "This Tollgate does not count checks per policy."}
+	if d.cfg.PolicyUsage != nil {
+		if v.PolicyUsage, err = usageview.PolicyCharts(ctx, d.cfg.PolicyUsage, t.ID, td.now, "tenant-policy-usage"); err != nil {
+			return web.TenantView{}, fmt.Errorf("tenant %s: %w", t.ID, err)
+		}
 	}
 	v.Month = monthChart(td.days, td.monthStart, td.now, eff.MonthlyChecks)
 	v.Refusals = refusalBars("refusals-tenant", "Refused requests by layer", "refused requests", td.report.Refusals,

@@ -290,11 +290,16 @@ func (g *Gate) batchSettle(ctx context.Context, p *passage, bv BatchVerdict, bcs
 	}
 	bv.Checks = make([]Verdict, len(bcs))
 	ivs := make([]ItemVerdict, 0, items)
+	// The names the checks' observers are told share one slice too.
+	names := make([]string, 0, items)
 	at := g.cfg.Now()
 	for i := range bcs {
 		bc := &bcs[i]
 		if !bc.done {
 			bc.p.at = at
+			k := len(names)
+			names = appendPolicyNames(names, bc.pols)
+			bc.p.policies = names[k:len(names):len(names)]
 			n := len(ivs)
 			out := ivs[n : n : n+len(bc.pols)]
 			if err := errs[bc.index]; err != nil {

@@ -131,6 +131,13 @@ func leasePolicy(set policy.Set, name string) (policy.Policy, error) {
 	return p, nil
 }
 
+// leaseAnswer is a lease's verdict with its policy's name, as its
+// observers are told it (admission.Event.Policies).
+type leaseAnswer struct {
+	LeaseVerdict
+	name [1]string
+}
+
 // acquire is Acquire's last step, once the ceilings that run in memory
 // have passed: the shared ceilings and the lease in one round trip. The
 // ceilings spend this instance's advances as a check's do (ceilingItems):
@@ -171,6 +178,9 @@ func (g *Gate) acquire(ctx context.Context, p *passage, ceilings []layerItem) (V
 		a.Ceilings = slices.Clone(items)
 	}
 
+	// The verdict and the name its observers are told, in one allocation.
+	la := &leaseAnswer{name: [1]string{pol.Name}}
+	p.policies = la.name[:]
 	res, err := g.storeAcquire(ctx, t.ID, a)
 	if errors.Is(err, counter.ErrInvalid) {
 		return p.v, fmt.Errorf("lease request of tenant %s: %w", t.ID, err)
@@ -183,7 +193,8 @@ func (g *Gate) acquire(ctx context.Context, p *passage, ceilings []layerItem) (V
 	}
 	g.renewAdvances(p, ceilings, a.CeilingRequest(), res.Ceilings)
 	v = p.v
-	lv := &LeaseVerdict{Policy: pol.Name, Allowed: res.Allowed, InFlight: res.InFlight, Limit: lim, TenantFull: res.GroupFull}
+	la.LeaseVerdict = LeaseVerdict{Policy: pol.Name, Allowed: res.Allowed, InFlight: res.InFlight, Limit: lim, TenantFull: res.GroupFull}
+	lv := &la.LeaseVerdict
 	v.Lease, v.Allowed = lv, res.Allowed
 	var refusals []admission.Refusal
 	switch {

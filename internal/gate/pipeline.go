@@ -65,6 +65,9 @@ type passage struct {
 	// at is when the request was answered for its observers: a batch's
 	// checks share one reading of the clock (zero: read it).
 	at time.Time
+	// policies names the tenant's policies the check's items or the lease
+	// named, for its observers (admission.Event.Policies).
+	policies []string
 }
 
 // Admit runs the pipeline for a check, or for any other /v1 request that
@@ -101,6 +104,8 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 			return g.charge(ctx, &p, ceilings, pols)
 		}
 	}
+	ivs, names := itemRoom(pols)
+	p.policies = names
 	var itemBuf [16]counter.Item
 	var spentBuf [4]*units
 	creq, items, spent := g.storeRequest(&p, ceilings, pols, itemBuf[:0], spentBuf[:0])
@@ -117,9 +122,45 @@ func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 		return p.v, fmt.Errorf("counter request of tenant %s: %w", p.v.Tenant.ID, err)
 	}
 	if err != nil {
-		return g.degraded(ctx, &p, ceilings, pols, err, nil), nil
+		return g.degraded(ctx, &p, ceilings, pols, err, ivs), nil
 	}
-	return g.settle(ctx, &p, ceilings, pols, spent, creq, res, nil), nil
+	return g.settle(ctx, &p, ceilings, pols, spent, creq, res, ivs), nil
+}
+
+// oneItem is the room of a one-item check's item verdict and of the name
+// its observers are told (admission.Event.Policies), in one allocation:
+// most checks have one item.
+type oneItem struct {
+	iv   [1]ItemVerdict
+	name [1]string
+}
+
+// itemRoom returns room for pols' item verdicts (nil when there are none)
+// and the names of the tenant's policies among them, for the observers.
+func itemRoom(pols []policyItem) ([]ItemVerdict, []string) {
+	switch len(pols) {
+	case 0:
+		return nil, nil
+	case 1:
+		r := new(oneItem)
+		if pols[0].rule {
+			return r.iv[:0], nil
+		}
+		r.name[0] = pols[0].name
+		return r.iv[:0], r.name[:]
+	}
+	return make([]ItemVerdict, 0, len(pols)), appendPolicyNames(nil, pols)
+}
+
+// appendPolicyNames appends the names of the tenant's policies among pols
+// (not Envoy rules') to names.
+func appendPolicyNames(names []string, pols []policyItem) []string {
+	for _, pol := range pols {
+		if !pol.rule {
+			names = append(names, pol.name)
+		}
+	}
+	return names
 }
 
 // Acquire admits POST /v1/leases with its body l: the steps Admit takes
@@ -548,7 +589,7 @@ func (g *Gate) observe(ctx context.Context, p *passage, v Verdict, outcome strin
 	}
 	g.cfg.Observer.Observe(ctx, admission.Event{
 		At: at, TenantID: v.Tenant.ID, KeyID: v.Key.ID, Live: !v.Key.Test, Route: p.req.Route,
-		Checked: p.counted(), Outcome: outcome, Degraded: degraded, Refusals: refusals,
+		Checked: p.counted(), Outcome: outcome, Degraded: degraded, Refusals: refusals, Policies: p.policies,
 	})
 }
 

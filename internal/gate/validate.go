@@ -57,6 +57,9 @@ type policyItem struct {
 	shadow     bool
 	failOpen   bool
 	alertAfter int64
+	// rule is set for a rule of an Envoy domain's configuration, not one
+	// of the tenant's policies.
+	rule bool
 	// index is where its item sits in the counter request (storeRequest).
 	index int
 }
@@ -120,6 +123,7 @@ func (g *Gate) policyItems(out []policyItem, tenantID string, set policy.Set, te
 			shadow:     p.Shadow,
 			failOpen:   p.FailMode == policy.FailOpen,
 			alertAfter: p.AlertAfter,
+			rule:       it.Rule != nil,
 		})
 	}
 	return out, matching, nil

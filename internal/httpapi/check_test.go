@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgate/tollgate/internal/admission"
 	"github.com/tollgate/tollgate/internal/counter"
 	"github.com/tollgate/tollgate/internal/counter/memory"
 	pgcounter "github.com/tollgate/tollgate/internal/counter/postgres"
@@ -108,6 +109,12 @@ func newTenantAPIWith(t testing.TB, dsn string, o apiOptions) *tenantAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Per policy too, as the service counts: the allocation tests count
+	// what it costs a check.
+	prec, err := usage.NewPolicyRecorder(usage.PolicyConfig{Store: pgstore.NewUsage(pool), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
 	store := o.store
 	if store == nil {
 		store = memory.New(memory.Config{})
@@ -121,7 +128,7 @@ func newTenantAPIWith(t testing.TB, dsn string, o apiOptions) *tenantAPI {
 		t.Fatal(err)
 	}
 	g, err := gate.New(gate.Config{
-		Store: store, Local: local, Tenants: dir, Policies: catalog, Observer: rec, Logger: log,
+		Store: store, Local: local, Tenants: dir, Policies: catalog, Observer: admission.Observers{rec, prec}, Logger: log,
 		Metrics: met, StoreName: o.storeName, TenantMaxReservations: o.tenantMaxReservations,
 		Pepper: []byte("httpapi-test-pepper-0123456789abcdef"),
 	})

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
-	"github.com/tollgate/tollgate/internal/kit/atomicmap"
 	"github.com/tollgate/tollgate/internal/kit/writebehind"
 )
 
@@ -24,7 +23,7 @@ type cell struct {
 }
 
 // minutes holds counts by minute (Unix seconds of its start) and cell.
-type minutes map[int64]map[cell]int64
+type minutes = buckets[cell]
 
 // taken is the counts one flush took from pending.
 type taken struct {
@@ -61,21 +60,8 @@ type Recorder struct {
 	// drops counts events dropped since last logged.
 	drops writebehind.Drops
 
-	mu      sync.Mutex
-	pending minutes
-	rows    int // cells in pending
-	// hot holds a counter for each cell of the newest minute observed
-	// (hotMinute) that has a row: Observe adds to it without taking mu,
-	// which every check of every tenant would otherwise wait for. Counts
-	// move from hot to pending (fold) before anything reads pending.
-	hot       atomicmap.Map[hotKey]
-	hotMinute int64
-}
-
-// hotKey is a cell of a minute.
-type hotKey struct {
-	minute int64
-	cell   cell
+	// counts holds the counts not yet taken by a flush.
+	counts *tally[cell]
 }
 
 var _ admission.Observer = (*Recorder)(nil)
@@ -94,7 +80,6 @@ func NewRecorder(cfg Config) (*Recorder, error) {
 		maxPending:  cfg.MaxPending,
 		alertWindow: cfg.AlertWindow,
 		now:         cfg.Now,
-		pending:     minutes{},
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -114,8 +99,9 @@ func NewRecorder(cfg Config) (*Recorder, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
+	r.counts = newTally[cell](r.maxPending, &r.drops)
 	r.flushes = writebehind.NewResender(func(ctx context.Context, id string, t taken) error {
-		return r.store.AddUsage(ctx, id, t.counts.rows())
+		return r.store.AddUsage(ctx, id, minuteRows(t.counts))
 	})
 	return r, nil
 }
@@ -133,84 +119,11 @@ func (r *Recorder) Observe(_ context.Context, e admission.Event) {
 	if at.IsZero() {
 		at = r.now()
 	}
-	m := minuteOf(at)
 	c := cell{tenantID: e.TenantID, live: e.Live, checked: e.Checked, outcome: e.Outcome}
 	if c.outcome == "" {
 		c.outcome = admission.OutcomeAllowed
 	}
-	k := hotKey{m, c}
-	if h, ok := r.hot.Load(k); ok {
-		if _, counted := h.Add(1); counted {
-			return
-		}
-		// Retired: its minute is done, or a fold found it idle.
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if m > r.hotMinute {
-		r.retireHotLocked()
-		r.hotMinute = m
-	}
-	r.addLocked(m, c, 1)
-	if _, kept := r.pending[m][c]; kept && m == r.hotMinute {
-		// Another Observe of k may have made its count while this one
-		// waited for mu: Ensure keeps it. (Counts are made and dropped only
-		// under mu.)
-		r.hot.Ensure(k)
-	}
-}
-
-// foldLocked moves the hot counts into pending, as rows of their own where
-// a flush took theirs; the counts idle since the last fold leave hot. r.mu
-// is held.
-func (r *Recorder) foldLocked() {
-	r.hot.Take(func(k hotKey, n int64) { r.addLocked(k.minute, k.cell, n) })
-}
-
-// retireHotLocked folds the hot counts into pending and retires them, the
-// newest minute having moved on; r.mu is held.
-func (r *Recorder) retireHotLocked() {
-	r.hot.RetireAll(func(k hotKey, n int64) { r.addLocked(k.minute, k.cell, n) })
-}
-
-// addLocked adds n to a cell, making room by dropping the oldest minute when
-// a new cell would exceed maxPending.
-func (r *Recorder) addLocked(m int64, c cell, n int64) {
-	b := r.pending[m]
-	if _, ok := b[c]; !ok {
-		if r.rows >= r.maxPending && !r.evictOlderLocked(m) {
-			// This minute is the oldest held: it is the one to drop.
-			r.drops.Add(n)
-			return
-		}
-		if b == nil {
-			b = make(map[cell]int64)
-			r.pending[m] = b
-		}
-		r.rows++
-	}
-	b[c] += n
-}
-
-// evictOlderLocked drops the oldest minute held if it is older than m, and
-// reports whether it did. It scans the minutes, a short list, and runs only
-// at the cap.
-func (r *Recorder) evictOlderLocked(m int64) bool {
-	oldest, found := int64(0), false
-	for k := range r.pending {
-		if !found || k < oldest {
-			oldest, found = k, true
-		}
-	}
-	if !found || oldest >= m {
-		return false
-	}
-	for _, n := range r.pending[oldest] {
-		r.drops.Add(n)
-	}
-	r.rows -= len(r.pending[oldest])
-	delete(r.pending, oldest)
-	return true
+	r.counts.add(minuteOf(at), c, 1)
 }
 
 // Run flushes the pending counts every FlushEvery until ctx ends, then
@@ -237,11 +150,8 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	if err := r.flushes.Resend(ctx); err != nil {
 		return fmt.Errorf("flush usage: %w", err)
 	}
-	r.mu.Lock()
-	r.foldLocked()
-	t := taken{counts: r.pending, rows: r.rows}
-	r.pending, r.rows = minutes{}, 0
-	r.mu.Unlock()
+	counts, rows := r.counts.take()
+	t := taken{counts: counts, rows: rows}
 	if len(t.counts) == 0 {
 		return nil
 	}
@@ -257,39 +167,24 @@ func (r *Recorder) Pending() int {
 	r.flushMu.RLock()
 	held := r.flushes.Held()
 	r.flushMu.RUnlock()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.foldLocked()
+	n := r.counts.len()
 	if held != nil {
-		return r.rows + held.Items.rows
+		return n + held.Items.rows
 	}
-	return r.rows
+	return n
 }
 
 // minuteOf returns the start of t's minute in Unix seconds.
-func minuteOf(t time.Time) int64 {
-	s := t.Unix()
-	// Floor, not truncation toward zero, so that instants before 1970 (a
-	// zero-ish clock) still land in their own minute.
-	m := s % 60
-	if m < 0 {
-		m += 60
-	}
-	return s - m
-}
+func minuteOf(t time.Time) int64 { return bucketOf(t.Unix(), 60) }
 
-// rows lists the counts as Rows, in minute order.
-func (ms minutes) rows() []Row {
+// minuteRows lists the counts as Rows, in minute order.
+func minuteRows(ms minutes) []Row {
 	var out []Row
-	for _, m := range ms.sortedMinutes() {
+	for _, m := range slices.Sorted(maps.Keys(ms)) {
 		at := time.Unix(m, 0).UTC()
 		for c, n := range ms[m] {
 			out = append(out, Row{TenantID: c.tenantID, Minute: at, Live: c.live, Checked: c.checked, Outcome: c.outcome, Count: n})
 		}
 	}
 	return out
-}
-
-func (ms minutes) sortedMinutes() []int64 {
-	return slices.Sorted(maps.Keys(ms))
 }

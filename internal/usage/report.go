@@ -82,10 +82,7 @@ func (r *Recorder) Usage(ctx context.Context, tenantID string, now time.Time) (R
 			rep.addPending(b.Items.counts, tenantID, p)
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.foldLocked()
-	rep.addPending(r.pending, tenantID, p)
+	r.counts.read(func(ms minutes) { rep.addPending(ms, tenantID, p) })
 	return rep, nil
 }
 

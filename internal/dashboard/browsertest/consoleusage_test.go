@@ -3,6 +3,7 @@ package browsertest
 import (
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +14,9 @@ import (
 	"github.com/tollgate/tollgate/internal/testkit/pgtest"
 )
 
-// TestConsoleUsageInChromium sends allowed and refused checks and a
-// budget's reservation with a console member's live key, waits for the usage page to count them, and
+// TestConsoleUsageInChromium sends allowed and refused checks of two
+// policies and a budget's reservation with a console member's live key,
+// waits for the usage page to count them (per policy too), and
 // surveys it at a phone's and a laptop's width: no sideways scrolling, no
 // axe-core violation, screenshots.
 func TestConsoleUsageInChromium(t *testing.T) {
@@ -44,6 +46,13 @@ func TestConsoleUsageInChromium(t *testing.T) {
 	for range 10 {
 		check(t, base, live, "198.51.100.20", "search", "user-1")
 	}
+	// A second policy, for the charts per policy: 4 checks, 2 refused.
+	if r := api(t, http.MethodPut, base+"/v1/policies/login", live, "198.51.100.20", `{"limit":2,"window":"1h"}`); r.StatusCode/100 != 2 {
+		t.Fatalf("a second policy: %d", r.StatusCode)
+	}
+	for range 4 {
+		check(t, base, live, "198.51.100.20", "login", "user-1")
+	}
 	if r := api(t, http.MethodPut, base+"/v1/policies/llm-tokens", live, "198.51.100.20", `{"limit":1000000,"window":"720h","unit":"tokens","scope":"global"}`); r.StatusCode/100 != 2 {
 		t.Fatalf("a budget policy: %d", r.StatusCode)
 	}
@@ -57,11 +66,15 @@ func TestConsoleUsageInChromium(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(body, "11 checks in the last 24 hours, 4 refused") {
+		rows, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('[data-testid=policy-usage-row]')].map(r => r.dataset.policy + " " + r.querySelector('[data-testid=policy-checks-24h]').textContent + " " + r.querySelector('[data-testid=policy-refusals-24h]').textContent)`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(body, "15 checks in the last 24 hours, 6 refused") && slices.Equal(rows, []string{"search 10 4", "login 4 2"}) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the usage page never counted the checks: %.2000s", body)
+			t.Fatalf("the usage page never counted the checks (policy rows %q): %.2000s", rows, body)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

@@ -199,6 +199,14 @@ type Policy struct {
 	OnExpiry   string
 }
 
+type PolicyHour struct {
+	TenantID pgtype.UUID
+	Policy   string
+	Hour     pgtype.Timestamptz
+	Checks   int64
+	Refusals int64
+}
+
 type PolicyOverride struct {
 	TenantID  pgtype.UUID
 	Policy    string
