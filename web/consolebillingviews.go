@@ -26,6 +26,16 @@ type ConsoleBillingView struct {
 	Subscribed bool
 	// HasCustomer shows the portal's button: Stripe knows the tenant.
 	HasCustomer bool
+	// FromLink says the billing link of a 402 answer brought the member
+	// here: the page says why first.
+	FromLink bool
+}
+
+// ConsoleOtherWorkspaceView is the page of a member who followed the
+// billing link of another workspace: who they are signed in as, the
+// sign-out form's token, and Next, the link's page, for the sign-in after.
+type ConsoleOtherWorkspaceView struct {
+	MemberEmail, CSRF, Next string
 }
 
 // ConsoleUpgrade is a plan an owner may buy, with its monthly allotment.

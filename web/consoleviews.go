@@ -46,8 +46,9 @@ type ConsoleHomeView struct {
 	NewKeys []ConsoleNewKey
 	Keys    []ConsoleKey
 	// BaseURL is where the API answers, for the snippets; Key the key the
-	// snippets show (a new one's value, else a placeholder).
-	BaseURL, Key string
+	// snippets show (a new one's value, else a placeholder, which the page
+	// tells the member to replace with their key of KeyKind, live or test).
+	BaseURL, Key, KeyKind string
 	// SandboxChecks is the test keys' allotment per 30 days, written out.
 	SandboxChecks string
 }

@@ -298,6 +298,9 @@ func (a *App) apiConfig(hook func(*httpapi.Config)) httpapi.Config {
 		PublicURL:   cfg.PublicURL,
 		BillingKey:  cfg.BillingKey,
 		LinkLimiter: gate.NewLimiter("billing link limits", store, p.linkOpens, log),
+		// A billing link of a tenant whose people use the console leads
+		// to its billing page there, without a Stripe call.
+		BillingLanding: p.Console.BillingLanding,
 		// Billing with Stripe.
 		Billing:        p.Billing,
 		StripeWebhooks: p.stripeWebhooks,

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate/tollgate/internal/billing"
 	"github.com/tollgate/tollgate/internal/console"
+	"github.com/tollgate/tollgate/internal/signin"
 	"github.com/tollgate/tollgate/internal/tenant"
 	"github.com/tollgate/tollgate/web"
 )
@@ -35,8 +37,33 @@ func (s *Site) registerBilling(g *echo.Group) {
 	g.POST("/billing/portal", s.page(s.portal))
 }
 
+// fromBillingLink is the billing page's "from" when a 402 answer's
+// billing_url sent the browser there (BillingLanding); its "workspace"
+// names the tenant the link was signed for.
+const fromBillingLink = "billing-link"
+
+// BillingLanding is where the billing_url of a 402 answer of tenantID
+// leads (httpapi.Config.BillingLanding): this tenant's billing page, when
+// one of its members can sign in to see it, else "" (a tenant an operator
+// made with the CLI, whose link opens the Stripe portal as before). It
+// reads the tenant's members, and asks Stripe nothing.
+func (s *Site) BillingLanding(ctx context.Context, tenantID string) (string, error) {
+	ms, err := s.cfg.Members.Members(ctx, tenantID)
+	if err != nil {
+		return "", fmt.Errorf("members of tenant %s: %w", tenantID, err)
+	}
+	for _, m := range ms {
+		if m.PasswordHash != "" && m.DisabledAt == nil {
+			return "/console/billing?" + url.Values{"from": {fromBillingLink}, "workspace": {tenantID}}.Encode(), nil
+		}
+	}
+	return "", nil
+}
+
 // billingPage shows the tenant's plan, billing status, the plan that
 // applies and why, its monthly allotment, and for an owner the buttons.
+// Reached from a billing link, it says why first; from another
+// workspace's link, it shows nothing of either workspace's billing.
 func (s *Site) billingPage(c echo.Context, m *member) error {
 	var flash string
 	switch c.QueryParam("checkout") {
@@ -45,11 +72,27 @@ func (s *Site) billingPage(c echo.Context, m *member) error {
 	case "canceled":
 		flash = "Checkout canceled: nothing was bought."
 	}
-	return s.renderBilling(c, m, flash)
+	fromLink := c.QueryParam("from") == fromBillingLink
+	if fromLink && c.QueryParam("workspace") != m.TenantID {
+		return s.otherWorkspace(c, m)
+	}
+	return s.renderBilling(c, m, flash, fromLink)
 }
 
-// renderBilling renders the billing page for m.
-func (s *Site) renderBilling(c echo.Context, m *member, flash string) error {
+// otherWorkspace answers a member who follows the billing link of a
+// workspace other than their own: nothing of that one (the link names
+// only its id, which is not looked up), nothing of their own billing to
+// pay by mistake, and a sign-out that comes back to the link's page, for
+// signing in as a member of the link's workspace.
+func (s *Site) otherWorkspace(c echo.Context, m *member) error {
+	return render(c, http.StatusForbidden, web.ConsoleOtherWorkspace(web.ConsoleOtherWorkspaceView{
+		MemberEmail: m.Email, CSRF: m.csrf, Next: consoleNext(c.Request().URL.RequestURI()),
+	}))
+}
+
+// renderBilling renders the billing page for m; fromLink says a 402's
+// billing link of m's tenant brought them.
+func (s *Site) renderBilling(c echo.Context, m *member, flash string, fromLink bool) error {
 	ctx := c.Request().Context()
 	t, err := s.cfg.Tenants.Tenant(ctx, m.TenantID)
 	if err != nil {
@@ -65,6 +108,11 @@ func (s *Site) renderBilling(c echo.Context, m *member, flash string) error {
 	v.Chrome = web.ConsoleChrome{Title: "Billing", Section: "billing", MemberEmail: m.Email, TenantName: t.Name, CSRF: m.csrf, Flash: flash}
 	v.Owner = m.Role == console.RoleOwner
 	v.Configured = s.cfg.Billing != nil
+	v.FromLink = fromLink
+	if v.Owner && v.Configured {
+		// Its Upgrade and portal forms' answers send the browser to Stripe.
+		signin.FormsLeadToHTTPS(c.Response().Header())
+	}
 	return render(c, http.StatusOK, web.ConsoleBilling(v))
 }
 

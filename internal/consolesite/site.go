@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -536,13 +537,18 @@ func (s *Site) login(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, cmp.Or(v.Next, "/console"))
 }
 
-// logout ends the session.
+// logout ends the session; a console page posted as next (the page of
+// another workspace's billing link) is where the sign-in goes after.
 func (s *Site) logout(c echo.Context, m *member) error {
 	if err := s.cfg.Members.DeleteSession(c.Request().Context(), m.token); err != nil {
 		return s.fail(c, err)
 	}
 	s.setCookie(c, sessionCookie, "", -1)
-	return c.Redirect(http.StatusSeeOther, "/console/login?signed_out=1")
+	q := url.Values{"signed_out": {"1"}}
+	if next := consoleNext(c.Request().PostFormValue("next")); next != "" {
+		q.Set("next", next)
+	}
+	return c.Redirect(http.StatusSeeOther, "/console/login?"+q.Encode())
 }
 
 // home is the quick start and the tenant's keys.
@@ -574,11 +580,12 @@ func (s *Site) renderHomeAt(c echo.Context, status int, m *member, fresh []web.C
 		BaseURL:       cmp.Or(s.cfg.PublicURL, "http://localhost:8080"),
 		SandboxChecks: web.Count(tenant.SandboxAllotment),
 		Key:           "tg_live_…",
+		KeyKind:       "live",
 	}
 	if len(fresh) > 0 {
 		v.Key = fresh[0].Value
 	} else if m.ConfirmedAt == nil {
-		v.Key = "tg_test_…"
+		v.Key, v.KeyKind = "tg_test_…", "test"
 	}
 	for _, k := range keys {
 		v.Keys = append(v.Keys, keyRow(k))

@@ -79,10 +79,13 @@ func verifyPortalToken(key []byte, token string, now time.Time) (string, bool) {
 
 // portalLink serves GET /billing/portal/{token}, the billing_url of 402
 // answers: signed for one tenant and good for BillingLinkLifetime, it sends
-// whoever follows it to a fresh Customer Portal session (303). A token that
-// is not one billingURL made, or has expired, is 404, the same answer
-// whatever is wrong with it, and costs no lookup and no call to Stripe.
-// Opens past the limits are 429 with Retry-After, and cost no call either.
+// whoever follows it (303) to the console's billing page when the tenant's
+// people use the console (cfg.BillingLanding), else to a fresh Customer
+// Portal session. A token that is not one billingURL made, or has expired,
+// is 404, the same answer whatever is wrong with it, and costs no lookup
+// and no call to Stripe. The console's way costs one lookup and no call to
+// Stripe, and is not counted; the portal's opens past the limits are 429
+// with Retry-After, and cost no call either.
 func portalLink(cfg Config) echo.HandlerFunc {
 	limits := newLinkLimits(cfg)
 	return func(c echo.Context) error {
@@ -90,10 +93,20 @@ func portalLink(cfg Config) echo.HandlerFunc {
 		if !ok {
 			return echo.NewHTTPError(http.StatusNotFound, "No such billing link, or it has expired; the next 402 answer carries a fresh one.")
 		}
+		ctx := c.Request().Context()
+		c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
+		if cfg.BillingLanding != nil {
+			u, err := cfg.BillingLanding(ctx, id)
+			if err != nil {
+				return fmt.Errorf("billing link landing: %w", err)
+			}
+			if u != "" {
+				return c.Redirect(http.StatusSeeOther, u)
+			}
+		}
 		if cfg.Billing == nil {
 			return fmt.Errorf("billing link: %w", billing.ErrNotConfigured)
 		}
-		ctx := c.Request().Context()
 		wait, err := limits.admit(ctx, id, clientIP(c))
 		if err != nil {
 			return err
@@ -108,7 +121,6 @@ func portalLink(cfg Config) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
 		return c.Redirect(http.StatusSeeOther, u)
 	}
 }

@@ -248,3 +248,52 @@ func TestBillingLinkLimitsWithoutAStoreRefuse(t *testing.T) {
 		t.Errorf("admit with no store: %v, want counter.ErrUnavailable", err)
 	}
 }
+
+// TestBillingLinkLandsWhereTheLandingSays: a verified link of a tenant the
+// landing knows (one with console members) goes there, however often it is
+// opened, with no portal call; a tenant it does not know opens the portal
+// under the limits; a landing that fails is a 500; a forged link is 404
+// without asking the landing.
+func TestBillingLinkLandsWhereTheLandingSays(t *testing.T) {
+	t.Parallel()
+	w := newBillingWorld(t)
+	withMembers, without := w.tenant(), w.tenant()
+	var asked atomic.Int64
+	var pc *portalCounter
+	in := w.instance(true, true, func(c *Config) {
+		pc = &portalCounter{BillingService: c.Billing}
+		c.Billing = pc
+		c.BillingLanding = func(_ context.Context, tenantID string) (string, error) {
+			asked.Add(1)
+			switch tenantID {
+			case withMembers:
+				return "/console/billing?workspace=" + tenantID, nil
+			case without:
+				return "", nil
+			}
+			return "", errors.New("members store down")
+		}
+	})
+	outcome(t, in.post(checkoutJSON("evt_ck_land", time.Now(), without, "cus_land", "sub_land"), webhookSecret, time.Time{}))
+
+	for i := range BillingLinksPerTenant + 5 {
+		a := in.get(linkPath(withMembers), "198.51.100.7")
+		if a.status != http.StatusSeeOther || a.header.Get("Location") != "/console/billing?workspace="+withMembers {
+			t.Fatalf("open %d of a console tenant's link: %d, Location %q", i+1, a.status, a.header.Get("Location"))
+		}
+	}
+	if n := pc.calls.Load(); n != 0 {
+		t.Errorf("%d portal calls for links that land in the console, want 0", n)
+	}
+	if a := in.get(linkPath(without), "198.51.100.7"); a.status != http.StatusSeeOther || !strings.HasPrefix(a.header.Get("Location"), "http") || pc.calls.Load() != 1 {
+		t.Errorf("a tenant without members: %d, Location %q, %d portal calls; want 303 to the portal, 1 call", a.status, a.header.Get("Location"), pc.calls.Load())
+	}
+	wantProblem(t, in.get(linkPath("00000000-0000-0000-0000-00000000dead"), "198.51.100.7"), http.StatusInternalServerError, "internal-error")
+	before := asked.Load()
+	forged := linkPath(withMembers)
+	forged = forged[:len(forged)-1] + map[bool]string{true: "1", false: "0"}[strings.HasSuffix(forged, "0")]
+	wantProblem(t, in.get(forged, "198.51.100.7"), http.StatusNotFound, "not-found")
+	if asked.Load() != before {
+		t.Error("a forged link was looked up")
+	}
+}

@@ -485,13 +485,14 @@ func (a *api) refusalProblem(v gate.Verdict) refusalProblem {
 		p.Status = http.StatusPaymentRequired
 		p.Code = "payment_required"
 		p.BillingURL = a.billingURL(v.Tenant.ID)
-		p.Detail = fmt.Sprintf("The subscription is %s, so the tenant is held to the starter plan, whose %d checks this month are used up. Update the payment method at billing_url.", v.Tenant.BillingStatus, r.Limit)
+		p.Detail = fmt.Sprintf("The subscription is %s, so the tenant is held to the starter plan, whose %d checks this month are used up. Update the payment method: billing_url leads to the workspace's billing page in the console (to the Stripe billing portal for a tenant without console members).", v.Tenant.BillingStatus, r.Limit)
 	}
 	return p
 }
 
-// billingURL is the address that sends a tenant to a fresh Stripe portal
-// session for BillingLinkLifetime (see portalLink). It carries an HMAC of
+// billingURL is the address that sends a tenant's people to their
+// console's billing page, or a tenant without console members to a fresh
+// Stripe portal session, for BillingLinkLifetime (see portalLink). It carries an HMAC of
 // the tenant id and the expiry so that nobody can open another tenant's
 // portal by guessing, or keep a link open for ever.
 func (a *api) billingURL(tenantID string) string {

@@ -73,6 +73,14 @@ type Config struct {
 	// memory (gate.NewLimiter). Nil counts nowhere: every open is answered
 	// 503.
 	LinkLimiter *gate.Limiter
+	// BillingLanding, when set, says where a tenant's billing link leads
+	// instead of the Stripe portal: an address of this service (the
+	// console's billing page) for a tenant whose people use the console,
+	// "" for one they do not (a tenant an operator made with the CLI),
+	// whose link opens the portal. It is called only once a link's
+	// signature is verified; it must not call Stripe, and its answer is
+	// not counted against the links' limits.
+	BillingLanding func(ctx context.Context, tenantID string) (string, error)
 	// Billing serves /v1/billing, the billing links and Stripe webhooks;
 	// nil answers them 503.
 	Billing BillingService

@@ -79,18 +79,36 @@ func HumanDuration(d time.Duration) string {
 	return plural(m, "minute") + " " + plural(s, "second")
 }
 
+// contentSecurity is the pages' Content-Security-Policy, their forms
+// posting to formAction.
+func contentSecurity(formAction string) string {
+	return "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action " + formAction + "; frame-ancestors 'none'; base-uri 'none'"
+}
+
 // SecurityHeaders keeps a site's pages out of frames and caches, and allows
 // them nothing but their own style sheet: no script, no inline style.
+// Their forms post to the site only (see FormsLeadToHTTPS).
 func SecurityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Response().Header()
-		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("Content-Security-Policy", contentSecurity("'self'"))
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
 		return next(c)
 	}
+}
+
+// FormsLeadToHTTPS widens the form-action of the page about to be written
+// (after SecurityHeaders) to any https address, for a page whose forms'
+// answers send the browser on to a payment provider: browsers hold every
+// redirect after a form's post to form-action, and Stripe chooses where
+// Checkout and its billing portal live (checkout.stripe.com,
+// billing.stripe.com, or the account's own domain). Under 'self' alone the
+// browser stays on the page, and nothing says why.
+func FormsLeadToHTTPS(h http.Header) {
+	h.Set("Content-Security-Policy", contentSecurity("'self' https:"))
 }
 
 // MaxForm bounds a form body: the largest form has a handful of fields.

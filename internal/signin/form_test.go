@@ -1,8 +1,13 @@
 package signin
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/labstack/echo/v4"
 )
 
 func TestSafeNext(t *testing.T) {
@@ -51,5 +56,26 @@ func TestHumanDuration(t *testing.T) {
 		if got := HumanDuration(d); got != want {
 			t.Errorf("HumanDuration(%s) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// TestFormsLeadToHTTPS: a page whose forms lead on to Stripe may post to
+// https addresses; everything else of the policy stays as SecurityHeaders
+// wrote it, and other pages post to the site only.
+func TestFormsLeadToHTTPS(t *testing.T) {
+	t.Parallel()
+	e := echo.New()
+	c := e.NewContext(httptest.NewRequest(http.MethodGet, "/console/billing", nil), httptest.NewRecorder())
+	if err := SecurityHeaders(func(echo.Context) error { return nil })(c); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Response().Header().Get("Content-Security-Policy")
+	if !strings.Contains(before, "form-action 'self';") {
+		t.Fatalf("SecurityHeaders: %q, want form-action 'self'", before)
+	}
+	FormsLeadToHTTPS(c.Response().Header())
+	after := c.Response().Header().Get("Content-Security-Policy")
+	if want := strings.Replace(before, "form-action 'self';", "form-action 'self' https:;", 1); after != want {
+		t.Errorf("FormsLeadToHTTPS: got %q, want %q", after, want)
 	}
 }
