@@ -1070,7 +1070,7 @@ export interface components {
             code: "payment_required";
             /**
              * Format: uri
-             * @description Where to fix the payment: a link signed for the tenant that redirects (303) to a fresh Stripe Customer Portal session. It opens for 7 days, at most 10 times an hour per tenant and 20 per client address (429 with Retry-After past that); afterwards, or altered, it answers 404, and the next 402 answer carries a fresh one.
+             * @description Where to fix the payment: a link signed for the tenant that redirects (303) to the workspace's billing page in the console (through its sign-in) when the tenant has console members, else to a fresh Stripe Customer Portal session, at most 10 times an hour per tenant and 20 per client address (429 with Retry-After past that). It opens for 7 days; afterwards, or altered, it answers 404, and the next 402 answer carries a fresh one.
              */
             billing_url: string;
         };
