@@ -29,8 +29,9 @@
 // marked Degraded) together with an error that says why: one wrapping
 // ErrUnavailable, a *RateLimitedError or a *PaymentRequiredError. Any
 // other refusal of the call is a fault to fix, not an outage to ride out:
-// a key Tollgate does not know or has revoked (401), a policy that does
-// not exist (400 or 404), any other 4xx problem of Tollgate's. Those
+// a key Tollgate does not know or has revoked (401), a key of a tenant
+// Tollgate's operator disabled (403, matching ErrTenantDisabled), a policy
+// that does not exist (400 or 404), any other 4xx problem of Tollgate's. Those
 // return an *APIError with a Decision, Lease or Reservation that allows
 // nothing, whatever the FailMode, so that a mistyped policy never turns
 // limiting off in silence. Verify asks Tollgate about the key and

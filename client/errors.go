@@ -20,6 +20,16 @@ import (
 // how the answer was not Tollgate's.
 var ErrUnavailable = errors.New("tollgate unavailable")
 
+// ErrTenantDisabled is matched (errors.Is) by the *APIError of a call
+// Tollgate refused with 403 because an operator disabled the tenant whose
+// key the client holds: every call fails with it, whatever the FailMode
+// (a Decision that allows nothing), until the operator enables the
+// tenant again. It is not ErrUnavailable: waiting for Tollgate does not help.
+var ErrTenantDisabled = errors.New("the tenant is disabled by Tollgate's operator")
+
+// tenantDisabledType is the problem type of a disabled tenant's 403.
+const tenantDisabledType = "https://tollgate.dev/problems/tenant-disabled"
+
 // RateLimitedError is a refusal by one of Tollgate's own ceilings (HTTP
 // 429): the tenant (the app, not its user) asked Tollgate too much. It
 // counted nothing; the same call succeeds after RetryAfter.
@@ -69,7 +79,9 @@ func (e *PaymentRequiredError) Error() string {
 // its own (application/problem+json): 400 for an invalid call (Field names
 // the member at fault), 401 for an API key Tollgate does not know, 403 for
 // a change made with a test key, 404 for a policy or lease that does not
-// exist. It is a fault to fix, never answered by the FailMode. A 4xx that
+// exist, 403 matching ErrTenantDisabled for any call with a key of a tenant
+// the operator disabled. It is a fault to fix, never answered by the
+// FailMode. A 4xx that
 // is not Tollgate's problem, such as a web server's 404 page, is
 // ErrUnavailable, as a redirect is.
 type APIError struct {
@@ -99,4 +111,10 @@ func (e *APIError) Error() string {
 		s += ": " + e.Detail
 	}
 	return s
+}
+
+// Is makes errors.Is(err, ErrTenantDisabled) hold for the 403 of a
+// disabled tenant.
+func (e *APIError) Is(target error) bool {
+	return target == ErrTenantDisabled && e.Status == http.StatusForbidden && e.Type == tenantDisabledType
 }

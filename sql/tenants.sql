@@ -18,3 +18,14 @@ SET rate_limit_per_minute = @rate_limit_per_minute,
     updated_at = now()
 WHERE id = @id
 RETURNING *;
+
+-- name: SetTenantDisabled :one
+-- SetTenantDisabled disables the tenant (keeping the first instant it was
+-- disabled at, and replacing the reason) or enables it again (the reason
+-- cleared).
+UPDATE tenants
+SET disabled_at = CASE WHEN @disabled::boolean THEN COALESCE(disabled_at, now()) END,
+    disabled_reason = CASE WHEN @disabled::boolean THEN @reason::text ELSE '' END,
+    updated_at = now()
+WHERE id = @id
+RETURNING *;

@@ -60,7 +60,7 @@ LIMIT @max_rows;
 -- since month_start.
 SELECT t.id, t.name, t.plan, t.billing_status, t.rate_limit_per_minute, t.quota_per_minute,
     t.quota_per_hour, t.stripe_customer_id, t.stripe_subscription_id, t.billing_updated_at,
-    t.created_at,
+    t.created_at, t.disabled_at, t.disabled_reason,
     coalesce((
         SELECT sum(u.checks) FROM usage_minutes AS u
         WHERE u.tenant_id = t.id AND u.minute >= @month_start

@@ -109,7 +109,10 @@ type TenantListRow struct {
 	Plan           string
 	EffectivePlan  string
 	// Held is set when the effective plan is not the purchased one.
-	Held          bool
+	Held bool
+	// Disabled is set when an operator disabled the tenant: the list says
+	// so next to its name.
+	Disabled      bool
 	BillingStatus string
 	StatusClass   string
 	Usage         UsageBar
@@ -377,6 +380,20 @@ type TenantView struct {
 	// EventsNote explains an empty or unavailable event list.
 	EventsNote string
 	AuditHref  string
+	// State is whether the workspace is disabled, and the way to change it.
+	State TenantState
+}
+
+// TenantState is a tenant's state on its page: active, or disabled by an
+// operator (since when, by whose note), with the way to the other state.
+type TenantState struct {
+	Disabled bool
+	// Since and Reason say when the tenant was disabled and why (Reason
+	// may be empty).
+	Since, Reason string
+	// DisableHref is the confirmation page of disabling (a GET);
+	// EnableAction is where enabling posts.
+	DisableHref, EnableAction string
 }
 
 // WebhookDetail is one event with its payload.
@@ -509,6 +526,26 @@ type ConfirmView struct {
 	Action, Button string
 	// CancelHref is the way back, changing nothing.
 	CancelHref string
+	// Field, when set, is a text field the form posts with the button (a
+	// reason, which may be left empty).
+	Field *ConfirmField
+}
+
+// ConfirmField is an optional text field of a confirmation page.
+type ConfirmField struct {
+	// Name is the form's field name; Label and Hint say what it is for.
+	Name, Label, Hint string
+	MaxLen            int
+	// Value is what was typed, shown again with Error when it was refused.
+	Value, Error string
+}
+
+// errorField names the field for fieldAttrs when it is at fault.
+func (f ConfirmField) errorField() string {
+	if f.Error == "" {
+		return ""
+	}
+	return "confirm-field"
 }
 
 // AdminRow is one admin who may sign in.

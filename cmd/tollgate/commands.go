@@ -53,8 +53,10 @@ var commands = []command{
 		synopses: []string{
 			"tenants create --name NAME [--plan PLAN]",
 			"tenants list",
+			"tenants disable TENANT_ID [--reason TEXT]",
+			"tenants enable TENANT_ID",
 		},
-		summary: "create a tenant with a live and a test key (printed once, as JSON), or list the tenants",
+		summary: "create a tenant with a live and a test key (printed once, as JSON), list the tenants, or disable and enable one (its keys refused with 403, its console closed; nothing deleted)",
 		env:     storeEnv,
 		config:  loadStoreConfig,
 		run:     tenantsCmd,

@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/pgstore"
 	"github.com/tollgate/tollgate/internal/tenant"
 )
@@ -24,12 +26,14 @@ import (
 // list`, a table of the tenants.
 func tenantsCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, cio cliIO) error {
 	stdout := cio.stdout
-	const synopsis = "tenants create --name NAME [--plan starter|pro|growth|enterprise|enterprise_dedicated] | tenants list"
+	const synopsis = "tenants create --name NAME [--plan starter|pro|growth|enterprise|enterprise_dedicated] | tenants list | tenants disable TENANT_ID [--reason TEXT] | tenants enable TENANT_ID"
 	switch {
 	case len(args) > 0 && args[0] == "list":
 		return tenantsList(ctx, cfg, log, args[1:], stdout, synopsis)
+	case len(args) > 0 && (args[0] == "disable" || args[0] == "enable"):
+		return tenantsSetDisabled(ctx, cfg, log, args[0] == "disable", args[1:], stdout, synopsis)
 	case len(args) == 0 || args[0] != "create":
-		return usagef(synopsis, "tenants: want the subcommand create or list")
+		return usagef(synopsis, "tenants: want the subcommand create, list, disable or enable")
 	}
 	fs := newFlags("tenants create")
 	name := fs.String("name", "", "the tenant's name")
@@ -89,15 +93,81 @@ func tenantsList(ctx context.Context, cfg Config, log *slog.Logger, args []strin
 		return fmt.Errorf("tenants list: %w", err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT ID\tNAME\tPLAN\tEFFECTIVE PLAN\tBILLING STATUS\tCREATED")
+	fmt.Fprintln(tw, "TENANT ID\tNAME\tPLAN\tEFFECTIVE PLAN\tBILLING STATUS\tCREATED\tDISABLED")
 	for _, t := range ts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Plan, tenant.EffectivePlanName(t.Plan, t.BillingStatus),
-			cmp.Or(t.BillingStatus, "-"), t.CreatedAt.UTC().Format(time.RFC3339))
+		disabled := "-"
+		if t.DisabledAt != nil {
+			disabled = t.DisabledAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Plan, tenant.EffectivePlanName(t.Plan, t.BillingStatus),
+			cmp.Or(t.BillingStatus, "-"), t.CreatedAt.UTC().Format(time.RFC3339), disabled)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write output: %w", err)
 	}
 	return nil
+}
+
+// tenantsSetDisabled runs `tollgate tenants disable` and `tollgate tenants
+// enable`: the tenant's keys are refused (403) on every serving instance
+// within seconds, by the database's change notification, or work again;
+// the change is audited with the actor cli:<os user>. It prints the
+// tenant's state as one JSON line.
+func tenantsSetDisabled(ctx context.Context, cfg Config, log *slog.Logger, disable bool, args []string, stdout io.Writer, synopsis string) error {
+	verb, kind := "enable", audit.KindTenantEnabled
+	if disable {
+		verb, kind = "disable", audit.KindTenantDisabled
+	}
+	fs := newFlags("tenants " + verb)
+	var reason *string
+	if disable {
+		reason = fs.String("reason", "", "why, for operators (audit log, dashboard)")
+	} else {
+		reason = new(string)
+	}
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return usagef(synopsis, "tenants %s: %v", verb, err)
+	}
+	if len(rest) != 1 || rest[0] == "" {
+		return usagef(synopsis, "tenants %s: want one TENANT_ID", verb)
+	}
+	*reason = strings.TrimSpace(*reason)
+	if err := tenant.ValidateDisabledReason(*reason); err != nil {
+		return usagef(synopsis, "tenants %s: --%v", verb, err)
+	}
+	type stores struct {
+		tenants *pgstore.Tenants
+		audit   func(ctx context.Context, tenantID, kind string, detail map[string]any)
+	}
+	actor := cliActor()
+	st, done, err := openStore(ctx, cfg, log, func(pool *pgxpool.Pool) stores {
+		return stores{pgstore.NewTenants(pool), cliAudit(pool, actor, log)}
+	})
+	if err != nil {
+		return err
+	}
+	defer done()
+	t, err := st.tenants.SetTenantDisabled(ctx, rest[0], disable, *reason)
+	if err != nil {
+		return notFound(err, "tenants %s: no tenant %s", verb, rest[0])
+	}
+	detail := map[string]any{}
+	if disable {
+		detail["reason"] = *reason
+	}
+	st.audit(ctx, t.ID, kind, detail)
+	log.InfoContext(ctx, "tenant "+verb+"d", "tenant_id", t.ID)
+	out := struct {
+		TenantID   string  `json:"tenant_id"`
+		DisabledAt *string `json:"disabled_at"`
+		Reason     string  `json:"reason"`
+	}{TenantID: t.ID, Reason: t.DisabledReason}
+	if t.DisabledAt != nil {
+		at := t.DisabledAt.UTC().Format(time.RFC3339Nano)
+		out.DisabledAt = &at
+	}
+	return printJSON(stdout, out)
 }
 
 // openStore opens a store (made by newStore: pgstore.NewTenants,

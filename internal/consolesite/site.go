@@ -220,15 +220,45 @@ func (s *Site) session(c echo.Context) (*member, error) {
 	if err != nil || ck.Value == "" || len(ck.Value) > 100 {
 		return nil, nil
 	}
-	_, m, err := s.cfg.Members.SessionMember(c.Request().Context(), ck.Value)
+	ctx := c.Request().Context()
+	_, m, err := s.cfg.Members.SessionMember(ctx, ck.Value)
 	if errors.Is(err, console.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	t, err := s.cfg.Tenants.Tenant(ctx, m.TenantID)
+	if errors.Is(err, tenant.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if t.Disabled() {
+		// Signed out: this session is over, whatever happens to the
+		// workspace later. Sessions not presented while it is disabled
+		// end the same way at their next request.
+		if err := s.cfg.Members.DeleteSession(ctx, ck.Value); err != nil {
+			return nil, err
+		}
+		s.setCookie(c, sessionCookie, "", -1)
+		s.log.InfoContext(ctx, "console session of a disabled tenant ended", "tenant_id", t.ID, "member_id", m.ID)
+		return nil, errWorkspaceDisabled
+	}
 	return &member{Member: m, token: ck.Value, csrf: signin.CSRFFor(realm, ck.Value)}, nil
 }
+
+// errWorkspaceDisabled is a session or a sign-in of a member whose tenant
+// an operator disabled; fail answers it with workspaceDisabled's page.
+var errWorkspaceDisabled = errors.New("workspace disabled")
+
+// workspaceDisabled is what a member of a disabled tenant is told: signed
+// out, and why. The operator's reason is not shown: it is the operator's
+// note.
+var workspaceDisabled = web.ConsoleMessageView{Title: "This workspace is disabled",
+	Message: "The operator of this Tollgate disabled this workspace: you are signed out, nobody of it can sign in, and the API refuses its keys, until the operator enables it again. Nothing of it is deleted. Ask the operator why.",
+	Link:    "/console/login", LinkLabel: "The sign-in page"}
 
 // consoleNext is next when it is a console page to go on to after
 // signing in, else "".
@@ -411,9 +441,12 @@ func (s *Site) confirm(c echo.Context) error {
 	}
 	s.log.InfoContext(ctx, "console email confirmed", "tenant_id", m.TenantID, "member_id", m.ID)
 	signed, err := s.session(c)
-	if err != nil {
+	if err != nil && !errors.Is(err, errWorkspaceDisabled) {
 		return s.fail(c, err)
 	}
+	// A member of a disabled workspace was signed out by session: the key
+	// is shown once all the same (it is refused until the workspace is
+	// enabled, and is not shown again then).
 	keys := []web.ConsoleNewKey{{Kind: "live", Value: live}}
 	if signed != nil && signed.ID == m.ID {
 		signed.Member = m
@@ -487,6 +520,17 @@ func (s *Site) login(c echo.Context) error {
 		s.log.WarnContext(ctx, "console sign-in failed", "client_ip_digest", s.limiter.ClientDigest(c.RealIP()))
 		v.Error = "Wrong email or password."
 		return s.authPage(c, http.StatusUnauthorized, v)
+	}
+	// Told only to whoever knows the password: a guesser learns nothing
+	// of the workspace.
+	t, err := s.cfg.Tenants.Tenant(ctx, m.TenantID)
+	if err != nil {
+		return s.fail(c, err)
+	}
+	if t.Disabled() {
+		s.log.InfoContext(ctx, "console sign-in of a disabled tenant refused", "tenant_id", t.ID, "member_id", m.ID)
+		v.Error = "This workspace is disabled by the operator of this Tollgate: nobody of it can sign in until it is enabled again. Ask the operator why."
+		return s.authPage(c, http.StatusForbidden, v)
 	}
 	raw, err := s.cfg.Members.CreateSession(ctx, m.TenantID, m.ID, s.cfg.Now().Add(s.cfg.SessionTTL))
 	if err != nil {
@@ -588,6 +632,9 @@ func (s *Site) message(c echo.Context, status int, v web.ConsoleMessageView) err
 
 // fail answers an error the visitor did not cause: 500, its cause logged.
 func (s *Site) fail(c echo.Context, err error) error {
+	if errors.Is(err, errWorkspaceDisabled) {
+		return s.message(c, http.StatusForbidden, workspaceDisabled)
+	}
 	s.log.ErrorContext(c.Request().Context(), "console page failed", "path", c.Path(), "err", err)
 	return s.message(c, http.StatusInternalServerError, web.ConsoleMessageView{Title: "Something went wrong",
 		Message: "Tollgate could not answer this page. Try again in a moment.", Link: "/console", LinkLabel: "The console"})

@@ -40,10 +40,11 @@ var refusalKinds = []string{audit.KindRefusal, audit.KindRefusalFlood}
 
 // changeKinds are the kinds of the changes view's filter: those written by
 // the dashboard, the CLI and the tenant API's policy routes, billing, the
-// tenant API's counter resets, and the console's endpoint deletions.
+// tenant API's counter resets, the console's endpoint deletions, and the
+// operators' disabling of whole tenants.
 var changeKinds = []string{
 	KindTenantCreated, KindLimitsChanged, KindKeyCreated, KindKeyRevoked, audit.KindKeyRolled, KindPlanChanged, KindEndpointDisabled, KindEndpointEnabled,
-	audit.KindEndpointDeleted, KindMemberDisabled, KindMemberEnabled,
+	audit.KindEndpointDeleted, KindMemberDisabled, KindMemberEnabled, audit.KindTenantDisabled, audit.KindTenantEnabled,
 	policy.KindPolicyPut, policy.KindPolicyDeleted, policy.KindOverridePut, policy.KindOverrideDeleted,
 	billing.AuditKind, billing.AuditKindCustomerLinked,
 	audit.KindCounterReset, audit.KindCounterReset + audit.FloodSuffix,

@@ -44,6 +44,9 @@ type TenantStore interface {
 	CreateTenant(ctx context.Context, name, plan string, keys ...tenant.Key) (tenant.Tenant, error)
 	Tenant(ctx context.Context, id string) (tenant.Tenant, error)
 	SetTenantLimits(ctx context.Context, id string, l tenant.TenantLimits) (tenant.Tenant, error)
+	// SetTenantDisabled disables the tenant with reason, or enables it
+	// (pgstore.Tenants').
+	SetTenantDisabled(ctx context.Context, id string, disabled bool, reason string) (tenant.Tenant, error)
 	CreateKey(ctx context.Context, k tenant.Key) (tenant.Key, error)
 	Keys(ctx context.Context, tenantID string) ([]tenant.Key, error)
 	RevokeKey(ctx context.Context, id string) (tenant.Key, error)
@@ -279,6 +282,9 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	g.POST("/tenants/:id/members/:member/disable", d.page(d.disableMember))
 	g.POST("/tenants/:id/members/:member/enable", d.page(d.enableMember))
 	g.POST("/tenants/:id/limits", d.page(d.setLimits))
+	g.GET("/tenants/:id/disable", d.page(d.confirmDisableTenant))
+	g.POST("/tenants/:id/disable", d.page(d.disableTenant))
+	g.POST("/tenants/:id/enable", d.page(d.enableTenant))
 	g.POST("/tenants/:id/subjects/reset", d.page(d.unlockSubject))
 	g.POST("/tenants/:id/policies", d.page(d.putPolicy))
 	g.GET("/tenants/:id/policies/:name/delete", d.page(d.confirmDeletePolicy))

@@ -41,6 +41,8 @@ var flashes = map[string]string{
 	"endpoint-disabled": "Webhook endpoint disabled. Its deliveries wait until the tenant enables it again.",
 	"member-disabled":   "Member disabled: signed out everywhere, and cannot sign in to the console until enabled again.",
 	"member-enabled":    "Member enabled: they may sign in to the console again.",
+	"tenant-disabled":   "Workspace disabled. Every instance refuses its keys with 403 within seconds, and its console members are signed out.",
+	"tenant-enabled":    "Workspace enabled. Its keys, policies and members work again as they were.",
 	"endpoint-enabled":  "Webhook endpoint enabled. Its waiting deliveries go out now; those given up stay given up (the tenant may re-send them).",
 	"plan":              "Plan saved. Every instance applies it within a second.",
 	"linked":            "Customer linked. Its held events were applied in order; the event below shows its outcome now.",
@@ -168,6 +170,7 @@ func (d *Dashboard) tenantView(ctx context.Context, s *signedIn, id string) (web
 		MonthUsage: usageBar(td.report.ChecksUsed, eff.MonthlyChecks),
 		KeyForm:    web.KeyForm{Action: "/admin/tenants/" + t.ID + "/keys", Mode: "live"},
 		AuditHref:  "/admin/audit?tenant=" + url.QueryEscape(t.ID),
+		State:      tenantState(t),
 	}
 	if t.StripeCustomerID != "" {
 		v.Billing.CustomerURL = d.cfg.StripeDashboardURL + "/customers/" + url.PathEscape(t.StripeCustomerID)

@@ -122,7 +122,7 @@ func (d *Dashboard) tenantsView(c echo.Context, s *signedIn) (web.TenantsView, e
 		eff := tenant.EffectivePlanName(r.Plan, r.BillingStatus)
 		v.Rows = append(v.Rows, web.TenantListRow{
 			ID: r.ID, Name: r.Name, Href: "/admin/tenants/" + r.ID,
-			Plan: r.Plan, EffectivePlan: eff, Held: tenant.HeldToStarter(r.Tenant),
+			Plan: r.Plan, EffectivePlan: eff, Held: tenant.HeldToStarter(r.Tenant), Disabled: r.Disabled(),
 			BillingStatus: r.BillingStatus, StatusClass: statusClass(r.BillingStatus),
 			Usage: usageBar(r.MonthChecks, plans[eff].MonthlyChecks),
 		})

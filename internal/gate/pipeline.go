@@ -74,7 +74,8 @@ type passage struct {
 // takes no new place (the policy routes, releasing and renewing a lease, a
 // reset, a body too malformed to be a check, a batch or a lease). A batch
 // of checks enters by AdmitBatch and a lease by Acquire. Errors:
-// tenant.ErrUnauthorized for a bad key, ErrInvalid for a malformed check; a
+// tenant.ErrUnauthorized for a bad key, tenant.ErrDisabled for a valid key
+// of a disabled tenant, ErrInvalid for a malformed check; a
 // refusal is a Verdict, not an error.
 func (g *Gate) Admit(ctx context.Context, req Request) (Verdict, error) {
 	p := passage{req: req, now: g.cfg.Now()}
@@ -297,6 +298,10 @@ func (g *Gate) authFailItem(client *clientKeys) counter.Item {
 func (g *Gate) authenticate(ctx context.Context, p *passage) error {
 	key, t, err := g.cfg.Tenants.Authenticate(ctx, p.req.Bearer)
 	if err != nil {
+		if errors.Is(err, tenant.ErrDisabled) {
+			// A valid key: not a failure of its client network's.
+			return err
+		}
 		if !errors.Is(err, tenant.ErrUnauthorized) {
 			return fmt.Errorf("%w: key: %w", ErrUnavailable, err)
 		}

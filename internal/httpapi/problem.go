@@ -32,6 +32,9 @@ type problemKind struct {
 // never shown.
 var problemKinds = []problemKind{
 	{tenant.ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Invalid API key"},
+	// A valid key of a tenant an operator disabled: not a 401, the key is
+	// right; not a 429, waiting does not help.
+	{tenant.ErrDisabled, http.StatusForbidden, "tenant-disabled", "This workspace is disabled by the operator: every key of it is refused until it is enabled again. Contact the operator of this Tollgate"},
 	{tenant.ErrTestKey, http.StatusForbidden, "test-key-read-only", "Test keys may read but not change the tenant's configuration: use a live key"},
 	{tenant.ErrInvalid, http.StatusBadRequest, "invalid-request", "Invalid request"},
 	// A configuration file Parse refuses (envoy.go): before policy's

@@ -115,6 +115,31 @@ func (s *Tenants) SetTenantLimits(ctx context.Context, id string, l tenant.Tenan
 	return tenantOf(row), nil
 }
 
+// SetTenantDisabled disables the tenant (an operator's act), keeping the
+// first instant it was disabled at and replacing reason, or enables it
+// again, and returns it as stored. Nothing else of the tenant changes; the
+// tenants trigger tells every instance's Directory, whose next
+// Authenticate of its keys answers tenant.ErrDisabled. Errors:
+// tenant.ErrNotFound, a *tenant.FieldError for a reason too long.
+func (s *Tenants) SetTenantDisabled(ctx context.Context, id string, disabled bool, reason string) (tenant.Tenant, error) {
+	verb := "enable"
+	if disabled {
+		verb = "disable"
+		if err := tenant.ValidateDisabledReason(reason); err != nil {
+			return tenant.Tenant{}, fmt.Errorf("disable tenant %s: %w", id, err)
+		}
+	}
+	uid, ok := uuidOf(id)
+	if !ok {
+		return tenant.Tenant{}, fmt.Errorf("%s tenant %s: %w", verb, id, tenant.ErrNotFound)
+	}
+	row, err := s.q.SetTenantDisabled(ctx, sqlcgen.SetTenantDisabledParams{Disabled: disabled, Reason: reason, ID: uid})
+	if err != nil {
+		return tenant.Tenant{}, fmt.Errorf("%s tenant %s: %w", verb, id, dbErr(err, tenantErrors))
+	}
+	return tenantOf(row), nil
+}
+
 // tenantOf turns a row into a tenant.Tenant.
 func tenantOf(r sqlcgen.Tenant) tenant.Tenant {
 	return tenant.Tenant{
@@ -129,5 +154,7 @@ func tenantOf(r sqlcgen.Tenant) tenant.Tenant {
 		StripeSubscriptionID: deref(r.StripeSubscriptionID),
 		BillingUpdatedAt:     timePtrOf(r.BillingUpdatedAt),
 		CreatedAt:            timeOf(r.CreatedAt),
+		DisabledAt:           timePtrOf(r.DisabledAt),
+		DisabledReason:       r.DisabledReason,
 	}
 }

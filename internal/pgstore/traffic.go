@@ -134,6 +134,7 @@ func (s *Traffic) SearchTenants(ctx context.Context, q traffic.Search) ([]traffi
 				RateLimitPerMinute: r.RateLimitPerMinute, QuotaPerMinute: r.QuotaPerMinute, QuotaPerHour: r.QuotaPerHour,
 				StripeCustomerID: r.StripeCustomerID, StripeSubscriptionID: r.StripeSubscriptionID,
 				BillingUpdatedAt: r.BillingUpdatedAt, CreatedAt: r.CreatedAt,
+				DisabledAt: r.DisabledAt, DisabledReason: r.DisabledReason,
 			}),
 			MonthChecks: r.MonthChecks,
 		}

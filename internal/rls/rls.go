@@ -191,6 +191,8 @@ func (s *Service) statusOf(err error) error {
 	switch {
 	case errors.Is(err, tenant.ErrUnauthorized):
 		return status.Error(codes.Unauthenticated, "the API key is missing, unknown, expired or revoked")
+	case errors.Is(err, tenant.ErrDisabled):
+		return status.Error(codes.PermissionDenied, "this workspace is disabled by the operator: every key of it is refused until it is enabled again")
 	case errors.As(err, &fe):
 		field, reason := fe.ClientFault()
 		if field != "" {

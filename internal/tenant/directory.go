@@ -120,7 +120,9 @@ func NewDirectory(cfg DirectoryConfig) *Directory {
 // Authenticate returns the key that bearer (the credential of an
 // "Authorization: Bearer" header, without the scheme) is, and its tenant.
 // A missing, malformed, unknown or revoked key is ErrUnauthorized, which
-// does not say which; an expired one is an *ExpiredKeyError, which wraps it; any other error is the store failing. The key's use is
+// does not say which; an expired one is an *ExpiredKeyError, which wraps it;
+// a valid key of a disabled tenant is ErrDisabled (its use not noted); any
+// other error is the store failing. The key's use is
 // noted for Run to write; the Key returned has no Hash.
 func (d *Directory) Authenticate(ctx context.Context, bearer string) (Key, Tenant, error) {
 	prefix, test, ok := parseKey(bearer)
@@ -147,6 +149,11 @@ func (d *Directory) Authenticate(ctx context.Context, bearer string) (Key, Tenan
 	}
 	if err != nil {
 		return Key{}, Tenant{}, fmt.Errorf("authenticate: %w", err)
+	}
+	if t.Disabled() {
+		// Only now, with the key proven whole, valid and the tenant's:
+		// an unknown or revoked key learned nothing above.
+		return Key{}, Tenant{}, ErrDisabled
 	}
 	d.noteUse(k.ID, d.now())
 	k.Hash = nil

@@ -31,6 +31,11 @@ var (
 	// overrides, billing or keys, so that a key handed to a test
 	// environment can never alter what live traffic is answered.
 	ErrTestKey = errors.New("test keys may read but not change the tenant's configuration: use a live key")
+	// ErrDisabled is a valid key of a tenant an operator disabled
+	// (Tenant.DisabledAt). Directory.Authenticate answers it only once the
+	// key is proven valid, so that it tells nothing to whoever does not hold
+	// one; every key of the tenant gets it until the tenant is enabled.
+	ErrDisabled = errors.New("this workspace is disabled by the operator")
 )
 
 // Billing statuses, as Stripe names subscription statuses.
@@ -84,6 +89,28 @@ type Tenant struct {
 	StripeSubscriptionID string
 	BillingUpdatedAt     *time.Time
 	CreatedAt            time.Time
+	// DisabledAt, when set, is when an operator disabled the tenant: its
+	// keys are refused (ErrDisabled) and its console members kept out until
+	// it is enabled again; nothing of it is deleted. DisabledReason is the
+	// operator's note, for operators only ("" when none was given).
+	DisabledAt     *time.Time
+	DisabledReason string
+}
+
+// Disabled reports whether an operator disabled the tenant.
+func (t Tenant) Disabled() bool { return t.DisabledAt != nil }
+
+// MaxDisabledReasonLen is the longest reason an operator may give for
+// disabling a tenant, in characters.
+const MaxDisabledReasonLen = 200
+
+// ValidateDisabledReason returns a *FieldError unless reason is empty or a
+// text of at most MaxDisabledReasonLen characters as ValidateName wants.
+func ValidateDisabledReason(reason string) error {
+	if reason == "" {
+		return nil
+	}
+	return validateText("reason", reason, MaxDisabledReasonLen)
 }
 
 // SandboxAllotment is what test keys of one tenant share per rolling 30 days.

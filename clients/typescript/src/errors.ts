@@ -80,8 +80,9 @@ export interface Problem {
 /** Any other refusal of a call by Tollgate, as its problem document
  * (application/problem+json) says: 400 for an invalid call (`problem.field`
  * names the member at fault), 401 for an API key Tollgate does not know,
- * 403 for a change made with a test key, 404 for a policy or lease that
- * does not exist. */
+ * 403 for a change made with a test key or for any call with a key of a
+ * tenant the operator disabled (`tenantDisabled`), 404 for a policy or
+ * lease that does not exist. */
 export class APIError extends TollgateError {
   override name = "APIError";
   constructor(
@@ -92,7 +93,17 @@ export class APIError extends TollgateError {
       [`Tollgate answered ${status}`, problem.title, problem.field, problem.detail].filter(Boolean).join(": "),
     );
   }
+
+  /** True for the 403 of a tenant Tollgate's operator disabled: every call
+   * with its keys is refused so, whatever the fail mode, until the operator
+   * enables it again; waiting for Tollgate does not help. */
+  get tenantDisabled(): boolean {
+    return this.status === 403 && this.problem.type === tenantDisabledType;
+  }
 }
+
+/** The problem type of a disabled tenant's 403. */
+const tenantDisabledType = "https://tollgate.dev/problems/tenant-disabled";
 
 /** Thrown by `renew` when the lease no longer holds a place (lapsed,
  * released, dropped by a reset): acquire a new one. */

@@ -1070,7 +1070,7 @@ export interface components {
             code: "payment_required";
             /**
              * Format: uri
-             * @description Where to fix the payment: a link signed for the tenant that redirects (303) to a fresh Stripe Customer Portal session. It opens for 7 days, at most 10 times an hour per tenant and 20 per client address (429 with Retry-After past that); afterwards, or altered, it answers 404, and the next 402 answer carries a fresh one.
+             * @description Where to fix the payment: a link signed for the tenant that redirects (303) to the workspace's billing page in the console (through its sign-in) when the tenant has console members, else to a fresh Stripe Customer Portal session, at most 10 times an hour per tenant and 20 per client address (429 with Retry-After past that). It opens for 7 days; afterwards, or altered, it answers 404, and the next 402 answer carries a fresh one.
              */
             billing_url: string;
         };
@@ -1888,8 +1888,17 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request would change the tenant's policies, overrides, envoyproxy/ratelimit files or billing and came with a test key (`tg_test_…`). Test keys live in the sandbox: their checks count on counters of their own, apart from live traffic's, and they may read the configuration but not change it. Use a live key. */
-        TestKeyReadOnly: {
+        /** @description Either of two refusals, told apart by the problem's type. `test-key-read-only`: The request would change the tenant's policies, overrides, envoyproxy/ratelimit files or billing and came with a test key (`tg_test_…`). Test keys live in the sandbox: their checks count on counters of their own, apart from live traffic's, and they may read the configuration but not change it. Use a live key. `tenant-disabled`: The key is valid, but its tenant is disabled by the operator of this Tollgate (problem type `https://tollgate.dev/problems/tenant-disabled`): every key of the tenant is refused so, on every instance, until the operator enables it again. Nothing of the tenant is deleted. A key that is not valid is answered 401, disabled tenant or not. */
+        Forbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The key is valid, but its tenant is disabled by the operator of this Tollgate (problem type `https://tollgate.dev/problems/tenant-disabled`): every key of the tenant is refused so, on every instance, until the operator enables it again. Nothing of the tenant is deleted. A key that is not valid is answered 401, disabled tenant or not. */
+        TenantDisabled: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1985,6 +1994,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
@@ -2016,6 +2026,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
@@ -2052,7 +2063,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
@@ -2082,7 +2093,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
@@ -2115,6 +2126,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
@@ -2152,6 +2164,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
@@ -2193,7 +2206,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
@@ -2229,7 +2242,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
@@ -2265,6 +2278,7 @@ export interface operations {
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["PaymentRequired"];
+            403: components["responses"]["TenantDisabled"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
@@ -2295,6 +2309,7 @@ export interface operations {
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["PaymentRequired"];
+            403: components["responses"]["TenantDisabled"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
@@ -2331,10 +2346,11 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
-            /** @description Refused, answered 403 because the request asked for it (`refusal_status=403`, for nginx): the policy refused (`layer` `policy`; with `X-Tollgate-Degraded` when its fail mode `closed` did), or the per-IP ceiling, which limits the client's address (`layer` `ip`). Nothing was counted. The proxy passes Retry-After and the RateLimit fields on to the client. */
+            /** @description Refused, answered 403 because the request asked for it (`refusal_status=403`, for nginx): the policy refused (`layer` `policy`; with `X-Tollgate-Degraded` when its fail mode `closed` did), or the per-IP ceiling, which limits the client's address (`layer` `ip`). Nothing was counted. The proxy passes Retry-After and the RateLimit fields on to the client. Also 403, whatever `refusal_status`, with the problem type `tenant-disabled` (no RateLimit fields), for a valid key of a tenant the operator disabled: every key of it is refused so until the operator enables it again. */
             403: {
                 headers: {
-                    "Retry-After": components["headers"]["Retry-After"];
+                    /** @description Seconds until the same request would be admitted; exact, never a guess. On every refusal of the policy or the per-IP ceiling; absent from the `tenant-disabled` 403, which waiting does not end. */
+                    "Retry-After"?: number;
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     RateLimit: components["headers"]["RateLimit"];
                     /** @description Present when a ceiling refused rather than the policy: `ip`. */
@@ -2343,7 +2359,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ForwardAuthProblem"];
+                    "application/problem+json": components["schemas"]["ForwardAuthProblem"] | components["schemas"]["Problem"];
                 };
             };
             /** @description Refused: the policy refused (`layer` `policy`; with `X-Tollgate-Degraded` when its fail mode `closed` did), or the per-IP ceiling, which limits the client's address (`layer` `ip`). Nothing was counted. The proxy passes Retry-After and the RateLimit fields on to the client. */
@@ -2399,6 +2415,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
@@ -2449,7 +2466,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             /** @description The tenant has no Stripe customer yet (portal) or already has a subscription (checkout). */
             409: {
                 headers: {
@@ -2502,7 +2519,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             /** @description The tenant has no Stripe customer yet (portal) or already has a subscription (checkout). */
             409: {
                 headers: {
@@ -2563,6 +2580,7 @@ export interface operations {
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["PaymentRequired"];
+            403: components["responses"]["TenantDisabled"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
@@ -2592,6 +2610,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             404: components["responses"]["LeaseGone"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
@@ -2630,6 +2649,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             404: components["responses"]["LeaseGone"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
@@ -2667,6 +2687,7 @@ export interface operations {
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["PaymentRequired"];
+            403: components["responses"]["TenantDisabled"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
@@ -2697,6 +2718,7 @@ export interface operations {
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["PaymentRequired"];
+            403: components["responses"]["TenantDisabled"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
@@ -2729,6 +2751,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
@@ -2763,6 +2786,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             404: components["responses"]["ReservationGone"];
             409: components["responses"]["ReservationSettled"];
             429: components["responses"]["TooManyRequests"];
@@ -2803,6 +2827,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             404: components["responses"]["ReservationGone"];
             409: components["responses"]["ReservationSettled"];
             429: components["responses"]["TooManyRequests"];
@@ -2839,6 +2864,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
@@ -2864,6 +2890,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
@@ -2903,6 +2930,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             /** @description This tenant has no such domain. */
             404: {
                 headers: {
@@ -2957,7 +2985,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             /** @description The body is longer than 65,536 bytes. */
             413: {
                 headers: {
@@ -3013,7 +3041,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             /** @description This tenant has no such domain. */
             404: {
                 headers: {
@@ -3047,6 +3075,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
@@ -3078,7 +3107,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             /** @description The tenant has 5 endpoints already (`too-many-webhooks`). */
             409: {
                 headers: {
@@ -3115,6 +3144,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             /** @description No such endpoint or delivery of this tenant. */
             404: {
                 headers: {
@@ -3149,7 +3179,7 @@ export interface operations {
                 content?: never;
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             /** @description No such endpoint or delivery of this tenant. */
             404: {
                 headers: {
@@ -3186,7 +3216,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             /** @description No such endpoint or delivery of this tenant. */
             404: {
                 headers: {
@@ -3223,7 +3253,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             /** @description No such endpoint or delivery of this tenant. */
             404: {
                 headers: {
@@ -3260,7 +3290,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             /** @description No such endpoint or delivery of this tenant. */
             404: {
                 headers: {
@@ -3297,7 +3327,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             /** @description No such endpoint or delivery of this tenant. */
             404: {
                 headers: {
@@ -3334,6 +3364,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["TenantDisabled"];
             /** @description No such endpoint or delivery of this tenant. */
             404: {
                 headers: {
@@ -3370,7 +3401,7 @@ export interface operations {
                 content?: never;
             };
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["TestKeyReadOnly"];
+            403: components["responses"]["Forbidden"];
             /** @description No such endpoint or delivery of this tenant. */
             404: {
                 headers: {

@@ -296,6 +296,8 @@ type Tenant struct {
 	CreatedAt            pgtype.Timestamptz
 	UpdatedAt            pgtype.Timestamptz
 	BillingAnchor        pgtype.Timestamptz
+	DisabledAt           pgtype.Timestamptz
+	DisabledReason       string
 }
 
 type UsageMinute struct {

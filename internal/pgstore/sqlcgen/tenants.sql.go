@@ -13,7 +13,7 @@ import (
 
 const createTenant = `-- name: CreateTenant :one
 INSERT INTO tenants (name, plan) VALUES ($1, $2)
-RETURNING id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor
+RETURNING id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor, disabled_at, disabled_reason
 `
 
 type CreateTenantParams struct {
@@ -38,12 +38,14 @@ func (q *Queries) CreateTenant(ctx context.Context, arg CreateTenantParams) (Ten
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.BillingAnchor,
+		&i.DisabledAt,
+		&i.DisabledReason,
 	)
 	return i, err
 }
 
 const getTenant = `-- name: GetTenant :one
-SELECT id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor FROM tenants WHERE id = $1
+SELECT id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor, disabled_at, disabled_reason FROM tenants WHERE id = $1
 `
 
 func (q *Queries) GetTenant(ctx context.Context, id pgtype.UUID) (Tenant, error) {
@@ -63,12 +65,14 @@ func (q *Queries) GetTenant(ctx context.Context, id pgtype.UUID) (Tenant, error)
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.BillingAnchor,
+		&i.DisabledAt,
+		&i.DisabledReason,
 	)
 	return i, err
 }
 
 const listTenants = `-- name: ListTenants :many
-SELECT id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor FROM tenants ORDER BY created_at, id
+SELECT id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor, disabled_at, disabled_reason FROM tenants ORDER BY created_at, id
 `
 
 func (q *Queries) ListTenants(ctx context.Context) ([]Tenant, error) {
@@ -94,6 +98,8 @@ func (q *Queries) ListTenants(ctx context.Context) ([]Tenant, error) {
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.BillingAnchor,
+			&i.DisabledAt,
+			&i.DisabledReason,
 		); err != nil {
 			return nil, err
 		}
@@ -105,6 +111,47 @@ func (q *Queries) ListTenants(ctx context.Context) ([]Tenant, error) {
 	return items, nil
 }
 
+const setTenantDisabled = `-- name: SetTenantDisabled :one
+UPDATE tenants
+SET disabled_at = CASE WHEN $1::boolean THEN COALESCE(disabled_at, now()) END,
+    disabled_reason = CASE WHEN $1::boolean THEN $2::text ELSE '' END,
+    updated_at = now()
+WHERE id = $3
+RETURNING id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor, disabled_at, disabled_reason
+`
+
+type SetTenantDisabledParams struct {
+	Disabled bool
+	Reason   string
+	ID       pgtype.UUID
+}
+
+// SetTenantDisabled disables the tenant (keeping the first instant it was
+// disabled at, and replacing the reason) or enables it again (the reason
+// cleared).
+func (q *Queries) SetTenantDisabled(ctx context.Context, arg SetTenantDisabledParams) (Tenant, error) {
+	row := q.db.QueryRow(ctx, setTenantDisabled, arg.Disabled, arg.Reason, arg.ID)
+	var i Tenant
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.Plan,
+		&i.BillingStatus,
+		&i.RateLimitPerMinute,
+		&i.QuotaPerMinute,
+		&i.QuotaPerHour,
+		&i.StripeCustomerID,
+		&i.StripeSubscriptionID,
+		&i.BillingUpdatedAt,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.BillingAnchor,
+		&i.DisabledAt,
+		&i.DisabledReason,
+	)
+	return i, err
+}
+
 const setTenantLimits = `-- name: SetTenantLimits :one
 UPDATE tenants
 SET rate_limit_per_minute = $1,
@@ -112,7 +159,7 @@ SET rate_limit_per_minute = $1,
     quota_per_hour = $3,
     updated_at = now()
 WHERE id = $4
-RETURNING id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor
+RETURNING id, name, plan, billing_status, rate_limit_per_minute, quota_per_minute, quota_per_hour, stripe_customer_id, stripe_subscription_id, billing_updated_at, created_at, updated_at, billing_anchor, disabled_at, disabled_reason
 `
 
 type SetTenantLimitsParams struct {
@@ -146,6 +193,8 @@ func (q *Queries) SetTenantLimits(ctx context.Context, arg SetTenantLimitsParams
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.BillingAnchor,
+		&i.DisabledAt,
+		&i.DisabledReason,
 	)
 	return i, err
 }

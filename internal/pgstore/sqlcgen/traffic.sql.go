@@ -142,7 +142,7 @@ func (q *Queries) PruneDegraded(ctx context.Context, before pgtype.Timestamptz) 
 const searchTenants = `-- name: SearchTenants :many
 SELECT t.id, t.name, t.plan, t.billing_status, t.rate_limit_per_minute, t.quota_per_minute,
     t.quota_per_hour, t.stripe_customer_id, t.stripe_subscription_id, t.billing_updated_at,
-    t.created_at,
+    t.created_at, t.disabled_at, t.disabled_reason,
     coalesce((
         SELECT sum(u.checks) FROM usage_minutes AS u
         WHERE u.tenant_id = t.id AND u.minute >= $1
@@ -174,6 +174,8 @@ type SearchTenantsRow struct {
 	StripeSubscriptionID *string
 	BillingUpdatedAt     pgtype.Timestamptz
 	CreatedAt            pgtype.Timestamptz
+	DisabledAt           pgtype.Timestamptz
+	DisabledReason       string
 	MonthChecks          int64
 }
 
@@ -208,6 +210,8 @@ func (q *Queries) SearchTenants(ctx context.Context, arg SearchTenantsParams) ([
 			&i.StripeSubscriptionID,
 			&i.BillingUpdatedAt,
 			&i.CreatedAt,
+			&i.DisabledAt,
+			&i.DisabledReason,
 			&i.MonthChecks,
 		); err != nil {
 			return nil, err
