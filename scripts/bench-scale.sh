@@ -56,7 +56,9 @@
 #   BATCH_AXIS="1 16 100" BASE_SUBJECTS=10000 DURATION=3s scripts/bench-scale.sh
 # Settings: the axes and bases above, DURATION, CALLERS, FILL_PER,
 # FILL_CALLERS, COUNTER_TIMEOUT, OUT (a file: the tables are written there
-# too).
+# too), PROFILE (a directory: a CPU profile of Tollgate during each point's
+# measurement, <store>-<subjects>-<tenants>-<policies>-<batch>.cpu, for go
+# tool pprof; DEBUG_PORT, 18282, serves it).
 #
 # The tenants (as many as the tenants' axis's largest) are made in one SQL
 # statement, each with a live key whose secret is known (its hash is what
@@ -85,6 +87,9 @@ base_tenants=${BASE_TENANTS:-1}
 base_policies=${BASE_POLICIES:-1}
 base_batch=${BASE_BATCH:-16}
 duration=${DURATION:-10s}
+profile=${PROFILE:-}
+debug_port=${DEBUG_PORT:-18282}
+[ -z "$profile" ] || mkdir -p "$profile"
 callers=${CALLERS:-64}
 fill_per=${FILL_PER:-1000}
 fill_callers=${FILL_CALLERS:-4}
@@ -190,7 +195,8 @@ point() {
   esac
   env DATABASE_URL="$dsn" TOLLGATE_DEV=1 TOLLGATE_ADDR=127.0.0.1:$port TOLLGATE_LOG_LEVEL=error \
     TOLLGATE_COUNTER_STORE="$store" REDIS_URL="$REDIS_URL" TOLLGATE_MEMORY_MAX_KEYS=100000000 \
-    TOLLGATE_TENANT_INFLIGHT=1000000 TOLLGATE_COUNTER_TIMEOUT="$counter_timeout" bin/tollgate serve 2>"$work/serve.log" &
+    TOLLGATE_TENANT_INFLIGHT=1000000 TOLLGATE_COUNTER_TIMEOUT="$counter_timeout" \
+    ${profile:+TOLLGATE_DEBUG_ADDR=127.0.0.1:$debug_port} bin/tollgate serve 2>"$work/serve.log" &
   server=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
   curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || { echo "tollgate did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
@@ -204,8 +210,14 @@ point() {
   [ "$fdeg$ferr" = 00 ] || { echo "$store fill $s/$t/$p: $fdeg degraded, $ferr failed" >&2; degraded_why; }
   read -r n1 b1 h1 i1 < <(size)
   c0=$(cpu "$server"); s0=$(storecpu)
+  local prof=""
+  if [ -n "$profile" ]; then
+    curl -s -o "$profile/$store-$s-$t-$p-$b.cpu" "http://127.0.0.1:$debug_port/debug/pprof/profile?seconds=$(( ${duration%s} > 2 ? ${duration%s} - 1 : 1 ))" &
+    prof=$!
+  fi
   read -r cps _ _ n _ deg errs _ < <(bin/loadgen "${load[@]}" -per "$b" -callers "$callers" -duration "$duration")
   c1=$(cpu "$server"); s1=$(storecpu)
+  [ -z "$prof" ] || wait "$prof"
   [ "$deg$errs" = 00 ] || { echo "$store $s/$t/$p/$b: $deg degraded, $errs failed" >&2; degraded_why; }
   stop "$server"; server=""
   local counters vac="–"
