@@ -46,11 +46,17 @@ const (
 	// advanceShards and advancesPerShard bound the advances an instance holds.
 	advanceShards    = 16
 	advancesPerShard = 1024
+	// advancesPerTenant is a tenant's share of a shard: past it, the
+	// tenant's next advance makes room from its own, so that one tenant's
+	// many counters (per-IP counters of many client addresses) cannot evict
+	// its neighbours' advances; it takes eight such tenants to fill a shard.
+	advancesPerTenant = advancesPerShard / 8
 )
 
 // advances are this instance's advances, by tenant and counter key. Safe for
-// concurrent use; bounded (advanceShards × advancesPerShard entries), an entry
-// evicted when room is needed letting its units lapse.
+// concurrent use; bounded (advanceShards × advancesPerShard entries, of which
+// a tenant holds at most advanceShards × advancesPerTenant), an entry evicted
+// when room is needed letting its units lapse.
 type advances struct {
 	seed   maphash.Seed
 	shards [advanceShards]advanceShard
@@ -63,6 +69,8 @@ type advanceShard struct {
 	// reading only, so those checks never wait for each other.
 	mu sync.RWMutex
 	m  map[advanceID]*advance
+	// tenants counts m's entries by group (tenant).
+	tenants map[string]int
 }
 
 // advanceID names a counter of a tenant: the counter request's Group and the
@@ -127,6 +135,7 @@ func newAdvances() *advances {
 	l := &advances{seed: maphash.MakeSeed()}
 	for i := range l.shards {
 		l.shards[i].m = make(map[advanceID]*advance)
+		l.shards[i].tenants = make(map[string]int)
 	}
 	return l
 }
@@ -205,11 +214,15 @@ func (l *advances) grant(k advanceID, now, end time.Time, lim, granted, remainin
 	defer sh.mu.Unlock()
 	ls := sh.m[k]
 	if ls == nil {
-		if len(sh.m) >= advancesPerShard {
+		switch {
+		case sh.tenants[k.group] >= advancesPerTenant:
+			sh.evictOwn(k.group, now)
+		case len(sh.m) >= advancesPerShard:
 			sh.evict(now)
 		}
 		ls = &advance{}
 		sh.m[k] = ls
+		sh.tenants[k.group]++
 	}
 	if granted > 1 {
 		ls.renewing = time.Time{}
@@ -259,7 +272,7 @@ func (sh *advanceShard) evict(now time.Time) {
 	var any advanceID
 	for k, ls := range sh.m {
 		if u := ls.cur.Load(); u.held() <= 0 || !now.Before(u.end) {
-			delete(sh.m, k)
+			sh.remove(k)
 			return
 		}
 		any = k
@@ -267,7 +280,43 @@ func (sh *advanceShard) evict(now time.Time) {
 			break
 		}
 	}
-	delete(sh.m, any)
+	sh.remove(any)
+}
+
+// evictOwn drops one of group's advances to make room for another of its
+// own: a lapsed or spent one if the first few of its own looked at hold
+// one, else any of its own. A tenant at its share holds an eighth of the
+// shard or more, so the walk finds its own within a few dozen entries.
+func (sh *advanceShard) evictOwn(group string, now time.Time) {
+	seen := 0
+	var any advanceID
+	for k, ls := range sh.m {
+		if k.group != group {
+			continue
+		}
+		if u := ls.cur.Load(); u.held() <= 0 || !now.Before(u.end) {
+			sh.remove(k)
+			return
+		}
+		any = k
+		if seen++; seen == 8 {
+			break
+		}
+	}
+	if seen > 0 {
+		sh.remove(any)
+	}
+}
+
+// remove drops k's advance and its count.
+func (sh *advanceShard) remove(k advanceID) {
+	if _, ok := sh.m[k]; !ok {
+		return
+	}
+	delete(sh.m, k)
+	if sh.tenants[k.group]--; sh.tenants[k.group] <= 0 {
+		delete(sh.tenants, k.group)
+	}
 }
 
 // advanceEnd is when units taken at storeNow on a counter of window w lapse,

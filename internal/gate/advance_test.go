@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,4 +99,47 @@ func TestTakeNTakesAllOrNone(t *testing.T) {
 			t.Fatalf("takeN(%d) = %v, %d remaining; want %v, %d", step.n, ok, remaining, step.ok, step.remainingWant)
 		}
 	}
+}
+
+// TestAdvancesKeepEachTenantsShare: the advance table is shared by every
+// tenant of the instance. A tenant that makes far more advances than the
+// table holds, each still holding units (its per-IP counters of many
+// client addresses, say), makes room from its own; a neighbour's live
+// advances stay.
+func TestAdvancesKeepEachTenantsShare(t *testing.T) {
+	t.Parallel()
+	l := newAdvances()
+	now := time.Now()
+	end := now.Add(time.Minute)
+	neighbour := []advanceID{{"neighbour", "quota:minute"}, {"neighbour", "quota:hour"}, {"neighbour", "allotment"}}
+	for _, k := range neighbour {
+		l.grant(k, now, end, 1_000_000, 100, 10_000)
+	}
+	for i := range 4 * advanceShards * advancesPerShard {
+		l.grant(advanceID{"hostile", "ip:" + strconv.Itoa(i)}, now, end, 1_000_000, 100, 10_000)
+	}
+	for _, k := range neighbour {
+		if ok, _, _, _ := l.take(k, now); !ok {
+			t.Errorf("the neighbour's advance on %s is gone: the hostile tenant's advances evicted it", k.key)
+		}
+	}
+	if n := l.held("hostile"); n > advanceShards*advancesPerTenant {
+		t.Errorf("the hostile tenant holds %d advances, want at most its share %d", n, advanceShards*advancesPerTenant)
+	}
+}
+
+// held counts the advances the table holds for group.
+func (l *advances) held(group string) int {
+	n := 0
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.RLock()
+		for k := range sh.m {
+			if k.group == group {
+				n++
+			}
+		}
+		sh.mu.RUnlock()
+	}
+	return n
 }
