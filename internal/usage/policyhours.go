@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
@@ -68,12 +67,6 @@ type policyCell struct {
 	refusal          bool
 }
 
-// policyTaken is the counts one flush took.
-type policyTaken struct {
-	counts buckets[policyCell]
-	rows   int
-}
-
 // PolicyRecorder counts, per tenant, policy and UTC hour, the checks whose
 // items named the policy and the refusals by it, in memory, and writes them
 // to its PolicyStore every few seconds, each flush once (as Recorder does,
@@ -92,8 +85,7 @@ type PolicyRecorder struct {
 	now        func() time.Time
 	maxPending int
 
-	flushMu sync.Mutex
-	flushes *writebehind.Resender[policyTaken]
+	flushes *flusher[policyCell]
 	drops   writebehind.Drops
 	counts  *tally[policyCell]
 }
@@ -129,7 +121,7 @@ func NewPolicyRecorder(cfg PolicyConfig) (*PolicyRecorder, error) {
 		r.maxPending = DefaultMaxPolicyPending
 	}
 	r.counts = newTally[policyCell](r.maxPending, &r.drops)
-	r.flushes = writebehind.NewResender(func(ctx context.Context, id string, t policyTaken) error {
+	r.flushes = newFlusher(r.counts, func(ctx context.Context, id string, t taken[policyCell]) error {
 		return r.store.AddPolicyHours(ctx, id, policyRows(t.counts))
 	})
 	return r, nil
@@ -190,32 +182,14 @@ func (r *PolicyRecorder) Prune(ctx context.Context) error {
 // stay pending, as a flush sent again (under its id) before any other, and
 // the error is returned.
 func (r *PolicyRecorder) Flush(ctx context.Context) error {
-	r.flushMu.Lock()
-	defer r.flushMu.Unlock()
-	if err := r.flushes.Resend(ctx); err != nil {
-		return fmt.Errorf("flush policy usage: %w", err)
-	}
-	counts, rows := r.counts.take()
-	if len(counts) == 0 {
-		return nil
-	}
-	if err := r.flushes.Send(ctx, policyTaken{counts: counts, rows: rows}); err != nil {
+	if err := r.flushes.flush(ctx); err != nil {
 		return fmt.Errorf("flush policy usage: %w", err)
 	}
 	return nil
 }
 
 // Pending returns the number of cells waiting to be flushed.
-func (r *PolicyRecorder) Pending() int {
-	r.flushMu.Lock()
-	held := r.flushes.Held()
-	r.flushMu.Unlock()
-	n := r.counts.len()
-	if held != nil {
-		n += held.Items.rows
-	}
-	return n
-}
+func (r *PolicyRecorder) Pending() int { return r.flushes.pending() }
 
 // PolicyHours lists a tenant's stored counts per policy and hour over
 // [from, until) (PolicyStore.PolicyHours); counts not flushed yet are not

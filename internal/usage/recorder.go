@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
@@ -24,12 +23,6 @@ type cell struct {
 
 // minutes holds counts by minute (Unix seconds of its start) and cell.
 type minutes = buckets[cell]
-
-// taken is the counts one flush took from pending.
-type taken struct {
-	counts minutes
-	rows   int
-}
 
 // Recorder counts events in memory and flushes them to its Store. It is safe
 // for concurrent use. Counts are lost only if the process dies or if more
@@ -50,13 +43,10 @@ type Recorder struct {
 	alertWindow time.Duration
 	now         func() time.Time
 
-	// flushMu is held for writing by a flush from taking its counts to
-	// settling them, and for reading by Usage: a report never sees a flush
-	// both in the table and in memory, nor in neither.
-	flushMu sync.RWMutex
-	// flushes sends each flush's counts once, a failed flush again under
-	// its id before any other; guarded by flushMu.
-	flushes *writebehind.Resender[taken]
+	// flushes writes counts' cells; Usage holds its mu for reading, so
+	// that a report never sees a flush both in the table and in memory,
+	// nor in neither.
+	flushes *flusher[cell]
 	// drops counts events dropped since last logged.
 	drops writebehind.Drops
 
@@ -100,7 +90,7 @@ func NewRecorder(cfg Config) (*Recorder, error) {
 		r.now = time.Now
 	}
 	r.counts = newTally[cell](r.maxPending, &r.drops)
-	r.flushes = writebehind.NewResender(func(ctx context.Context, id string, t taken) error {
+	r.flushes = newFlusher(r.counts, func(ctx context.Context, id string, t taken[cell]) error {
 		return r.store.AddUsage(ctx, id, minuteRows(t.counts))
 	})
 	return r, nil
@@ -145,17 +135,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 // pending, as a flush sent again before any other, and the error is
 // returned.
 func (r *Recorder) Flush(ctx context.Context) error {
-	r.flushMu.Lock()
-	defer r.flushMu.Unlock()
-	if err := r.flushes.Resend(ctx); err != nil {
-		return fmt.Errorf("flush usage: %w", err)
-	}
-	counts, rows := r.counts.take()
-	t := taken{counts: counts, rows: rows}
-	if len(t.counts) == 0 {
-		return nil
-	}
-	if err := r.flushes.Send(ctx, t); err != nil {
+	if err := r.flushes.flush(ctx); err != nil {
 		return fmt.Errorf("flush usage: %w", err)
 	}
 	return nil
@@ -163,16 +143,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 
 // Pending returns the number of rows waiting to be flushed: at most
 // MaxPending new ones, and up to as many in a failed flush.
-func (r *Recorder) Pending() int {
-	r.flushMu.RLock()
-	held := r.flushes.Held()
-	r.flushMu.RUnlock()
-	n := r.counts.len()
-	if held != nil {
-		return n + held.Items.rows
-	}
-	return n
-}
+func (r *Recorder) Pending() int { return r.flushes.pending() }
 
 // minuteOf returns the start of t's minute in Unix seconds.
 func minuteOf(t time.Time) int64 { return bucketOf(t.Unix(), 60) }

@@ -56,8 +56,8 @@ func (r *Recorder) Usage(ctx context.Context, tenantID string, now time.Time) (R
 		}
 	}
 
-	r.flushMu.RLock()
-	defer r.flushMu.RUnlock()
+	r.flushes.mu.RLock()
+	defer r.flushes.mu.RUnlock()
 	month, err := r.store.UsageTotals(ctx, tenantID, p.monthStart, p.monthEnd)
 	if err != nil {
 		return Report{}, fmt.Errorf("usage of tenant %s: %w", tenantID, err)
@@ -72,7 +72,7 @@ func (r *Recorder) Usage(ctx context.Context, tenantID string, now time.Time) (R
 	for _, t := range roll {
 		rep.addRolling(t)
 	}
-	if b := r.flushes.Held(); b != nil {
+	if b := r.flushes.sends.Held(); b != nil {
 		// A failed flush may have been applied all the same.
 		applied, err := r.store.FlushApplied(ctx, b.ID)
 		if err != nil {

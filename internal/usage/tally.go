@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"context"
 	"sync"
 
 	"github.com/tollgate/tollgate/internal/kit/atomicmap"
@@ -152,4 +153,54 @@ func bucketOf(s, size int64) int64 {
 		m += size
 	}
 	return s - m
+}
+
+// taken is the counts one flush took from a tally, and how many cells.
+type taken[C comparable] struct {
+	counts buckets[C]
+	rows   int
+}
+
+// flusher writes a tally's counts through a writebehind.Resender, each
+// flush's once, a failed flush again under its id before any other: the
+// flush of both recorders.
+type flusher[C comparable] struct {
+	// mu is held for writing by a flush from taking its counts to settling
+	// them, and for reading by whoever must never see a flush both in the
+	// store and in memory, nor in neither (Recorder.Usage).
+	mu     sync.RWMutex
+	sends  *writebehind.Resender[taken[C]]
+	counts *tally[C]
+}
+
+func newFlusher[C comparable](counts *tally[C], send func(ctx context.Context, id string, t taken[C]) error) *flusher[C] {
+	return &flusher[C]{counts: counts, sends: writebehind.NewResender(send)}
+}
+
+// flush sends a failed flush again, then the counts pending, in one call
+// each. On error the counts stay pending, as a flush to send again.
+func (f *flusher[C]) flush(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.sends.Resend(ctx); err != nil {
+		return err
+	}
+	counts, rows := f.counts.take()
+	if len(counts) == 0 {
+		return nil
+	}
+	return f.sends.Send(ctx, taken[C]{counts: counts, rows: rows})
+}
+
+// pending is the number of cells waiting: the tally's and a failed
+// flush's.
+func (f *flusher[C]) pending() int {
+	f.mu.RLock()
+	held := f.sends.Held()
+	f.mu.RUnlock()
+	n := f.counts.len()
+	if held != nil {
+		n += held.Items.rows
+	}
+	return n
 }
