@@ -172,11 +172,12 @@ type Store struct {
 	leaseStatements atomic.Int64
 
 	// leases is the lane of lease operations (leaseops.go), which holds one
-	// connection at most; directConns bounds the calls outside both lanes
-	// (Reset, Held) to the connections the lanes leave. batchLane is
-	// CheckBatch's (fairlane.go), on connections of its own.
+	// connection at most; directConns shares the connections the lanes leave
+	// among the groups of the calls outside them (Reset, Held, reservations:
+	// directshare.go). batchLane is CheckBatch's (fairlane.go), on
+	// connections of its own.
 	leases      leaseLane
-	directConns chan struct{}
+	directConns *directShare
 	batchLane   fairLane
 }
 
@@ -241,7 +242,7 @@ func (s *Store) sizeLanes(pc *pgxpool.Config, maxConns int32, inflight int) {
 	}
 	s.inflight = min(orDefault(inflight, DefaultInflight), int(pc.MaxConns)-2)
 	s.freed = make(chan struct{}, s.inflight)
-	s.directConns = make(chan struct{}, int(pc.MaxConns)-s.inflight-1)
+	s.directConns = newDirectShare(int(pc.MaxConns) - s.inflight - 1)
 	// As many connections more for CheckBatch's lane, held by its senders
 	// alone, and one, which nothing but a probe waits for.
 	s.batchLane.max = s.inflight

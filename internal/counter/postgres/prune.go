@@ -12,6 +12,10 @@ import (
 // sessions' statement_timeout, which is sized for Checks.
 const pruneStatementTimeout = "10s"
 
+// pruneGroup is pruning's group among the direct calls' (directshare.go):
+// never a counter group, whose bytes are [A-Za-z0-9_-].
+const pruneGroup = "(prune)"
+
 // What a pruning statement deletes.
 type pruned int
 
@@ -48,13 +52,11 @@ func (s *Store) Prune(ctx context.Context) (int64, error) {
 }
 
 func (s *Store) pruneOnce(ctx context.Context, what pruned) (int64, error) {
-	// A connection of those left by the lanes.
-	select {
-	case s.directConns <- struct{}{}:
-	case <-ctx.Done():
-		return 0, ctx.Err()
+	// A connection of those left by the lanes, in a group of the store's own.
+	if err := s.directConns.acquire(ctx, pruneGroup); err != nil {
+		return 0, err
 	}
-	defer func() { <-s.directConns }()
+	defer s.directConns.release(pruneGroup)
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, err
