@@ -31,6 +31,9 @@
 #   cpu_us        Tollgate's CPU (utime+stime, /proc) per check, in µs
 #   store_cpu_us  the store's per check: redis-server's, or PostgreSQL's
 #                 (every postgres process, autovacuum's workers included)
+#   per_call      checks per store call during the measurement (Redis:
+#                 scripts run; PostgreSQL: transactions committed, the
+#                 service's own writes among them)
 #   fill          how long filling took, and its checks a second
 #   counters      counters held after the fill: the memory store's are
 #                 the counters filled; Redis's the keys added (DBSIZE);
@@ -171,6 +174,15 @@ size() {
 }
 # vacstats prints counters' "autovacuum_count n_tup_upd n_tup_hot_upd n_dead_tup".
 vacstats() { psql -qtA -F' ' "$dsn" -c "SELECT autovacuum_count, n_tup_upd, n_tup_hot_upd, n_dead_tup FROM pg_stat_user_tables WHERE relname = 'counters'"; }
+# storecalls prints the store's calls so far (scripts run, transactions
+# committed).
+storecalls() {
+  case "$store" in
+    memory) echo 0 ;;
+    redis) redis-cli -p "$redis_port" info commandstats | awk -F'[=,:]' '/^cmdstat_(evalsha|eval)/ {n += $3} END {print n+0}' ;;
+    postgres) psql -qtA "$dsn" -c "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()" ;;
+  esac
+}
 storecpu() {
   case "$store" in
     memory) echo 0 ;;
@@ -201,7 +213,7 @@ point() {
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
   curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || { echo "tollgate did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
   local load=(-url "http://127.0.0.1:$port" -keys "$work/keys" -tenants "$t" -policies "$p" -subjects "$s")
-  local n0 b0 h0 i0 n1 b1 h1 i1 v0 v1 f0 f1 fr fdeg ferr c0 c1 s0 s1 cps n deg errs
+  local n0 b0 h0 i0 n1 b1 h1 i1 v0 v1 f0 f1 fr fdeg ferr c0 c1 s0 s1 x0 x1 cps n deg errs
   read -r n0 b0 h0 i0 < <(size)
   [ "$store" != postgres ] || v0=$(vacstats)
   f0=$(now)
@@ -209,14 +221,14 @@ point() {
   f1=$(now)
   [ "$fdeg$ferr" = 00 ] || { echo "$store fill $s/$t/$p: $fdeg degraded, $ferr failed" >&2; degraded_why; }
   read -r n1 b1 h1 i1 < <(size)
-  c0=$(cpu "$server"); s0=$(storecpu)
+  c0=$(cpu "$server"); s0=$(storecpu); x0=$(storecalls)
   local prof=""
   if [ -n "$profile" ]; then
     curl -s -o "$profile/$store-$s-$t-$p-$b.cpu" "http://127.0.0.1:$debug_port/debug/pprof/profile?seconds=$(( ${duration%s} > 2 ? ${duration%s} - 1 : 1 ))" &
     prof=$!
   fi
   read -r cps _ _ n _ deg errs _ < <(bin/loadgen "${load[@]}" -per "$b" -callers "$callers" -duration "$duration")
-  c1=$(cpu "$server"); s1=$(storecpu)
+  c1=$(cpu "$server"); s1=$(storecpu); x1=$(storecalls)
   [ -z "$prof" ] || wait "$prof"
   [ "$deg$errs" = 00 ] || { echo "$store $s/$t/$p/$b: $deg degraded, $errs failed" >&2; degraded_why; }
   stop "$server"; server=""
@@ -232,7 +244,7 @@ point() {
     vac=$(awk -v a="$v0" -v b="$v1" 'BEGIN { split(a, x, " "); split(b, y, " ");
       u = y[2] - x[2]; printf "dead %d, autovacuum %d, HOT %s", y[4], y[1] - x[1], (u > 0 ? sprintf("%.0f%%", (y[3] - x[3]) / u * 100) : "–") }')
   fi
-  row=$(awk -v s="$s" -v t="$t" -v p="$p" -v b="$b" -v cps="$cps" -v n="$n" -v c=$((c1 - c0)) -v sc=$((s1 - s0)) -v tick="$tick" \
+  row=$(awk -v s="$s" -v t="$t" -v p="$p" -v b="$b" -v cps="$cps" -v n="$n" -v c=$((c1 - c0)) -v sc=$((s1 - s0)) -v x=$((x1 - x0)) -v tick="$tick" \
     -v f="$(awk -v a="$f0" -v b="$f1" 'BEGIN {print b - a}')" -v fr="$fr" -v k="$counters" -v st="$store" \
     -v b0="$b0" -v b1="$b1" -v h0="$h0" -v h1="$h1" -v i0="$i0" -v i1="$i1" -v vac="$vac" -v bad=$((deg + errs)) '
     function mb(x) { return sprintf("%.1f MB", x / 1048576) }
@@ -241,8 +253,9 @@ point() {
       if (st == "memory") { sz = "RSS " mb(b1); bc = per(b1 - b0) }
       else if (st == "redis") { sz = "used " mb(b1); bc = per(b1 - b0) }
       else { sz = "heap " mb(h1) " + idx " mb(i1); bc = per(h1 - h0) "+" per(i1 - i0) }
-      printf "%d %d %d %d %.0f%s %.1f %s %.1f %.0f %d|%s|%s|%s\n", s, t, p, b, cps, (bad > 0 ? "(" bad "!)" : ""),
-        c / tick / n * 1e6, (st == "memory" ? "–" : sprintf("%.1f", sc / tick / n * 1e6)), f, fr, k, sz, bc, vac
+      printf "%d %d %d %d %.0f%s %.1f %s %s %.1f %.0f %d|%s|%s|%s\n", s, t, p, b, cps, (bad > 0 ? "(" bad "!)" : ""),
+        c / tick / n * 1e6, (st == "memory" ? "–" : sprintf("%.1f", sc / tick / n * 1e6)),
+        (x > 0 ? sprintf("%.1f", n / x) : "–"), f, fr, k, sz, bc, vac
     }')
 }
 
@@ -291,11 +304,11 @@ tables() {
     echo
     echo "$axis:"
     echo
-    echo "| store | $axis | checks/s | cpu_us | store_cpu_us | fill | counters | size | B/counter | vacuum |"
-    echo "|---|--:|--:|--:|--:|--:|--:|---|--:|---|"
+    echo "| store | $axis | checks/s | cpu_us | store_cpu_us | per_call | fill | counters | size | B/counter | vacuum |"
+    echo "|---|--:|--:|--:|--:|--:|--:|--:|---|--:|---|"
     awk -v a="$axis" -v col="$col" '$2 == a {
       split($0, f, "|"); split(f[1], w, " ")
-      printf "| %s | %s | %s | %s | %s | %.1f s (%s/s) | %s | %s | %s | %s |\n", $1, w[col], w[7], w[8], w[9], w[10], w[11], w[12], f[2], f[3], f[4]
+      printf "| %s | %s | %s | %s | %s | %s | %.1f s (%s/s) | %s | %s | %s | %s |\n", $1, w[col], w[7], w[8], w[9], w[10], w[11], w[12], w[13], f[2], f[3], f[4]
     }' "$work/rows"
   done
 }

@@ -87,6 +87,10 @@ type advance struct {
 	// grant from how fast the previous advance went.
 	rate    float64
 	takenAt time.Time
+	// granted is what the advance held right after its last grant (units
+	// carried over from the one before included), and the unit the
+	// request that took it spent: spent since, at the next, they give the
+	// rate.
 	granted int64
 	// renewing is set while a request renews the advance with a top-up, so
 	// that requests meanwhile ask for one unit each rather than an advance each;
@@ -204,11 +208,52 @@ func (l *advances) size(k advanceID, now, end time.Time) int64 {
 	return int64(n)
 }
 
+// refillSize is how many units a batch of n checks that the advance on k
+// paid at now (takeN) is to ask for, to lapse at end, so that the advance
+// does not run out under the batches that follow: 0 while it holds enough
+// (more than two such batches, and half of its last grant), while another
+// request is renewing it, or when nothing is known of the traffic on it.
+// Asked for on its own (a refill: an advisory item, the batch's other
+// requests beside it), the units come before the advance runs out, and the
+// batches' checks keep finding their units paid, their store requests their
+// policies' items alone: without it each batch that found the advance short
+// sent a ceiling item for each of its checks the advance could not pay.
+func (l *advances) refillSize(k advanceID, now, end time.Time, n int64) int64 {
+	sh := l.shard(k)
+	sh.mu.Lock()
+	ls := sh.m[k]
+	if ls == nil || now.Before(ls.renewing) {
+		sh.mu.Unlock()
+		return 0
+	}
+	held, last := ls.cur.Load().held(), ls.granted
+	sh.mu.Unlock()
+	if held > 2*n && held > last/2 {
+		return 0
+	}
+	if size := l.size(k, now, end); size > 1 {
+		return size
+	}
+	return 0
+}
+
 // grant records granted units on k, one of which the request at now spent,
 // lapsing at end; remaining is what the store said the counter had left
 // after them. Units of an advance that has not lapsed are kept: requests that
 // renewed it at once add up.
 func (l *advances) grant(k advanceID, now, end time.Time, lim, granted, remaining int64) {
+	l.record(k, now, end, lim, granted, 1, remaining)
+}
+
+// refill records the granted units of a refill (refillSize) on k, none of
+// them spent, as grant does.
+func (l *advances) refill(k advanceID, now, end time.Time, lim, granted, remaining int64) {
+	l.record(k, now, end, lim, granted, 0, remaining)
+}
+
+// record is grant and refill: granted units on k, spent of them by the
+// request at now.
+func (l *advances) record(k advanceID, now, end time.Time, lim, granted, spent, remaining int64) {
 	sh := l.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -228,7 +273,7 @@ func (l *advances) grant(k advanceID, now, end time.Time, lim, granted, remainin
 		ls.renewing = time.Time{}
 	}
 	old := ls.cur.Load()
-	if granted == 1 && old.held() > 0 && now.Before(old.end) {
+	if granted == 1 && spent == 1 && old.held() > 0 && now.Before(old.end) {
 		// One unit asked for and spent while the advance still holds units:
 		// the advance is as it was, but for what the store says is left.
 		next := &units{end: old.end, remaining: remaining}
@@ -236,9 +281,15 @@ func (l *advances) grant(k advanceID, now, end time.Time, lim, granted, remainin
 		ls.cur.Store(next)
 		return
 	}
-	ls.rate = ls.nextRate(now)
+	// A grant at the instant of the last (a batch's checks renewing one by
+	// one, at the batch's instant) measures no rate: its units join the
+	// last grant's, for the next grant to measure.
+	again := !now.After(ls.takenAt)
+	if !again {
+		ls.rate = ls.nextRate(now)
+	}
 	next := &units{end: end, remaining: remaining}
-	left := granted - 1
+	left := granted - spent
 	if old != nil {
 		// Whatever takes spent of old's units until now stays spent; what
 		// is left moves over, if it is of the same window (its end as two
@@ -251,7 +302,11 @@ func (l *advances) grant(k advanceID, now, end time.Time, lim, granted, remainin
 	next.left.Store(left)
 	ls.cur.Store(next)
 	ls.limit = lim
-	ls.takenAt, ls.granted = now, granted
+	if again {
+		ls.granted += granted
+		return
+	}
+	ls.takenAt, ls.granted = now, left+spent
 }
 
 // nextRate is the rate estimate once the advance is renewed at now: the

@@ -116,11 +116,11 @@ func (g *Gate) AdmitBatch(ctx context.Context, req Request, checks []Check) (Bat
 	if err != nil {
 		return bv, err
 	}
-	creqs, err := g.batchRequests(ctx, &p, bcs, bufs)
+	creqs, refills, err := g.batchRequests(ctx, &p, bcs, bufs)
 	if err != nil {
 		return bv, err
 	}
-	return g.batchSettle(ctx, &p, bv, bcs, creqs, int(items))
+	return g.batchSettle(ctx, &p, bv, bcs, creqs, refills, int(items))
 }
 
 // batchItems resolves every check against the policies before anything is
@@ -161,19 +161,21 @@ func (g *Gate) batchItems(p *passage, checks []Check, bufs *batchBufs, items int
 
 // batchRequests passes each check through the per-IP L1 and lays out its
 // counter request (storeRequest), as Admit does for one check; it returns
-// the requests that need the store, each check's index among them set. The
+// the requests that need the store, each check's index among them set, and
+// after them the refills of the ceilings' advances the batch asks for. The
 // ceilings, spent units and counter items are laid out in bufs; the items
 // the store is given are then copied into one slice of the batch's own.
 //
 // The per-IP L1 and each ceiling's advance are asked once for all the
 // checks when they can take them all (batchL1, batchPaid): n units taken
 // at once are n checks each taking one, the last of which decides. When
-// they cannot, each check asks alone, as Admit does.
-func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, bufs *batchBufs) ([]counter.Request, error) {
+// they cannot, each check asks alone, as Admit does. An advance that paid
+// them and runs low is refilled (batchRefills).
+func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, bufs *batchBufs) ([]counter.Request, []refill, error) {
 	t, key := p.v.Tenant, p.v.Key
 	effective, err := g.cfg.Tenants.Plan(ctx, tenant.EffectivePlanName(t.Plan, t.BillingStatus))
 	if err != nil {
-		return nil, fmt.Errorf("%w: effective plan of tenant %s: %w", ErrUnavailable, t.ID, err)
+		return nil, nil, fmt.Errorf("%w: effective plan of tenant %s: %w", ErrUnavailable, t.ID, err)
 	}
 	ipLimit, ipKey := ipPerMinute(t, effective), g.clients.get(p.req.ClientIP.Unmap(), g.ipDigest).route(p.req.Route)
 	passed := g.batchL1(ctx, p, bcs, ipKey, ipLimit)
@@ -183,6 +185,7 @@ func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, 
 	ceilings := sharedCeilings(shared[:0], t, key, effective, ipKey, ipLimit, true)
 	var paid [len(shared)]paidUnit
 	g.batchPaid(p, ceilings, paid[:len(ceilings)], passed)
+	refills := g.batchRefills(p, ceilings, paid[:len(ceilings)], passed)
 	all := slices.Grow(bufs.ceilings[:0], len(ceilings)*len(bcs))
 	spent := slices.Grow(bufs.spent[:0], len(ceilings)*len(bcs))
 	// A ceiling asks for at most two items (its unit and its top-up), a
@@ -234,7 +237,66 @@ func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, 
 		bc.creq.Items = own[n:len(own):len(own)]
 		creqs[bc.index].Items = bc.creq.Items
 	}
-	return creqs, nil
+	for i := range refills {
+		refills[i].index = len(creqs)
+		creqs = append(creqs, counter.Request{Group: t.ID, Ceilings: 1, Items: []counter.Item{refills[i].item}})
+	}
+	return creqs, refills, nil
+}
+
+// refill is a request of a batch's for more units of a ceiling's advance,
+// on its own (advances.refillSize): its ceiling's advisory item asking for
+// them, and where the request sits in the batch's store call.
+type refill struct {
+	ceiling layerItem
+	item    counter.Item
+	index   int
+}
+
+// batchRefills returns the refills of the fixed-window ceilings whose
+// advances paid the batch's n checks (batchPaid) and run low. A refill's
+// item is advisory: it is granted only when the counter has room for all of
+// it, refuses nothing, and counts nothing when it is not granted. A
+// fixed window's units that lapse unspent lapse with their window, so one
+// instance stays exact however early it takes them; a sliding window's
+// would weigh on the next window's estimate (the per-IP ceiling's advances
+// are renewed as a single check's are).
+func (g *Gate) batchRefills(p *passage, ceilings []layerItem, paid []paidUnit, n int64) []refill {
+	if g.noRefills {
+		return nil
+	}
+	var out []refill
+	for j := range ceilings {
+		if paid[j].from == nil || ceilings[j].Algorithm != limit.FixedWindow {
+			continue
+		}
+		c := ceilings[j]
+		c.Limit = min(c.Limit, limit.MaxLimit)
+		c.advance = advanceID{p.v.Tenant.ID, c.Key}
+		size := g.advances.refillSize(c.advance, p.now, advanceEnd(c.Window, p.now, p.now), n)
+		if size < 2 {
+			continue
+		}
+		it := c.Item
+		it.Cost, it.Advisory = min(size, c.Limit), true
+		out = append(out, refill{ceiling: c, item: it})
+	}
+	return out
+}
+
+// settleRefills records the refills the store granted.
+func (g *Gate) settleRefills(p *passage, refills []refill, results []counter.Result, errs []error) {
+	for _, r := range refills {
+		if errs[r.index] != nil {
+			continue
+		}
+		res := results[r.index]
+		if d := res.Decisions[0]; d.Allowed {
+			g.refills.Add(1)
+			c := r.ceiling
+			g.advances.refill(c.advance, p.now, advanceEnd(c.Window, p.now, res.Now), c.Limit, r.item.Cost, d.Remaining)
+		}
+	}
 }
 
 // batchL1 passes the batch's checks through the per-IP L1: at once when it
@@ -278,7 +340,7 @@ func (g *Gate) batchPaid(p *passage, ceilings []layerItem, paid []paidUnit, n in
 // batchSettle makes the batch's one round trip and answers each check from
 // it, as Admit does after its own: degraded, or settled. The checks' item
 // verdicts (items of them at most) share one slice.
-func (g *Gate) batchSettle(ctx context.Context, p *passage, bv BatchVerdict, bcs []batchCheck, creqs []counter.Request, items int) (BatchVerdict, error) {
+func (g *Gate) batchSettle(ctx context.Context, p *passage, bv BatchVerdict, bcs []batchCheck, creqs []counter.Request, refills []refill, items int) (BatchVerdict, error) {
 	var results []counter.Result
 	var errs []error
 	if len(creqs) > 0 {
@@ -287,6 +349,7 @@ func (g *Gate) batchSettle(ctx context.Context, p *passage, bv BatchVerdict, bcs
 		if err != nil && errors.Is(err, counter.ErrInvalid) {
 			return bv, fmt.Errorf("counter requests of tenant %s: %w", p.v.Tenant.ID, err)
 		}
+		g.settleRefills(p, refills, results, errs)
 	}
 	bv.Checks = make([]Verdict, len(bcs))
 	ivs := make([]ItemVerdict, 0, items)

@@ -141,3 +141,55 @@ func TestAdmitBatchNamesTheMalformedCheck(t *testing.T) {
 		t.Errorf("an unknown key: %v, want ErrUnauthorized", err)
 	}
 }
+
+// TestBatchesKeepTheirAdvances: a tenant's batches of 16 checks, one every
+// 100 ms (160 checks a second: an advance of 200 ms is two batches), on an
+// enterprise plan far from its ceilings: the ceilings' advances pay most
+// batches, and the store sees a fraction of a ceiling item a check (the
+// quotas' advances refilled, the per-IP one renewed when it runs out). Before, each batch that found an
+// advance short renewed it check by check at the batch's instant, and each
+// of those grants, measuring no time, halved the advance's rate: the
+// advances shrank to a unit, and every check sent its three ceilings.
+func TestBatchesKeepTheirAdvances(t *testing.T) {
+	t.Parallel()
+	clk := &setClock{}
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	clk.set(at)
+	dir := directory{tenants: map[string]tenant.Tenant{"tenant-b": {ID: "tenant-b", Plan: tenant.PlanEnterprise}}}
+	pols := catalog{"tenant-b": policy.NewSet([]policy.Policy{mustPolicy(t, "api", `{"limit":1000000000,"window":"1h"}`)}, nil)}
+	g, rec, _ := newTestGate(t, memory.New(memory.Config{Now: clk.read}), dir, pols, gate.Config{Now: clk.read})
+	checks := make([]gate.Check, 16)
+	const batches = 400
+	for n := range batches {
+		for i := range checks {
+			checks[i] = gate.Check{Mode: counter.Consume, Items: []gate.Item{{Policy: "api", Subject: fmt.Sprintf("s%d", n*16+i), Cost: 1}}}
+		}
+		bv, err := g.AdmitBatch(context.Background(), gate.Request{Route: "check", ClientIP: client, Bearer: "tenant-b"}, checks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range bv.Checks {
+			if !v.Allowed {
+				t.Fatalf("batch %d check %d refused: %+v", n, i, v.Refusal)
+			}
+		}
+		at = at.Add(100 * time.Millisecond)
+		clk.set(at)
+	}
+	rec.mu.Lock()
+	items := 0
+	byKey := map[string]int{}
+	for _, r := range rec.reqs {
+		items += r.Ceilings
+		for _, it := range r.Items[:r.Ceilings] {
+			byKey[it.Key]++
+		}
+	}
+	rec.mu.Unlock()
+	t.Logf("ceiling items by key: %v", byKey)
+	perCheck := float64(items) / (batches * 16)
+	if perCheck > 0.5 {
+		t.Errorf("%.2f ceiling items a check sent to the store (three ceilings: 3 without advances)", perCheck)
+	}
+	t.Logf("%.3f ceiling items a check", perCheck)
+}

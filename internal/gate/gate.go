@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/admission"
@@ -127,8 +128,11 @@ type Gate struct {
 	lastLog  time.Time
 	lastCall time.Time // the last store call failure logged (storeCall)
 	// takeAlone makes a batch's checks take their per-IP L1 and advance
-	// units one by one, the path batchRequests falls back to (tests).
-	takeAlone bool
+	// units one by one, the path batchRequests falls back to (tests);
+	// noRefills keeps batches from refilling advances (tests).
+	takeAlone, noRefills bool
+	// refills counts the refills granted (tests).
+	refills atomic.Int64
 }
 
 // New returns a Gate, or an error when a required part is missing.

@@ -13,6 +13,10 @@ func Statements(s *Store) int64 { return s.statements.Load() }
 // tollgate_check_fixed_packed.
 func FixedStatements(s *Store) int64 { return s.fixedStatements.Load() }
 
+// SplitStatements returns the number of statements sent as two: the
+// one-item fixed-window checks set-based, the others item by item.
+func SplitStatements(s *Store) int64 { return s.splitStatements.Load() }
+
 // CheckCoalesced sends reqs as one statement decided at instant now, as
 // the coalescer would send concurrent Checks, and answers each.
 func CheckCoalesced(s *Store, reqs []counter.Request, now time.Time) ([]counter.Result, error) {

@@ -165,3 +165,84 @@ func TestFixedAndItemwiseStatementsRaceExactly(t *testing.T) {
 	}
 	t.Logf("%d of %d statements set-based", fast, all)
 }
+
+// TestSplitStatementsMatchSequentialModel sends random sets of requests as
+// one call each, most of them one-item consuming fixed-window checks and
+// the rest anything (several items, ceilings, advisory items, peeks,
+// sliding windows and token buckets), on keys that the two kinds share or
+// not: a call with enough of the first on keys the others do not name goes
+// as two statements (the first set-based), and every request must be
+// decided as if the requests had come one after the other. The run must
+// have split some calls and left others whole.
+func TestSplitStatementsMatchSequentialModel(t *testing.T) {
+	dsn := pgtest.New(t)
+	s := open(t, postgres.Config{DSN: dsn, Timeout: 10 * time.Second})
+	windows := []limit.Window{limit.Every(time.Second), limit.Every(time.Minute), limit.Every(time.Hour), limit.Month}
+	splitBefore, allBefore := postgres.SplitStatements(s), postgres.Statements(s)
+	rapid.Check(t, func(rt *rapid.T) {
+		group := fmt.Sprintf("g%d", rand.Uint64())
+		// Fixed-window counters the one-item checks name, and counters of
+		// any algorithm the others name, among them some of the first.
+		var fixed, any []counter.Item
+		for i := range rapid.IntRange(8, 24).Draw(rt, "fixed") {
+			fixed = append(fixed, counter.Item{Key: fmt.Sprintf("f%d", i), Algorithm: limit.FixedWindow,
+				Limit: rapid.Int64Range(1, 6).Draw(rt, "limit"), Window: rapid.SampledFrom(windows).Draw(rt, "window")})
+		}
+		for i := range rapid.IntRange(1, 4).Draw(rt, "others") {
+			alg := limit.Algorithm(rapid.IntRange(1, 3).Draw(rt, "alg"))
+			w := rapid.SampledFrom(windows).Draw(rt, "window")
+			if w.Month && alg != limit.FixedWindow {
+				w = limit.Every(time.Minute)
+			}
+			any = append(any, counter.Item{Key: fmt.Sprintf("a%d", i), Algorithm: alg, Limit: rapid.Int64Range(1, 8).Draw(rt, "limit"), Window: w})
+		}
+		shared := rapid.IntRange(0, 2).Draw(rt, "shared")
+		any = append(any, fixed[:shared]...)
+		m := countertest.NewModel()
+		now := base.Add(time.Duration(rapid.Int64Range(0, int64(30*24*time.Hour)).Draw(rt, "start"))).Truncate(time.Microsecond)
+		for round := range rapid.IntRange(1, 6).Draw(rt, "rounds") {
+			now = now.Add(rapid.SampledFrom([]time.Duration{0, time.Microsecond, 300 * time.Millisecond, time.Second, time.Minute, -time.Millisecond}).Draw(rt, "jump"))
+			// One cost a key in the round, as a tenant's policy has.
+			costs := make([]int64, len(fixed))
+			for i, d := range fixed {
+				costs[i] = rapid.Int64Range(1, d.Limit+1).Draw(rt, "cost")
+			}
+			var reqs []counter.Request
+			for range rapid.IntRange(1, 40).Draw(rt, "requests") {
+				req := counter.Request{Group: group}
+				if rapid.IntRange(0, 4).Draw(rt, "kind") > 0 {
+					i := rapid.IntRange(0, len(fixed)-1).Draw(rt, "key")
+					it := fixed[i]
+					it.Cost = costs[i]
+					it.Advisory = rapid.IntRange(0, 5).Draw(rt, "advisory") == 0
+					req.Items = []counter.Item{it}
+					req.Ceilings = rapid.IntRange(0, 1).Draw(rt, "ceilings")
+				} else {
+					if rapid.IntRange(0, 3).Draw(rt, "peek") == 0 {
+						req.Mode = counter.Peek
+					}
+					for range rapid.IntRange(1, 3).Draw(rt, "items") {
+						it := rapid.SampledFrom(any).Draw(rt, "item")
+						it.Cost = rapid.Int64Range(1, it.Limit+1).Draw(rt, "cost")
+						it.Advisory = rapid.IntRange(0, 2).Draw(rt, "advisory") == 0
+						req.Items = append(req.Items, it)
+					}
+					req.Ceilings = rapid.IntRange(0, len(req.Items)).Draw(rt, "ceilings")
+				}
+				reqs = append(reqs, req)
+			}
+			got, err := postgres.CheckCoalesced(s, reqs, now)
+			if err != nil {
+				rt.Fatalf("round %d: %v", round, err)
+			}
+			for i, req := range reqs {
+				sameResult(rt, fmt.Sprintf("round %d request %d", round, i), req, got[i], m.Check(req, now))
+			}
+		}
+	})
+	split, all := postgres.SplitStatements(s)-splitBefore, postgres.Statements(s)-allBefore
+	if split == 0 || split == all {
+		t.Errorf("%d of %d statements split: the run did not try both", split, all)
+	}
+	t.Logf("%d of %d statements split", split, all)
+}

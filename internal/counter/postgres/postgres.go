@@ -164,11 +164,13 @@ type Store struct {
 	lastAnswer atomic.Int64
 	// probing is set while a probe is in flight.
 	probing atomic.Bool
-	// statements counts the function calls sent, and fixedStatements those
-	// of them that went to tollgate_check_fixed_packed, for tests;
-	// leaseStatements the calls of tollgate_lease_ops.
+	// statements counts the statements sent, fixedStatements the calls of
+	// tollgate_check_fixed_packed among them (a split statement's
+	// included), splitStatements the statements sent as two (splitFixed),
+	// for tests; leaseStatements the calls of tollgate_lease_ops.
 	statements      atomic.Int64
 	fixedStatements atomic.Int64
+	splitStatements atomic.Int64
 	leaseStatements atomic.Int64
 
 	// leases is the lane of lease operations (leaseops.go), which holds one
@@ -513,33 +515,72 @@ func (s *Store) send(calls []*call, now *int64) {
 // is read by Answer before its caller returns), and the instant used. A
 // statement of one-item consuming fixed-window requests, those on one key
 // alike, the common one, goes to tollgate_check_fixed_packed, set-based; any
-// other to tollgate_check, which decides item by item.
+// other to tollgate_check, which decides item by item, unless enough of its
+// requests are such one-item checks on keys the others do not name: then
+// those go set-based and the others item by item, in two statements one
+// after the other (splitFixed).
 func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *int64) ([]counter.Seen, time.Time, error) {
 	seen := make([]counter.Seen, n)
 	keys, order := rowKeys(reqs, n)
 	if p, at, ok := fixedParams(reqs, keys, order); ok {
-		s.fixedStatements.Add(1)
-		p.Now = now
-		r, err := s.q.CheckCountersFixedPacked(ctx, p)
-		if err == nil && (len(r.Starts) != len(p.Keys) || len(r.Counts) != len(p.Keys) || len(r.Admitted) != len(p.Keys)) {
-			err = fmt.Errorf("%d, %d and %d answers for %d keys", len(r.Starts), len(r.Counts), len(r.Admitted), len(p.Keys))
-		}
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		// Request i is the at[i].nth on its key: the ones before it that were
-		// admitted counted its cost each, and the key holds what all its
-		// admitted ones counted.
-		for i, a := range at {
-			cost, admitted := reqs[i].Items[0].Cost, int64(r.Admitted[a.key])
-			before := min(int64(a.nth), admitted)
-			seen[i] = counter.Seen{
-				State:   limit.State{Start: r.Starts[a.key], Count: r.Counts[a.key] - (admitted-before)*cost},
-				Allowed: int64(a.nth) < admitted,
-			}
-		}
-		return seen, time.UnixMicro(r.NowUs).UTC(), nil
+		t, err := s.decideFixed(ctx, reqs, p, at, now, seen)
+		return seen, t, err
 	}
+	if sp, ok := splitFixed(reqs, keys, order); ok {
+		if p, at, ok := fixedParams(sp.fast.reqs, sp.fast.keys, sp.fast.order); ok {
+			s.splitStatements.Add(1)
+			fast := make([]counter.Seen, len(sp.fast.reqs))
+			t, err := s.decideFixed(ctx, sp.fast.reqs, p, at, now, fast)
+			if err != nil {
+				return nil, time.Time{}, err
+			}
+			// The other requests at the same instant, so that the
+			// statement's requests are decided at one, as one statement's.
+			us := t.UnixMicro()
+			rest := make([]counter.Seen, len(sp.rest.keys))
+			if _, err := s.decideItemwise(ctx, sp.rest.reqs, len(sp.rest.keys), sp.rest.keys, sp.rest.order, &us, rest); err != nil {
+				// The set-based statement's counts stay: its callers are
+				// told the store failed, as when a statement's answer is
+				// lost on its way back.
+				return nil, time.Time{}, err
+			}
+			sp.scatter(seen, fast, rest)
+			return seen, t, nil
+		}
+	}
+	t, err := s.decideItemwise(ctx, reqs, n, keys, order, now, seen)
+	return seen, t, err
+}
+
+// decideFixed sends reqs, laid out by fixedParams as p and at, to
+// tollgate_check_fixed_packed, and sets seen[i], request i's only item's.
+func (s *Store) decideFixed(ctx context.Context, reqs []counter.Request, p sqlcgen.CheckCountersFixedPackedParams, at []fixedAt, now *int64, seen []counter.Seen) (time.Time, error) {
+	s.fixedStatements.Add(1)
+	p.Now = now
+	r, err := s.q.CheckCountersFixedPacked(ctx, p)
+	if err == nil && (len(r.Starts) != len(p.Keys) || len(r.Counts) != len(p.Keys) || len(r.Admitted) != len(p.Keys)) {
+		err = fmt.Errorf("%d, %d and %d answers for %d keys", len(r.Starts), len(r.Counts), len(r.Admitted), len(p.Keys))
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	// Request i is the at[i].nth on its key: the ones before it that were
+	// admitted counted its cost each, and the key holds what all its
+	// admitted ones counted.
+	for i, a := range at {
+		cost, admitted := reqs[i].Items[0].Cost, int64(r.Admitted[a.key])
+		before := min(int64(a.nth), admitted)
+		seen[i] = counter.Seen{
+			State:   limit.State{Start: r.Starts[a.key], Count: r.Counts[a.key] - (admitted-before)*cost},
+			Allowed: int64(a.nth) < admitted,
+		}
+	}
+	return time.UnixMicro(r.NowUs).UTC(), nil
+}
+
+// decideItemwise sends reqs, of n items whose row keys and their order
+// rowKeys gave, to tollgate_check, and sets seen, an entry an item.
+func (s *Store) decideItemwise(ctx context.Context, reqs []counter.Request, n int, keys []string, order []int32, now *int64, seen []counter.Seen) (time.Time, error) {
 	p := checkParams(reqs, n, keys, order)
 	p.Now = now
 	rows, err := s.q.CheckCounters(ctx, p)
@@ -547,7 +588,7 @@ func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *
 		err = fmt.Errorf("%d rows for %d items", len(rows), n)
 	}
 	if err != nil {
-		return nil, time.Time{}, err
+		return time.Time{}, err
 	}
 	for i, r := range rows {
 		seen[i] = counter.Seen{
@@ -555,7 +596,99 @@ func (s *Store) decide(ctx context.Context, reqs []counter.Request, n int, now *
 			Allowed: r.Allowed,
 		}
 	}
-	return seen, time.UnixMicro(rows[0].NowUs).UTC(), nil
+	return time.UnixMicro(rows[0].NowUs).UTC(), nil
+}
+
+// minSplit is the fewest one-item fixed-window checks for which a statement
+// that has others too is sent as two (splitFixed): below it, the second
+// round trip and function call cost more than the set-based path saves.
+const minSplit = 8
+
+// statementPart is some of a statement's requests, with their items' row
+// keys, in order, and those keys' lock order (as rowKeys gives them); items
+// holds where each item of the part is among the statement's items.
+type statementPart struct {
+	reqs  []counter.Request
+	keys  []string
+	order []int32
+	items []int32
+}
+
+// split is a statement's requests in two parts: fast, one-item consuming
+// fixed-window requests, each on a key no request of rest names, and rest.
+type split struct{ fast, rest statementPart }
+
+// splitFixed splits reqs, whose items' row keys and their order rowKeys
+// gave, into the one-item fixed-window checks the set-based statement can
+// decide and the rest, when there are at least minSplit of the first and
+// some of the second. No key is in both: each part decides its requests in
+// their order, so the requests on any one key are decided in the order
+// they came, as in one statement; requests on distinct keys do not see each
+// other.
+func splitFixed(reqs []counter.Request, keys []string, order []int32) (split, bool) {
+	var sp split
+	fixed := func(req counter.Request) bool {
+		return len(req.Items) == 1 && req.Mode == counter.Consume && req.Items[0].Algorithm == limit.FixedWindow
+	}
+	// The keys the requests that cannot go set-based name.
+	other := make(map[string]struct{})
+	k, candidates := 0, 0
+	for _, req := range reqs {
+		if fixed(req) {
+			candidates++
+		} else {
+			for j := range req.Items {
+				other[keys[k+j]] = struct{}{}
+			}
+		}
+		k += len(req.Items)
+	}
+	if candidates < minSplit || candidates == len(reqs) {
+		return sp, false
+	}
+	// Each item's part (true: fast) and place in it.
+	inFast := make([]bool, len(keys))
+	place := make([]int32, len(keys))
+	k = 0
+	for _, req := range reqs {
+		_, named := other[keys[k]]
+		fast := fixed(req) && !named
+		part := &sp.rest
+		if fast {
+			part = &sp.fast
+		}
+		part.reqs = append(part.reqs, req)
+		for j := range req.Items {
+			inFast[k+j], place[k+j] = fast, int32(len(part.keys))
+			part.keys = append(part.keys, keys[k+j])
+			part.items = append(part.items, int32(k+j))
+		}
+		k += len(req.Items)
+	}
+	if len(sp.fast.reqs) < minSplit {
+		return sp, false
+	}
+	sp.fast.order = make([]int32, 0, len(sp.fast.keys))
+	sp.rest.order = make([]int32, 0, len(sp.rest.keys))
+	for _, i := range order {
+		if inFast[i] {
+			sp.fast.order = append(sp.fast.order, place[i])
+		} else {
+			sp.rest.order = append(sp.rest.order, place[i])
+		}
+	}
+	return sp, true
+}
+
+// scatter puts what the parts' items saw where they are among the
+// statement's items.
+func (sp split) scatter(seen, fast, rest []counter.Seen) {
+	for j, i := range sp.fast.items {
+		seen[i] = fast[j]
+	}
+	for j, i := range sp.rest.items {
+		seen[i] = rest[j]
+	}
 }
 
 // fixedAt places a request of a tollgate_check_fixed_packed statement: the
