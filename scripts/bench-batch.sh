@@ -14,6 +14,11 @@
 #                 callers), in µs: the client's share of the two cores
 #   store_cpu_us  the store's CPU per check (every postgres process, or the
 #                 redis-server), in µs
+#   bare_cpu_us   the bare handler's CPU per request, in µs, in the same run
+#   server        bare_cpu_us ÷ (cpu_us + store_cpu_us): how many checks the
+#                 server side (Tollgate and its store) answers for the CPU
+#                 the bare handler spends answering one request (issue 42's
+#                 ratio; the load generator's own CPU left out)
 #   per_call      checks per store call (scripts run; transactions committed)
 #   per_req       checks per HTTP request
 #   p50_ms p99_ms latency one caller saw, per check
@@ -68,8 +73,8 @@ go build -o bin/tollgate ./cmd/tollgate
 # the runs in file (lines "target mode column…").
 summary() {
   local row="$1 $2" col
-  for col in 3 4 5 6 7 8 9 10 11 12; do row="$row $(awk -v m="$2" -v c=$col '$2==m {print $c}' "$3" | median)"; done
-  echo "$row" | awk '{printf "%-9s %-8s %9s %9s %6s %7s %9s %12s %8s %7s %7s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}'
+  for col in 3 4 5 6 7 8 9 10 11 12 13 14; do row="$row $(awk -v m="$2" -v c=$col '$2==m {print $c}' "$3" | median)"; done
+  echo "$row" | awk '{printf "%-9s %-8s %9s %9s %6s %7s %9s %12s %8s %7s %7s %7s %11s %6s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14}'
 }
 work=$(mktemp -d)
 server=""
@@ -128,7 +133,9 @@ bench_gubernator() {
   bin/gubernator-load -http http://127.0.0.1:18350 -callers "$callers" -subjects "$subjects" -per 100 -duration 2s >/dev/null
   : >"$work/grows"
   for run in $(seq "$runs"); do
-    brps=$(wrk -t"$threads" -c"$callers" -d"$duration" -s "$work/bare.lua" http://127.0.0.1:18280/ | awk '/Requests\/sec/ {print $2}')
+    b0=$(cpu "$bare")
+    read -r brps breqs < <(wrk -t"$threads" -c"$callers" -d"$duration" -s "$work/bare.lua" http://127.0.0.1:18280/ | awk '/requests in/ {n = $1} /Requests\/sec/ {r = $2} END {print r, n}')
+    b1=$(cpu "$bare")
     for m in "${modes[@]}"; do
       local proto=${m%:*} per=${m#*:} target
       if [ "$proto" = http ]; then target=(-http http://127.0.0.1:18350); else target=(-grpc 127.0.0.1:18351); fi
@@ -137,7 +144,9 @@ bench_gubernator() {
       c1=$(cpu "$guber")
       [ "$over$errs" = 00 ] || echo "gubernator $m: $over over the limit, $errs failed requests" >&2
       awk -v m="$proto-$per" -v r="$dps" -v b="$brps" -v c=$((c1 - c0)) -v n="$n" -v q="$reqs" -v t="$tick" -v p50="$p50" -v p99="$p99" \
-        'BEGIN { printf "gubernator %s %.0f %.0f %.3f %.1f - - - %.1f %.2f %.2f\n", m, r, b, r/b, c/t/n*1e6, n/q, p50, p99 }' >>"$work/grows"
+        -v bc=$((b1 - b0)) -v bn="$breqs" \
+        'BEGIN { cu = c/t/n*1e6; bu = bc/t/bn*1e6
+          printf "gubernator %s %.0f %.0f %.3f %.1f - - - %.1f %.2f %.2f %.1f %.2f\n", m, r, b, r/b, cu, n/q, p50, p99, bu, bu/cu }' >>"$work/grows"
     done
   done
   for m in "${modes[@]}"; do summary gubernator "${m%:*}-${m#*:}" "$work/grows"; done
@@ -145,7 +154,7 @@ bench_gubernator() {
 }
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-9s %-8s %9s %9s %6s %7s %9s %12s %8s %7s %7s %7s\n' store mode "checks/s" "bare" ratio cpu_us client_us store_cpu_us per_call per_req p50_ms p99_ms
+printf '%-9s %-8s %9s %9s %6s %7s %9s %12s %8s %7s %7s %7s %11s %6s\n' store mode "checks/s" "bare" ratio cpu_us client_us store_cpu_us per_call per_req p50_ms p99_ms bare_cpu_us server
 for store in "${stores[@]}"; do
   db="tollgate_bb_$$_$store"
   psql -q "$DATABASE_URL" -c "CREATE DATABASE $db" >/dev/null
@@ -165,7 +174,9 @@ for store in "${stores[@]}"; do
   bin/loadgen -key "$key" -callers "$callers" -subjects "$subjects" -duration 2s -batch "$delay" -batch-size "$size" >/dev/null
   : >"$work/rows"
   for run in $(seq "$runs"); do
-    brps=$(wrk -t"$threads" -c"$callers" -d"$duration" -s "$work/bare.lua" http://127.0.0.1:18280/ | awk '/Requests\/sec/ {print $2}')
+    b0=$(cpu "$bare")
+    read -r brps breqs < <(wrk -t"$threads" -c"$callers" -d"$duration" -s "$work/bare.lua" http://127.0.0.1:18280/ | awk '/requests in/ {n = $1} /Requests\/sec/ {r = $2} END {print r, n}')
+    b1=$(cpu "$bare")
     for mode in "${modes_run[@]}"; do
       args=()
       [ "$mode" = single ] || args=(-batch "$delay" -batch-size "$size")
@@ -182,7 +193,9 @@ for store in "${stores[@]}"; do
       c1=$(cpu "$server"); s1=$(cpu $spids); k1=$(calls "$store")
       [ "$deg$errs" = 00 ] || echo "$store $mode: $deg degraded, $errs errors" >&2
       awk -v st="$store" -v m="$mode" -v r="$cps" -v cc="$ccpu" -v b="$brps" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v k=$((k1 - k0)) -v n="$n" -v q="$reqs" -v t="$tick" -v p50="$p50" -v p99="$p99" \
-        'BEGIN { printf "%s %s %.0f %.0f %.3f %.1f %.1f %.1f %.1f %.1f %.2f %.2f\n", st, m, r, b, r/b, c/t/n*1e6, cc, (st=="memory" ? 0 : s/t/n*1e6), (k > 0 ? n/k : 0), n/q, p50, p99 }' >>"$work/rows"
+        -v bc=$((b1 - b0)) -v bn="$breqs" \
+        'BEGIN { cu = c/t/n*1e6; su = (st=="memory" ? 0 : s/t/n*1e6); bu = bc/t/bn*1e6
+          printf "%s %s %.0f %.0f %.3f %.1f %.1f %.1f %.1f %.1f %.2f %.2f %.1f %.2f\n", st, m, r, b, r/b, cu, cc, su, (k > 0 ? n/k : 0), n/q, p50, p99, bu, bu/(cu+su) }' >>"$work/rows"
     done
   done
   [ "$each" = 0 ] || sed 's/^/run: /' "$work/rows" >&2

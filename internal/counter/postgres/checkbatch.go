@@ -79,15 +79,17 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 }
 
 // sendBatches is a sender of the batches' lane: it sends the statement of
-// the group whose turn it is, one after the other, until none is waiting.
+// the groups whose turn it is, one after the other, until none is waiting.
 func (s *Store) sendBatches() {
 	for {
-		g, calls, now, ok := s.batchLane.next(s.maxItems)
+		gs, calls, now, ok := s.batchLane.next(s.maxItems)
 		if !ok {
 			return
 		}
 		s.send(calls, now)
-		s.batchLane.done(g)
+		for _, g := range gs {
+			s.batchLane.done(g)
+		}
 	}
 }
 

@@ -44,14 +44,16 @@ func (r *laneRun) add(group, label string, requests, items, maxItems int, now *i
 // and its size ("a1+a2 32"), or "" when no statement is due.
 func (r *laneRun) next(maxItems int) string {
 	r.t.Helper()
-	g, calls, _, ok := r.l.next(maxItems)
+	gs, calls, _, ok := r.l.next(maxItems)
 	if !ok {
 		return ""
 	}
-	if r.flying[g.name] != nil {
-		r.t.Fatalf("group %s: a second statement in flight", g.name)
+	for _, g := range gs {
+		if r.flying[g.name] != nil {
+			r.t.Fatalf("group %s: a second statement in flight", g.name)
+		}
+		r.flying[g.name] = g
 	}
-	r.flying[g.name] = g
 	var labels []string
 	items := 0
 	for _, c := range calls {
@@ -133,6 +135,27 @@ func TestFairLaneOrder(t *testing.T) {
 			want: []string{"a1 16", "a2+a3 416", "a4+a5 116", ""},
 		},
 		{
+			name: "the groups next in turn join a statement while their batches fit, none overtaking another",
+			run: func(r *laneRun) []string {
+				r.add("a", "a1", 16, 1, max, nil)
+				got := []string{r.next(max)}
+				r.add("b", "b1", 16, 1, max, nil)
+				r.add("c", "c1", 100, 1, max, nil)
+				r.add("b", "b2", 16, 1, max, nil)
+				r.add("d", "d1", 400, 1, max, nil)
+				r.add("e", "e1", 1, 1, max, nil)
+				r.add("a", "a2", 16, 1, max, nil)
+				r.done("a")
+				got = append(got, r.next(max))
+				for _, g := range []string{"b", "c"} {
+					r.done(g)
+				}
+				got = append(got, r.next(max), r.next(max))
+				return got
+			},
+			want: []string{"a1 16", "b1+b2+c1 132", "d1+e1+a2 417", ""},
+		},
+		{
 			name: "requests are never cut, and one of more items than the bound is a statement of its own",
 			run: func(r *laneRun) []string {
 				r.add("a", "a1", 300, 3, max, nil)
@@ -201,14 +224,11 @@ func TestFairLaneStartsSenders(t *testing.T) {
 	if r.add("b", "b1", 1, 1, 512, nil) {
 		t.Error("second group with one sender running: another started")
 	}
-	if got := r.next(512); got != "a1 1" {
-		t.Fatalf("first statement %q, want a1", got)
+	if got := r.next(512); got != "a1+b1 2" {
+		t.Fatalf("first statement %q, want a1+b1", got)
 	}
 	r.add("a", "a2", 1, 1, 512, nil)
 	r.done("a")
-	if got := r.next(512); got != "b1 1" {
-		t.Fatalf("second statement %q, want b1", got)
-	}
 	if rest := r.l.close(); len(rest) != 1 || rest[0].req.Items[0].Key != "a2" {
 		t.Errorf("close handed back %d calls, want a2's one", len(rest))
 	}
