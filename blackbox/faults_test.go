@@ -174,6 +174,7 @@ func TestFaultSuite(t *testing.T) {
 			{name: "hostile-new-subjects-" + mem.name, st: mem, body: hostileNeighbour(newSubjects)},
 			{name: "hostile-webhooks-" + mem.name, st: mem, body: hostileNeighbour(hangingWebhooks)},
 			{name: "hostile-batches-" + pg.name, st: pg, body: hostileNeighbour(batchFlood)},
+			{name: "hostile-batches-" + rd.name, st: rd, body: hostileNeighbour(batchFlood)},
 		}
 		if cycle > 0 {
 			s.rng.Shuffle(len(phases), func(i, j int) { phases[i], phases[j] = phases[j], phases[i] })

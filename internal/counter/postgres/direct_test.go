@@ -22,7 +22,9 @@ func TestDirectCallsKeepEachGroupsShare(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.New(t)
 	// Four connections: one for the Checks' lane, one for lease operations,
-	// two for direct calls (and the batches' lane and a probe's, apart).
+	// two for direct calls, to which the store adds a third that no tenant
+	// may take while holding the other two (and the batches' lane and a
+	// probe's, apart).
 	s := open(t, postgres.Config{DSN: dsn, MaxConns: 4, Timeout: 200 * time.Millisecond})
 	ctx := context.Background()
 	hot := counter.Item{Key: "hot", Algorithm: limit.FixedWindow, Limit: 10, Window: limit.Every(time.Hour), Cost: 1}

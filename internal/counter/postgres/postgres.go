@@ -77,8 +77,9 @@ type Config struct {
 	// operations' statements (one) and the rest (Reset, Held, reservations,
 	// pruning: those left). The pool opens Inflight more for CheckBatch's lane
 	// (fairlane.go), so that no tenant's batches take a connection of the
-	// Checks' lane, and one more for probes of a server that seems silent
-	// (await). Zero keeps the DSN's pool_max_conns, or pgxpool's default
+	// Checks' lane, one more for the direct calls (no tenant holds them all:
+	// directshare.go), and one more for probes of a server that seems
+	// silent (await). Zero keeps the DSN's pool_max_conns, or pgxpool's default
 	// (the larger of 4 and the number of CPUs). The pool keeps them all
 	// open (unless the DSN sets pool_min_conns).
 	MaxConns int32
@@ -233,7 +234,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 // sizeLanes divides pc's connections among the lanes (Config.MaxConns and
 // Config.Inflight say how): Inflight statements of the Checks' lane, one
 // connection for the lease operations, the rest for the direct calls, and
-// as many more for CheckBatch's lane, plus one for probes.
+// as many more for CheckBatch's lane, plus one for the direct calls and one
+// for probes.
 func (s *Store) sizeLanes(pc *pgxpool.Config, maxConns int32, inflight int) {
 	if maxConns > 0 {
 		pc.MaxConns = maxConns
@@ -244,11 +246,15 @@ func (s *Store) sizeLanes(pc *pgxpool.Config, maxConns int32, inflight int) {
 	}
 	s.inflight = min(orDefault(inflight, DefaultInflight), int(pc.MaxConns)-2)
 	s.freed = make(chan struct{}, s.inflight)
-	s.directConns = newDirectShare(int(pc.MaxConns) - s.inflight - 1)
+	// The direct calls' connections, and one more: a tenant holds at most
+	// all but one of them (directshare.go), so that one tenant's flood
+	// keeps what it had before shares, and the others a connection.
+	s.directConns = newDirectShare(int(pc.MaxConns) - s.inflight)
 	// As many connections more for CheckBatch's lane, held by its senders
-	// alone, and one, which nothing but a probe waits for.
+	// alone, one for the direct calls' share, and one, which nothing but a
+	// probe waits for.
 	s.batchLane.max = s.inflight
-	pc.MaxConns += int32(s.inflight) + 1
+	pc.MaxConns += int32(s.inflight) + 2
 	if pc.MinConns == 0 {
 		// Every connection open and warm from the start and kept so: a
 		// connection opened under load would put its warm-up (tens of

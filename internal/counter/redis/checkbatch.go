@@ -11,11 +11,12 @@ import (
 )
 
 // CheckBatch implements counter.Store: the requests go in one pipeline
-// (flush), sent from the caller's goroutine as a lone Check is. On a
-// single server one script decides them all, in order (up to
-// maxScriptItems items a script); on a cluster one script per tenant, and
-// go-redis sends each master its scripts in one round trip, the masters in
-// parallel. A request whose keys hold something else than counters fails
+// (flush). On a single server the batch waits in the batches' lane
+// (batchlane.go) for a sender, which sends it whole with the batches
+// waiting beside it, in scripts that decide their requests in order (up to
+// maxScriptItems items a script); on a cluster it is sent from the caller's
+// goroutine, one script per tenant, and go-redis sends each master its
+// scripts in one round trip, the masters in parallel. A request whose keys hold something else than counters fails
 // alone. Deadlines are Check's, per request; ctx's end stops the wait for
 // all of them.
 func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]counter.Result, []error) {
@@ -64,8 +65,20 @@ func (s *Store) CheckBatch(ctx context.Context, reqs []counter.Request) ([]count
 	}
 	s.inflight.Add(1)
 	s.mu.Unlock()
-	// flush reorders what it is given on a cluster; batch keeps the order.
-	s.flush(slices.Clone(batch), nil)
+	if s.cluster != nil {
+		// flush reorders what it is given on a cluster; batch keeps the
+		// order.
+		s.flush(slices.Clone(batch), nil)
+	} else if s.batches.add(reqs[at[0]].Group, slices.Clone(batch)) {
+		// A sender was free: one starts, and sends this batch with the
+		// ones waiting then, and those that come while it does
+		// (batchlane.go); Close waits for it.
+		s.inflight.Add(1)
+		go func() {
+			defer s.inflight.Done()
+			s.sendBatches()
+		}()
+	}
 	s.inflight.Done()
 	for k, j := range batch {
 		i := at[k]

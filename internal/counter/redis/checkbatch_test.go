@@ -331,3 +331,59 @@ func TestBatchBadKeyFailsAlone(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentBatchesShareScripts sends 16 callers' batches of 16 checks
+// at once to one server, on one hot counter: the batches that wait while a
+// pipeline is on the server go together in the next (fewer scripts than
+// batches), each batch still decided whole and in its order (its admitted
+// checks come first), and the counter admits exactly its limit. Before,
+// each batch was a script of its own.
+func TestConcurrentBatchesShareScripts(t *testing.T) {
+	t.Parallel()
+	target := batchTargets(t)[0]
+	// Four groups, a counter each, that runs out about half way.
+	hot := counter.Item{Key: "hot", Algorithm: limit.FixedWindow, Limit: 1000, Window: limit.Every(30 * 24 * time.Hour), Cost: 1}
+	const callers, batches, size = 16, 30, 16
+	before := target.store.Scripts()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			reqs := make([]counter.Request, size)
+			for b := range batches {
+				for i := range reqs {
+					reqs[i] = counter.Request{Group: fmt.Sprintf("t%d", g%4), Items: []counter.Item{hot}}
+				}
+				res, errs := target.store.CheckBatch(context.Background(), reqs)
+				refused := false
+				for i := range reqs {
+					if errs[i] != nil {
+						t.Errorf("caller %d batch %d check %d: %v", g, b, i, errs[i])
+						return
+					}
+					if res[i].Allowed && refused {
+						t.Errorf("caller %d batch %d: check %d admitted after a refused one on the same counter", g, b, i)
+					}
+					refused = refused || !res[i].Allowed
+					if res[i].Allowed {
+						admitted.Add(1)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	scripts := target.store.Scripts() - before
+	if got := admitted.Load(); got != 4*1000 {
+		t.Errorf("%d admitted of %d, want 4,000", got, callers*batches*size)
+	}
+	for g := range 4 {
+		if got := storedCountOf(t, target.raw, fmt.Sprintf("%s{t%d}:hot", target.prefix, g)); got != 1000 {
+			t.Errorf("group t%d: stored count %d, want 1,000", g, got)
+		}
+	}
+	if scripts >= callers*batches {
+		t.Errorf("%d scripts for %d batches: none shared", scripts, callers*batches)
+	}
+	t.Logf("%d batches of %d checks in %d scripts", callers*batches, size, scripts)
+}

@@ -578,6 +578,7 @@ func (s *Store) split(jobs []*job, calls []scriptCall) []scriptCall {
 // the server had no script for.
 func (s *Store) exec(ctx context.Context, calls []scriptCall) {
 	pipe := s.c.Pipeline()
+	s.scripts.Add(int64(len(calls)))
 	for i := range calls {
 		calls[i].cmd = script(ctx, false, calls[i].jobs)
 		_ = pipe.Process(ctx, onceCmd{calls[i].cmd})

@@ -13,6 +13,9 @@ func NewWithDialer(cfg Config, dial func(ctx context.Context, network, addr stri
 	return newStore(cfg, dial)
 }
 
+// Scripts counts the check scripts the store's pipelines sent.
+func (s *Store) Scripts() int64 { return s.scripts.Load() }
+
 // Resent counts the checks the store sent again after a cluster refused
 // their script before running it.
 func (s *Store) Resent() int64 { return s.resent.Load() }

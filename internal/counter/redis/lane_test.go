@@ -2,6 +2,8 @@ package redis
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -73,4 +75,67 @@ func TestLaneBoundsEachGroup(t *testing.T) {
 	if err := l.enqueue(&job{group: "light"}); err != nil {
 		t.Fatalf("another group's check beside a full one: %v", err)
 	}
+}
+
+// TestBatchLaneTakesWholeBatchesInTurn: the batches' lane hands a sender
+// whole batches, one of each group in turn, while they fit in a pipeline
+// (the first always): behind a flood's big batches another tenant's batch
+// goes out in the next pipeline, and no batch is ever split.
+func TestBatchLaneTakesWholeBatchesInTurn(t *testing.T) {
+	batch := func(group string, checks, items int) []*job {
+		b := make([]*job, checks)
+		for i := range b {
+			b[i] = &job{group: group, keys: make([]string, items)}
+		}
+		return b
+	}
+	var l batchLane
+	if !l.add("flood", batch("flood", 1000, 2)) {
+		t.Fatal("the first batch of an idle lane started no sender")
+	}
+	if !l.add("flood", batch("flood", 1000, 2)) {
+		t.Fatal("a second sender was free")
+	}
+	for _, g := range []string{"light", "other", "other"} {
+		if l.add(g, batch(g, map[string]int{"light": 16, "other": 8}[g], 1)) {
+			t.Fatal("a third sender started")
+		}
+	}
+	groups := func(jobs []*job) []string {
+		var gs []string
+		for i, j := range jobs {
+			if i == 0 || j.group != jobs[i-1].group {
+				gs = append(gs, fmt.Sprintf("%s:%d", j.group, 0))
+			}
+			gs[len(gs)-1] = fmt.Sprintf("%s:%d", j.group, atoi(gs[len(gs)-1])+1)
+		}
+		return gs
+	}
+	var got [][]string
+	for {
+		jobs, ok := l.take(nil)
+		if !ok {
+			break
+		}
+		got = append(got, groups(jobs))
+	}
+	// The flood's first batch (2,000 items), then one batch of each group
+	// in turn while the pipeline's 2,048 items hold them: the light's and
+	// the other's first; the flood's second needs a pipeline of its own.
+	want := [][]string{{"flood:1000", "light:16", "other:8"}, {"flood:1000", "other:8"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("pipelines %v, want %v", got, want)
+	}
+	// One of the two senders ended (the other never ran).
+	if l.active != 1 || l.waiting != 0 || len(l.turns) != 0 || len(l.groups) != 0 {
+		t.Errorf("emptied lane: active %d, waiting %d, turns %v, groups %d", l.active, l.waiting, l.turns, len(l.groups))
+	}
+}
+
+func atoi(s string) int {
+	n := 0
+	for _, c := range s[strings.LastIndexByte(s, ':')+1:] {
+		n = n*10 + int(c-'0')
+	}
+	return n
 }

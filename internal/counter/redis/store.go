@@ -116,11 +116,15 @@ type Store struct {
 	// script before running it (TRYAGAIN, or MOVED and ASK past go-redis's
 	// redirects).
 	resent atomic.Int64
+	// scripts counts the scripts sent (exec), for tests.
+	scripts atomic.Int64
 
-	mu     sync.Mutex
-	one    *lane            // the queue of a single server
-	lanes  map[string]*lane // a cluster's queues, by master address (coalesce.go)
-	closed bool
+	mu  sync.Mutex
+	one *lane // the queue of a single server
+	// batches is CheckBatch's lane on a single server (batchlane.go).
+	batches batchLane
+	lanes   map[string]*lane // a cluster's queues, by master address (coalesce.go)
+	closed  bool
 	// inflight counts senders at work, which Close waits for.
 	inflight sync.WaitGroup
 	quit     chan struct{} // closed by Close
