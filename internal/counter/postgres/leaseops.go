@@ -296,14 +296,12 @@ func (s *Store) Release(ctx context.Context, ref counter.LeaseRef) error {
 // calls outside the lanes in use past its deadline.
 var errDirectBusy = errors.New("every connection for direct calls busy")
 
-// direct runs f, a call of group's, holding one of the connections the
-// store keeps for calls outside the two lanes (Reset, Held, reservations),
-// so that no number of them at once takes a connection from the lanes, and
-// each group has its share of them (directshare.go): a flood of resets
-// queues behind itself, not in front of every tenant's checks nor of
-// another tenant's resets. The caller waits as for a Check (await): past
-// the deadline only while the store keeps answering.
-func (s *Store) direct(ctx context.Context, group, what string, f func(ctx context.Context) error) error {
+// direct runs f holding one of the connections the store keeps for calls
+// outside the two lanes (Reset, Held), so that no number of them at once
+// takes a connection from the lanes: a flood of resets queues behind
+// itself, not in front of every tenant's checks. The caller waits as for a
+// Check (await): past the deadline only while the store keeps answering.
+func (s *Store) direct(ctx context.Context, what string, f func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, s.sendTimeout)
 	defer cancel()
 	s.mu.Lock()
@@ -313,11 +311,13 @@ func (s *Store) direct(ctx context.Context, group, what string, f func(ctx conte
 	var err error
 	go func() {
 		defer close(done)
-		if cerr := s.directConns.acquire(ctx, group); cerr != nil {
-			err = fmt.Errorf("%w: %w", errDirectBusy, cerr)
+		select {
+		case s.directConns <- struct{}{}:
+		case <-ctx.Done():
+			err = fmt.Errorf("%w: %w", errDirectBusy, ctx.Err())
 			return
 		}
-		defer s.directConns.release(group)
+		defer func() { <-s.directConns }()
 		if err = f(ctx); err == nil {
 			s.lastAnswer.Store(time.Now().UnixNano())
 		}

@@ -77,9 +77,8 @@ type Config struct {
 	// operations' statements (one) and the rest (Reset, Held, reservations,
 	// pruning: those left). The pool opens Inflight more for CheckBatch's lane
 	// (fairlane.go), so that no tenant's batches take a connection of the
-	// Checks' lane, one more for the direct calls (no tenant holds them all:
-	// directshare.go), and one more for probes of a server that seems
-	// silent (await). Zero keeps the DSN's pool_max_conns, or pgxpool's default
+	// Checks' lane, and one more for probes of a server that seems silent
+	// (await). Zero keeps the DSN's pool_max_conns, or pgxpool's default
 	// (the larger of 4 and the number of CPUs). The pool keeps them all
 	// open (unless the DSN sets pool_min_conns).
 	MaxConns int32
@@ -175,12 +174,11 @@ type Store struct {
 	leaseStatements atomic.Int64
 
 	// leases is the lane of lease operations (leaseops.go), which holds one
-	// connection at most; directConns shares the connections the lanes leave
-	// among the groups of the calls outside them (Reset, Held, reservations:
-	// directshare.go). batchLane is CheckBatch's (fairlane.go), on
-	// connections of its own.
+	// connection at most; directConns bounds the calls outside both lanes
+	// (Reset, Held) to the connections the lanes leave. batchLane is
+	// CheckBatch's (fairlane.go), on connections of its own.
 	leases      leaseLane
-	directConns *directShare
+	directConns chan struct{}
 	batchLane   fairLane
 }
 
@@ -234,8 +232,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 // sizeLanes divides pc's connections among the lanes (Config.MaxConns and
 // Config.Inflight say how): Inflight statements of the Checks' lane, one
 // connection for the lease operations, the rest for the direct calls, and
-// as many more for CheckBatch's lane, plus one for the direct calls and one
-// for probes.
+// as many more for CheckBatch's lane, plus one for probes.
 func (s *Store) sizeLanes(pc *pgxpool.Config, maxConns int32, inflight int) {
 	if maxConns > 0 {
 		pc.MaxConns = maxConns
@@ -246,15 +243,11 @@ func (s *Store) sizeLanes(pc *pgxpool.Config, maxConns int32, inflight int) {
 	}
 	s.inflight = min(orDefault(inflight, DefaultInflight), int(pc.MaxConns)-2)
 	s.freed = make(chan struct{}, s.inflight)
-	// The direct calls' connections, and one more: a tenant holds at most
-	// all but one of them (directshare.go), so that one tenant's flood
-	// keeps what it had before shares, and the others a connection.
-	s.directConns = newDirectShare(int(pc.MaxConns) - s.inflight)
+	s.directConns = make(chan struct{}, int(pc.MaxConns)-s.inflight-1)
 	// As many connections more for CheckBatch's lane, held by its senders
-	// alone, one for the direct calls' share, and one, which nothing but a
-	// probe waits for.
+	// alone, and one, which nothing but a probe waits for.
 	s.batchLane.max = s.inflight
-	pc.MaxConns += int32(s.inflight) + 2
+	pc.MaxConns += int32(s.inflight) + 1
 	if pc.MinConns == 0 {
 		// Every connection open and warm from the start and kept so: a
 		// connection opened under load would put its warm-up (tens of

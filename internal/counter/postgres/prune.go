@@ -12,10 +12,6 @@ import (
 // sessions' statement_timeout, which is sized for Checks.
 const pruneStatementTimeout = "10s"
 
-// pruneGroup is pruning's group among the direct calls' (directshare.go):
-// never a counter group, whose bytes are [A-Za-z0-9_-].
-const pruneGroup = "(prune)"
-
 // What a pruning statement deletes.
 type pruned int
 
@@ -52,11 +48,13 @@ func (s *Store) Prune(ctx context.Context) (int64, error) {
 }
 
 func (s *Store) pruneOnce(ctx context.Context, what pruned) (int64, error) {
-	// A connection of those left by the lanes, in a group of the store's own.
-	if err := s.directConns.acquire(ctx, pruneGroup); err != nil {
-		return 0, err
+	// A connection of those left by the lanes.
+	select {
+	case s.directConns <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	}
-	defer s.directConns.release(pruneGroup)
+	defer func() { <-s.directConns }()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, err
