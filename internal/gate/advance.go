@@ -191,7 +191,11 @@ func (l *advances) size(k advanceID, now, end time.Time) int64 {
 	sh := l.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	ls := sh.m[k]
+	return sh.m[k].size(now, end)
+}
+
+// size is advances.size for ls, under its shard's lock.
+func (ls *advance) size(now, end time.Time) int64 {
 	if ls == nil || now.Before(ls.renewing) {
 		return 1
 	}
@@ -221,17 +225,15 @@ func (l *advances) size(k advanceID, now, end time.Time) int64 {
 func (l *advances) refillSize(k advanceID, now, end time.Time, n int64) int64 {
 	sh := l.shard(k)
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	ls := sh.m[k]
-	if ls == nil || now.Before(ls.renewing) {
-		sh.mu.Unlock()
+	if ls == nil {
 		return 0
 	}
-	held, last := ls.cur.Load().held(), ls.granted
-	sh.mu.Unlock()
-	if held > 2*n && held > last/2 {
+	if held := ls.cur.Load().held(); held > 2*n && held > ls.granted/2 {
 		return 0
 	}
-	if size := l.size(k, now, end); size > 1 {
+	if size := ls.size(now, end); size > 1 {
 		return size
 	}
 	return 0

@@ -183,21 +183,12 @@ func TestSplitStatementsMatchSequentialModel(t *testing.T) {
 		group := fmt.Sprintf("g%d", rand.Uint64())
 		// Fixed-window counters the one-item checks name, and counters of
 		// any algorithm the others name, among them some of the first.
-		var fixed, any []counter.Item
+		var fixed []counter.Item
 		for i := range rapid.IntRange(8, 24).Draw(rt, "fixed") {
 			fixed = append(fixed, counter.Item{Key: fmt.Sprintf("f%d", i), Algorithm: limit.FixedWindow,
 				Limit: rapid.Int64Range(1, 6).Draw(rt, "limit"), Window: rapid.SampledFrom(windows).Draw(rt, "window")})
 		}
-		for i := range rapid.IntRange(1, 4).Draw(rt, "others") {
-			alg := limit.Algorithm(rapid.IntRange(1, 3).Draw(rt, "alg"))
-			w := rapid.SampledFrom(windows).Draw(rt, "window")
-			if w.Month && alg != limit.FixedWindow {
-				w = limit.Every(time.Minute)
-			}
-			any = append(any, counter.Item{Key: fmt.Sprintf("a%d", i), Algorithm: alg, Limit: rapid.Int64Range(1, 8).Draw(rt, "limit"), Window: w})
-		}
-		shared := rapid.IntRange(0, 2).Draw(rt, "shared")
-		any = append(any, fixed[:shared]...)
+		any := append(anyCounters(rt, "a", 1, 4), fixed[:rapid.IntRange(0, 2).Draw(rt, "shared")]...)
 		m := countertest.NewModel()
 		now := base.Add(time.Duration(rapid.Int64Range(0, int64(30*24*time.Hour)).Draw(rt, "start"))).Truncate(time.Microsecond)
 		for round := range rapid.IntRange(1, 6).Draw(rt, "rounds") {
@@ -218,26 +209,11 @@ func TestSplitStatementsMatchSequentialModel(t *testing.T) {
 					req.Items = []counter.Item{it}
 					req.Ceilings = rapid.IntRange(0, 1).Draw(rt, "ceilings")
 				} else {
-					if rapid.IntRange(0, 3).Draw(rt, "peek") == 0 {
-						req.Mode = counter.Peek
-					}
-					for range rapid.IntRange(1, 3).Draw(rt, "items") {
-						it := rapid.SampledFrom(any).Draw(rt, "item")
-						it.Cost = rapid.Int64Range(1, it.Limit+1).Draw(rt, "cost")
-						it.Advisory = rapid.IntRange(0, 2).Draw(rt, "advisory") == 0
-						req.Items = append(req.Items, it)
-					}
-					req.Ceilings = rapid.IntRange(0, len(req.Items)).Draw(rt, "ceilings")
+					req = anyRequest(rt, group, any)
 				}
 				reqs = append(reqs, req)
 			}
-			got, err := postgres.CheckCoalesced(s, reqs, now)
-			if err != nil {
-				rt.Fatalf("round %d: %v", round, err)
-			}
-			for i, req := range reqs {
-				sameResult(rt, fmt.Sprintf("round %d request %d", round, i), req, got[i], m.Check(req, now))
-			}
+			statementMatchesModel(rt, s, m, round, reqs, now)
 		}
 	})
 	split, all := postgres.SplitStatements(s)-splitBefore, postgres.Statements(s)-allBefore

@@ -626,14 +626,11 @@ type split struct{ fast, rest statementPart }
 // other.
 func splitFixed(reqs []counter.Request, keys []string, order []int32) (split, bool) {
 	var sp split
-	fixed := func(req counter.Request) bool {
-		return len(req.Items) == 1 && req.Mode == counter.Consume && req.Items[0].Algorithm == limit.FixedWindow
-	}
 	// The keys the requests that cannot go set-based name.
 	other := make(map[string]struct{})
 	k, candidates := 0, 0
 	for _, req := range reqs {
-		if fixed(req) {
+		if setBased(req) {
 			candidates++
 		} else {
 			for j := range req.Items {
@@ -651,7 +648,7 @@ func splitFixed(reqs []counter.Request, keys []string, order []int32) (split, bo
 	k = 0
 	for _, req := range reqs {
 		_, named := other[keys[k]]
-		fast := fixed(req) && !named
+		fast := setBased(req) && !named
 		part := &sp.rest
 		if fast {
 			part = &sp.fast
@@ -690,6 +687,12 @@ func (sp split) scatter(seen, fast, rest []counter.Seen) {
 	}
 }
 
+// setBased reports whether req is the kind tollgate_check_fixed_packed
+// decides: one consuming fixed-window item.
+func setBased(req counter.Request) bool {
+	return len(req.Items) == 1 && req.Mode == counter.Consume && req.Items[0].Algorithm == limit.FixedWindow
+}
+
 // fixedAt places a request of a tollgate_check_fixed_packed statement: the
 // index of its key, and how many requests on that key came before it.
 type fixedAt struct{ key, nth int32 }
@@ -703,7 +706,7 @@ type fixedAt struct{ key, nth int32 }
 // tollgate_check_fixed_packed does.)
 func fixedParams(reqs []counter.Request, keys []string, order []int32) (p sqlcgen.CheckCountersFixedPackedParams, at []fixedAt, ok bool) {
 	for _, req := range reqs {
-		if len(req.Items) != 1 || req.Mode != counter.Consume || req.Items[0].Algorithm != limit.FixedWindow {
+		if !setBased(req) {
 			return p, nil, false
 		}
 	}

@@ -66,46 +66,66 @@ func fixed(key string, lim int64, w limit.Window) counter.Item {
 func TestStatementMatchesSequentialModel(t *testing.T) {
 	t.Parallel()
 	s := open(t, postgres.Config{DSN: pgtest.New(t), Timeout: 10 * time.Second})
-	windows := []limit.Window{limit.Every(time.Second), limit.Every(time.Minute), limit.Every(time.Hour), limit.Month}
 	rapid.Check(t, func(rt *rapid.T) {
 		group := fmt.Sprintf("g%d", rand.Uint64())
-		var defs []counter.Item
-		for i := range rapid.IntRange(1, 3).Draw(rt, "counters") {
-			alg := limit.Algorithm(rapid.IntRange(1, 3).Draw(rt, "alg"))
-			w := rapid.SampledFrom(windows).Draw(rt, "window")
-			if w.Month && alg != limit.FixedWindow {
-				w = limit.Every(time.Minute)
-			}
-			defs = append(defs, counter.Item{Key: fmt.Sprintf("k%d", i), Algorithm: alg, Limit: rapid.Int64Range(1, 8).Draw(rt, "limit"), Window: w})
-		}
+		defs := anyCounters(rt, "k", 1, 3)
 		m := countertest.NewModel()
 		now := base.Add(time.Duration(rapid.Int64Range(0, int64(30*24*time.Hour)).Draw(rt, "start"))).Truncate(time.Microsecond)
 		for round := range rapid.IntRange(1, 8).Draw(rt, "rounds") {
 			now = now.Add(rapid.SampledFrom([]time.Duration{0, time.Microsecond, 300 * time.Millisecond, time.Second, time.Minute, -time.Millisecond}).Draw(rt, "jump"))
 			var reqs []counter.Request
 			for range rapid.IntRange(1, 12).Draw(rt, "requests") {
-				req := counter.Request{Group: group}
-				if rapid.IntRange(0, 3).Draw(rt, "peek") == 0 {
-					req.Mode = counter.Peek
-				}
-				for range rapid.IntRange(1, 3).Draw(rt, "items") {
-					it := rapid.SampledFrom(defs).Draw(rt, "item")
-					it.Cost = rapid.Int64Range(1, it.Limit+1).Draw(rt, "cost")
-					it.Advisory = rapid.IntRange(0, 2).Draw(rt, "advisory") == 0
-					req.Items = append(req.Items, it)
-				}
-				req.Ceilings = rapid.IntRange(0, len(req.Items)).Draw(rt, "ceilings")
-				reqs = append(reqs, req)
+				reqs = append(reqs, anyRequest(rt, group, defs))
 			}
-			got, err := postgres.CheckCoalesced(s, reqs, now)
-			if err != nil {
-				rt.Fatalf("round %d: %v", round, err)
-			}
-			for i, req := range reqs {
-				sameResult(rt, fmt.Sprintf("round %d request %d", round, i), req, got[i], m.Check(req, now))
-			}
+			statementMatchesModel(rt, s, m, round, reqs, now)
 		}
 	})
+}
+
+// anyCounters draws n (from lo to hi) counters of any algorithm, keyed
+// prefix0, prefix1…, on windows of a second to a month (a month only for a
+// fixed window).
+func anyCounters(rt *rapid.T, prefix string, lo, hi int) []counter.Item {
+	windows := []limit.Window{limit.Every(time.Second), limit.Every(time.Minute), limit.Every(time.Hour), limit.Month}
+	var defs []counter.Item
+	for i := range rapid.IntRange(lo, hi).Draw(rt, "counters") {
+		alg := limit.Algorithm(rapid.IntRange(1, 3).Draw(rt, "alg"))
+		w := rapid.SampledFrom(windows).Draw(rt, "window")
+		if w.Month && alg != limit.FixedWindow {
+			w = limit.Every(time.Minute)
+		}
+		defs = append(defs, counter.Item{Key: fmt.Sprintf("%s%d", prefix, i), Algorithm: alg, Limit: rapid.Int64Range(1, 8).Draw(rt, "limit"), Window: w})
+	}
+	return defs
+}
+
+// anyRequest draws a request in group of one to three items among defs,
+// any of them advisory, any number of them ceilings, consuming or peeking.
+func anyRequest(rt *rapid.T, group string, defs []counter.Item) counter.Request {
+	req := counter.Request{Group: group}
+	if rapid.IntRange(0, 3).Draw(rt, "peek") == 0 {
+		req.Mode = counter.Peek
+	}
+	for range rapid.IntRange(1, 3).Draw(rt, "items") {
+		it := rapid.SampledFrom(defs).Draw(rt, "item")
+		it.Cost = rapid.Int64Range(1, it.Limit+1).Draw(rt, "cost")
+		it.Advisory = rapid.IntRange(0, 2).Draw(rt, "advisory") == 0
+		req.Items = append(req.Items, it)
+	}
+	req.Ceilings = rapid.IntRange(0, len(req.Items)).Draw(rt, "ceilings")
+	return req
+}
+
+// statementMatchesModel sends reqs as one call at now and holds each answer
+// to what m, which has seen the rounds before, decides for it.
+func statementMatchesModel(rt *rapid.T, s *postgres.Store, m *countertest.Model, round int, reqs []counter.Request, now time.Time) {
+	got, err := postgres.CheckCoalesced(s, reqs, now)
+	if err != nil {
+		rt.Fatalf("round %d: %v", round, err)
+	}
+	for i, req := range reqs {
+		sameResult(rt, fmt.Sprintf("round %d request %d", round, i), req, got[i], m.Check(req, now))
+	}
 }
 
 // TestEdgesMatchModel walks instants at the edges of calendar months (a leap
