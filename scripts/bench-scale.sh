@@ -76,7 +76,8 @@
 #
 # Like scripts/bench-batch.sh it starts a PostgreSQL and a Redis of its
 # own (ports BENCH_PG_PORT 18432, BENCH_REDIS_PORT 18379; Tollgate on
-# TOLLGATE_PORT 18281); every figure is a whole-box figure, and the box,
+# TOLLGATE_PORT 18281; BENCH_PG_OPTS for PostgreSQL's settings, as
+# BENCH_PG_OPTS="-c shared_buffers=1GB"); every figure is a whole-box figure, and the box,
 # its load average and the date head the tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."

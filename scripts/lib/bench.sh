@@ -36,6 +36,9 @@ stop() {
 # (BENCH_REDIS_PORT, 18379) from the machine's binaries, their data under
 # $work, and sets DATABASE_URL, REDIS_URL, redis_port, redis (its PID),
 # pgdata, and pgstop. Root runs PostgreSQL as the postgres user.
+# BENCH_PG_OPTS adds server settings ("-c shared_buffers=1GB", "-c
+# shared_preload_libraries=pg_stat_statements"): the default is PostgreSQL's
+# own, 128 MB of buffers.
 bench_stores() {
   local pgport=${BENCH_PG_PORT:-18432}
   redis_port=${BENCH_REDIS_PORT:-18379}
@@ -46,7 +49,7 @@ bench_stores() {
   if [ "$(id -u)" = 0 ]; then chown postgres "$work" "$pgdata"; runas=(runuser -u postgres --); fi
   "${runas[@]}" "$pgbin/initdb" -D "$pgdata" -U postgres --auth=trust >/dev/null
   "${runas[@]}" "$pgbin/pg_ctl" -D "$pgdata" -l "$pgdata/log" -w \
-    -o "-p $pgport -k $pgdata -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
+    -o "-p $pgport -k $pgdata -c listen_addresses=127.0.0.1 -c max_connections=200 ${BENCH_PG_OPTS:-}" start >/dev/null
   redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no >/dev/null &
   redis=$!
   DATABASE_URL="postgres://postgres@127.0.0.1:$pgport/postgres?sslmode=disable"
