@@ -237,6 +237,10 @@ func (g *Gate) batchRequests(ctx context.Context, p *passage, bcs []batchCheck, 
 		bc.creq.Items = own[n:len(own):len(own)]
 		creqs[bc.index].Items = bc.creq.Items
 	}
+	// A refill only tops an advance up early: those the store call has no
+	// room for (counter.MaxBatch requests, which a full batch's checks
+	// take) wait for a later batch, or the checks' own renewals.
+	refills = refills[:min(len(refills), max(counter.MaxBatch-len(creqs), 0))]
 	for i := range refills {
 		refills[i].index = len(creqs)
 		creqs = append(creqs, counter.Request{Group: t.ID, Ceilings: 1, Items: []counter.Item{refills[i].item}})

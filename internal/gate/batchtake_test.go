@@ -157,3 +157,56 @@ func refusedBy(a, b gate.Verdict, layer string) bool {
 	}
 	return r != nil && r.Layer == layer
 }
+
+// TestFullBatchesRefillWithinTheStoresBound sends batches of the most
+// checks a batch holds while the tenant's quotas' advances run low: the
+// refills the batch asks for beside its checks must not take the store call
+// past counter.MaxBatch requests, which the store refuses whole (the check
+// batch answered 500 at scripts/bench-scale.sh's fill, 1,000 checks a
+// request). A full batch asks for no refill; a smaller one still does.
+func TestFullBatchesRefillWithinTheStoresBound(t *testing.T) {
+	t.Parallel()
+	quotaMin, quotaHour := int64(1_000_000_000), int64(1_000_000_000)
+	tn := tenant.Tenant{ID: "t", Plan: tenant.PlanEnterprise, RateLimitPerMinute: 1_000_000_000, QuotaPerMinute: &quotaMin, QuotaPerHour: &quotaHour}
+	dir := directory{tenants: map[string]tenant.Tenant{"t": tn}}
+	pols := catalog{"t": policy.NewSet([]policy.Policy{mustPolicy(t, "p", `{"limit":1000000000,"window":"1h"}`)}, nil)}
+	clk := &setClock{}
+	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	clk.set(at)
+	g, _, _ := newTestGate(t, memory.New(memory.Config{Now: clk.read}), dir, pols, gate.Config{Now: clk.read})
+	ctx := context.Background()
+	subject := 0
+	batch := func(n int) {
+		t.Helper()
+		checks := make([]gate.Check, n)
+		for i := range checks {
+			subject++
+			checks[i] = gate.Check{Mode: counter.Consume, Items: []gate.Item{{Policy: "p", Subject: fmt.Sprintf("s%d", subject), Cost: 1}}}
+		}
+		bv, err := g.AdmitBatch(ctx, gate.Request{Route: "check", ClientIP: client, Bearer: "t"}, checks)
+		if err != nil {
+			t.Fatalf("a batch of %d: %v", n, err)
+		}
+		if !bv.Allowed || len(bv.Checks) != n {
+			t.Fatalf("a batch of %d: %+v, %d verdicts", n, bv.Verdict, len(bv.Checks))
+		}
+		for i, v := range bv.Checks {
+			if !v.Allowed || v.Degraded {
+				t.Fatalf("a batch of %d: check %d: %+v", n, i, v)
+			}
+		}
+	}
+	before := gate.Refills(g)
+	for range 10 {
+		at = at.Add(10 * time.Millisecond)
+		clk.set(at)
+		batch(gate.MaxBatchChecks)
+		batch(gate.MaxBatchChecks - 1)
+		at = at.Add(10 * time.Millisecond)
+		clk.set(at)
+		batch(16)
+	}
+	if gate.Refills(g) == before {
+		t.Error("no batch refilled an advance: the test tried nothing")
+	}
+}
