@@ -297,7 +297,7 @@ func (s *Store) Release(ctx context.Context, ref counter.LeaseRef) error {
 var errDirectBusy = errors.New("every connection for direct calls busy")
 
 // direct runs f holding one of the connections the store keeps for calls
-// outside the two lanes (Reset, Held), so that no number of them at once
+// outside the two lanes (Reset, Held, reservations, charges), so that no number of them at once
 // takes a connection from the lanes: a flood of resets queues behind
 // itself, not in front of every tenant's checks. The caller waits as for a
 // Check (await): past the deadline only while the store keeps answering.

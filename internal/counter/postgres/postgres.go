@@ -175,7 +175,8 @@ type Store struct {
 
 	// leases is the lane of lease operations (leaseops.go), which holds one
 	// connection at most; directConns bounds the calls outside both lanes
-	// (Reset, Held) to the connections the lanes leave. batchLane is
+	// (Reset, Held, reservations, charges) to the connections the lanes
+	// leave, first come, first served. batchLane is
 	// CheckBatch's (fairlane.go), on connections of its own.
 	leases      leaseLane
 	directConns chan struct{}
