@@ -6,7 +6,7 @@ GO    ?= go
 # for a race (the body budget's, the keys' last use) run under it too.
 RACE_PKGS := ./internal/kit/atomicmap/ ./internal/counter/... ./internal/limit/... ./internal/policy/... ./internal/usage/... ./internal/audit/... ./internal/gate/... ./internal/httpapi/ ./internal/pgstore/
 
-.PHONY: run test soak generate check-generated build bench bench-batch bench-gateways bench-pgcall bench-scale deps vet lint-openapi
+.PHONY: run test soak generate check-generated build bench bench-batch bench-gateways bench-pgcall bench-floors bench-scale deps vet lint-openapi
 
 ## run: build and serve a demo on 127.0.0.1:8080 (TOLLGATE_ADDR=:9090 for another port; embedded PostgreSQL unless DATABASE_URL is set)
 # PostgreSQL's packages, when missing, install while Go builds: on a fresh
@@ -97,6 +97,11 @@ bench-gateways:
 ## bench-pgcall: what one call of the PostgreSQL counter store costs PostgreSQL, by keys a call (scripts/bench-pgcall.sh)
 bench-pgcall:
 	scripts/bench-pgcall.sh
+
+## bench-floors: what Redis and PostgreSQL spend on the counter a check writes, done as simply as each can, beside the bare handler (scripts/bench-floors.sh; TOLLGATE_US=… bounds issue 42's ratio)
+bench-floors:
+	@scripts/deps.sh postgres redis
+	scripts/bench-floors.sh
 
 ## bench-scale: how cost grows, by subjects, tenants, policies a tenant and checks a request, on every store (scripts/bench-scale.sh; SUBJECTS_AXIS="1000 100000" … to shrink it)
 bench-scale:
