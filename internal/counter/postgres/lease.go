@@ -37,7 +37,7 @@ func (s *Store) Held(ctx context.Context, group string, tallies []string, now ti
 		ts[i] = []byte(t)
 	}
 	var rows []sqlcgen.HeldLeasesRow
-	err := s.direct(ctx, "held leases", func(ctx context.Context) (err error) {
+	err := s.direct(ctx, group, "held leases", func(ctx context.Context) (err error) {
 		rows, err = s.q.HeldLeases(ctx, sqlcgen.HeldLeasesParams{Grp: group, Tallies: ts, Now: micros(now)})
 		return err
 	})
@@ -61,7 +61,7 @@ func (s *Store) Reset(ctx context.Context, group, key string) error {
 	if err := counter.ValidateReset(group, key); err != nil {
 		return fmt.Errorf("reset counter: %w", err)
 	}
-	return s.direct(ctx, "reset counter", func(ctx context.Context) error {
+	return s.direct(ctx, group, "reset counter", func(ctx context.Context) error {
 		return s.q.ResetKey(ctx, sqlcgen.ResetKeyParams{Grp: group, Key: []byte(key), CounterKey: string(appendRowKey(nil, group, key))})
 	})
 }

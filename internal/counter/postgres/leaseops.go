@@ -296,12 +296,15 @@ func (s *Store) Release(ctx context.Context, ref counter.LeaseRef) error {
 // calls outside the lanes in use past its deadline.
 var errDirectBusy = errors.New("every connection for direct calls busy")
 
-// direct runs f holding one of the connections the store keeps for calls
-// outside the two lanes (Reset, Held, reservations, charges), so that no number of them at once
-// takes a connection from the lanes: a flood of resets queues behind
-// itself, not in front of every tenant's checks. The caller waits as for a
-// Check (await): past the deadline only while the store keeps answering.
-func (s *Store) direct(ctx context.Context, what string, f func(ctx context.Context) error) error {
+// direct runs f for group holding one of the connections the store keeps
+// for calls outside the two lanes (Reset, Held, reservations, charges), so
+// that no number of them at once takes a connection from the lanes: a flood
+// of resets queues behind itself, not in front of every tenant's checks.
+// A group's calls take their turns (groupTurns): one at a time holds or
+// waits for such a connection, so that a group whose calls stall leaves
+// the others to every other group. The caller waits as for a Check
+// (await): past the deadline only while the store keeps answering.
+func (s *Store) direct(ctx context.Context, group, what string, f func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, s.sendTimeout)
 	defer cancel()
 	s.mu.Lock()
@@ -311,6 +314,12 @@ func (s *Store) direct(ctx context.Context, what string, f func(ctx context.Cont
 	var err error
 	go func() {
 		defer close(done)
+		back, terr := s.directTurns.take(ctx, group)
+		if terr != nil {
+			err = fmt.Errorf("%w: %w", errDirectBusy, terr)
+			return
+		}
+		defer back()
 		select {
 		case s.directConns <- struct{}{}:
 		case <-ctx.Done():

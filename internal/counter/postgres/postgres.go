@@ -176,10 +176,12 @@ type Store struct {
 	// leases is the lane of lease operations (leaseops.go), which holds one
 	// connection at most; directConns bounds the calls outside both lanes
 	// (Reset, Held, reservations, charges) to the connections the lanes
-	// leave, first come, first served. batchLane is
-	// CheckBatch's (fairlane.go), on connections of its own.
+	// leave, which directTurns lets one call of each group hold or wait for
+	// at a time. batchLane is CheckBatch's (fairlane.go), on connections of
+	// its own.
 	leases      leaseLane
 	directConns chan struct{}
+	directTurns groupTurns
 	batchLane   fairLane
 }
 

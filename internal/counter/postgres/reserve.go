@@ -58,7 +58,7 @@ func (s *Store) Reserve(ctx context.Context, r counter.Reservation) (counter.Res
 		p.ItemKeys[i] = []byte(it.Key)
 	}
 	var rows []sqlcgen.ReserveRow
-	err := s.direct(ctx, "reserve", func(ctx context.Context) (err error) {
+	err := s.direct(ctx, req.Group, "reserve", func(ctx context.Context) (err error) {
 		rows, err = s.q.Reserve(ctx, p)
 		return err
 	})
@@ -97,7 +97,7 @@ func (s *Store) Settle(ctx context.Context, ref counter.SettleRef) (counter.Sett
 		return counter.Settlement{}, fmt.Errorf("settle reservation: %w", err)
 	}
 	var row sqlcgen.SettleRow
-	err := s.direct(ctx, "settle reservation", func(ctx context.Context) (err error) {
+	err := s.direct(ctx, ref.Group, "settle reservation", func(ctx context.Context) (err error) {
 		row, err = s.q.Settle(ctx, sqlcgen.SettleParams{
 			Grp: ref.Group, ID: []byte(ref.ID), Used: ref.Used, Kept: counter.SettledKept.Microseconds(), Kmax: ref.KeptLimit, Now: micros(ref.Now),
 		})
@@ -132,7 +132,7 @@ func (s *Store) Reservation(ctx context.Context, group, id string, now time.Time
 		return counter.Held{}, fmt.Errorf("read reservation: %w", err)
 	}
 	var row sqlcgen.ReadReservationRow
-	err := s.direct(ctx, "read reservation", func(ctx context.Context) (err error) {
+	err := s.direct(ctx, group, "read reservation", func(ctx context.Context) (err error) {
 		row, err = s.q.ReadReservation(ctx, sqlcgen.ReadReservationParams{Grp: group, ID: []byte(id), Now: micros(now)})
 		return err
 	})
@@ -179,7 +179,7 @@ func (s *Store) ReservedSums(ctx context.Context, group string, keys []string, n
 		p.ItemKeys[i] = []byte(k)
 	}
 	var rows []sqlcgen.ReservedSumsRow
-	err := s.direct(ctx, "reserved sums", func(ctx context.Context) (err error) {
+	err := s.direct(ctx, group, "reserved sums", func(ctx context.Context) (err error) {
 		rows, err = s.q.ReservedSums(ctx, p)
 		return err
 	})
@@ -209,7 +209,7 @@ func (s *Store) Charge(ctx context.Context, req counter.Request) (counter.Charge
 		p.Algs[i], p.Limits[i], p.Windows[i], p.Costs[i] = int16(it.Algorithm), it.Limit, it.Window.Micros(), it.Cost
 	}
 	var row sqlcgen.ChargeRow
-	err := s.direct(ctx, "charge", func(ctx context.Context) (err error) {
+	err := s.direct(ctx, req.Group, "charge", func(ctx context.Context) (err error) {
 		row, err = s.q.Charge(ctx, p)
 		return err
 	})
