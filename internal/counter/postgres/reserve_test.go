@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -71,5 +72,54 @@ func TestPruneSweepsReservations(t *testing.T) {
 				t.Errorf("%s after pruning: %d left, want %d", peek.Group, got, want)
 			}
 		}
+	}
+}
+
+// TestReserveAtTheBoundSkipsTheGroupsLock holds a group's reservations lock
+// (the advisory lock tollgate_reserve and tollgate_settle take) from outside
+// the store once the group holds its bound: a reservation past the bound is
+// refused as GroupFull, its items peeked, without waiting for the lock.
+// Before, every reservation took the lock first, so a flood past the bound
+// queued on it as if each could be held, in front of the group's
+// settlements (the fault suite's reservations-postgres phase: 400 to 1,350
+// refusals a phase, each a turn of the lock).
+func TestReserveAtTheBoundSkipsTheGroupsLock(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.New(t)
+	s := open(t, postgres.Config{DSN: dsn, Timeout: 200 * time.Millisecond})
+	ctx := context.Background()
+	budget := counter.Item{Key: "tokens", Algorithm: limit.FixedWindow, Limit: 100, Window: limit.Every(time.Hour), Cost: 10}
+	reserve := func(id string) (counter.Reserved, error) {
+		return s.Reserve(ctx, counter.Reservation{Request: counter.Request{Group: "g", Items: []counter.Item{budget}}, ID: id, TTL: time.Minute, GroupLimit: 2})
+	}
+	for _, id := range []string{"a", "b"} {
+		if res, err := reserve(id); err != nil || !res.Allowed {
+			t.Fatalf("reserve %s: %+v, %v", id, res, err)
+		}
+	}
+	lock := connect(t, dsn)
+	if _, err := lock.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended('tollgate reserve ' || 'g', 0))"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := reserve("c")
+	if err != nil || res.Allowed || !res.GroupFull {
+		t.Fatalf("a reservation past the bound with the group's lock held elsewhere: %+v, %v; want refused, GroupFull", res, err)
+	}
+	if d := res.Result.Decisions; len(d) != 1 || d[0].Remaining != 80 {
+		t.Errorf("the refusal's peek: %+v, want 80 remaining", res.Result)
+	}
+	// An id in use is still told so, under the lock, once it is free.
+	if _, err := lock.Exec(ctx, "SELECT pg_advisory_unlock(hashtextextended('tollgate reserve ' || 'g', 0))"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reserve("a"); !errors.Is(err, counter.ErrReservationExists) {
+		t.Errorf("reserve a again at the bound: %v, want ErrReservationExists", err)
+	}
+	// Settled, a reservation leaves room again.
+	if _, err := s.Settle(ctx, counter.SettleRef{Group: "g", ID: "a", Used: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := reserve("d"); err != nil || !res.Allowed {
+		t.Errorf("reserve after a settlement: %+v, %v", res, err)
 	}
 }
