@@ -53,24 +53,6 @@ func instant(now time.Time) any {
 	return now.UnixMicro()
 }
 
-// eval runs one of the lease scripts by its hash, and by its body when the
-// server has not cached it.
-func (s *Store) eval(ctx context.Context, body, sha string, keys []string, args ...any) (any, error) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil, errClosed
-	}
-	reply, err := s.c.EvalSha(ctx, sha, keys, args...).Result()
-	if goredis.HasErrorPrefix(err, "NOSCRIPT") {
-		reply, err = s.c.Eval(ctx, body, keys, args...).Result()
-	}
-	// A cluster that refused or lost the node learns its slots again.
-	s.afterFailure(err)
-	return reply, err
-}
-
 // queued runs one of the lease scripts through the lanes of the checks
 // (coalesce.go), pipelined with them on the lanes' few connections, under the
 // store's timeout (or ctx's earlier deadline): a burst of lease operations
@@ -181,14 +163,12 @@ func (s *Store) Held(ctx context.Context, group string, tallies []string, now ti
 	if err := counter.ValidateHeld(group, tallies, now); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	args := make([]any, 0, 2+len(tallies))
 	args = append(args, "held", instant(now))
 	for _, t := range tallies {
 		args = append(args, t)
 	}
-	v, err := s.eval(ctx, opsLua, opsSHA, s.leaseKeys(group), args...)
+	v, err := s.queued(ctx, opsLua, opsSHA, group, s.leaseKeys(group), args...)
 	if err != nil {
 		return nil, failed(ctx, "held leases", err)
 	}
@@ -206,15 +186,15 @@ func (s *Store) Held(ctx context.Context, group string, tallies []string, now ti
 }
 
 // Reset implements counter.Store: the counter's key and the key's leases,
-// in one script.
+// in one script, through the lanes like Held and ReservedSums: a server busy
+// with other tenants' checks is waited for as the checks wait for it, in
+// the group's turn (TestCallsOutsideTheLanesWaitForABusyServer).
 func (s *Store) Reset(ctx context.Context, group, key string) error {
 	if err := counter.ValidateReset(group, key); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	keys := append(s.leaseKeys(group), s.key(group, key))
-	if _, err := s.eval(ctx, opsLua, opsSHA, keys, "reset", "", key); err != nil {
+	if _, err := s.queued(ctx, opsLua, opsSHA, group, keys, "reset", "", key); err != nil {
 		return failed(ctx, "reset counter", err)
 	}
 	return nil

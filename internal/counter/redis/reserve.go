@@ -201,20 +201,18 @@ func (s *Store) record(group, rec string) (record, error) {
 }
 
 // ReservedSums implements counter.Store in one script that only reads, sent
-// outside the lanes as Reset is: it decides nothing, so it has no place in
-// a check's queue.
+// through the lanes as Reset is, so that a busy server is waited for as the
+// checks wait for it.
 func (s *Store) ReservedSums(ctx context.Context, group string, keys []string, now time.Time) ([]int64, error) {
 	if err := counter.ValidateReservedSums(group, keys, now); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	args := make([]any, 0, len(keys)+2)
 	args = append(args, "reserved", instant(now))
 	for _, k := range keys {
 		args = append(args, s.key(group, k))
 	}
-	v, err := s.eval(ctx, reserveLua, reserveSHA, s.reserveKeys(group)[:2], args...)
+	v, err := s.queued(ctx, reserveLua, reserveSHA, group, s.reserveKeys(group)[:2], args...)
 	if err != nil {
 		return nil, failed(ctx, "reserved sums", err)
 	}
