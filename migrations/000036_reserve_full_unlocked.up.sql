@@ -50,17 +50,18 @@ DECLARE
     v_start bigint;
 BEGIN
     -- A group that holds its bound is refused without its lock: as of this
-    -- statement's snapshot it holds p_gmax live reservations (those not yet
-    -- due, which the locked path's expiry would delete first), so the
-    -- refusal is the answer at that instant, whatever is settled after it;
-    -- and the id is not in use (that answer is the locked path's). A flood
-    -- past the bound then costs a count and a peek, like a check, rather
-    -- than a turn of the lock that the group's settlements wait for. A
-    -- reservation that may be held takes the lock and counts again.
+    -- statement's snapshot it holds p_gmax live reservations and none is due
+    -- (the locked path would first expire those, giving back what they
+    -- release, which the peek below must see), so the refusal is the answer
+    -- at that instant, whatever is settled after it; and the id is not in
+    -- use (that answer is the locked path's). A flood past the bound then
+    -- costs a count and a peek, like a check, rather than a turn of the lock
+    -- that the group's settlements wait for. A reservation that may be held,
+    -- or that finds one due, takes the lock and counts again.
     IF p_gmax > 0 THEN
         v_now := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
-        v_full := (SELECT count(*) FROM reservations AS r
-                    WHERE r.grp = p_grp AND r.settled_us IS NULL AND r.due_us > v_now) >= p_gmax
+        v_full := (SELECT count(*) FROM reservations AS r WHERE r.grp = p_grp AND r.settled_us IS NULL) >= p_gmax
+              AND NOT EXISTS (SELECT 1 FROM reservations AS r WHERE r.grp = p_grp AND r.due_us <= v_now)
               AND NOT EXISTS (SELECT 1 FROM reservations AS r WHERE r.grp = p_grp AND r.id = p_id);
     END IF;
     op := 1;

@@ -122,4 +122,27 @@ func TestReserveAtTheBoundSkipsTheGroupsLock(t *testing.T) {
 	if res, err := reserve("d"); err != nil || !res.Allowed {
 		t.Errorf("reserve after a settlement: %+v, %v", res, err)
 	}
+
+	// A group at its cap with one of its reservations due is refused only
+	// once the due one has expired, giving back what it releases: the
+	// refusal's peek sees the give-back. (The property test of countertest
+	// found the first version of the lock-free refusal answering from before
+	// the expiry.)
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	at := func(id string, ttl time.Duration, limit int64, now time.Time) (counter.Reserved, error) {
+		return s.Reserve(ctx, counter.Reservation{Request: counter.Request{Group: "h", Items: []counter.Item{budget}, Now: now},
+			ID: id, TTL: ttl, OnExpiryRelease: true, GroupLimit: limit})
+	}
+	for _, id := range []string{"due", "live"} {
+		ttl := map[string]time.Duration{"due": time.Millisecond, "live": time.Hour}[id]
+		if res, err := at(id, ttl, 2, t0); err != nil || !res.Allowed {
+			t.Fatalf("reserve %s: %+v, %v", id, res, err)
+		}
+	}
+	res, err = at("next", time.Hour, 1, t0.Add(time.Second))
+	if err != nil || res.Allowed || !res.GroupFull {
+		t.Errorf("a reservation past a cap of 1 beside one live and one due: %+v, %v; want refused, GroupFull", res, err)
+	} else if d := res.Result.Decisions; len(d) != 1 || d[0].Remaining != 90 {
+		t.Errorf("the refusal's peek: %+v, want 90 remaining (the due one's 10 given back)", res.Result)
+	}
 }
