@@ -4,9 +4,13 @@
 # can do it, against what the bare net/http handler (scripts/bare) spends on
 # a request. Issue 42's ratio is bare_cpu_us ÷ (Tollgate's CPU a batched
 # check + its store's): the floors bound it from above whatever Tollgate
-# does, and TOLLGATE_US (Tollgate's own CPU a batched check with no store,
-# the memory store's cpu_us of scripts/bench-batch.sh in the same sitting)
-# tightens the bound to what Tollgate's no-store cost leaves.
+# does, and TOLLGATE_SERVER (the memory store's batched row of
+# scripts/bench-batch.sh in the same sitting, its server column: the bare
+# handler's CPU a request over Tollgate's CPU a check with no store, each
+# from its own run) tightens the bound to what Tollgate's no-store cost
+# leaves. The bare handler's CPU a request moves by a fifth between runs
+# minutes apart, so each cost is taken as a share of its own run's bare
+# handler before they are added.
 #
 #   bare      wrk -t2 -cCALLERS (64) against the bare handler; its CPU a
 #             request
@@ -24,11 +28,12 @@
 # Columns: us_per_unit (CPU a request, key or row, µs), bound (bare_cpu_us
 # ÷ us_per_unit: the most checks Tollgate and that store could answer for
 # the CPU the bare handler spends on a request, were Tollgate free) and,
-# with TOLLGATE_US, bound_tg (bare_cpu_us ÷ (TOLLGATE_US + us_per_unit)).
+# with TOLLGATE_SERVER, bound_tg (1 ÷ (1 ÷ TOLLGATE_SERVER + us_per_unit ÷
+# bare_cpu_us)).
 # Medians of RUNS (3); the bare handler and PostgreSQL run DURATION (8)
 # seconds each, Redis REDIS_CALLS scripts.
 #
-# Usage: [TOLLGATE_US=4.0] scripts/bench-floors.sh   (wrk, redis-benchmark,
+# Usage: [TOLLGATE_SERVER=3.5] scripts/bench-floors.sh   (wrk, redis-benchmark,
 # pgbench: the wrk, redis-tools and postgresql packages). Starts its own
 # PostgreSQL (18432) and Redis (18379) like the other benchmarks; a
 # whole-box figure: say the load average beside it.
@@ -40,7 +45,7 @@ callers=${CALLERS:-64}
 keys=${KEYS:-16}
 read -r -a rowss <<<"${ROWS:-25 100}"
 rcalls=${REDIS_CALLS:-40000}
-tg=${TOLLGATE_US:-}
+tg=${TOLLGATE_SERVER:-}
 
 mkdir -p bin
 go build -o bin/bare ./scripts/bare
@@ -116,7 +121,7 @@ for f in "${floors[@]}"; do
   case $f in bare) unit=request ;; redis) unit="key of $keys" ;; *) unit="row of ${f#postgres-}" ;; esac
   awk -v f="${f%-*}" -v u="$unit" -v us="$us" -v b="$bare_us" -v tg="$tg" 'BEGIN {
     printf "%-9s %12s %11.2f %6.2f", f, u, us, b / us
-    if (tg != "") printf " %8.2f", (f == "bare" ? b / tg : b / (tg + us))
+    if (tg != "") printf " %8.2f", (f == "bare" ? tg : 1 / (1 / tg + us / b))
     printf "\n" }'
 done
 echo "load average: $(loadavg)"
