@@ -11,7 +11,7 @@ import (
 // nothing. A group's calls that stall (on its own rows' locks, or queued on
 // its reservations' advisory lock, which lets one through at a time across
 // instances anyway) hold one of those connections, and every other group
-// finds the rest: with the default pool there are two.
+// finds the rest: with the default pool on up to four CPUs there are two.
 //
 // Before, the connections went first come, first served: a tenant's flood
 // of reservations held them all, each waiting at the database for the one
