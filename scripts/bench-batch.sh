@@ -67,7 +67,7 @@ mkdir -p bin
 go build -o bin/bare ./scripts/bare
 go build -o bin/loadgen ./scripts/loadgen
 go build -o bin/tollgate ./cmd/tollgate
-# cpu, median, stop, bench_stores.
+# cpu, median, stop, bench_bare, bare_wrk, bench_stores.
 . scripts/lib/bench.sh
 # summary prints the row of one target and mode: each column's median over
 # the runs in file (lines "target mode column…").
@@ -86,14 +86,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-bin/bare -addr 127.0.0.1:18280 &
-bare=$!
+bench_bare
 bench_stores
-cat >"$work/bare.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = '{"items":[{"policy":"bench","subject":"user-1"}]}'
-wrk.headers["Content-Type"] = "application/json"
-LUA
 
 calls() {
   case "$1" in
@@ -134,7 +128,7 @@ bench_gubernator() {
   : >"$work/grows"
   for run in $(seq "$runs"); do
     b0=$(cpu "$bare")
-    read -r brps breqs < <(wrk -t"$threads" -c"$callers" -d"$duration" -s "$work/bare.lua" http://127.0.0.1:18280/ | awk '/requests in/ {n = $1} /Requests\/sec/ {r = $2} END {print r, n}')
+    read -r brps breqs < <(bare_wrk "$threads" "$callers" "$duration")
     b1=$(cpu "$bare")
     for m in "${modes[@]}"; do
       local proto=${m%:*} per=${m#*:} target
@@ -175,7 +169,7 @@ for store in "${stores[@]}"; do
   : >"$work/rows"
   for run in $(seq "$runs"); do
     b0=$(cpu "$bare")
-    read -r brps breqs < <(wrk -t"$threads" -c"$callers" -d"$duration" -s "$work/bare.lua" http://127.0.0.1:18280/ | awk '/requests in/ {n = $1} /Requests\/sec/ {r = $2} END {print r, n}')
+    read -r brps breqs < <(bare_wrk "$threads" "$callers" "$duration")
     b1=$(cpu "$bare")
     for mode in "${modes_run[@]}"; do
       args=()

@@ -53,15 +53,9 @@ go build -o bin/bare ./scripts/bare
 work=$(mktemp -d)
 cleanup() { stop "${bare:-}"; bench_stores_stop; rm -rf "$work"; true; }
 trap cleanup EXIT
-bin/bare -addr 127.0.0.1:18280 &
-bare=$!
+bench_bare
 bench_stores
 pgport=${BENCH_PG_PORT:-18432}
-cat >"$work/bare.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = '{"items":[{"policy":"bench","subject":"user-1"}]}'
-wrk.headers["Content-Type"] = "application/json"
-LUA
 
 # Redis: the script reads and writes each key once, as check.lua does at
 # the least; redis-benchmark draws each __rand_int__ on its own.
@@ -94,7 +88,7 @@ echo "load average: $(loadavg)"
 : >"$work/rows"
 for run in $(seq "$runs"); do
   b0=$(cpu "$bare")
-  n=$(wrk -t2 -c"$callers" -d"${duration}s" -s "$work/bare.lua" http://127.0.0.1:18280/ | awk '/requests in/ {print $1}')
+  read -r _ n < <(bare_wrk 2 "$callers" "${duration}s")
   b1=$(cpu "$bare")
   echo "bare $n $((b1 - b0))" >>"$work/rows"
 

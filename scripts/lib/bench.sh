@@ -80,3 +80,23 @@ pgcpu() {
 
 # loadavg: the box's load average, one, five and fifteen minutes.
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# bench_bare starts the bare net/http handler (bin/bare, which the sourcing
+# script builds) on 127.0.0.1:18280 and sets bare (its PID); it writes the
+# request wrk sends it, a /v1/check body, to $work/bare.lua.
+bench_bare() {
+  bin/bare -addr 127.0.0.1:18280 &
+  bare=$!
+  cat >"$work/bare.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = '{"items":[{"policy":"bench","subject":"user-1"}]}'
+wrk.headers["Content-Type"] = "application/json"
+LUA
+}
+
+# bare_wrk THREADS CONNECTIONS DURATION runs wrk against the bare handler
+# and prints its requests a second and the requests it made.
+bare_wrk() {
+  wrk -t"$1" -c"$2" -d"$3" -s "$work/bare.lua" http://127.0.0.1:18280/ |
+    awk '/requests in/ {n = $1} /Requests\/sec/ {r = $2} END {print r, n}'
+}

@@ -7,8 +7,7 @@ import (
 
 // groupTurns lets one direct call of each group at a time take a
 // connection the store keeps for calls outside its lanes (direct); the
-// group's other calls wait their turn in the order they came, holding
-// nothing. A group's calls that stall (on its own rows' locks, or queued on
+// group's other calls wait their turn, holding nothing. A group's calls that stall (on its own rows' locks, or queued on
 // its reservations' advisory lock, which lets one through at a time across
 // instances anyway) hold one of those connections, and every other group
 // finds the rest: with the default pool on up to four CPUs there are two.

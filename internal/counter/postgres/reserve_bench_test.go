@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -18,13 +19,12 @@ import (
 // on the direct calls' connections) lets through. One op is a reservation
 // and its settlement.
 func BenchmarkReserveSettle(b *testing.B) {
-	benchReserve(b, 100_000, func(ctx context.Context, s *postgres.Store, id string, res counter.Reserved) {
+	benchReserve(b, 100_000, func(ctx context.Context, s *postgres.Store, id string, res counter.Reserved) error {
 		if !res.Allowed {
-			b.Fatalf("reserve %s: %+v", id, res)
+			return fmt.Errorf("reserve %s: %+v", id, res)
 		}
-		if _, err := s.Settle(ctx, counter.SettleRef{Group: "g", ID: id, Used: 4}); err != nil {
-			b.Fatal(err)
-		}
+		_, err := s.Settle(ctx, counter.SettleRef{Group: "g", ID: id, Used: 4})
+		return err
 	})
 }
 
@@ -32,26 +32,26 @@ func BenchmarkReserveSettle(b *testing.B) {
 // live ones (one, held before they start), from eight callers of one store: each is refused,
 // GroupFull, without the tenant's advisory lock.
 func BenchmarkReserveAtTheBound(b *testing.B) {
-	benchReserve(b, 1, func(_ context.Context, _ *postgres.Store, id string, res counter.Reserved) {
+	benchReserve(b, 1, func(_ context.Context, _ *postgres.Store, id string, res counter.Reserved) error {
 		if res.Allowed || !res.GroupFull {
-			b.Fatalf("reserve %s past the cap: %+v", id, res)
+			return fmt.Errorf("reserve %s past the cap: %+v", id, res)
 		}
+		return nil
 	})
 }
 
-func benchReserve(b *testing.B, cap int64, then func(ctx context.Context, s *postgres.Store, id string, res counter.Reserved)) {
+// benchReserve reserves from eight callers, each reservation then passed to
+// then; the callers stop at the first error, which fails b (b.Fatal is the
+// benchmark goroutine's alone).
+func benchReserve(b *testing.B, cap int64, then func(ctx context.Context, s *postgres.Store, id string, res counter.Reserved) error) {
 	s := open(b, postgres.Config{DSN: pgtest.New(b), Timeout: 5 * time.Second})
 	budget := counter.Item{Key: "tokens", Algorithm: limit.FixedWindow, Limit: limit.MaxLimit, Window: limit.Every(time.Hour), Cost: 10}
-	reserve := func(ctx context.Context, id string) counter.Reserved {
-		res, err := s.Reserve(ctx, counter.Reservation{Request: counter.Request{Group: "g", Items: []counter.Item{budget}}, ID: id, TTL: time.Hour, GroupLimit: cap})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return res
+	reserve := func(ctx context.Context, id string) (counter.Reserved, error) {
+		return s.Reserve(ctx, counter.Reservation{Request: counter.Request{Group: "g", Items: []counter.Item{budget}}, ID: id, TTL: time.Hour, GroupLimit: cap})
 	}
 	// One held before the callers start: the cap's, when it is 1.
-	if res := reserve(context.Background(), "0"); !res.Allowed {
-		b.Fatalf("the first reservation: %+v", res)
+	if res, err := reserve(context.Background(), "0"); err != nil || !res.Allowed {
+		b.Fatalf("the first reservation: %+v, %v", res, err)
 	}
 	var n atomic.Int64
 	b.SetParallelism(4)
@@ -59,7 +59,14 @@ func benchReserve(b *testing.B, cap int64, then func(ctx context.Context, s *pos
 		ctx := context.Background()
 		for pb.Next() {
 			id := strconv.FormatInt(n.Add(1), 10)
-			then(ctx, s, id, reserve(ctx, id))
+			res, err := reserve(ctx, id)
+			if err == nil {
+				err = then(ctx, s, id, res)
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
 		}
 	})
 }
