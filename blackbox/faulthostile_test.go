@@ -557,3 +557,51 @@ func batchFlood(pr *phaseRun, stop <-chan struct{}) {
 	}
 	pr.s.t.Logf("phase %s: the noisy tenant's batches of 1,000 answered %v", pr.name, counts)
 }
+
+// resetFlood is the noisy tenant resetting its counters from eight
+// connections an instance, as fast as it is answered: on PostgreSQL each
+// reset takes one of the connections the store keeps for calls outside its
+// lanes (a tenant's calls one at a time an instance, the rest waiting
+// their turn), on Redis a place in the lanes the checks use. Every other
+// tenant's checks, resets and reservations beside it are held to the
+// phase's invariants; the flood holds itself to being answered.
+func resetFlood(pr *phaseRun, stop <-chan struct{}) {
+	st := pr.st
+	tn := st.noisy
+	c := newFaultClient()
+	defer c.closeIdle()
+	var mu sync.Mutex
+	counts := map[string]int{}
+	var wg sync.WaitGroup
+	for _, m := range st.members {
+		for g := range 8 {
+			wg.Go(func() {
+				for n := 0; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					subject := fmt.Sprintf("%s.r%d", pr.name, (g*7+n)%50)
+					a := c.do("DELETE", m.base()+"/v1/policies/"+hotChecks.name+"/subjects/"+subject, tn.nt.LiveKey, nil)
+					what := fmt.Sprint(a.status)
+					if a.err != nil || a.status >= 500 {
+						what = "no answer or 5xx"
+					}
+					mu.Lock()
+					counts[what]++
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	// Its own: answered, and not failed as the store's but one in twenty
+	// at most (its calls wait behind its own, on a box both of whose
+	// cores the flood keeps busy).
+	failed, answered := counts["no answer or 5xx"], counts["204"]
+	if 20*failed > answered || answered == 0 || pr.s.sabotaged(invHostile) {
+		pr.v.add(invHostile, "the noisy tenant's resets answered %v: failed while its store answers, or never answered", counts)
+	}
+	pr.s.t.Logf("phase %s: the noisy tenant's resets answered %v", pr.name, counts)
+}

@@ -175,6 +175,8 @@ func TestFaultSuite(t *testing.T) {
 			{name: "hostile-webhooks-" + mem.name, st: mem, body: hostileNeighbour(hangingWebhooks)},
 			{name: "hostile-batches-" + pg.name, st: pg, body: hostileNeighbour(batchFlood)},
 			{name: "hostile-batches-" + rd.name, st: rd, body: hostileNeighbour(batchFlood)},
+			{name: "hostile-resets-" + pg.name, st: pg, body: hostileNeighbour(resetFlood)},
+			{name: "hostile-resets-" + rd.name, st: rd, body: hostileNeighbour(resetFlood)},
 		}
 		if cycle > 0 {
 			s.rng.Shuffle(len(phases), func(i, j int) { phases[i], phases[j] = phases[j], phases[i] })
